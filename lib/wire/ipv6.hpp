@@ -1,0 +1,53 @@
+// IPv6 fixed header (RFC 8200).
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <cstring>
+
+#include "lib/wire/bytes.hpp"
+
+namespace uroce::wire {
+
+using Ipv6Addr = std::array<uint8_t, 16>;
+
+template <class Byte>
+class Ipv6T : public ByteView<Byte> {
+ public:
+  static constexpr size_t kSize = 40;
+  using ByteView<Byte>::ByteView;
+
+  uint32_t vtcfl() const noexcept { return load_be<uint32_t>(this->p_); }
+  uint8_t version() const noexcept { return static_cast<uint8_t>(vtcfl() >> 28); }
+  uint8_t traffic_class() const noexcept { return static_cast<uint8_t>(vtcfl() >> 20); }
+  uint32_t flow_label() const noexcept { return vtcfl() & 0xFFFFF; }
+  uint16_t payload_len() const noexcept { return load_be<uint16_t>(this->p_ + 4); }
+  uint8_t next_header() const noexcept { return this->p_[6]; }
+  uint8_t hop_limit() const noexcept { return this->p_[7]; }
+  Ipv6Addr src() const noexcept { return addr_at(8); }
+  Ipv6Addr dst() const noexcept { return addr_at(24); }
+  const Byte* src_bytes() const noexcept { return this->p_ + 8; }
+  const Byte* dst_bytes() const noexcept { return this->p_ + 24; }
+
+  void set_vtcfl(uint8_t tc, uint32_t fl) noexcept requires ByteView<Byte>::kWritable {
+    store_be<uint32_t>(this->p_, (6u << 28) | (uint32_t{tc} << 20) | (fl & 0xFFFFF));
+  }
+  void set_payload_len(uint16_t v) noexcept requires ByteView<Byte>::kWritable { store_be(this->p_ + 4, v); }
+  void set_next_header(uint8_t v) noexcept requires ByteView<Byte>::kWritable { this->p_[6] = v; }
+  void set_hop_limit(uint8_t v) noexcept requires ByteView<Byte>::kWritable { this->p_[7] = v; }
+  void set_src(const Ipv6Addr& a) noexcept requires ByteView<Byte>::kWritable { std::memcpy(this->p_ + 8, a.data(), 16); }
+  void set_dst(const Ipv6Addr& a) noexcept requires ByteView<Byte>::kWritable { std::memcpy(this->p_ + 24, a.data(), 16); }
+
+ private:
+  Ipv6Addr addr_at(size_t off) const noexcept {
+    Ipv6Addr a;
+    std::memcpy(a.data(), this->p_ + off, 16);
+    return a;
+  }
+};
+
+using Ipv6 = Ipv6T<uint8_t>;
+using Ipv6C = Ipv6T<const uint8_t>;
+static_assert(Ipv6::kSize == 40);
+
+}  // namespace uroce::wire
