@@ -1,0 +1,50 @@
+// Port: the one interface between the engine and a wire (DESIGN.md,
+// drivers/).  Packet buffers are DPDK mbufs on every wire, the simulated
+// one included, so the data path is the same code everywhere.
+//
+// Calls are per burst, never per packet.  A port is driven by one thread
+// at a time (the engine thread, or the caller's thread in inline mode).
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "lib/wire/eth.hpp"
+
+struct rte_mbuf;
+struct rte_mempool;
+
+namespace uroce::drivers {
+
+struct PortStats {
+  uint64_t rx_frames = 0;
+  uint64_t rx_bytes = 0;
+  uint64_t tx_frames = 0;
+  uint64_t tx_bytes = 0;
+  uint64_t rx_dropped = 0;   // lost before the engine saw them (ring full, imissed)
+  uint64_t tx_dropped = 0;   // handed to tx_burst but not sent (oerrors, link down)
+};
+
+class Port {
+ public:
+  virtual ~Port() = default;
+
+  // Receive up to `n` frames into `pkts`; returns how many.  The caller
+  // owns the returned mbufs.
+  virtual uint16_t rx_burst(rte_mbuf** pkts, uint16_t n) = 0;
+  // Send up to `n` frames; returns how many the port took (it owns those
+  // now).  The caller still owns pkts[ret..n) and must free or retry them.
+  virtual uint16_t tx_burst(rte_mbuf** pkts, uint16_t n) = 0;
+
+  virtual wire::MacAddr mac() const = 0;
+  virtual uint16_t mtu() const = 0;           // IP MTU of the wire
+  virtual bool link_up() const = 0;
+  virtual PortStats stats() const = 0;
+  virtual rte_mempool* pool() const = 0;      // where this port's buffers come from
+  virtual std::string name() const = 0;       // "sim0", "net_af_packet0,iface=veth0"
+  // The kernel network device behind the port, if any ("veth0" for
+  // af_packet and tap); empty for memif, ring and sim.
+  virtual std::string netdev() const { return {}; }
+};
+
+}  // namespace uroce::drivers

@@ -1,0 +1,122 @@
+#include "lib/util/timer_wheel.hpp"
+
+#include <limits>
+
+namespace uroce {
+namespace {
+
+constexpr uint64_t kMaxDelta = (uint64_t{1} << (TimerWheel::kLevels * TimerWheel::kSlotBits)) - 1;
+
+}  // namespace
+
+void TimerWheel::push(Timer& t, unsigned level, unsigned index) noexcept {
+  Level& lv = levels_[level];
+  Timer*& head = lv.slots[index];
+  t.prev_ = nullptr;
+  t.next_ = head;
+  if (head) head->prev_ = &t;
+  head = &t;
+  t.slot_ = &head;
+  t.level_ = static_cast<uint8_t>(level);
+  t.index_ = static_cast<uint8_t>(index);
+  lv.occupied[index / 64] |= uint64_t{1} << (index % 64);
+}
+
+void TimerWheel::unlink(Timer& t) noexcept {
+  if (t.prev_) {
+    t.prev_->next_ = t.next_;
+  } else {
+    *t.slot_ = t.next_;
+  }
+  if (t.next_) t.next_->prev_ = t.prev_;
+  if (*t.slot_ == nullptr) {
+    levels_[t.level_].occupied[t.index_ / 64] &= ~(uint64_t{1} << (t.index_ % 64));
+  }
+  t.prev_ = t.next_ = nullptr;
+  t.slot_ = nullptr;
+}
+
+void TimerWheel::file(Timer& t) noexcept {
+  // Fire no earlier than the deadline: round the deadline up to a tick.
+  uint64_t tick = t.deadline_ns / tick_ns_ + (t.deadline_ns % tick_ns_ != 0);
+  if (tick < now_tick_) tick = now_tick_;
+  if (tick - now_tick_ > kMaxDelta) tick = now_tick_ + kMaxDelta;  // re-filed when reached
+  const uint64_t delta = tick - now_tick_;
+  unsigned level = 0;
+  while (level + 1 < kLevels && delta >= (uint64_t{1} << shift(level + 1))) ++level;
+  push(t, level, static_cast<unsigned>((tick >> shift(level)) & (kSlots - 1)));
+}
+
+unsigned TimerWheel::next_occupied(unsigned level, unsigned from) const noexcept {
+  const Level& lv = levels_[level];
+  for (unsigned w = from / 64; w < lv.occupied.size(); ++w) {
+    uint64_t bits = lv.occupied[w];
+    if (w == from / 64) bits &= ~uint64_t{0} << (from % 64);
+    if (bits) return w * 64 + static_cast<unsigned>(std::countr_zero(bits));
+  }
+  return kSlots;
+}
+
+unsigned TimerWheel::expire_slot(unsigned level, unsigned index, uint64_t now_ns) noexcept {
+  Level& lv = levels_[level];
+  Timer* list = lv.slots[index];
+  lv.slots[index] = nullptr;
+  lv.occupied[index / 64] &= ~(uint64_t{1} << (index % 64));
+  unsigned fired = 0;
+  while (list) {
+    Timer& t = *list;
+    list = t.next_;
+    t.prev_ = t.next_ = nullptr;
+    t.slot_ = nullptr;
+    if (level == 0 && t.deadline_ns <= now_ns) {
+      --armed_;
+      ++fired;
+      t.cb(t, now_ns);  // may re-arm t or touch other timers
+    } else {
+      file(t);          // cascade down (or a clamped far deadline)
+    }
+  }
+  return fired;
+}
+
+unsigned TimerWheel::advance(uint64_t now_ns) noexcept {
+  const uint64_t target = now_ns / tick_ns_;
+  unsigned fired = 0;
+  while (now_tick_ <= target) {
+    const unsigned idx = static_cast<unsigned>(now_tick_ & (kSlots - 1));
+    const uint64_t boundary = (now_tick_ | (kSlots - 1)) + 1;
+    const unsigned n = next_occupied(0, idx);
+    const uint64_t next_tick = n < kSlots ? now_tick_ - idx + n : boundary;
+    if (next_tick > target) {
+      now_tick_ = target + 1;
+    } else {
+      now_tick_ = next_tick;
+      if (n < kSlots) {
+        ++now_tick_;
+        fired += expire_slot(0, n, now_ns);
+      }
+    }
+    if (now_tick_ == boundary) {
+      // Crossing a level-0 rotation: bring the due slot of each higher
+      // level down, from level 1 up while the lower index wrapped to 0.
+      for (unsigned lvl = 1; lvl < kLevels; ++lvl) {
+        const unsigned i = static_cast<unsigned>((now_tick_ >> shift(lvl)) & (kSlots - 1));
+        fired += expire_slot(lvl, i, now_ns);
+        if (i != 0) break;
+      }
+    }
+  }
+  return fired;
+}
+
+uint64_t TimerWheel::next_deadline_hint() const noexcept {
+  if (armed_ == 0) return std::numeric_limits<uint64_t>::max();
+  const unsigned idx = static_cast<unsigned>(now_tick_ & (kSlots - 1));
+  if (next_occupied(0, idx) < kSlots) {
+    return (now_tick_ - idx + next_occupied(0, idx)) * tick_ns_;
+  }
+  // Otherwise no later than the next level-0 rotation.
+  return ((now_tick_ | (kSlots - 1)) + 1) * tick_ns_;
+}
+
+}  // namespace uroce

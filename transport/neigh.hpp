@@ -1,0 +1,124 @@
+// The neighbour table: IPv4 ARP and IPv6 neighbour discovery results,
+// with retries, timeouts and a bounded queue of frames waiting for an
+// address.  Pure logic: the engine sends the requests and the frames
+// (through the hooks) and feeds it the replies it receives.
+//
+// States (RFC 4861 7.3.2, simplified the way the kernel's ARP does it):
+//   Incomplete --reply--> Reachable --reachable_time--> Stale
+//   Incomplete --retries exhausted--> Failed --failed_time--> (removed)
+//   Stale --used--> Incomplete-style re-probe, still usable while probing
+//
+// Thread: the engine thread only.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <unordered_map>
+
+#include "lib/util/timer_wheel.hpp"
+#include "lib/wire/eth.hpp"
+#include "lib/wire/ipv6.hpp"
+
+struct rte_mbuf;
+
+namespace uroce::transport {
+
+// An IP address of either family; IPv4 is kept IPv4-mapped (::ffff:a.b.c.d),
+// as in a RoCE GID.
+struct IpAddr {
+  wire::Ipv6Addr bytes{};
+
+  static IpAddr v4(uint32_t a) noexcept;
+  static IpAddr v6(const wire::Ipv6Addr& a) noexcept { return IpAddr{a}; }
+  bool is_v4() const noexcept;
+  uint32_t as_v4() const noexcept;
+  friend bool operator==(const IpAddr&, const IpAddr&) = default;
+};
+
+struct IpAddrHash {
+  size_t operator()(const IpAddr& a) const noexcept;
+};
+
+enum class NeighState : uint8_t { Incomplete, Reachable, Stale, Failed };
+
+const char* neigh_state_name(NeighState s) noexcept;
+
+struct NeighConfig {
+  uint64_t retry_interval_ns = 1'000'000'000;    // between requests
+  unsigned max_requests = 3;                     // then Failed
+  uint64_t reachable_ns = 30'000'000'000;        // then Stale
+  uint64_t failed_hold_ns = 3'000'000'000;       // a Failed entry answers "unreachable" this long
+  unsigned max_pending = 16;                     // frames queued per unresolved neighbour
+  size_t max_entries = 4096;
+};
+
+struct NeighStats {
+  uint64_t requests_sent = 0;
+  uint64_t resolved = 0;
+  uint64_t failed = 0;
+  uint64_t pending_dropped = 0;   // queue full or resolution failed
+  uint64_t table_full = 0;
+};
+
+class NeighTable {
+ public:
+  struct Hooks {
+    // Send an ARP request / neighbour solicitation for `ip`.
+    std::function<void(const IpAddr& ip)> send_request;
+    // A queued frame can go: fill its destination MAC and transmit.
+    std::function<void(rte_mbuf* m, const wire::MacAddr& mac)> release;
+    // A queued frame cannot go (resolution failed): free it.
+    std::function<void(rte_mbuf* m)> drop;
+    // Resolution of `ip` finished (ok, or failed) — for rdma_resolve_addr.
+    std::function<void(const IpAddr& ip, bool ok)> resolved;
+  };
+
+  NeighTable(TimerWheel& wheel, NeighConfig cfg, Hooks hooks);
+  ~NeighTable();
+  NeighTable(const NeighTable&) = delete;
+  NeighTable& operator=(const NeighTable&) = delete;
+
+  // The MAC to use for `ip` now, or nullptr.  A Stale entry is returned
+  // and re-probed.
+  const wire::MacAddr* lookup(const IpAddr& ip, uint64_t now_ns);
+
+  // Send `m` to `ip`: released at once when known, else queued and a
+  // request sent.  Returns false (and drops `m`) when the neighbour is
+  // known to be unreachable or the table is full.
+  bool send(const IpAddr& ip, rte_mbuf* m, uint64_t now_ns);
+
+  // Start resolving without a frame (rdma_resolve_addr).
+  void resolve(const IpAddr& ip, uint64_t now_ns);
+
+  // An ARP reply or request, or an NS/NA, told us `ip` is at `mac`.
+  // `solicited` is false for what we merely overheard (gratuitous ARP,
+  // requests): it updates an existing entry but does not create one.
+  void learn(const IpAddr& ip, const wire::MacAddr& mac, bool solicited, uint64_t now_ns);
+
+  // Add a permanent entry (static configuration, tests).
+  void add_static(const IpAddr& ip, const wire::MacAddr& mac);
+
+  std::optional<NeighState> state(const IpAddr& ip) const;
+  size_t size() const noexcept { return entries_.size(); }
+  const NeighStats& stats() const noexcept { return stats_; }
+
+ private:
+  struct Entry;
+  Entry* find(const IpAddr& ip) const;
+  Entry* create(const IpAddr& ip, uint64_t now_ns);
+  void probe(Entry& e, uint64_t now_ns);
+  void on_timer(Entry& e, uint64_t now_ns);
+  void fail(Entry& e, uint64_t now_ns);
+  void flush_pending(Entry& e);
+
+  TimerWheel& wheel_;
+  NeighConfig cfg_;
+  Hooks hooks_;
+  std::unordered_map<IpAddr, std::unique_ptr<Entry>, IpAddrHash> entries_;
+  NeighStats stats_;
+};
+
+}  // namespace uroce::transport
