@@ -1,0 +1,155 @@
+#include "drivers/netdev.hpp"
+
+#include <arpa/inet.h>
+#include <ifaddrs.h>
+#include <net/if.h>
+#include <netinet/in.h>
+#include <sys/ioctl.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "lib/wire/udp.hpp"
+
+namespace uroce::drivers {
+namespace {
+
+unsigned prefix_len(const uint8_t* mask, size_t len) {
+  unsigned n = 0;
+  for (size_t i = 0; i < len; ++i) n += static_cast<unsigned>(__builtin_popcount(mask[i]));
+  return n;
+}
+
+std::string errno_text(const char* what) { return std::string(what) + ": " + std::strerror(errno); }
+
+// SO_RCVBUF as small as the kernel allows: the claim socket only absorbs.
+constexpr int kClaimRcvBuf = 1;
+
+int bind_claim(int family, std::string* err) {
+  const int fd = ::socket(family, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) {
+    if (err) *err = errno_text("socket");
+    return -1;
+  }
+  const int one = 1;
+  ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+  ::setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof one);
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &kClaimRcvBuf, sizeof kClaimRcvBuf);
+  int rc;
+  if (family == AF_INET6) {
+    ::setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof one);
+    sockaddr_in6 a{};
+    a.sin6_family = AF_INET6;
+    a.sin6_port = htons(wire::kRoceV2Port);
+    a.sin6_addr = in6addr_any;
+    rc = ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
+  } else {
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_port = htons(wire::kRoceV2Port);
+    a.sin_addr.s_addr = htonl(INADDR_ANY);
+    rc = ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
+  }
+  if (rc != 0) {
+    if (err) *err = errno_text("bind UDP 4791");
+    ::close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+}  // namespace
+
+std::optional<NetdevInfo> query_netdev(const std::string& name, std::string* err) {
+  NetdevInfo info;
+  info.name = name;
+  info.ifindex = static_cast<int>(::if_nametoindex(name.c_str()));
+  if (info.ifindex == 0) {
+    if (err) *err = "no network device '" + name + "' in this namespace";
+    return std::nullopt;
+  }
+  const int fd = ::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) {
+    if (err) *err = errno_text("socket");
+    return std::nullopt;
+  }
+  ifreq req{};
+  std::strncpy(req.ifr_name, name.c_str(), IFNAMSIZ - 1);
+  if (::ioctl(fd, SIOCGIFHWADDR, &req) == 0) {
+    std::memcpy(info.mac.data(), req.ifr_hwaddr.sa_data, info.mac.size());
+  }
+  if (::ioctl(fd, SIOCGIFMTU, &req) == 0) info.mtu = static_cast<unsigned>(req.ifr_mtu);
+  if (::ioctl(fd, SIOCGIFFLAGS, &req) == 0) info.up = (req.ifr_flags & IFF_UP) != 0;
+  ::close(fd);
+
+  ifaddrs* list = nullptr;
+  if (::getifaddrs(&list) != 0) {
+    if (err) *err = errno_text("getifaddrs");
+    return std::nullopt;
+  }
+  for (ifaddrs* a = list; a; a = a->ifa_next) {
+    if (!a->ifa_addr || name != a->ifa_name) continue;
+    NetdevAddr na;
+    if (a->ifa_addr->sa_family == AF_INET) {
+      const auto* sin = reinterpret_cast<const sockaddr_in*>(a->ifa_addr);
+      na.addr[10] = na.addr[11] = 0xff;
+      std::memcpy(na.addr.data() + 12, &sin->sin_addr, 4);
+      if (a->ifa_netmask) {
+        const auto* m = reinterpret_cast<const sockaddr_in*>(a->ifa_netmask);
+        na.prefix = static_cast<uint8_t>(prefix_len(reinterpret_cast<const uint8_t*>(&m->sin_addr), 4));
+      }
+    } else if (a->ifa_addr->sa_family == AF_INET6) {
+      const auto* sin6 = reinterpret_cast<const sockaddr_in6*>(a->ifa_addr);
+      na.ipv6 = true;
+      std::memcpy(na.addr.data(), &sin6->sin6_addr, 16);
+      na.link_local = na.addr[0] == 0xfe && (na.addr[1] & 0xc0) == 0x80;
+      if (a->ifa_netmask) {
+        const auto* m = reinterpret_cast<const sockaddr_in6*>(a->ifa_netmask);
+        na.prefix = static_cast<uint8_t>(prefix_len(reinterpret_cast<const uint8_t*>(&m->sin6_addr), 16));
+      }
+    } else {
+      continue;
+    }
+    info.addrs.push_back(na);
+  }
+  ::freeifaddrs(list);
+  return info;
+}
+
+Udp4791Claim::~Udp4791Claim() { close_all(); }
+
+Udp4791Claim::Udp4791Claim(Udp4791Claim&& o) noexcept : fd4_(o.fd4_), fd6_(o.fd6_) {
+  o.fd4_ = o.fd6_ = -1;
+}
+
+Udp4791Claim& Udp4791Claim::operator=(Udp4791Claim&& o) noexcept {
+  if (this != &o) {
+    close_all();
+    fd4_ = o.fd4_;
+    fd6_ = o.fd6_;
+    o.fd4_ = o.fd6_ = -1;
+  }
+  return *this;
+}
+
+void Udp4791Claim::close_all() noexcept {
+  if (fd4_ >= 0) ::close(fd4_);
+  if (fd6_ >= 0) ::close(fd6_);
+  fd4_ = fd6_ = -1;
+}
+
+bool Udp4791Claim::open(std::string* err) {
+  close_all();
+  std::string e4, e6;
+  fd4_ = bind_claim(AF_INET, &e4);
+  fd6_ = bind_claim(AF_INET6, &e6);  // fails harmlessly when IPv6 is disabled
+  if (fd4_ < 0 && fd6_ < 0) {
+    if (err) *err = e4;
+    return false;
+  }
+  return true;
+}
+
+}  // namespace uroce::drivers
