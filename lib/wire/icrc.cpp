@@ -37,8 +37,8 @@ constexpr size_t kCopyWhole = 256;
 // to ones.
 inline void mask_variant_fields(uint8_t* dst, size_t ip_hdr_len, bool ipv6) noexcept {
   if (ipv6) {
-    dst[0] |= 0x0F;  // traffic class low nibble
-    dst[1] = 0xFF;   // traffic class high nibble + flow label
+    dst[0] |= 0x0F;  // traffic class, high nibble (byte 0 is version | TC[7:4])
+    dst[1] = 0xFF;   // traffic class low nibble + flow label[19:16]
     dst[2] = 0xFF;
     dst[3] = 0xFF;
     dst[7] = 0xFF;   // hop limit

@@ -175,7 +175,7 @@ PktInfo parse(std::span<const uint8_t> frame) noexcept {
   PktInfo pi;
   const uint8_t* f = frame.data();
   const size_t len = frame.size();
-  if (len > 0xFFFF) return fail(pi, ParseError::EthTruncated);  // cannot be a frame
+  if (len > 0xFFFF) return fail(pi, ParseError::FrameTooLong);  // offsets are 16-bit
   pi.frame_len = static_cast<uint16_t>(len);
   if (len < Eth::kSize) return fail(pi, ParseError::EthTruncated);
   size_t off = Eth::kSize;

@@ -33,6 +33,7 @@ enum class FrameClass : uint8_t {
 #define UROCE_PARSE_ERRORS(X)                                                 \
   X(None, "none")                                                             \
   X(EthTruncated, "frame shorter than an Ethernet header")                    \
+  X(FrameTooLong, "frame longer than 65535 bytes")                            \
   X(VlanTruncated, "802.1Q tag truncated")                                    \
   X(TooManyVlanTags, "more than two 802.1Q tags")                             \
   X(ArpTruncated, "ARP payload truncated")                                    \

@@ -1,0 +1,276 @@
+#include "drivers/dpdk/eal.hpp"
+
+#include <pthread.h>
+#include <sched.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <rte_eal.h>
+#include <rte_errno.h>
+#include <rte_ethdev.h>
+#include <rte_lcore.h>
+#include <rte_mbuf.h>
+#include <rte_mempool.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <charconv>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <mutex>
+#include <sstream>
+#include <thread>
+
+namespace uroce::drivers::dpdk {
+
+static_assert(kMbufHeadroom == RTE_PKTMBUF_HEADROOM, "kDefaultDataRoom assumes DPDK's headroom");
+static_assert(kDefaultPoolCache <= RTE_MEMPOOL_CACHE_MAX_SIZE);
+
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr std::string_view kProgramName = "uroce";
+constexpr std::string_view kPrefixStem = "uroce-";
+constexpr std::string_view kTelemetrySocket = "dpdk_telemetry.v2";
+constexpr const char* kProcMounts = "/proc/mounts";
+constexpr const char* kProcMeminfo = "/proc/meminfo";
+constexpr const char* kSysHugepages = "/sys/kernel/mm/hugepages";
+// DPDK refuses a cache larger than n / 1.5 (CALC_CACHE_FLUSHTHRESH).
+constexpr uint32_t kCacheFlushNum = 2;
+constexpr uint32_t kCacheFlushDen = 3;
+
+// ---- probing the host -------------------------------------------------------
+
+bool hugetlbfs_mounted() {
+  std::ifstream in(kProcMounts);
+  std::string dev, dir, type;
+  std::string rest;
+  while (in >> dev >> dir >> type) {
+    if (type == "hugetlbfs") return true;
+    std::getline(in, rest);
+  }
+  return false;
+}
+
+uint64_t read_u64(const fs::path& p) {
+  std::ifstream in(p);
+  uint64_t v = 0;
+  in >> v;
+  return in ? v : 0;
+}
+
+// Free hugepages of every size; /proc/meminfo knows only the default size.
+uint64_t free_hugepages() {
+  std::error_code ec;
+  uint64_t total = 0;
+  bool any = false;
+  for (const auto& e : fs::directory_iterator(kSysHugepages, ec)) {
+    total += read_u64(e.path() / "free_hugepages");
+    any = true;
+  }
+  if (any) return total;
+  std::ifstream in(kProcMeminfo);
+  std::string key;
+  uint64_t v = 0;
+  while (in >> key) {
+    if (key == "HugePages_Free:" && in >> v) return v;
+    std::getline(in, key);
+  }
+  return 0;
+}
+
+std::optional<unsigned> lowest_allowed_cpu() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof set, &set) != 0) return std::nullopt;
+  for (unsigned cpu = 0; cpu < CPU_SETSIZE; ++cpu) {
+    if (CPU_ISSET(cpu, &set)) return cpu;
+  }
+  return std::nullopt;
+}
+
+// ---- runtime directories ---------------------------------------------------
+
+// Where EAL puts runtime directories (eal_create_runtime_dir in 22.11).
+fs::path runtime_base() {
+  if (geteuid() == 0) return "/var/run/dpdk";
+  if (const char* xdg = std::getenv("XDG_RUNTIME_DIR")) return fs::path(xdg) / "dpdk";
+  return "/tmp/dpdk";
+}
+
+// Removes the files (telemetry socket, config) in one runtime directory,
+// then the directory.  Never recurses: EAL puts no subdirectories there.
+void remove_runtime_dir(const fs::path& dir) {
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(dir, ec)) {
+    if (!e.is_directory(ec)) fs::remove(e.path(), ec);
+  }
+  fs::remove(dir, ec);
+}
+
+std::optional<int> prefix_pid(std::string_view name) {
+  if (!name.starts_with(kPrefixStem)) return std::nullopt;
+  name.remove_prefix(kPrefixStem.size());
+  int pid = 0;
+  auto [end, err] = std::from_chars(name.data(), name.data() + name.size(), pid);
+  if (err != std::errc() || end != name.data() + name.size() || pid <= 0) return std::nullopt;
+  return pid;
+}
+
+// Runtime directories of uroce processes that died without eal_shutdown.
+void sweep_stale_runtime_dirs(int own_pid) {
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(runtime_base(), ec)) {
+    const auto pid = prefix_pid(e.path().filename().native());
+    if (!pid || *pid == own_pid || !e.is_directory(ec)) continue;
+    if (kill(*pid, 0) == -1 && errno == ESRCH) remove_runtime_dir(e.path());
+  }
+}
+
+// ---- the once-only state -----------------------------------------------------
+
+struct EalState {
+  std::once_flag once;
+  std::optional<Result<EalInfo>> result;
+  std::vector<std::string> argv_storage;  // EAL may keep pointers into argv
+  bool owns_runtime_dir = false;          // the prefix is uroce-<our pid>
+  std::atomic<bool> running{false};
+  std::mutex shutdown_mutex;
+};
+
+EalState& state() {
+  static EalState s;
+  return s;
+}
+
+std::string joined(const std::vector<std::string>& args) {
+  std::string s;
+  for (const auto& a : args) {
+    if (!s.empty()) s += ' ';
+    s += a;
+  }
+  return s;
+}
+
+Result<EalInfo> start(const EalOptions& o) {
+  const HostInfo host = probe_host();
+  EalInfo info;
+  info.args = eal_args(o, host);
+  info.hugepages = use_hugepages(o, host);
+  auto& st = state();
+  st.owns_runtime_dir = o.file_prefix.empty();
+  if (st.owns_runtime_dir) sweep_stale_runtime_dirs(host.pid);
+
+  st.argv_storage = info.args;
+  std::vector<char*> argv;
+  for (auto& a : st.argv_storage) argv.push_back(a.data());
+  argv.push_back(nullptr);
+
+  cpu_set_t caller_cpus;
+  const bool have_cpus = pthread_getaffinity_np(pthread_self(), sizeof caller_cpus, &caller_cpus) == 0;
+  const int rc = rte_eal_init(static_cast<int>(argv.size() - 1), argv.data());
+  if (rc < 0) {
+    const int err = rte_errno;
+    return Error{err, "rte_eal_init failed: " + std::string(rte_strerror(err)) + " (" + joined(info.args) + ")"};
+  }
+  if (o.restore_affinity && have_cpus) pthread_setaffinity_np(pthread_self(), sizeof caller_cpus, &caller_cpus);
+
+  info.runtime_dir = rte_eal_get_runtime_dir();
+  if (o.telemetry) info.telemetry_socket = (fs::path(info.runtime_dir) / kTelemetrySocket).native();
+  info.main_lcore = rte_get_main_lcore();
+  st.running.store(true, std::memory_order_release);
+  return info;
+}
+
+}  // namespace
+
+HostInfo probe_host() {
+  HostInfo h;
+  h.hugetlbfs_mounted = hugetlbfs_mounted();
+  h.free_hugepages = free_hugepages();
+  h.lowest_cpu = lowest_allowed_cpu();
+  h.pid = static_cast<int>(getpid());
+  return h;
+}
+
+bool use_hugepages(const EalOptions& o, const HostInfo& host) {
+  switch (o.memory) {
+    case EalMemory::kNoHuge: return false;
+    case EalMemory::kHugepages: return true;
+    case EalMemory::kAuto: return host.hugetlbfs_mounted && host.free_hugepages > 0;
+  }
+  return false;
+}
+
+std::vector<std::string> eal_args(const EalOptions& o, const HostInfo& host) {
+  std::vector<std::string> a{std::string(kProgramName)};
+  if (use_hugepages(o, host)) {
+    a.emplace_back("--in-memory");
+  } else {
+    a.insert(a.end(), {"--no-huge", "--no-shconf", "-m", std::to_string(o.memory_mb)});
+  }
+  a.push_back("--file-prefix=" +
+              (o.file_prefix.empty() ? std::string(kPrefixStem) + std::to_string(host.pid) : o.file_prefix));
+  if (o.pci.empty()) a.emplace_back("--no-pci");
+  for (const auto& dev : o.pci) a.insert(a.end(), {"-a", dev});
+  if (!o.telemetry) a.emplace_back("--no-telemetry");
+  if (!o.log_level.empty()) a.push_back("--log-level=" + o.log_level);
+  a.insert(a.end(), {"-l", std::to_string(o.core.value_or(host.lowest_cpu.value_or(0)))});
+  for (const auto& v : o.vdevs) a.push_back("--vdev=" + v);
+  a.insert(a.end(), o.extra.begin(), o.extra.end());
+  return a;
+}
+
+const Result<EalInfo>& eal_init(const EalOptions& options) {
+  auto& st = state();
+  std::call_once(st.once, [&] { st.result.emplace(start(options)); });
+  return *st.result;
+}
+
+bool eal_running() noexcept { return state().running.load(std::memory_order_acquire); }
+
+Result<rte_mempool*> create_pktmbuf_pool(const PoolOptions& o) {
+  if (!eal_running()) return Error{ENODEV, "create_pktmbuf_pool: the EAL is not running"};
+  static std::atomic<uint32_t> next_id{0};
+  const std::string name =
+      std::string(o.name_prefix) + "_" + std::to_string(next_id.fetch_add(1, std::memory_order_relaxed));
+  if (name.size() >= RTE_MEMPOOL_NAMESIZE) {
+    return Error{ENAMETOOLONG, "create_pktmbuf_pool: name '" + name + "' longer than " +
+                                   std::to_string(RTE_MEMPOOL_NAMESIZE - 1) + " characters"};
+  }
+  const uint32_t cache = std::min(o.cache, o.mbufs * kCacheFlushNum / kCacheFlushDen);
+  rte_mempool* mp = rte_pktmbuf_pool_create(name.c_str(), o.mbufs, cache, o.priv_size, o.data_room, SOCKET_ID_ANY);
+  if (mp == nullptr) {
+    const int err = rte_errno;
+    std::ostringstream msg;
+    msg << "rte_pktmbuf_pool_create(" << name << ", " << o.mbufs << " mbufs of " << o.data_room
+        << " B) failed: " << rte_strerror(err);
+    return Error{err, msg.str()};
+  }
+  return mp;
+}
+
+Status eal_shutdown(const ShutdownOptions& o) {
+  auto& st = state();
+  std::lock_guard lock(st.shutdown_mutex);
+  if (!st.running.load(std::memory_order_acquire)) return {};
+  uint16_t port = 0;
+  RTE_ETH_FOREACH_DEV(port) {
+    rte_eth_dev_stop(port);  // fails harmlessly on a port that never started
+    rte_eth_dev_close(port);
+  }
+  std::this_thread::sleep_for(o.settle);
+  st.running.store(false, std::memory_order_release);
+  if (o.cleanup) {
+    if (const int rc = rte_eal_cleanup(); rc < 0) {
+      return Error{-rc, "rte_eal_cleanup failed: " + std::string(rte_strerror(-rc))};
+    }
+  }
+  if (st.owns_runtime_dir) remove_runtime_dir(st.result->value().runtime_dir);
+  return {};
+}
+
+}  // namespace uroce::drivers::dpdk

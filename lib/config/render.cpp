@@ -1,0 +1,83 @@
+// Config to TOML text, keys in the order config.hpp documents them.
+#include <sstream>
+
+#include "lib/config/config.hpp"
+#include "lib/config/mac.hpp"
+#include "lib/config/text.hpp"
+
+namespace uroce::config {
+
+namespace {
+
+class TomlWriter {
+ public:
+  void line(std::string_view text) { out_ << text << '\n'; }
+  void blank() { out_ << '\n'; }
+
+  void string(std::string_view key, std::string_view value) { out_ << key << " = " << quote(value) << '\n'; }
+  void optional_string(std::string_view key, const std::optional<std::string>& value) {
+    if (value) string(key, *value);
+  }
+  template <class Int>
+  void optional_integer(std::string_view key, const std::optional<Int>& value) {
+    if (value) out_ << key << " = " << static_cast<int64_t>(*value) << '\n';
+  }
+  void boolean(std::string_view key, bool value) { out_ << key << " = " << (value ? "true" : "false") << '\n'; }
+
+  // key = ["a", "b"]; left out when empty, as an empty list is the default.
+  template <class T, class Format>
+  void list(std::string_view key, const std::vector<T>& items, Format format) {
+    if (items.empty()) return;
+    out_ << key << " = [";
+    for (size_t i = 0; i < items.size(); ++i) out_ << (i ? ", " : "") << quote(format(items[i]));
+    out_ << "]\n";
+  }
+
+  std::string str() const { return out_.str(); }
+
+ private:
+  std::ostringstream out_;
+};
+
+void write_globals(TomlWriter& w, const Config& cfg) {
+  w.string("progress", to_string(cfg.progress));
+  w.string("log", to_string(cfg.log));
+  w.optional_string("pcap", cfg.pcap);
+}
+
+void write_eal(TomlWriter& w, const EalConfig& eal) {
+  w.blank();
+  w.line("[eal]");
+  w.optional_integer("core", eal.core);
+  w.optional_integer("memory_mb", eal.memory_mb);
+  w.list("extra", eal.extra, [](const std::string& s) { return s; });
+  w.string("hugepages", to_string(eal.hugepages));
+  w.boolean("telemetry", eal.telemetry);
+}
+
+void write_device(TomlWriter& w, const DeviceConfig& dev) {
+  w.blank();
+  w.line("[[device]]");
+  w.string("name", dev.name);
+  w.string("kind", to_string(dev.kind));
+  if (!dev.devargs.empty()) w.string("devargs", dev.devargs);
+  w.list("addresses", dev.addresses, [](const IpPrefix& p) { return to_string(p); });
+  if (dev.mac) w.string("mac", format_mac(*dev.mac));
+  w.optional_integer("mtu", dev.mtu);
+  w.optional_integer("vlan", dev.vlan);
+  w.list("gids", dev.gids, [](const IpAddr& a) { return to_string(a); });
+  w.optional_string("pcap", dev.pcap);
+  w.optional_string("faults", dev.faults);
+}
+
+}  // namespace
+
+std::string render_config(const Config& cfg) {
+  TomlWriter w;
+  write_globals(w, cfg);
+  write_eal(w, cfg.eal);
+  for (const DeviceConfig& dev : cfg.devices) write_device(w, dev);
+  return w.str();
+}
+
+}  // namespace uroce::config

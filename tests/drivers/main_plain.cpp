@@ -1,0 +1,7 @@
+// main() for driver tests that need no EAL (pure functions only).
+#include <gtest/gtest.h>
+
+int main(int argc, char** argv) {
+  ::testing::InitGoogleTest(&argc, argv);
+  return RUN_ALL_TESTS();
+}

@@ -1,0 +1,15 @@
+// The subcommands of `uroce`.  Each `add_*_command` adds its subcommand and
+// options to `app`; when the subcommand runs, it stores its exit status
+// (exit_status.hpp) in `exit_status`.  A new subcommand is one more function
+// here and one more entry in main.cpp's table.
+#pragma once
+
+namespace CLI {
+class App;
+}
+
+namespace uroce::tools {
+
+void add_pcap_check_command(CLI::App& app, int& exit_status);
+
+}  // namespace uroce::tools

@@ -1,0 +1,409 @@
+#include "transport/engine.hpp"
+
+#include <rte_mbuf.h>
+
+#include <cassert>
+#include <chrono>
+#include <cstring>
+#include <ctime>
+
+#include "lib/wire/ipv4.hpp"
+#include "lib/wire/ipv6.hpp"
+
+namespace uroce::transport {
+namespace {
+
+uint64_t steady_ns() noexcept {
+  return static_cast<uint64_t>(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+          .count());
+}
+
+bool is_group(const wire::MacAddr& m) noexcept { return (m[0] & 0x01) != 0; }
+
+// Frames we originate (ARP, ND) fit in this many bytes.
+constexpr size_t kHostFrameMax = 256;
+
+}  // namespace
+
+Engine::Engine(drivers::Port& port, EngineConfig cfg)
+    : port_(port),
+      cfg_(std::move(cfg)),
+      now_ns_(steady_ns()),
+      wheel_(now_ns_),
+      neigh_(wheel_, cfg_.neigh,
+             NeighTable::Hooks{
+                 [this](const IpAddr& ip) { send_neigh_request(ip); },
+                 [this](rte_mbuf* m, const wire::MacAddr& mac) {
+                   wire::Eth(rte_pktmbuf_mtod(m, uint8_t*)).set_dst(mac);
+                   send(m);
+                 },
+                 [this](rte_mbuf* m) {
+                   ctr_.inc(EngineCtr::drop_neigh);
+                   rte_pktmbuf_free(m);
+                 },
+                 [this](const IpAddr& ip, bool ok) {
+                   ctr_.inc(ok ? EngineCtr::neigh_resolved : EngineCtr::neigh_failed);
+                   if (resolve_hook_) resolve_hook_(ip, ok);
+                 },
+             }),
+      qps_(cfg_.max_qpn, nullptr),
+      doorbells_(cfg_.doorbell_capacity) {
+  tx_.reserve(cfg_.tx_batch);
+  roce_.resize(cfg_.rx_burst);
+}
+
+Engine::~Engine() {
+  stop();
+  flush_tx();
+  capture_.close();
+}
+
+drivers::Status Engine::init() {
+  if (!cfg_.pcap_path.empty()) {
+    if (auto st = capture_.open(cfg_.pcap_path); !st) return st;
+  }
+  if (cfg_.announce) {
+    std::lock_guard lock(poll_mutex_);
+    engine_thread_.store(std::this_thread::get_id());
+    announce();
+    flush_tx();
+    engine_thread_.store(std::thread::id{});
+  }
+  return {};
+}
+
+uint64_t Engine::realtime_ns() const noexcept {
+  timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return static_cast<uint64_t>(ts.tv_sec) * 1'000'000'000 + static_cast<uint64_t>(ts.tv_nsec);
+}
+
+bool Engine::on_engine_thread() const noexcept { return engine_thread_.load() == std::this_thread::get_id(); }
+
+// ---- progress ---------------------------------------------------------------
+
+unsigned Engine::poll() {
+  now_ns_ = steady_ns();
+  unsigned work = 0;
+  std::array<rte_mbuf*, 256> pkts;
+  const uint16_t burst = cfg_.rx_burst < pkts.size() ? cfg_.rx_burst : static_cast<uint16_t>(pkts.size());
+  const uint16_t n = port_.rx_burst(pkts.data(), burst);
+  if (n) {
+    handle_rx(pkts.data(), n);
+    work += n;
+  }
+  work += wheel_.advance(now_ns_);
+  work += drain_doorbells();
+  flush_tx();
+  if (capture_.is_open()) capture_.maybe_flush(realtime_ns());
+  return work;
+}
+
+void Engine::start() {
+  if (running_.exchange(true)) return;
+  thread_ = std::thread([this] {
+    engine_thread_.store(std::this_thread::get_id());
+    while (running_.load(std::memory_order_relaxed)) {
+      std::lock_guard lock(poll_mutex_);
+      poll();
+    }
+    engine_thread_.store(std::thread::id{});
+  });
+}
+
+void Engine::stop() {
+  if (!running_.exchange(false)) return;
+  if (thread_.joinable()) thread_.join();
+}
+
+bool Engine::try_progress() {
+  std::unique_lock lock(poll_mutex_, std::try_to_lock);
+  if (!lock.owns_lock()) return false;
+  engine_thread_.store(std::this_thread::get_id());
+  poll();
+  engine_thread_.store(std::thread::id{});
+  return true;
+}
+
+bool Engine::ring(Doorbell d) noexcept {
+  return doorbells_.bounded_push(d);
+}
+
+unsigned Engine::drain_doorbells() {
+  unsigned n = 0;
+  Doorbell d;
+  // Bounded: callbacks that ring again run on the next iteration.
+  for (uint32_t i = 0; i < cfg_.doorbell_capacity && doorbells_.pop(d); ++i) {
+    ++n;
+    d.fn(*this, d.ctx);
+  }
+  if (n) ctr_.add(EngineCtr::doorbells, n);
+  return n;
+}
+
+void Engine::run_sync(const std::function<void()>& fn) {
+  if (on_engine_thread()) {
+    fn();
+    return;
+  }
+  struct Call {
+    const std::function<void()>* fn;
+    std::atomic<bool> done{false};
+  } call{&fn};
+  const Doorbell d{[](Engine&, void* ctx) {
+                     auto* c = static_cast<Call*>(ctx);
+                     (*c->fn)();
+                     c->done.store(true, std::memory_order_release);  // pairs with the acquire below
+                   },
+                   &call};
+  while (!ring(d)) std::this_thread::yield();
+  while (!call.done.load(std::memory_order_acquire)) {
+    if (!running_.load(std::memory_order_relaxed)) {
+      try_progress();
+    } else {
+      std::this_thread::yield();
+    }
+  }
+}
+
+// ---- receive ------------------------------------------------------------------
+
+bool Engine::accept_mac(const uint8_t* frame) const noexcept {
+  const wire::MacAddr dst = wire::EthC(frame).dst();
+  return dst == cfg_.local.mac || is_group(dst);
+}
+
+bool Engine::accept_roce_dst(const uint8_t* frame, const wire::PktInfo& pi) const noexcept {
+  IpAddr dst;
+  if (pi.l3 == wire::L3::IPv4) {
+    dst = IpAddr::v4(wire::Ipv4C(frame + pi.l3_off).dst());
+    if ((dst.as_v4() >> 28) == 0xE) return true;  // multicast (UD multicast groups)
+  } else {
+    dst = IpAddr::v6(wire::Ipv6C(frame + pi.l3_off).dst());
+    if (dst.bytes[0] == 0xff) return true;
+  }
+  return cfg_.local.owns(dst);
+}
+
+void Engine::count_drop(const wire::PktInfo& pi) {
+  switch (pi.cls) {
+    case wire::FrameClass::Malformed:
+      ctr_.inc(EngineCtr::drop_malformed);
+      parse_err_[static_cast<size_t>(pi.error)].fetch_add(1, std::memory_order_relaxed);
+      return;
+    case wire::FrameClass::OtherIPv4:
+      ctr_.inc(EngineCtr::drop_other_ipv4);
+      return;
+    case wire::FrameClass::OtherIPv6:
+      ctr_.inc(EngineCtr::drop_other_ipv6);
+      return;
+    case wire::FrameClass::OtherEther:
+      ctr_.inc(EngineCtr::drop_other_ethertype);
+      return;
+    case wire::FrameClass::RoceV2:
+    case wire::FrameClass::ARP:
+    case wire::FrameClass::ICMPv4:
+    case wire::FrameClass::ICMPv6:
+      return;  // counted where they are handled
+  }
+}
+
+void Engine::handle_rx(rte_mbuf** pkts, uint16_t n) {
+  const uint64_t rt = capture_.is_open() ? realtime_ns() : 0;
+  uint16_t nroce = 0;
+  uint64_t bytes = 0;
+  for (uint16_t i = 0; i < n; ++i) {
+    rte_mbuf* m = pkts[i];
+    bytes += m->pkt_len;
+    if (capture_.is_open()) capture_.write(m, rt);
+    const uint8_t* f = rte_pktmbuf_mtod(m, const uint8_t*);
+    // Frames are single-segment on every port we build (mbufs sized for
+    // the largest frame); parse the first segment.
+    const wire::PktInfo pi = wire::parse({f, m->data_len});
+    if (pi.cls != wire::FrameClass::Malformed && !accept_mac(f)) {
+      ctr_.inc(EngineCtr::drop_not_our_mac);
+      rte_pktmbuf_free(m);
+      continue;
+    }
+    switch (pi.cls) {
+      case wire::FrameClass::RoceV2:
+        break;
+      case wire::FrameClass::ARP:
+      case wire::FrameClass::ICMPv4:
+      case wire::FrameClass::ICMPv6:
+        handle_host(m, pi);
+        continue;
+      case wire::FrameClass::OtherIPv4:
+      case wire::FrameClass::OtherIPv6:
+      case wire::FrameClass::OtherEther:
+      case wire::FrameClass::Malformed:
+        count_drop(pi);
+        rte_pktmbuf_free(m);
+        continue;
+    }
+    // RoCEv2: validation order is address, QP, opcode, then ICRC (STYLE 7).
+    if (!accept_roce_dst(f, pi)) {
+      ctr_.inc(EngineCtr::drop_not_our_ip);
+      rte_pktmbuf_free(m);
+      continue;
+    }
+    void* qp = pi.dest_qp.value() < qps_.size() ? qps_[pi.dest_qp.value()] : nullptr;
+    if (!qp || !sink_) {
+      ctr_.inc(EngineCtr::drop_unknown_qpn);
+      rte_pktmbuf_free(m);
+      continue;
+    }
+    if (!pi.opcode_known) {
+      ctr_.inc(EngineCtr::drop_unknown_opcode);
+      rte_pktmbuf_free(m);
+      continue;
+    }
+    if (!wire::verify_icrc(f, pi)) {
+      ctr_.inc(EngineCtr::drop_icrc);
+      rte_pktmbuf_free(m);
+      continue;
+    }
+    roce_[nroce++] = RoceRx{m, qp, pi};
+  }
+  ctr_.add(EngineCtr::rx_frames, n);
+  ctr_.add(EngineCtr::rx_bytes, bytes);
+  if (nroce) {
+    ctr_.add(EngineCtr::rx_roce, nroce);
+    sink_->rx_burst(*this, roce_.data(), nroce);
+  }
+}
+
+void Engine::handle_host(rte_mbuf* m, const wire::PktInfo& pi) {
+  switch (pi.cls) {
+    case wire::FrameClass::ARP: ctr_.inc(EngineCtr::rx_arp); break;
+    case wire::FrameClass::ICMPv4: ctr_.inc(EngineCtr::rx_icmp); break;
+    case wire::FrameClass::ICMPv6: ctr_.inc(EngineCtr::rx_icmp6); break;
+    case wire::FrameClass::RoceV2:
+    case wire::FrameClass::OtherIPv4:
+    case wire::FrameClass::OtherIPv6:
+    case wire::FrameClass::OtherEther:
+    case wire::FrameClass::Malformed:
+      break;
+  }
+  const uint8_t* f = rte_pktmbuf_mtod(m, const uint8_t*);
+  rte_mbuf* reply = cfg_.answer_host ? alloc() : nullptr;
+  uint8_t* out = reply ? rte_pktmbuf_mtod(reply, uint8_t*) : nullptr;
+  const size_t cap = reply ? rte_pktmbuf_tailroom(reply) : 0;
+  const HostAction act = handle_host_frame({f, m->data_len}, pi, cfg_.local, reply != nullptr, out, cap);
+  if (act.learned) neigh_.learn(act.learned->ip, act.learned->mac, act.learned->solicited, now_ns_);
+  using Kind = HostAction::Kind;
+  if (act.reply_len && reply) {
+    reply->data_len = static_cast<uint16_t>(act.reply_len);
+    reply->pkt_len = static_cast<uint32_t>(act.reply_len);
+    switch (act.kind) {
+      case Kind::ArpRequest: ctr_.inc(EngineCtr::tx_arp_reply); break;
+      case Kind::IcmpEcho: ctr_.inc(EngineCtr::tx_icmp_reply); break;
+      case Kind::NdSolicit: ctr_.inc(EngineCtr::tx_nd_advert); break;
+      case Kind::Icmp6Echo: ctr_.inc(EngineCtr::tx_icmp6_reply); break;
+      case Kind::None: case Kind::ArpReply: case Kind::NdAdvert: case Kind::NotForUs: case Kind::Ignored:
+        break;
+    }
+    send(reply);
+  } else {
+    if (reply) rte_pktmbuf_free(reply);
+    if (act.kind == Kind::NotForUs || act.kind == Kind::Ignored) ctr_.inc(EngineCtr::drop_host_ignored);
+  }
+  rte_pktmbuf_free(m);
+}
+
+// ---- transmit -------------------------------------------------------------------
+
+rte_mbuf* Engine::alloc() noexcept {
+  rte_mbuf* m = rte_pktmbuf_alloc(port_.pool());
+  if (!m) ctr_.inc(EngineCtr::drop_no_mbuf);
+  return m;
+}
+
+void Engine::send(rte_mbuf* m) noexcept {
+  tx_.push_back(m);  // capacity reserved: tx_batch
+  if (tx_.size() >= cfg_.tx_batch) flush_tx();
+}
+
+bool Engine::send_to(const IpAddr& dst, rte_mbuf* m) noexcept { return neigh_.send(dst, m, now_ns_); }
+
+void Engine::flush_tx() noexcept {
+  if (tx_.empty()) return;
+  if (capture_.is_open()) {
+    const uint64_t rt = realtime_ns();
+    for (rte_mbuf* m : tx_) capture_.write(m, rt);
+  }
+  uint64_t bytes = 0;
+  for (rte_mbuf* m : tx_) bytes += m->pkt_len;
+  const uint16_t n = static_cast<uint16_t>(tx_.size());
+  const uint16_t sent = port_.tx_burst(tx_.data(), n);
+  for (uint16_t i = sent; i < n; ++i) {
+    bytes -= tx_[i]->pkt_len;
+    rte_pktmbuf_free(tx_[i]);
+  }
+  if (sent < n) ctr_.add(EngineCtr::drop_tx_full, n - sent);
+  ctr_.add(EngineCtr::tx_frames, sent);
+  ctr_.add(EngineCtr::tx_bytes, bytes);
+  tx_.clear();
+}
+
+void Engine::send_neigh_request(const IpAddr& ip) {
+  const auto src = cfg_.local.source_for(ip);
+  if (!src) return;  // no address of that family: the request times out
+  rte_mbuf* m = alloc();
+  if (!m) return;
+  uint8_t* out = rte_pktmbuf_mtod(m, uint8_t*);
+  size_t len;
+  if (ip.is_v4()) {
+    len = build_arp_request(out, cfg_.local, *src, ip);
+    ctr_.inc(EngineCtr::tx_arp_request);
+  } else {
+    len = build_neighbor_solicit(out, cfg_.local, *src, ip);
+    ctr_.inc(EngineCtr::tx_nd_solicit);
+  }
+  m->data_len = static_cast<uint16_t>(len);
+  m->pkt_len = static_cast<uint32_t>(len);
+  send(m);
+}
+
+void Engine::announce() {
+  for (const IpAddr& ip : cfg_.local.ips) {
+    rte_mbuf* m = alloc();
+    if (!m) return;
+    uint8_t* out = rte_pktmbuf_mtod(m, uint8_t*);
+    size_t len;
+    if (ip.is_v4()) {
+      len = build_gratuitous_arp(out, cfg_.local, ip);
+      ctr_.inc(EngineCtr::tx_arp_request);
+    } else {
+      len = build_unsolicited_na(out, cfg_.local, ip);
+      ctr_.inc(EngineCtr::tx_nd_advert);
+    }
+    static_assert(kHostFrameMax >= 128);
+    m->data_len = static_cast<uint16_t>(len);
+    m->pkt_len = static_cast<uint32_t>(len);
+    send(m);
+  }
+}
+
+// ---- QP table -----------------------------------------------------------------
+
+bool Engine::attach_qp(Qpn qpn, void* qp) noexcept {
+  if (qpn.value() >= qps_.size() || qps_[qpn.value()] != nullptr) return false;
+  qps_[qpn.value()] = qp;
+  return true;
+}
+
+void Engine::detach_qp(Qpn qpn) noexcept {
+  if (qpn.value() < qps_.size()) qps_[qpn.value()] = nullptr;
+}
+
+void Engine::for_each_counter(const std::function<void(std::string_view, std::string_view, uint64_t)>& f) const {
+  ctr_.for_each(f);
+  for (size_t i = 1; i < wire::kNumParseErrors; ++i) {
+    const auto e = static_cast<wire::ParseError>(i);
+    f(wire::parse_error_name(e), wire::parse_error_text(e), parse_errors(e));
+  }
+}
+
+}  // namespace uroce::transport

@@ -1,0 +1,199 @@
+// The engine: the software NIC's poll loop (DESIGN.md "A packet's way in").
+//
+//   Port RX burst -> parse once (lib/wire) -> MAC filter ->
+//     RoCEv2: our IP? -> QP table (O(1) by destination QPN) -> opcode known?
+//             -> ICRC -> the transport's RoceSink, one call per burst
+//     ARP / ICMP / ND: the host stack (answered here on ports with no
+//             kernel netdev), the neighbour table learns
+//     anything else: counted and dropped
+//   timers (one clock sample per iteration) -> doorbells -> TX flush
+//
+// Every dropped frame is counted under exactly one reason.
+//
+// Threads: `poll()` runs on one thread at a time: the engine's own thread
+// (`start()`), or — in inline progress mode — whichever caller wins
+// `try_progress()`.  Functions marked [engine] must be called from inside
+// the loop (a RoceSink, a timer, a doorbell callback); they assert it.
+// Application threads only ring doorbells and call `run_sync`.
+#pragma once
+
+#include <boost/lockfree/queue.hpp>
+
+#include <array>
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "drivers/capture.hpp"
+#include "drivers/port.hpp"
+#include "lib/util/counters.hpp"
+#include "lib/util/timer_wheel.hpp"
+#include "lib/wire/pkt.hpp"
+#include "transport/hoststack.hpp"
+#include "transport/neigh.hpp"
+
+namespace uroce::transport {
+
+#define UROCE_ENGINE_COUNTERS(X)                                                        \
+  X(rx_frames, "frames received from the port")                                         \
+  X(rx_bytes, "bytes received from the port")                                           \
+  X(tx_frames, "frames the port took")                                                  \
+  X(tx_bytes, "bytes the port took")                                                    \
+  X(rx_roce, "RoCEv2 packets delivered to the transport")                               \
+  X(rx_arp, "ARP frames received")                                                      \
+  X(rx_icmp, "ICMP frames received")                                                    \
+  X(rx_icmp6, "ICMPv6 frames received (neighbour discovery included)")                  \
+  X(tx_arp_request, "ARP requests sent (gratuitous included)")                          \
+  X(tx_arp_reply, "ARP replies sent")                                                   \
+  X(tx_icmp_reply, "ICMP echo replies sent")                                            \
+  X(tx_nd_solicit, "IPv6 neighbour solicitations sent")                                 \
+  X(tx_nd_advert, "IPv6 neighbour advertisements sent")                                 \
+  X(tx_icmp6_reply, "ICMPv6 echo replies sent")                                         \
+  X(neigh_resolved, "neighbours resolved")                                              \
+  X(neigh_failed, "neighbour resolutions that timed out")                               \
+  X(doorbells, "doorbells rung by application threads")                                 \
+  X(drop_not_our_mac, "dropped: unicast frame for another MAC address")                 \
+  X(drop_not_our_ip, "dropped: RoCEv2 packet for an IP address that is not ours")       \
+  X(drop_malformed, "dropped: malformed frame (the parse_* counters say why)")          \
+  X(drop_unknown_qpn, "dropped: RoCEv2 packet for a QP that does not exist")            \
+  X(drop_unknown_opcode, "dropped: RoCEv2 packet with a reserved or unsupported opcode") \
+  X(drop_icrc, "dropped: RoCEv2 packet whose ICRC does not verify")                     \
+  X(drop_other_ipv4, "dropped: IPv4 that is neither RoCEv2 nor ICMP")                   \
+  X(drop_other_ipv6, "dropped: IPv6 that is neither RoCEv2 nor ICMPv6")                 \
+  X(drop_other_ethertype, "dropped: another EtherType (RoCEv1, LLDP ...)")              \
+  X(drop_host_ignored, "dropped: ARP/ICMP not addressed to us or not answerable")       \
+  X(drop_no_mbuf, "dropped: no buffer to build a frame")                                \
+  X(drop_tx_full, "dropped: the port did not take a frame")                             \
+  X(drop_neigh, "dropped: frame queued for a neighbour that did not resolve")
+
+UROCE_COUNTER_ENUM(EngineCtr, UROCE_ENGINE_COUNTERS)
+using EngineCounters = CounterSet<EngineCtr, kEngineCtrInfo>;
+
+class Engine;
+
+// One received RoCEv2 packet that passed every check, with the QP it is for.
+struct RoceRx {
+  rte_mbuf* m;
+  void* qp;
+  wire::PktInfo info;
+};
+
+// The transport's entry point: one virtual call per burst, not per packet.
+// The sink owns the mbufs it is handed.
+class RoceSink {
+ public:
+  virtual ~RoceSink() = default;
+  virtual void rx_burst(Engine& engine, RoceRx* pkts, uint16_t n) = 0;
+};
+
+enum class Progress : uint8_t { Thread, Inline };
+
+struct EngineConfig {
+  LocalAddrs local;               // MAC, addresses and VLAN tags of this device
+  bool answer_host = true;        // answer ARP/ICMP/ND ourselves (no kernel netdev)
+  bool announce = true;           // gratuitous ARP / unsolicited NA at start
+  NeighConfig neigh;
+  uint32_t max_qpn = 1u << 16;    // QPNs are allocated below this (O(1) table)
+  uint16_t rx_burst = 32;
+  uint16_t tx_batch = 64;
+  uint32_t doorbell_capacity = 4096;
+  std::string pcap_path;          // empty: no capture
+  Progress progress = Progress::Thread;
+};
+
+class Engine {
+ public:
+  struct Doorbell {
+    void (*fn)(Engine&, void* ctx) = nullptr;
+    void* ctx = nullptr;
+  };
+
+  Engine(drivers::Port& port, EngineConfig cfg);
+  ~Engine();
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  // Opens the capture file; announces our addresses.  Control path.
+  drivers::Status init();
+
+  // ---- progress -------------------------------------------------------------
+  // One iteration of the loop; returns the number of frames and events
+  // handled (0: idle).
+  unsigned poll();
+  void start();  // a dedicated engine thread
+  void stop();   // joins it; flushes TX and the capture
+  // Inline mode: poll once if no other thread is polling.
+  bool try_progress();
+  bool on_engine_thread() const noexcept;
+
+  // ---- from application threads ---------------------------------------------
+  // Ask the loop to call fn(engine, ctx) soon (lock-free; false when full).
+  bool ring(Doorbell d) noexcept;
+  // Run `fn` inside the loop and wait for it (directly when already there).
+  void run_sync(const std::function<void()>& fn);
+
+  // ---- [engine] ---------------------------------------------------------------
+  uint64_t now() const noexcept { return now_ns_; }  // this iteration's clock sample
+  TimerWheel& timers() noexcept { return wheel_; }
+  NeighTable& neighbours() noexcept { return neigh_; }
+  rte_mbuf* alloc() noexcept;                       // counts drop_no_mbuf on failure
+  void send(rte_mbuf* m) noexcept;                  // a complete frame
+  // A frame whose Ethernet destination is filled in once `dst` resolves.
+  bool send_to(const IpAddr& dst, rte_mbuf* m) noexcept;
+  void flush_tx() noexcept;
+
+  // QP table [engine]: O(1) by QPN.
+  bool attach_qp(Qpn qpn, void* qp) noexcept;
+  void detach_qp(Qpn qpn) noexcept;
+  void set_roce_sink(RoceSink* sink) noexcept { sink_ = sink; }
+
+  // Callback for neighbour resolution results (rdma_resolve_addr).
+  void set_resolve_hook(std::function<void(const IpAddr&, bool)> f) { resolve_hook_ = std::move(f); }
+
+  // ---- counters (any thread) -------------------------------------------------
+  const EngineCounters& counters() const noexcept { return ctr_; }
+  uint64_t parse_errors(wire::ParseError e) const noexcept {
+    return parse_err_[static_cast<size_t>(e)].load(std::memory_order_relaxed);
+  }
+  // f(name, help, value) over every counter, parse reasons included.
+  void for_each_counter(const std::function<void(std::string_view, std::string_view, uint64_t)>& f) const;
+
+  drivers::Port& port() noexcept { return port_; }
+  const EngineConfig& config() const noexcept { return cfg_; }
+
+ private:
+  void handle_rx(rte_mbuf** pkts, uint16_t n);
+  bool accept_mac(const uint8_t* frame) const noexcept;
+  bool accept_roce_dst(const uint8_t* frame, const wire::PktInfo& pi) const noexcept;
+  void handle_host(rte_mbuf* m, const wire::PktInfo& pi);
+  void count_drop(const wire::PktInfo& pi);
+  void send_neigh_request(const IpAddr& ip);
+  void announce();
+  unsigned drain_doorbells();
+  uint64_t realtime_ns() const noexcept;
+
+  drivers::Port& port_;
+  EngineConfig cfg_;
+  EngineCounters ctr_;
+  std::array<std::atomic<uint64_t>, wire::kNumParseErrors> parse_err_{};
+  uint64_t now_ns_ = 0;
+  TimerWheel wheel_;
+  NeighTable neigh_;
+  drivers::Capture capture_;
+  RoceSink* sink_ = nullptr;
+  std::vector<void*> qps_;
+  std::vector<rte_mbuf*> tx_;
+  std::vector<RoceRx> roce_;
+  boost::lockfree::queue<Doorbell, boost::lockfree::fixed_sized<true>> doorbells_;
+  std::function<void(const IpAddr&, bool)> resolve_hook_;
+
+  std::mutex poll_mutex_;              // held while polling (inline mode)
+  std::atomic<bool> running_{false};
+  std::thread thread_;
+  std::atomic<std::thread::id> engine_thread_{};
+};
+
+}  // namespace uroce::transport
