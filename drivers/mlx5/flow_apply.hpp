@@ -52,7 +52,8 @@ union ActionConf {
 
 // One FlowRule as the arrays rte_flow takes.  It owns the spec/mask
 // storage its items point into and the configuration its actions point
-// to; moving it keeps those pointers valid (the buffers move with it).
+// to; moving it keeps those pointers valid (the buffers move with it; the
+// moved-from rule may only be destroyed or assigned to).
 // Fields are big-endian as rte_flow wants them; an item whose mask is all
 // zero gets spec = mask = NULL (any header of that protocol).
 class RteFlowRule {
