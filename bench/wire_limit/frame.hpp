@@ -76,6 +76,9 @@ void write_frame(uint8_t* p, size_t len, const wire::MacAddr& src) noexcept;
 // The per-frame fields: opcode, PSN, sequence number, timestamp.
 void stamp(uint8_t* p, FrameKind kind, uint32_t seq, uint32_t tsc) noexcept;
 
+// Just the timestamp: the last write before a frame goes out.
+void set_timestamp(uint8_t* p, uint32_t tsc) noexcept;
+
 // The fields of one of our frames, or nothing for any other frame.
 std::optional<FrameInfo> classify(const uint8_t* p, size_t len) noexcept;
 

@@ -1,0 +1,98 @@
+// One end of the wire: the EAL, one started ethdev port on the --vdev, and
+// its two mempools; plus the handshake both ends speak around a run.
+//
+// The handshake, so neither start order nor a lost frame hangs a run:
+//   initiator (ping, tx)                 responder (pong, rx)
+//   kHello every timeout       ----->    answers kHelloAck
+//   ... the run ...
+//   kDone(count) every timeout ----->    answers kDoneAck, stops polling,
+//   (at most kDoneTries times)           waits kPeerGrace, closes
+//   closes once acked or given up
+// The initiator closes first while the responder sleeps, so neither side
+// of a memif link is in rx/tx_burst when its peer disconnects (research/
+// dpdk.md §3.4: a memif client once crashed in eth_memif_tx that way).
+//
+// Everything here runs on the one (main) lcore of the process.
+#pragma once
+
+#include <rte_mbuf.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <optional>
+
+#include "bench/wire_limit/frame.hpp"
+#include "bench/wire_limit/options.hpp"
+#include "drivers/result.hpp"
+
+namespace uroce::bench::wire_limit {
+
+// ---- tunables -------------------------------------------------------------
+inline constexpr uint16_t kRxDescriptors = 1024;
+inline constexpr uint16_t kTxDescriptors = 1024;
+inline constexpr uint32_t kPoolMbufs = 4095;  // per pool; 2^n - 1 suits the ring
+// Room for a default af_packet frame (framesz 2048 - 32) in every rx mbuf.
+inline constexpr uint16_t kMinDataRoom = 2048;
+inline constexpr int kDoneTries = 5;
+// How long a responder stays off the wire after acking kDone.
+inline constexpr std::chrono::milliseconds kPeerGrace{50};
+// A memif client's start fails until the server listens; retry this long.
+inline constexpr std::chrono::milliseconds kStartRetry{100};
+inline constexpr int kStartTries = 50;
+
+struct PortStats {
+  uint64_t ipackets = 0;
+  uint64_t opackets = 0;
+  uint64_t imissed = 0;
+  uint64_t ierrors = 0;
+  uint64_t oerrors = 0;  // af_packet: frames too big for its ring (§3.1)
+  uint64_t rx_nombuf = 0;
+};
+
+struct Endpoint {
+  uint16_t port = 0;
+  rte_mempool* tx_pool = nullptr;  // every mbuf pre-written with the frame
+  rte_mempool* rx_pool = nullptr;
+  wire::MacAddr mac{};
+  uint16_t frame_bytes = 0;
+  uint16_t burst = 0;
+  uint64_t tsc_hz = 0;
+  uint64_t timeout_tsc = 0;  // Options::timeout in TSC ticks
+};
+
+// Starts the EAL pinned to o.core with o.vdev, makes the pools and starts
+// the port.  Control path.
+drivers::Result<Endpoint> open_endpoint(const Options& o);
+
+// Read them before close: memif's counters read 0 once the peer is gone.
+PortStats port_stats(const Endpoint& ep);
+
+// Stops and closes the port, frees the pools, shuts the EAL down.
+drivers::Status close_endpoint(Endpoint& ep);
+
+// ---- signals ----------------------------------------------------------------
+// Set by SIGINT and SIGTERM; every loop checks it.
+void install_signal_handlers();
+bool stop_requested() noexcept;
+
+// ---- data path ----------------------------------------------------------------
+// A frame from tx_pool with the per-frame fields stamped; nullptr if the
+// pool is empty.
+rte_mbuf* make_frame(const Endpoint& ep, FrameKind kind, uint32_t seq, uint32_t tsc) noexcept;
+
+inline std::optional<FrameInfo> classify(const rte_mbuf* m) noexcept {
+  return classify(rte_pktmbuf_mtod(m, const uint8_t*), rte_pktmbuf_data_len(m));
+}
+
+// tx_burst until the wire took all `n` frames, or until TSC `deadline` or
+// a stop request; frees what it did not take.  Returns the frames sent.
+uint16_t send_all(const Endpoint& ep, rte_mbuf** bufs, uint16_t n, uint64_t deadline) noexcept;
+
+// ---- handshake ----------------------------------------------------------------
+// Initiator: kHello until kHelloAck, or false at TSC `deadline`.
+bool greet(const Endpoint& ep, uint64_t deadline);
+// Initiator: kDone carrying `count` until kDoneAck, at most kDoneTries.
+bool say_done(const Endpoint& ep, uint64_t count);
+
+}  // namespace uroce::bench::wire_limit

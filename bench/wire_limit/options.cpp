@@ -1,0 +1,88 @@
+#include "bench/wire_limit/options.hpp"
+
+#include <CLI/CLI.hpp>
+
+#include <cerrno>
+#include <map>
+#include <sstream>
+
+#include "bench/wire_limit/frame.hpp"
+
+namespace uroce::bench::wire_limit {
+
+namespace {
+
+constexpr const char* kDescription =
+    "The wire limit: raw RoCEv2-shaped frames between two DPDK processes over one wire,\n"
+    "the baseline every uroce latency and rate figure is divided by.\n"
+    "Start the responder (pong, rx; the memif server) first, then the initiator (ping, tx).";
+
+const std::map<std::string, Mode> kModes{
+    {"ping", Mode::kPing}, {"pong", Mode::kPong}, {"rx", Mode::kRx}, {"tx", Mode::kTx}};
+
+// The defaults that depend on the mode, for what the command line left unset.
+void fill_mode_defaults(Options& o) {
+  if (o.seconds <= 0) o.seconds = o.mode == Mode::kTx ? kDefaultTxSeconds : kDefaultMaxSeconds;
+  if (o.count == 0 && o.mode == Mode::kPing) o.count = kDefaultRoundTrips;
+}
+
+drivers::Status check(const Options& o) {
+  if (o.vdev.empty()) return drivers::Error{EINVAL, "--vdev is required"};
+  if (o.frame_bytes < kMinFrameBytes || o.frame_bytes > kMaxFrameBytes) {
+    return drivers::Error{EINVAL, "--size must be within [" + std::to_string(kMinFrameBytes) + ", " +
+                                      std::to_string(kMaxFrameBytes) + "]"};
+  }
+  if (o.burst == 0 || o.burst > kMaxBurst) {
+    return drivers::Error{EINVAL, "--burst must be within [1, " + std::to_string(kMaxBurst) + "]"};
+  }
+  if (o.timeout.count() <= 0) return drivers::Error{EINVAL, "--timeout-ms must be positive"};
+  return {};
+}
+
+}  // namespace
+
+std::string_view mode_name(Mode m) noexcept {
+  switch (m) {
+    case Mode::kPing: return "ping";
+    case Mode::kPong: return "pong";
+    case Mode::kTx: return "tx";
+    case Mode::kRx: return "rx";
+  }
+  return "?";
+}
+
+drivers::Result<Options> parse_options(int argc, char** argv) {
+  Options o;
+  CLI::App app{kDescription, "uroce-wire-limit"};
+  int64_t timeout_ms = o.timeout.count();
+  app.add_option("--mode", o.mode, "ping | pong | tx | rx")
+      ->required()
+      ->transform(CLI::CheckedTransformer(kModes));
+  app.add_option("--vdev", o.vdev,
+                 "EAL vdev: net_af_packet0,iface=X or net_memif0,role=server|client,socket=F,socket-abstract=no")
+      ->required();
+  app.add_option("--size", o.frame_bytes, "frame bytes without FCS")->capture_default_str();
+  app.add_option("--count", o.count, "ping: measured round trips (default 100000); tx: frames (default: no limit)");
+  app.add_option("--warmup", o.warmup, "ping: round trips before measuring")->capture_default_str();
+  app.add_option("--seconds", o.seconds, "tx: how long to send (default 5); others: give up after (default 60)");
+  app.add_option("--core", o.core, "CPU to run on (EAL -l)")->capture_default_str();
+  app.add_option("--burst", o.burst, "tx/rx/pong burst size")->capture_default_str();
+  app.add_option("--timeout-ms", timeout_ms, "resend or give up after this long with no answer")
+      ->capture_default_str();
+  app.add_option("--log-level", o.log_level, "EAL --log-level")->capture_default_str();
+  app.add_flag("--json", o.json, "print one JSON object on stdout");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    std::ostringstream out;
+    std::ostringstream err;
+    const int rc = app.exit(e, out, err);
+    return drivers::Error{rc == 0 ? 0 : EINVAL, out.str() + err.str()};
+  }
+  o.timeout = std::chrono::milliseconds(timeout_ms);
+  fill_mode_defaults(o);
+  if (auto ok = check(o); !ok) return ok.error();
+  return o;
+}
+
+}  // namespace uroce::bench::wire_limit

@@ -1,0 +1,52 @@
+// Command line of uroce-wire-limit.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "drivers/result.hpp"
+
+namespace uroce::bench::wire_limit {
+
+enum class Mode : uint8_t {
+  kPing,  // initiator: one frame in flight, RTT distribution
+  kPong,  // responder: turns requests around
+  kTx,    // initiator: sends frames as fast as the wire takes them
+  kRx,    // responder: counts them
+};
+
+std::string_view mode_name(Mode m) noexcept;
+
+// ---- tunables -------------------------------------------------------------
+inline constexpr uint64_t kDefaultRoundTrips = 100'000;
+inline constexpr uint64_t kDefaultWarmup = 1'000;
+inline constexpr double kDefaultTxSeconds = 5.0;
+// Initiators give up and responders stop waiting after this long.
+inline constexpr double kDefaultMaxSeconds = 60.0;
+// A request or control frame with no answer after this long is lost, and
+// the initiator moves on (research/dpdk.md §3.1: CI timeouts >= 100 ms).
+inline constexpr std::chrono::milliseconds kDefaultTimeout{100};
+inline constexpr uint16_t kDefaultBurst = 32;
+inline constexpr uint16_t kMaxBurst = 64;
+
+struct Options {
+  Mode mode = Mode::kPing;
+  std::string vdev;              // EAL --vdev: "net_af_packet0,iface=x"
+  uint16_t frame_bytes = 64;     // frame length without FCS
+  uint64_t count = 0;            // ping: measured round trips; tx: frames (0: no limit)
+  uint64_t warmup = kDefaultWarmup;  // ping: unrecorded round trips first
+  double seconds = 0;            // tx: how long to send; others: give up after
+  unsigned core = 0;             // the EAL lcore; the process is pinned to it
+  uint16_t burst = kDefaultBurst;
+  std::chrono::milliseconds timeout = kDefaultTimeout;
+  std::string log_level = "*:error";
+  bool json = false;             // one JSON object on stdout instead of text
+};
+
+// Parses argv; on --help or a usage error the Error's code is 0 or EINVAL
+// and its message is what to print.
+drivers::Result<Options> parse_options(int argc, char** argv);
+
+}  // namespace uroce::bench::wire_limit

@@ -1,0 +1,90 @@
+// pong and rx: the responder's loop.  Reads a burst, sorts each frame:
+// requests are turned around (pong) or counted and dropped (rx); kHello
+// gets a kHelloAck; kDone gets a kDoneAck and ends the loop.  The clock is
+// read once per iteration.
+#include <rte_cycles.h>
+#include <rte_ethdev.h>
+
+#include <thread>
+
+#include "bench/wire_limit/runs.hpp"
+
+namespace uroce::bench::wire_limit {
+
+namespace {
+
+constexpr uint16_t kQueue = 0;
+
+struct Burst {
+  rte_mbuf* out[kMaxBurst];   // turned around, to send
+  rte_mbuf* drop[kMaxBurst];  // to free
+  uint16_t n_out = 0;
+  uint16_t n_drop = 0;
+};
+
+// The answer to each of our frames a responder receives; nothing for
+// frames it only counts.
+std::optional<FrameKind> answer_to(FrameKind kind, bool echo) {
+  switch (kind) {
+    case FrameKind::kHello: return FrameKind::kHelloAck;
+    case FrameKind::kRequest: return echo ? std::optional(FrameKind::kReply) : std::nullopt;
+    case FrameKind::kDone: return FrameKind::kDoneAck;
+    case FrameKind::kHelloAck:
+    case FrameKind::kReply:
+    case FrameKind::kDoneAck: return std::nullopt;
+  }
+  return std::nullopt;
+}
+
+void sort_frame(const Endpoint& ep, rte_mbuf* m, bool echo, Burst& b, ResponderResult& r) {
+  const auto info = classify(m);
+  if (!info) {
+    ++r.foreign;
+  } else if (info->kind == FrameKind::kRequest) {
+    ++r.requests;
+  } else if (info->kind == FrameKind::kDone) {
+    r.done = true;
+    r.peer_sent = join_count(info->seq, info->tsc);
+  } else if (info->kind != FrameKind::kHello) {
+    ++r.unexpected;
+  }
+  const auto answer = info ? answer_to(info->kind, echo) : std::nullopt;
+  if (answer) {
+    turn_around(rte_pktmbuf_mtod(m, uint8_t*), *answer, ep.mac);
+    b.out[b.n_out++] = m;
+  } else {
+    b.drop[b.n_drop++] = m;
+  }
+}
+
+}  // namespace
+
+ResponderResult run_responder(const Endpoint& ep, const Options& o, bool echo) {
+  ResponderResult r;
+  rte_mbuf* bufs[kMaxBurst];
+  const auto hz = static_cast<double>(ep.tsc_hz);
+  uint64_t now = rte_rdtsc();
+  const uint64_t deadline = now + static_cast<uint64_t>(o.seconds * hz);
+  uint64_t first = 0;
+  uint64_t last = 0;
+  while (!r.done && !stop_requested() && now < deadline) {
+    const uint16_t n = rte_eth_rx_burst(ep.port, kQueue, bufs, ep.burst);
+    const uint64_t requests_before = r.requests;
+    Burst b;
+    for (uint16_t i = 0; i < n; ++i) sort_frame(ep, bufs[i], echo, b, r);
+    rte_pktmbuf_free_bulk(b.drop, b.n_drop);
+    if (b.n_out != 0) r.echo_failed += b.n_out - send_all(ep, b.out, b.n_out, now + ep.timeout_tsc);
+    now = rte_rdtsc();
+    if (r.requests != requests_before) {
+      if (first == 0) first = now;
+      last = now;
+    }
+  }
+  // The kDoneAck is out: stay off the wire while the initiator closes.
+  if (r.done) std::this_thread::sleep_for(kPeerGrace);
+  r.seconds = last > first ? static_cast<double>(last - first) / hz : 0;
+  r.frames_per_s = r.seconds > 0 ? static_cast<double>(r.requests) / r.seconds : 0;
+  return r;
+}
+
+}  // namespace uroce::bench::wire_limit
