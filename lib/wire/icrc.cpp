@@ -116,36 +116,46 @@ struct DeltaTables {
 // then the rest), the correction applied between them.
 constexpr size_t kShortTail = 64;
 
-// Lin of `b` at `pos` in a block of `len` bytes (control path, bitwise).
-uint32_t lin_byte(uint8_t b, size_t pos, size_t len) {
-  uint32_t reg = 0;
-  for (size_t i = 0; i < len; ++i) {
-    reg ^= (i == pos) ? b : 0;
-    for (int k = 0; k < 8; ++k) reg = (reg >> 1) ^ (0xEDB88320u & (0u - (reg & 1u)));
+// One byte through the CRC register from zero: the classic table (compile
+// time only; the data path never runs a bytewise CRC).
+constexpr std::array<uint32_t, 256> make_byte_table() {
+  std::array<uint32_t, 256> t{};
+  for (unsigned b = 0; b < 256; ++b) {
+    uint32_t r = b;
+    for (int k = 0; k < 8; ++k) r = (r >> 1) ^ (0xEDB88320u & (0u - (r & 1u)));
+    t[b] = r;
   }
+  return t;
+}
+
+constexpr std::array<uint32_t, 256> kByteTable = make_byte_table();
+
+// Lin of `b` at `pos` in a block of `len` bytes: the byte, then the zero
+// bytes that follow it.
+constexpr uint32_t lin_byte(uint8_t b, size_t pos, size_t len) {
+  uint32_t reg = kByteTable[b];
+  for (size_t i = pos + 1; i < len; ++i) reg = kByteTable[reg & 0xFF] ^ (reg >> 8);
   return reg;
 }
 
-void fill(std::array<std::array<uint32_t, 256>, 8>& t, const Layout& l) {
+constexpr void fill(std::array<std::array<uint32_t, 256>, 8>& t, const Layout& l) {
   for (size_t i = 0; i < l.count; ++i) {
-    for (unsigned b = 0; b < 256; ++b) t[i][b] = lin_byte(static_cast<uint8_t>(b), l.pos[i], l.len);
+    for (unsigned v = 0; v < 256; ++v) t[i][v] = lin_byte(static_cast<uint8_t>(v), l.pos[i], l.len);
   }
 }
 
-const DeltaTables& delta_tables() {
-  static const DeltaTables t = [] {
-    DeltaTables d;
-    fill(d.v4, kLayoutV4);
-    fill(d.v6, kLayoutV6);
-    for (unsigned b = 0; b < 256; ++b) {
-      uint32_t r = b;
-      for (int k = 0; k < 8; ++k) r = (r >> 1) ^ (0xEDB88320u & (0u - (r & 1u)));
-      d.zero_step[b] = r;
-    }
-    return d;
-  }();
-  return t;
+constexpr DeltaTables make_delta_tables() {
+  DeltaTables d;
+  fill(d.v4, kLayoutV4);
+  fill(d.v6, kLayoutV6);
+  d.zero_step = kByteTable;
+  return d;
 }
+
+// Built by the compiler: nothing to compute on the first packet.
+constexpr DeltaTables kDeltaTables = make_delta_tables();
+
+constexpr const DeltaTables& delta_tables() { return kDeltaTables; }
 
 // Lin(delta) of the pseudo-header's variant bytes.
 inline uint32_t pseudo_header_delta(const uint8_t* ip, const Layout& l,

@@ -10,6 +10,8 @@ class App;
 
 namespace uroce::tools {
 
+void add_node_command(CLI::App& app, int& exit_status);
 void add_pcap_check_command(CLI::App& app, int& exit_status);
+void add_stats_command(CLI::App& app, int& exit_status);
 
 }  // namespace uroce::tools

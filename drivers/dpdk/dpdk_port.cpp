@@ -1,0 +1,338 @@
+#include "drivers/dpdk/dpdk_port.hpp"
+
+#include <net/if.h>
+#include <unistd.h>
+
+#include <rte_bus_vdev.h>
+#include <rte_dev.h>
+#include <rte_errno.h>
+#include <rte_ethdev.h>
+#include <rte_mbuf.h>
+#include <rte_mempool.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <mutex>
+#include <set>
+#include <thread>
+
+#include "drivers/netdev.hpp"
+
+namespace uroce::drivers::dpdk {
+namespace {
+
+constexpr uint16_t kQueue = 0;
+constexpr std::string_view kTapDriver = "net_tap";
+constexpr std::string_view kMemifDriver = "net_memif";
+constexpr std::string_view kAfXdpDriver = "net_af_xdp";
+constexpr long kFallbackPage = 4096;
+constexpr std::string_view kMemifRoleKey = "role";
+constexpr std::string_view kMemifServer = "server";
+constexpr std::string_view kIfaceKey = "iface";
+constexpr std::string_view kPciBus = "pci";
+constexpr std::string_view kFrameszKey = "framesz";
+constexpr std::string_view kAfPacketRingKeys[] = {"blocksz", "framesz", "framecnt"};
+
+std::string dpdk_error(std::string_view what, int rc) {
+  const int err = rc < 0 ? -rc : rc;
+  return std::string(what) + ": " + rte_strerror(err);
+}
+
+// ---- which ethdevs are open -----------------------------------------------------
+
+// Namespace-scope, not function-local: a port closed from a static
+// destructor (a registry shutting down at exit) still finds them.
+std::mutex g_open_mu;
+std::set<uint16_t> g_open_ports;
+
+bool claim_port(uint16_t id) {
+  std::lock_guard lock(g_open_mu);
+  return g_open_ports.insert(id).second;
+}
+
+void release_port(uint16_t id) {
+  std::lock_guard lock(g_open_mu);
+  g_open_ports.erase(id);
+}
+
+// ---- finding and probing ---------------------------------------------------------
+
+// The ethdev of device `name`: by port name, else the first port whose
+// rte_device has that name (a PCI device's ports).
+std::optional<uint16_t> find_port(const std::string& name) {
+  uint16_t id = 0;
+  if (rte_eth_dev_get_port_by_name(name.c_str(), &id) == 0) return id;
+  RTE_ETH_FOREACH_DEV(id) {
+    rte_eth_dev_info info{};
+    if (rte_eth_dev_info_get(id, &info) == 0 && info.device != nullptr && name == rte_dev_name(info.device)) {
+      return id;
+    }
+  }
+  return std::nullopt;
+}
+
+// af_packet with no ring geometry in its devargs: the geometry its
+// netdev's MTU needs.  Returns the framesz the port will have.
+uint32_t add_af_packet_ring(Devargs& d, uint16_t data_room) {
+  const auto given = d.get(kFrameszKey);
+  if (given) return static_cast<uint32_t>(std::strtoul(std::string(*given).c_str(), nullptr, 10));
+  const bool any_given = std::any_of(std::begin(kAfPacketRingKeys), std::end(kAfPacketRingKeys),
+                                     [&](std::string_view k) { return d.has(k); });
+  const auto iface = d.get(kIfaceKey);
+  if (any_given || !iface) return kAfPacketDefaultFramesz;
+  const auto info = query_netdev(std::string(*iface), nullptr);
+  if (!info) return kAfPacketDefaultFramesz;  // the probe reports the missing interface
+  const long page = sysconf(_SC_PAGESIZE);
+  const uint32_t max_framesz = data_room - RTE_PKTMBUF_HEADROOM + kAfPacketFrameOverhead;
+  const auto ring = af_packet_ring_for_mtu(info->mtu, page > 0 ? static_cast<uint32_t>(page) : 0, max_framesz);
+  if (!ring) return kAfPacketDefaultFramesz;
+  d.args.emplace_back("blocksz", std::to_string(ring->blocksz));
+  d.args.emplace_back("framesz", std::to_string(ring->framesz));
+  d.args.emplace_back("framecnt", std::to_string(ring->framecnt));
+  return ring->framesz;
+}
+
+Status probe(const Devargs& d, bool pci) {
+  if (pci) {
+    if (const int rc = rte_dev_probe(d.text().c_str()); rc < 0) {
+      return Error{-rc, dpdk_error("rte_dev_probe(" + d.text() + ")", rc) +
+                            " (a PCI device is probed at EAL start when listed with -a)"};
+    }
+    return {};
+  }
+  if (const int rc = rte_vdev_init(d.name.c_str(), d.args_text().c_str()); rc < 0) {
+    return Error{-rc, dpdk_error("rte_vdev_init(" + d.name + ", " + d.args_text() + ")", rc)};
+  }
+  return {};
+}
+
+// net_af_xdp makes its UMEM of the pool's own memory, one object per UMEM
+// frame, and the kernel takes no frame larger than a page: the largest
+// data room whose mempool object fits a page.
+uint16_t af_xdp_data_room() {
+  const long page = sysconf(_SC_PAGESIZE);
+  const auto page_size = static_cast<uint32_t>(page > 0 ? page : kFallbackPage);
+  uint32_t room = page_size;
+  while (room > RTE_PKTMBUF_HEADROOM && rte_mempool_calc_obj_size(sizeof(rte_mbuf) + room, 0, nullptr) > page_size) {
+    room -= RTE_CACHE_LINE_SIZE;
+  }
+  return static_cast<uint16_t>(room);
+}
+
+NetdevRole role_of(unsigned if_index, std::string_view driver) {
+  if (if_index == 0) return NetdevRole::kNone;
+  if (driver == kTapDriver) return NetdevRole::kPeer;
+  if (driver == kAfXdpDriver) return NetdevRole::kExclusive;
+  return NetdevRole::kShared;
+}
+
+bool is_memif_client(const std::string& driver, const std::string& devargs) {
+  if (driver != kMemifDriver) return false;
+  const auto d = parse_devargs(devargs);
+  return !d || d->get(kMemifRoleKey).value_or("client") != kMemifServer;
+}
+
+}  // namespace
+
+std::string_view to_string(NetdevRole r) noexcept {
+  switch (r) {
+    case NetdevRole::kNone: return "none";
+    case NetdevRole::kShared: return "shared";
+    case NetdevRole::kExclusive: return "exclusive";
+    case NetdevRole::kPeer: return "peer";
+  }
+  return "?";
+}
+
+Result<std::unique_ptr<DpdkPort>> DpdkPort::open(const DpdkPortConfig& config) {
+  if (!eal_running()) return Error{ENODEV, "DpdkPort: the EAL is not running (eal_init first)"};
+  auto parsed = parse_devargs(config.devargs);
+  if (!parsed) return parsed.error();
+  Devargs d = std::move(*parsed);
+  const bool pci = is_pci_address(d.name);
+  if (pci) d.name = canonical_pci_address(d.name);
+  const uint32_t framesz = is_af_packet(d.name) ? add_af_packet_ring(d, config.data_room) : 0;
+
+  std::unique_ptr<DpdkPort> p(new DpdkPort());
+  p->devargs_ = d.text();
+  p->device_name_ = d.name;
+  p->is_vdev_ = !pci;
+  auto id = find_port(d.name);
+  if (!id) {
+    if (Status st = probe(d, pci); !st) return st.error();
+    p->probed_here_ = true;
+    id = find_port(d.name);
+    if (!id) return Error{ENODEV, "DpdkPort: " + d.name + " was probed but has no ethdev port"};
+  }
+  p->port_id_ = *id;
+  if (!claim_port(*id)) {
+    p->probed_here_ = false;  // someone else's: leave it
+    return Error{EBUSY, "DpdkPort: " + d.name + " is already open in this process"};
+  }
+  p->claimed_ = true;
+  if (Status st = p->configure(config); !st) return st.error();
+  if (Status st = p->start(config); !st) return st.error();
+  p->read_identity(config, framesz);
+  return Result<std::unique_ptr<DpdkPort>>(std::move(p));
+}
+
+// One RX and one TX queue, the pool, the role of the netdev, MTU and MAC.
+Status DpdkPort::configure(const DpdkPortConfig& config) {
+  rte_eth_dev_info info{};
+  if (const int rc = rte_eth_dev_info_get(port_id_, &info); rc != 0) {
+    return Error{-rc, dpdk_error("rte_eth_dev_info_get(" + devargs_ + ")", rc)};
+  }
+  driver_ = info.driver_name != nullptr ? info.driver_name : "";
+  max_mtu_ = info.max_mtu;
+  role_ = role_of(info.if_index, driver_);
+  if (info.if_index != 0) {
+    char name[IF_NAMESIZE] = {};
+    if (if_indextoname(info.if_index, name) != nullptr) netdev_ = name;
+  }
+  rte_eth_conf conf{};  // rxmode.mtu 0: the ethdev default (see the header on MTU)
+  if (config.fast_free) conf.txmode.offloads = info.tx_offload_capa & RTE_ETH_TX_OFFLOAD_MBUF_FAST_FREE;
+  if (const int rc = rte_eth_dev_configure(port_id_, 1, 1, &conf); rc != 0) {
+    return Error{-rc, dpdk_error("rte_eth_dev_configure(" + devargs_ + ")", rc)};
+  }
+  tx_offloads_ = conf.txmode.offloads;
+  if (Status st = setup_queues(config); !st) return st;
+  if (role_ == NetdevRole::kNone) return set_mtu_and_mac(config);
+  return {};
+}
+
+Status DpdkPort::setup_queues(const DpdkPortConfig& config) {
+  if (config.pool != nullptr) {
+    pool_ = config.pool;
+  } else {
+    const uint16_t room = driver_ == kAfXdpDriver ? af_xdp_data_room() : config.data_room;
+    auto pool = create_pktmbuf_pool(PoolOptions{.name_prefix = "uroce_port", .mbufs = config.pool_mbufs,
+                                                .data_room = room});
+    if (!pool) return pool.error();
+    pool_ = *pool;
+    owns_pool_ = true;
+  }
+  uint16_t rxd = config.rx_desc;
+  uint16_t txd = config.tx_desc;
+  rte_eth_dev_adjust_nb_rx_tx_desc(port_id_, &rxd, &txd);
+  const int socket = rte_eth_dev_socket_id(port_id_);
+  const unsigned sock = socket < 0 ? static_cast<unsigned>(SOCKET_ID_ANY) : static_cast<unsigned>(socket);
+  if (const int rc = rte_eth_rx_queue_setup(port_id_, kQueue, rxd, sock, nullptr, pool_); rc != 0) {
+    return Error{-rc, dpdk_error("rte_eth_rx_queue_setup(" + devargs_ + ")", rc)};
+  }
+  if (const int rc = rte_eth_tx_queue_setup(port_id_, kQueue, txd, sock, nullptr); rc != 0) {
+    return Error{-rc, dpdk_error("rte_eth_tx_queue_setup(" + devargs_ + ")", rc)};
+  }
+  return {};
+}
+
+// Ports with no netdev: a PMD with no MTU or MAC operation (memif, ring)
+// has no filter either, and carries what we ask as long as a frame fits
+// one mbuf.
+Status DpdkPort::set_mtu_and_mac(const DpdkPortConfig& config) {
+  if (config.mtu) {
+    const int rc = rte_eth_dev_set_mtu(port_id_, *config.mtu);
+    const uint32_t room = rte_pktmbuf_data_room_size(pool_) - RTE_PKTMBUF_HEADROOM;
+    const bool carried = rc == -ENOTSUP && *config.mtu + kEthOverheadBytes <= room;
+    if (rc != 0 && !carried) {
+      return Error{-rc, dpdk_error("rte_eth_dev_set_mtu(" + devargs_ + ", " + std::to_string(*config.mtu) + ")", rc)};
+    }
+  }
+  if (config.mac) {
+    rte_ether_addr a{};
+    std::memcpy(a.addr_bytes, config.mac->data(), config.mac->size());
+    if (const int rc = rte_eth_dev_default_mac_addr_set(port_id_, &a); rc != 0 && rc != -ENOTSUP) {
+      return Error{-rc, dpdk_error("rte_eth_dev_default_mac_addr_set(" + devargs_ + ")", rc)};
+    }
+  }
+  return {};
+}
+
+Status DpdkPort::start(const DpdkPortConfig& config) {
+  const bool retry = is_memif_client(driver_, devargs_);
+  const auto deadline = std::chrono::steady_clock::now() + config.connect_wait;
+  for (;;) {
+    const int rc = rte_eth_dev_start(port_id_);
+    if (rc == 0) break;
+    if (!retry || std::chrono::steady_clock::now() >= deadline) {
+      std::string msg = dpdk_error("rte_eth_dev_start(" + devargs_ + ")", rc);
+      if (retry) msg += " (no memif server listening on the socket?)";
+      return Error{rc < 0 ? -rc : EIO, msg};
+    }
+    std::this_thread::sleep_for(kConnectRetryInterval);
+  }
+  started_ = true;
+  if (role_ == NetdevRole::kNone) rte_eth_allmulticast_enable(port_id_);  // ND multicast; unsupported is fine
+  return {};
+}
+
+void DpdkPort::read_identity(const DpdkPortConfig& config, uint32_t af_packet_framesz) {
+  rte_ether_addr a{};
+  if (config.mac && (role_ == NetdevRole::kNone || role_ == NetdevRole::kPeer)) {
+    mac_ = *config.mac;
+  } else if (rte_eth_macaddr_get(port_id_, &a) == 0) {
+    std::memcpy(mac_.data(), a.addr_bytes, mac_.size());
+  }
+  if (netdev_.empty() && is_af_packet(device_name_)) {
+    if (const auto d = parse_devargs(devargs_); d && d->get(kIfaceKey)) netdev_ = std::string(*d->get(kIfaceKey));
+  }
+  mtu_ = role_ == NetdevRole::kNone ? ethdev_mtu(config) : netdev_mtu(af_packet_framesz);
+}
+
+// The kernel netdev's MTU; af_packet's ring frames may limit it further.
+uint16_t DpdkPort::netdev_mtu(uint32_t af_packet_framesz) const {
+  uint32_t mtu = 0;
+  if (const auto info = query_netdev(netdev_, nullptr)) mtu = info->mtu;
+  if (af_packet_framesz != 0) mtu = std::min(mtu, af_packet_mtu_limit(af_packet_framesz));
+  // A PMD that states its limit (af_xdp: a page per frame); af_packet and
+  // tap state a max_rx_pktlen of 1518 yet carry jumbo frames, and no max_mtu.
+  if (max_mtu_ != 0) mtu = std::min<uint32_t>(mtu, max_mtu_);
+  return static_cast<uint16_t>(mtu);
+}
+
+// What configure() asked for (a PMD with no MTU operation carries it),
+// else the ethdev's own.
+uint16_t DpdkPort::ethdev_mtu(const DpdkPortConfig& config) const {
+  if (config.mtu) return *config.mtu;
+  uint16_t mtu = 0;
+  return rte_eth_dev_get_mtu(port_id_, &mtu) == 0 ? mtu : static_cast<uint16_t>(RTE_ETHER_MTU);
+}
+
+DpdkPort::~DpdkPort() { close(); }
+
+void DpdkPort::close() noexcept {
+  if (eal_running() && claimed_) {
+    if (started_) rte_eth_dev_stop(port_id_);
+    rte_eth_dev_close(port_id_);
+    if (probed_here_ && is_vdev_) rte_vdev_uninit(device_name_.c_str());
+    if (probed_here_ && !is_vdev_) rte_eal_hotplug_remove(kPciBus.data(), device_name_.c_str());
+  }
+  if (claimed_) release_port(port_id_);
+  if (owns_pool_ && eal_running()) rte_mempool_free(pool_);
+  claimed_ = started_ = owns_pool_ = false;
+  pool_ = nullptr;
+}
+
+uint16_t DpdkPort::rx_burst(rte_mbuf** pkts, uint16_t n) { return rte_eth_rx_burst(port_id_, kQueue, pkts, n); }
+
+uint16_t DpdkPort::tx_burst(rte_mbuf** pkts, uint16_t n) { return rte_eth_tx_burst(port_id_, kQueue, pkts, n); }
+
+bool DpdkPort::link_up() const {
+  rte_eth_link link{};
+  return rte_eth_link_get_nowait(port_id_, &link) == 0 && link.link_status == RTE_ETH_LINK_UP;
+}
+
+PortStats DpdkPort::stats() const {
+  rte_eth_stats s{};
+  PortStats p;
+  if (rte_eth_stats_get(port_id_, &s) != 0) return p;
+  p.rx_frames = s.ipackets;
+  p.rx_bytes = s.ibytes;
+  p.tx_frames = s.opackets;
+  p.tx_bytes = s.obytes;
+  p.rx_dropped = s.imissed + s.ierrors + s.rx_nombuf;
+  p.tx_dropped = s.oerrors;
+  return p;
+}
+
+}  // namespace uroce::drivers::dpdk

@@ -1,0 +1,159 @@
+// DpdkPort: a Port over any DPDK ethdev, named by its devargs
+// (DESIGN.md "drivers/"; research/dpdk.md §3 has the wires measured here).
+//
+//   net_af_packet0,iface=veth0      a kernel netdev, shared with the kernel
+//   net_af_xdp0,iface=veth0         the same, through XDP, which takes every
+//                                   received frame from the kernel (MTU < 3.5 KB)
+//   net_tap0[,iface=tap0]           a tap: the kernel is at the far end
+//   net_memif0,role=…,socket=…      another process, no kernel
+//   net_ring0, net_null0            in-process (tests)
+//   0000:03:00.0[,k=v]              a PCI device (mlx5: bifurcated, shares
+//                                   its netdev with the kernel)
+//
+// Probing: a device the EAL already has (from --vdev or the PCI allow list)
+// is adopted; otherwise a vdev is created with rte_vdev_init and a PCI
+// device hot-plugged with rte_dev_probe, and the port removes what it
+// created when it closes.  Several ports may be open in one process; one
+// ethdev is opened by one DpdkPort at a time (EBUSY otherwise).
+//
+// Setup: one RX and one TX queue; buffers from a pool of its own
+// (create_pktmbuf_pool: one frame per mbuf, jumbo included; for af_xdp,
+// whose UMEM frames are the pool's objects, objects of at most a page)
+// unless one is given.  Offloads: none on RX (the engine parses VLAN tags itself, so no
+// VLAN strip); on TX only RTE_ETH_TX_OFFLOAD_MBUF_FAST_FREE when the PMD
+// has it and `fast_free` is set.  IPv4 header checksum offload is not
+// used: lib/wire's builder computes it, and RoCEv2 sends UDP checksum 0.
+//
+// MTU: the af_packet and tap PMDs refuse an ethdev MTU above 1500
+// (max_rx_pktlen 1518), yet carry jumbo frames; the limit that matters is
+// the kernel netdev's.  So the ethdev MTU is left alone on ports with a
+// netdev, and mtu() is the netdev's MTU, capped by the PMD's max_mtu
+// where it states one (af_xdp: about 3.5 KB) and for af_packet by the
+// ring's frame size (framesz - 32).  An af_packet vdev whose devargs set
+// no ring geometry gets framesz/blocksz/framecnt for the netdev's MTU
+// (af_packet_ring_for_mtu).  On ports with no netdev the requested MTU is
+// set with rte_eth_dev_set_mtu; a PMD with no MTU operation (memif, ring)
+// carries it as long as a frame fits one mbuf.
+//
+// Threads: open and the destructor are control path (any one thread);
+// rx_burst/tx_burst are driven by one thread at a time (Port's rule);
+// mac/mtu/link_up/stats may be called from any thread.
+//
+// Teardown: the destructor stops and closes the ethdev (and uninits a
+// vdev it created).  Free every mbuf of its pool first.  net_memif's
+// interrupt thread still works after the close; eal_shutdown waits for it
+// (research/dpdk.md §3.4) — stop traffic on both ends of a memif link
+// before either closes.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "drivers/dpdk/devargs.hpp"
+#include "drivers/dpdk/eal.hpp"
+#include "drivers/port.hpp"
+#include "drivers/result.hpp"
+
+namespace uroce::drivers::dpdk {
+
+inline constexpr uint16_t kDefaultRxDesc = 1024;
+inline constexpr uint16_t kDefaultTxDesc = 1024;
+// A memif client's start fails until its server listens; it retries this long.
+inline constexpr std::chrono::milliseconds kDefaultConnectWait{3000};
+inline constexpr std::chrono::milliseconds kConnectRetryInterval{50};
+
+// How the port's kernel netdev (if any) relates to the port.
+enum class NetdevRole : uint8_t {
+  kNone,    // no kernel netdev (memif, ring, null, a PCI device bound to vfio)
+  kShared,     // the netdev is this port's own interface: what the port
+               // sends leaves through it, the kernel's stack on it is this
+               // host, and it sees the received frames too (af_packet, mlx5
+               // bifurcated)
+  kExclusive,  // the port's own interface, but received frames reach the
+               // port alone: af_xdp's default XDP program redirects them
+               // all, so the kernel's stack on it hears nothing
+  kPeer,       // the netdev is the far end of the wire: what the port sends,
+               // the kernel receives on it (tap)
+};
+
+std::string_view to_string(NetdevRole r) noexcept;
+
+struct DpdkPortConfig {
+  std::string devargs;                  // required
+  std::optional<uint16_t> mtu;          // IP MTU for ports with no netdev; unset: the PMD's
+  // The MAC for ports with no netdev (rte_eth_dev_default_mac_addr_set;
+  // a PMD with no MAC filter carries it) and for tap, whose DPDK side has
+  // no filter; a port that shares a netdev keeps the netdev's.
+  std::optional<wire::MacAddr> mac;
+  rte_mempool* pool = nullptr;          // not owned; null: the port makes one
+  uint32_t pool_mbufs = kDefaultPoolMbufs;
+  uint16_t data_room = kDefaultDataRoom;
+  uint16_t rx_desc = kDefaultRxDesc;
+  uint16_t tx_desc = kDefaultTxDesc;
+  // RTE_ETH_TX_OFFLOAD_MBUF_FAST_FREE when the PMD has it.  Its contract:
+  // every mbuf sent comes from pool() and has reference count 1.  A caller
+  // that keeps references to sent frames (retransmission by refcount)
+  // must turn it off.
+  bool fast_free = true;
+  std::chrono::milliseconds connect_wait = kDefaultConnectWait;  // memif client
+};
+
+class DpdkPort final : public Port {
+ public:
+  // Needs a running EAL (eal_init).
+  static Result<std::unique_ptr<DpdkPort>> open(const DpdkPortConfig& config);
+  ~DpdkPort() override;
+  DpdkPort(const DpdkPort&) = delete;
+  DpdkPort& operator=(const DpdkPort&) = delete;
+
+  uint16_t rx_burst(rte_mbuf** pkts, uint16_t n) override;
+  uint16_t tx_burst(rte_mbuf** pkts, uint16_t n) override;
+
+  wire::MacAddr mac() const override { return mac_; }
+  uint16_t mtu() const override { return mtu_; }
+  bool link_up() const override;
+  // rx_dropped = imissed + ierrors + rx_nombuf; tx_dropped = oerrors.
+  PortStats stats() const override;
+  rte_mempool* pool() const override { return pool_; }
+  std::string name() const override { return devargs_; }
+  std::string netdev() const override { return netdev_; }
+
+  uint16_t port_id() const noexcept { return port_id_; }
+  NetdevRole netdev_role() const noexcept { return role_; }
+  const std::string& driver() const noexcept { return driver_; }  // "net_af_packet"
+  uint64_t tx_offloads() const noexcept { return tx_offloads_; }
+  bool probed_here() const noexcept { return probed_here_; }     // removed again on close
+
+ private:
+  DpdkPort() = default;
+  Status configure(const DpdkPortConfig& config);
+  Status setup_queues(const DpdkPortConfig& config);
+  Status set_mtu_and_mac(const DpdkPortConfig& config);
+  Status start(const DpdkPortConfig& config);
+  void read_identity(const DpdkPortConfig& config, uint32_t af_packet_framesz);
+  uint16_t netdev_mtu(uint32_t af_packet_framesz) const;
+  uint16_t ethdev_mtu(const DpdkPortConfig& config) const;
+  void close() noexcept;
+
+  uint16_t port_id_ = 0;
+  std::string devargs_;      // as probed (af_packet ring geometry included)
+  std::string device_name_;  // the vdev or PCI name
+  std::string driver_;
+  std::string netdev_;
+  NetdevRole role_ = NetdevRole::kNone;
+  wire::MacAddr mac_{};
+  uint16_t mtu_ = 0;
+  uint16_t max_mtu_ = 0;     // the PMD's dev_info.max_mtu
+  uint64_t tx_offloads_ = 0;
+  rte_mempool* pool_ = nullptr;
+  bool owns_pool_ = false;
+  bool probed_here_ = false;
+  bool is_vdev_ = false;
+  bool claimed_ = false;     // in the set of open ports
+  bool started_ = false;
+};
+
+}  // namespace uroce::drivers::dpdk

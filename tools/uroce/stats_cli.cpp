@@ -1,0 +1,157 @@
+// `uroce stats [--pid N] [--device NAME] [--json]`: the engine counters of
+// running uroce processes, read through DPDK telemetry (/uroce/devices,
+// /uroce/stats,<device>).  Default: every uroce-<pid> runtime directory.
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "lib/wire/pkt.hpp"
+#include "tools/uroce/commands.hpp"
+#include "tools/uroce/exit_status.hpp"
+#include "tools/uroce/telemetry_client.hpp"
+#include "transport/engine.hpp"
+
+namespace uroce::tools {
+namespace {
+
+constexpr int kJsonIndent = 2;
+constexpr std::string_view kDevicesCommand = "/uroce/devices";
+constexpr std::string_view kStatsCommand = "/uroce/stats";
+
+struct StatsArgs {
+  int pid = 0;
+  std::string device;
+  bool json = false;
+  bool nonzero = false;
+};
+
+// name -> help text, from this build's tables (the process serves values only).
+const std::map<std::string, std::string, std::less<>>& counter_help() {
+  static const auto table = [] {
+    std::map<std::string, std::string, std::less<>> m;
+    for (const CounterInfo& c : transport::kEngineCtrInfo) m.emplace(c.name, c.help);
+    for (size_t i = 1; i < wire::kNumParseErrors; ++i) {
+      const auto e = static_cast<wire::ParseError>(i);
+      m.emplace(wire::parse_error_name(e), wire::parse_error_text(e));
+    }
+    return m;
+  }();
+  return table;
+}
+
+struct DeviceStats {
+  std::string device;
+  nlohmann::ordered_json counters;  // name -> value, in the order the process sent them
+};
+
+struct ProcessStats {
+  int pid = 0;
+  std::vector<DeviceStats> devices;
+};
+
+Result<std::vector<std::string>, std::string> device_names(TelemetryClient& c, const StatsArgs& args) {
+  auto list = c.query(std::string(kDevicesCommand));
+  if (!list) return Err{list.error()};
+  std::vector<std::string> names;
+  for (const auto& n : *list) {
+    if (n.is_string() && (args.device.empty() || n.get<std::string>() == args.device)) names.push_back(n.get<std::string>());
+  }
+  return names;
+}
+
+Result<ProcessStats, std::string> read_process(const TelemetryTarget& t, const StatsArgs& args) {
+  auto client = TelemetryClient::connect(t.socket);
+  if (!client) return Err{client.error()};
+  auto names = device_names(*client, args);
+  if (!names) return Err{names.error()};
+  ProcessStats p{t.pid, {}};
+  for (const std::string& dev : *names) {
+    auto counters = client->query(std::string(kStatsCommand) + "," + dev);
+    if (!counters) return Err{counters.error()};
+    p.devices.push_back({dev, std::move(*counters)});
+  }
+  return p;
+}
+
+void print_text(const ProcessStats& p, const StatsArgs& args) {
+  for (const DeviceStats& d : p.devices) {
+    fmt::print("{}{} {}\n", kUroceRuntimePrefix, p.pid, d.device);
+    std::vector<std::pair<std::string, std::string>> lines;  // name=value, help
+    size_t width = 0;
+    for (const auto& [name, value] : d.counters.items()) {
+      if (args.nonzero && value == 0) continue;
+      const auto help = counter_help().find(name);
+      lines.emplace_back(name + "=" + value.dump(), help == counter_help().end() ? "" : help->second);
+      width = std::max(width, lines.back().first.size());
+    }
+    for (const auto& [pair, help] : lines) fmt::print("  {:<{}}  {}\n", pair, width, help);
+  }
+}
+
+nlohmann::ordered_json to_json(const std::vector<ProcessStats>& all) {
+  nlohmann::ordered_json procs = nlohmann::ordered_json::array();
+  for (const ProcessStats& p : all) {
+    nlohmann::ordered_json devs = nlohmann::ordered_json::object();
+    for (const DeviceStats& d : p.devices) devs[d.device] = d.counters;
+    procs.push_back({{"pid", p.pid}, {"devices", devs}});
+  }
+  return {{"processes", procs}};
+}
+
+std::vector<TelemetryTarget> targets(const StatsArgs& args, const std::string& base) {
+  if (args.pid == 0) return find_uroce_processes(base);
+  return {TelemetryTarget{args.pid, base + "/" + std::string(kUroceRuntimePrefix) + std::to_string(args.pid) + "/" +
+                                        std::string(kTelemetrySocketName)}};
+}
+
+int run_stats(const StatsArgs& args) {
+  const std::string base = dpdk_runtime_base();
+  std::vector<ProcessStats> all;
+  bool any_device = false;
+  for (const TelemetryTarget& t : targets(args, base)) {
+    auto p = read_process(t, args);
+    if (!p) {
+      // A directory left by a process that died is no error unless asked for.
+      if (args.pid != 0) fmt::print(stderr, "uroce stats: pid {}: {}\n", t.pid, p.error());
+      continue;
+    }
+    any_device = any_device || !p->devices.empty();
+    all.push_back(std::move(*p));
+  }
+  if (args.json) {
+    fmt::print("{}\n", to_json(all).dump(kJsonIndent));
+  } else {
+    for (const ProcessStats& p : all) print_text(p, args);
+  }
+  if (!any_device) {
+    fmt::print(stderr, "uroce stats: no running uroce process{}{} answered under {} (is telemetry on?)\n",
+               args.pid ? " with pid " + std::to_string(args.pid) : "",
+               args.device.empty() ? "" : " with device " + args.device, base);
+    return kExitFailed;
+  }
+  return kExitOk;
+}
+
+}  // namespace
+
+void add_stats_command(CLI::App& app, int& exit_status) {
+  auto args = std::make_shared<StatsArgs>();
+  CLI::App* sub = app.add_subcommand(
+      "stats",
+      "Print the engine counters of running uroce processes, read through DPDK telemetry "
+      "(<runtime dir>/uroce-<pid>/dpdk_telemetry.v2). Exit 0: counters printed; 1: no process answered; 2: usage.");
+  sub->add_option("--pid", args->pid, "only this process (default: every uroce-<pid> runtime directory)")
+      ->check(CLI::PositiveNumber);
+  sub->add_option("--device", args->device, "only this device (default: every device of each process)");
+  sub->add_flag("--json", args->json, "print one JSON document");
+  sub->add_flag("--nonzero", args->nonzero, "leave out counters that are 0 (text output)");
+  sub->callback([args, &exit_status] { exit_status = run_stats(*args); });
+}
+
+}  // namespace uroce::tools

@@ -1,0 +1,430 @@
+#include "transport/device.hpp"
+
+#include <algorithm>
+#include <cerrno>
+#include <filesystem>
+
+#include <rte_lcore.h>
+
+#include "drivers/sim/sim_wire.hpp"
+#include "lib/config/mac.hpp"
+#include "transport/telemetry.hpp"
+
+namespace uroce::transport {
+namespace {
+
+namespace dpdk = drivers::dpdk;
+using drivers::Error;
+using drivers::Status;
+
+constexpr uint16_t kVlanTpid = wire::kEtherTypeVlan;
+constexpr std::string_view kSimDriver = "sim";
+
+config::IpPrefix to_prefix(const drivers::NetdevAddr& a) {
+  config::IpPrefix p;
+  p.addr.family = a.ipv6 ? config::IpFamily::kIpv6 : config::IpFamily::kIpv4;
+  p.addr.bytes = a.addr;
+  p.prefix_len = a.prefix;
+  return p;
+}
+
+std::vector<config::IpPrefix>::iterator find_addr(std::vector<config::IpPrefix>& v, const config::IpAddr& a) {
+  return std::find_if(v.begin(), v.end(), [&](const config::IpPrefix& p) { return p.addr == a; });
+}
+
+void add_ip(std::vector<IpAddr>& ips, const wire::Ipv6Addr& bytes) {
+  const IpAddr ip = IpAddr::v6(bytes);  // IPv4 is already IPv4-mapped
+  if (std::find(ips.begin(), ips.end(), ip) == ips.end()) ips.push_back(ip);
+}
+
+LocalAddrs local_addrs(const config::DeviceConfig& dev, const AddressPlan& plan, const wire::MacAddr& mac) {
+  LocalAddrs l;
+  l.mac = mac;
+  for (const config::IpPrefix& p : plan.addresses) add_ip(l.ips, p.addr.bytes);
+  for (const config::IpAddr& g : dev.gids) add_ip(l.ips, g.bytes);
+  if (dev.vlan) {
+    l.vlan_count = 1;
+    l.vlans[0] = wire::VlanTag{kVlanTpid, *dev.vlan};
+  }
+  return l;
+}
+
+dpdk::EalMemory eal_memory(config::Hugepages h) {
+  switch (h) {
+    case config::Hugepages::kAuto: return dpdk::EalMemory::kAuto;
+    case config::Hugepages::kYes: return dpdk::EalMemory::kHugepages;
+    case config::Hugepages::kNo: return dpdk::EalMemory::kNoHuge;
+  }
+  return dpdk::EalMemory::kAuto;
+}
+
+Progress engine_progress(config::Progress p) {
+  return p == config::Progress::kInline ? Progress::Inline : Progress::Thread;
+}
+
+Error config_error(const config::ConfigError& e) { return Error{EINVAL, e.message()}; }
+
+std::string device_error(const config::DeviceConfig& dev, const std::string& what) {
+  return "device " + dev.name + ": " + what;
+}
+
+}  // namespace
+
+// ---- addresses ----------------------------------------------------------------------
+
+AddressPlan plan_addresses(const config::DeviceConfig& dev, const drivers::NetdevInfo* netdev, bool kernel_answers) {
+  AddressPlan plan;
+  if (netdev == nullptr) {
+    plan.addresses = dev.addresses;
+    plan.answer_host = true;
+    if (plan.addresses.empty() && dev.gids.empty()) {
+      plan.warnings.push_back("no address configured (addresses, UROCE_IP): the device has no GID");
+    }
+    return plan;
+  }
+  plan.answer_host = !kernel_answers;
+  for (const drivers::NetdevAddr& a : netdev->addrs) plan.addresses.push_back(to_prefix(a));
+  for (const config::IpPrefix& p : dev.addresses) {
+    if (auto it = find_addr(plan.addresses, p.addr); it != plan.addresses.end()) {
+      it->prefix_len = p.prefix_len;
+      continue;
+    }
+    plan.addresses.push_back(p);
+    if (kernel_answers) {
+      plan.warnings.push_back(config::to_string(p) + " is not an address of " + netdev->name +
+                              ": the kernel answers ARP/ND there, and not for it (add it with ip addr)");
+    }
+  }
+  if (plan.addresses.empty()) plan.warnings.push_back(netdev->name + " has no IP address: the device has no GID");
+  return plan;
+}
+
+dpdk::EalOptions eal_options(const config::Config& cfg) {
+  dpdk::EalOptions o;
+  o.memory = eal_memory(cfg.eal.hugepages);
+  if (cfg.eal.memory_mb) o.memory_mb = *cfg.eal.memory_mb;
+  if (cfg.eal.core) o.core = static_cast<unsigned>(*cfg.eal.core);
+  o.telemetry = cfg.eal.telemetry;
+  o.log_level = std::string(config::to_string(cfg.log));
+  o.extra = cfg.eal.extra;
+  for (const config::DeviceConfig& dev : cfg.devices) {
+    if (dev.kind != config::DeviceKind::kDpdk) continue;
+    const auto d = dpdk::parse_devargs(dev.devargs);
+    if (d && dpdk::is_pci_address(d->name)) o.pci.push_back(dev.devargs);
+  }
+  return o;
+}
+
+// ---- Device --------------------------------------------------------------------------
+
+Device::~Device() {
+  if (registered_) telemetry_unregister(info_.name);
+  if (engine_) stop();
+  engine_.reset();  // flushes TX and the capture
+  wrapper_.reset();
+  fault_port_.reset();
+  dpdk_port_.reset();
+}
+
+bool Device::progress() { return info_.progress == Progress::Inline && engine_->try_progress(); }
+
+void Device::stop() {
+  if (engine_lcore_ != kNoLcore) {
+    const unsigned lcore = engine_lcore_;
+    engine_lcore_ = kNoLcore;
+    // Only on the engine's own thread (run_sync runs here when it is gone).
+    engine_->run_sync([lcore] {
+      if (rte_lcore_id() == lcore) rte_thread_unregister();
+    });
+  }
+  engine_->stop();
+}
+
+// ---- Devices -------------------------------------------------------------------------
+
+namespace {
+
+Devices& make_registry() {
+  // The registry shuts down from its destructor at exit.  Function-local
+  // statics die in the reverse order of their construction, so the ones
+  // that shutdown uses (the EAL's state, the telemetry registry) are made
+  // first, to outlive it.
+  (void)drivers::dpdk::eal_running();
+  telemetry_unregister({});
+  static Devices registry;
+  return registry;
+}
+
+}  // namespace
+
+Devices& Devices::instance() {
+  static Devices& registry = make_registry();
+  return registry;
+}
+
+Devices::Devices() = default;
+
+Devices::~Devices() { shutdown(); }
+
+Status Devices::configure(config::Config cfg) {
+  std::lock_guard lock(mu_);
+  if (!open_.empty() || shut_down_) return Error{EBUSY, "Devices::configure: devices are already open"};
+  cfg_ = std::move(cfg);
+  return {};
+}
+
+Status Devices::load_locked() {
+  if (cfg_) return {};
+  auto loaded = config::load_config(config::process_env());
+  if (!loaded) return config_error(loaded.error());
+  cfg_ = std::move(*loaded);
+  return {};
+}
+
+drivers::Result<config::Config> Devices::config() {
+  std::lock_guard lock(mu_);
+  if (Status st = load_locked(); !st) return st.error();
+  return *cfg_;
+}
+
+drivers::Result<std::vector<std::string>> Devices::names() {
+  std::lock_guard lock(mu_);
+  if (Status st = load_locked(); !st) return st.error();
+  std::vector<std::string> out;
+  for (const config::DeviceConfig& d : cfg_->devices) out.push_back(d.name);
+  return out;
+}
+
+Status Devices::start_eal_locked() {
+  if (eal_ready_) return {};
+  const bool running_before = dpdk::eal_running();
+  const auto& eal = dpdk::eal_init(eal_options(*cfg_));
+  if (!eal) return eal.error();
+  eal_owned_ = !running_before;
+  eal_ready_ = true;
+  return {};
+}
+
+const dpdk::EalInfo* Devices::eal() const {
+  std::lock_guard lock(mu_);
+  if (!eal_ready_) return nullptr;
+  return &dpdk::eal_init().value();
+}
+
+drivers::Result<Device*> Devices::open(std::string_view name, const OpenOptions& options) {
+  std::lock_guard lock(mu_);
+  if (shut_down_) return Error{ESHUTDOWN, "Devices: shut down (the EAL cannot start twice)"};
+  if (Status st = load_locked(); !st) return st.error();
+  if (cfg_->devices.empty()) {
+    return Error{ENODEV, "no uroce device is configured (set UROCE_DEVICE, or add a [[device]] to the config file)"};
+  }
+  const auto cfg_it = name.empty() ? cfg_->devices.begin()
+                                   : std::find_if(cfg_->devices.begin(), cfg_->devices.end(),
+                                                  [&](const config::DeviceConfig& d) { return d.name == name; });
+  if (cfg_it == cfg_->devices.end()) return Error{ENODEV, "no uroce device named '" + std::string(name) + "'"};
+  for (auto& d : open_) {
+    if (d->name() == cfg_it->name) return d.get();
+  }
+  if (Status st = start_eal_locked(); !st) return st.error();
+  auto dev = bring_up(*cfg_it, options);
+  if (!dev) return dev.error();
+  open_.push_back(std::move(*dev));
+  return open_.back().get();
+}
+
+Status Devices::open_all() {
+  std::vector<std::string> all;
+  if (auto n = names(); n) {
+    all = std::move(*n);
+  } else {
+    return n.error();
+  }
+  for (const std::string& n : all) {
+    if (auto d = open(n); !d) return d.error();
+  }
+  return {};
+}
+
+Device* Devices::find(std::string_view name) {
+  std::lock_guard lock(mu_);
+  for (auto& d : open_) {
+    if (d->name() == name) return d.get();
+  }
+  return nullptr;
+}
+
+void Devices::close_locked(std::vector<std::unique_ptr<Device>>::iterator it) { open_.erase(it); }
+
+void Devices::close(std::string_view name) {
+  std::lock_guard lock(mu_);
+  const auto it = std::find_if(open_.begin(), open_.end(), [&](const auto& d) { return d->name() == name; });
+  if (it != open_.end()) close_locked(it);
+}
+
+void Devices::shutdown() {
+  std::lock_guard lock(mu_);
+  if (shut_down_) return;
+  shut_down_ = true;
+  for (auto& d : open_) d->stop();  // every engine quiet before any port closes
+  while (!open_.empty()) close_locked(std::prev(open_.end()));
+  sim_ports_.clear();
+  sim_.reset();
+  if (eal_owned_) (void)dpdk::eal_shutdown();
+}
+
+// ---- bringing one device up ------------------------------------------------------------
+
+std::string Devices::capture_for(const config::DeviceConfig& dev) const {
+  if (dev.pcap) return *dev.pcap;
+  if (!cfg_->pcap) return {};
+  if (cfg_->devices.size() <= 1) return *cfg_->pcap;
+  const std::filesystem::path p(*cfg_->pcap);
+  return (p.parent_path() / (p.stem().string() + "-" + dev.name + p.extension().string())).string();
+}
+
+// The sim wire takes endpoints only before its first frame, so it gets one
+// for every sim device of the configuration at once.
+Status Devices::make_sim_wire_locked() {
+  if (sim_) return {};
+  sim_ = std::make_unique<drivers::sim::SimWire>();
+  for (const config::DeviceConfig& dev : cfg_->devices) {
+    if (dev.kind != config::DeviceKind::kSim) continue;
+    drivers::sim::SimPortConfig pc;
+    pc.name = dev.name;
+    pc.mac = dev.mac;
+    if (dev.mtu) pc.mtu = *dev.mtu;
+    auto port = sim_->add_port(pc);
+    if (!port) {
+      sim_ports_.clear();
+      sim_.reset();
+      return port.error();
+    }
+    sim_ports_.emplace(dev.name, *port);
+  }
+  return {};
+}
+
+Status Devices::make_port(Device& d, const config::DeviceConfig& dev) {
+  DeviceInfo& info = d.info_;
+  if (dev.kind == config::DeviceKind::kSim) {
+    if (Status st = make_sim_wire_locked(); !st) return Error{st.error().code, device_error(dev, st.error().message)};
+    const auto it = sim_ports_.find(dev.name);
+    if (it == sim_ports_.end()) return Error{ENODEV, device_error(dev, "no port on the sim wire")};
+    d.sim_port_ = it->second;
+    d.top_ = it->second;
+    info.driver = kSimDriver;
+    return {};
+  }
+  dpdk::DpdkPortConfig pc;
+  pc.devargs = dev.devargs;
+  pc.mtu = dev.mtu;
+  pc.mac = dev.mac;
+  auto port = dpdk::DpdkPort::open(pc);
+  if (!port) return Error{port.error().code, device_error(dev, port.error().message)};
+  d.dpdk_port_ = std::move(*port);
+  d.top_ = d.dpdk_port_.get();
+  info.driver = d.dpdk_port_->driver();
+  info.netdev_role = d.dpdk_port_->netdev_role();
+  return {};
+}
+
+Status Devices::make_engine(Device& d, const config::DeviceConfig& dev) {
+  DeviceInfo& info = d.info_;
+  EngineConfig ec;
+  ec.local = info.local;
+  ec.answer_host = info.answer_host;
+  ec.announce = info.answer_host;  // a kernel that shares the netdev announces its own addresses
+  ec.pcap_path = info.pcap;
+  ec.progress = info.progress;
+  d.engine_ = std::make_unique<Engine>(*d.top_, std::move(ec));
+  if (Status st = d.engine_->init(); !st) return Error{st.error().code, device_error(dev, st.error().message)};
+  telemetry_register(info.name, d.engine_.get());
+  d.registered_ = true;
+  if (info.progress == Progress::Thread) {
+    d.engine_->start();
+    // The engine thread is not an EAL thread: register it, so it has an
+    // lcore id (mempool caches; net_af_xdp loses frames without one).
+    Device* dev_ptr = &d;
+    d.engine_->run_sync([dev_ptr] {
+      if (rte_thread_register() == 0) dev_ptr->engine_lcore_ = rte_lcore_id();
+    });
+  }
+  return {};
+}
+
+// Addresses, MAC, MTU and the UDP 4791 claim (DESIGN.md "Addresses";
+// plan_addresses has the rules).
+Status Devices::set_identity(Device& d, const config::DeviceConfig& dev) {
+  DeviceInfo& info = d.info_;
+  drivers::Port& base = *d.top_;
+  const bool own_netdev =
+      info.netdev_role == dpdk::NetdevRole::kShared || info.netdev_role == dpdk::NetdevRole::kExclusive;
+  std::optional<drivers::NetdevInfo> netdev;
+  if (own_netdev) {
+    std::string err;
+    netdev = drivers::query_netdev(info.netdev, &err);
+    if (!netdev) return Error{ENODEV, device_error(dev, err)};
+  }
+  AddressPlan plan =
+      plan_addresses(dev, netdev ? &*netdev : nullptr, info.netdev_role == dpdk::NetdevRole::kShared);
+  info.addresses = plan.addresses;
+  info.answer_host = plan.answer_host;
+  info.warnings = std::move(plan.warnings);
+  info.mac = dev.mac.value_or(base.mac());
+  if (netdev && info.mac != base.mac()) {
+    info.warnings.push_back("mac " + config::format_mac(info.mac) + " differs from " + info.netdev + "'s " +
+                            config::format_mac(base.mac()) + ": frames to the netdev's MAC are not ours");
+  }
+  info.mtu = dev.mtu.value_or(base.mtu());
+  if (info.mtu > base.mtu()) {
+    return Error{EINVAL, device_error(dev, "mtu " + std::to_string(info.mtu) + " is more than the port carries (" +
+                                               std::to_string(base.mtu()) + ")")};
+  }
+  info.local = local_addrs(dev, plan, info.mac);
+  if (own_netdev) {
+    std::string err;
+    info.udp4791_claimed = d.claim_.open(&err);
+    if (!info.udp4791_claimed) {
+      info.warnings.push_back("UDP port 4791 not claimed (" + err + "): the kernel may answer RoCE with ICMP");
+    }
+  }
+  return {};
+}
+
+// The FaultPort (when the spec changes anything), then the caller's wrapper.
+Status Devices::wrap_port(Device& d, const config::DeviceConfig& dev, const OpenOptions& options) {
+  if (dev.faults) {
+    auto spec = drivers::parse_fault_spec(*dev.faults);
+    if (!spec) return Error{EINVAL, device_error(dev, "faults: " + spec.error().message)};
+    if (spec->active()) {
+      auto fp = drivers::FaultPort::create(*d.top_, *spec);
+      if (!fp) return Error{fp.error().code, device_error(dev, fp.error().message)};
+      d.fault_port_ = std::move(*fp);
+      d.top_ = d.fault_port_.get();
+      d.info_.faults = *spec;
+    }
+  }
+  if (options.wrap_port) {
+    d.wrapper_ = options.wrap_port(*d.top_);
+    if (d.wrapper_) d.top_ = d.wrapper_.get();
+  }
+  return {};
+}
+
+drivers::Result<std::unique_ptr<Device>> Devices::bring_up(const config::DeviceConfig& dev, const OpenOptions& options) {
+  std::unique_ptr<Device> d(new Device());
+  DeviceInfo& info = d->info_;
+  info.name = dev.name;
+  info.kind = dev.kind;
+  if (Status st = make_port(*d, dev); !st) return st.error();
+  info.port = d->top_->name();
+  info.netdev = d->top_->netdev();
+  if (Status st = set_identity(*d, dev); !st) return st.error();
+  if (Status st = wrap_port(*d, dev, options); !st) return st.error();
+  info.pcap = capture_for(dev);
+  info.progress = engine_progress(cfg_->progress);
+  if (Status st = make_engine(*d, dev); !st) return st.error();
+  return drivers::Result<std::unique_ptr<Device>>(std::move(d));
+}
+
+}  // namespace uroce::transport

@@ -1,0 +1,216 @@
+// Bring-up: from a Config (lib/config) to running engines, one per
+// [[device]].  The C++ API the verbs shim calls (ibv_get_device_list,
+// ibv_open_device), and what `uroce node` uses.
+//
+//   auto& devs = Devices::instance();          // the process's registry
+//   auto dev = devs.open("uroce0");            // lazy: EAL, port, engine
+//   dev->engine().run_sync([&] { ... });
+//   devs.shutdown();                            // or at exit
+//
+// What open() builds for a device:
+//   - the EAL (once per process): the config's [eal] options and log
+//     level, PCI devices on the allow list (-a); vdevs are probed by
+//     DpdkPort itself (rte_vdev_init), so a failing vdev gets its own
+//     error and a device opened after the EAL started works the same;
+//   - the port: a DpdkPort for kind "dpdk", a SimPort on the registry's one
+//     SimWire for kind "sim" (sim devices of one process share that wire;
+//     it gets a port for every configured sim device when the first one
+//     opens, since a SimWire takes endpoints only before its first frame);
+//   - a FaultPort around it when the device's `faults` spec (UROCE_FAULTS
+//     for the first device) changes anything;
+//   - the addresses (DESIGN.md "Addresses") — see plan_addresses below;
+//   - the engine: capture file, progress mode, telemetry under the
+//     device's name (/uroce/stats,<name>).
+//
+// Capture: the device's `pcap`, else the global one.  When the global path
+// serves more than one configured device, each device writes
+// "<stem>-<device><ext>" next to it, so captures never share a file.
+//
+// Threads: every Devices call is control path and may come from any
+// thread (one mutex).  A Device stays valid until close() or shutdown().
+#pragma once
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "drivers/dpdk/dpdk_port.hpp"
+#include "drivers/dpdk/eal.hpp"
+#include "drivers/fault.hpp"
+#include "drivers/netdev.hpp"
+#include "drivers/port.hpp"
+#include "drivers/result.hpp"
+#include "lib/config/config.hpp"
+#include "transport/engine.hpp"
+
+namespace uroce::drivers::sim {
+class SimWire;
+class SimPort;
+}  // namespace uroce::drivers::sim
+
+namespace uroce::transport {
+
+// ---- addresses ------------------------------------------------------------------
+// A device's addresses, defined:
+//   - On a port whose kernel netdev is its own interface (af_packet, mlx5
+//     bifurcated: NetdevRole::kShared; af_xdp: kExclusive) the device
+//     starts from the netdev's IPv4 and IPv6 addresses (link-local
+//     included, as rxe's GID table does).  The configured `addresses`
+//     (UROCE_IP) are ADDED to them; an address on both keeps one entry with
+//     the configured prefix length (config overrides).  The device's MAC is
+//     the netdev's; a configured `mac` that differs is used, with a warning.
+//     The UDP 4791 claim is held.
+//     - kShared: the kernel sees every received frame and answers ARP, ND
+//       and ICMP on that netdev (answer_host = false), and its TCP keeps
+//       working; a configured address the kernel does not hold is answered
+//       by no one: it is kept, with a warning.
+//     - kExclusive: the kernel hears nothing (af_xdp's default program
+//       redirects every frame to the port), so the engine answers ARP, ND
+//       and ICMP echo for all of them (answer_host = true).
+//   - On every other port (memif, ring, null, sim, a PCI device with no
+//     netdev, and tap, whose netdev is the far end of the wire) the
+//     configured addresses are the only ones, and the engine answers ARP,
+//     ND and ICMP echo for them itself (answer_host = true).
+// Explicit `gids` are added to the addresses the engine accepts RoCE for.
+struct AddressPlan {
+  std::vector<config::IpPrefix> addresses;  // the netdev's (in its order), then configured additions
+  bool answer_host = true;
+  std::vector<std::string> warnings;
+};
+
+// `netdev`: the port's own interface (kShared, kExclusive), else null;
+// `kernel_answers`: whether the kernel sees the frames (kShared).
+AddressPlan plan_addresses(const config::DeviceConfig& dev, const drivers::NetdevInfo* netdev, bool kernel_answers);
+
+// What a device ended up with, for tools and the verbs shim.
+struct DeviceInfo {
+  std::string name;
+  config::DeviceKind kind = config::DeviceKind::kDpdk;
+  std::string port;      // the port's name: devargs as probed, "sim0"
+  std::string driver;    // "net_af_packet", "net_memif", "sim"
+  std::string netdev;    // the kernel netdev behind the port; empty if none
+  drivers::dpdk::NetdevRole netdev_role = drivers::dpdk::NetdevRole::kNone;
+  wire::MacAddr mac{};
+  uint16_t mtu = 0;      // IP MTU: the configured one, else the port's
+  std::vector<config::IpPrefix> addresses;
+  LocalAddrs local;      // what the engine owns (addresses and gids, MAC, VLAN)
+  bool answer_host = true;  // the engine answers ARP/ND/ICMP (no kernel shares the port)
+  bool udp4791_claimed = false;
+  Progress progress = Progress::Thread;
+  std::string pcap;      // capture file; empty: none
+  std::optional<drivers::FaultSpec> faults;
+  std::vector<std::string> warnings;
+};
+
+// Hooks for open(), for tests and diagnostics.
+struct OpenOptions {
+  // Interposes a Port between the device's port (after any FaultPort) and
+  // its engine; called once; the returned port must forward to `inner`.
+  std::function<std::unique_ptr<drivers::Port>(drivers::Port& inner)> wrap_port;
+};
+
+class Device {
+ public:
+  ~Device();
+  Device(const Device&) = delete;
+  Device& operator=(const Device&) = delete;
+
+  const std::string& name() const noexcept { return info_.name; }
+  const DeviceInfo& info() const noexcept { return info_; }
+  Engine& engine() noexcept { return *engine_; }
+  drivers::Port& port() noexcept { return *top_; }  // what the engine drives
+  // The DpdkPort underneath, or null (sim).
+  drivers::dpdk::DpdkPort* dpdk_port() noexcept { return dpdk_port_.get(); }
+  // The FaultPort, or null when the device has no faults.
+  drivers::FaultPort* fault_port() noexcept { return fault_port_.get(); }
+
+  // Inline progress: one iteration of the loop if no other thread is
+  // running it.  With an engine thread, false and nothing happens.
+  bool progress();
+  // Stops the engine thread (the device stays open; no more progress).
+  void stop();
+
+ private:
+  friend class Devices;
+  Device() = default;
+
+  DeviceInfo info_;
+  drivers::Udp4791Claim claim_;
+  // Destroyed bottom-up: the engine first, the base port last.
+  std::unique_ptr<drivers::dpdk::DpdkPort> dpdk_port_;
+  drivers::sim::SimPort* sim_port_ = nullptr;  // owned by the registry's SimWire
+  std::unique_ptr<drivers::FaultPort> fault_port_;
+  std::unique_ptr<drivers::Port> wrapper_;
+  drivers::Port* top_ = nullptr;
+  std::unique_ptr<Engine> engine_;
+  bool registered_ = false;  // with telemetry
+  static constexpr unsigned kNoLcore = ~0u;
+  unsigned engine_lcore_ = kNoLcore;  // the engine thread's lcore id (rte_thread_register)
+};
+
+class Devices {
+ public:
+  // The process-wide registry.  It shuts down (stops engines, closes
+  // ports, then the EAL if it started it) when the process exits.
+  static Devices& instance();
+
+  // A registry of its own (tests).  The EAL is still one per process.
+  Devices();
+  ~Devices();
+  Devices(const Devices&) = delete;
+  Devices& operator=(const Devices&) = delete;
+
+  // Use `cfg` instead of loading the configuration (UROCE_CONFIG and the
+  // environment) on first use.  Fails once a device is open.
+  drivers::Status configure(config::Config cfg);
+  // The configuration, loaded on first use.
+  drivers::Result<config::Config> config();
+  // The configured device names, in order (nothing is started).
+  drivers::Result<std::vector<std::string>> names();
+
+  // Starts the device (and the EAL) on first use; later calls return the
+  // same Device.  An empty name means the first configured device.
+  drivers::Result<Device*> open(std::string_view name = {}, const OpenOptions& options = {});
+  drivers::Status open_all();
+  Device* find(std::string_view name);  // an open device, or null
+
+  // Stops the device's engine and closes its port.
+  void close(std::string_view name);
+  // Closes every device, then the sim wire, then the EAL (if this registry
+  // started it: the EAL cannot start twice, so this is final).
+  void shutdown();
+
+  // The EAL this registry runs on, once a device is open.
+  const drivers::dpdk::EalInfo* eal() const;
+
+ private:
+  drivers::Status load_locked();
+  drivers::Status start_eal_locked();
+  drivers::Result<std::unique_ptr<Device>> bring_up(const config::DeviceConfig& dev, const OpenOptions& options);
+  drivers::Status make_sim_wire_locked();
+  drivers::Status make_port(Device& d, const config::DeviceConfig& dev);
+  drivers::Status set_identity(Device& d, const config::DeviceConfig& dev);
+  drivers::Status wrap_port(Device& d, const config::DeviceConfig& dev, const OpenOptions& options);
+  drivers::Status make_engine(Device& d, const config::DeviceConfig& dev);
+  std::string capture_for(const config::DeviceConfig& dev) const;
+  void close_locked(std::vector<std::unique_ptr<Device>>::iterator it);
+
+  mutable std::mutex mu_;
+  std::optional<config::Config> cfg_;
+  bool eal_owned_ = false;  // this registry started the EAL
+  bool eal_ready_ = false;
+  bool shut_down_ = false;
+  std::unique_ptr<drivers::sim::SimWire> sim_;
+  std::map<std::string, drivers::sim::SimPort*, std::less<>> sim_ports_;  // owned by sim_
+  std::vector<std::unique_ptr<Device>> open_;
+};
+
+// The EAL options a configuration asks for (pure).
+drivers::dpdk::EalOptions eal_options(const config::Config& cfg);
+
+}  // namespace uroce::transport
