@@ -184,6 +184,7 @@ Status DpdkPort::configure(const DpdkPortConfig& config) {
     return Error{-rc, dpdk_error("rte_eth_dev_info_get(" + devargs_ + ")", rc)};
   }
   driver_ = info.driver_name != nullptr ? info.driver_name : "";
+  is_memif_ = driver_ == "net_memif";
   max_mtu_ = info.max_mtu;
   role_ = role_of(info.if_index, driver_);
   if (info.if_index != 0) {
@@ -313,9 +314,26 @@ void DpdkPort::close() noexcept {
   pool_ = nullptr;
 }
 
-uint16_t DpdkPort::rx_burst(rte_mbuf** pkts, uint16_t n) { return rte_eth_rx_burst(port_id_, kQueue, pkts, n); }
+// DPDK 22.11's memif PMD unmaps its shared regions from the interrupt
+// thread when the peer disconnects, while the data path may still be in a
+// burst (research/dpdk.md 3.4: the surviving side can crash).  The link
+// goes down first, so a memif port skips bursts while its link is down;
+// that narrows the window to a burst already under way.
+bool DpdkPort::burst_allowed() const noexcept {
+  if (!is_memif_) return true;
+  rte_eth_link link{};
+  return rte_eth_link_get_nowait(port_id_, &link) == 0 && link.link_status == RTE_ETH_LINK_UP;
+}
 
-uint16_t DpdkPort::tx_burst(rte_mbuf** pkts, uint16_t n) { return rte_eth_tx_burst(port_id_, kQueue, pkts, n); }
+uint16_t DpdkPort::rx_burst(rte_mbuf** pkts, uint16_t n) {
+  if (!burst_allowed()) return 0;
+  return rte_eth_rx_burst(port_id_, kQueue, pkts, n);
+}
+
+uint16_t DpdkPort::tx_burst(rte_mbuf** pkts, uint16_t n) {
+  if (!burst_allowed()) return 0;
+  return rte_eth_tx_burst(port_id_, kQueue, pkts, n);
+}
 
 bool DpdkPort::link_up() const {
   rte_eth_link link{};

@@ -128,6 +128,8 @@ class DpdkPort final : public Port {
   bool probed_here() const noexcept { return probed_here_; }     // removed again on close
 
  private:
+  bool burst_allowed() const noexcept;
+  bool is_memif_ = false;   // see burst_allowed()
   DpdkPort() = default;
   Status configure(const DpdkPortConfig& config);
   Status setup_queues(const DpdkPortConfig& config);
