@@ -21,9 +21,6 @@ uint64_t steady_ns() noexcept {
 
 bool is_group(const wire::MacAddr& m) noexcept { return (m[0] & 0x01) != 0; }
 
-// Frames we originate (ARP, ND) fit in this many bytes.
-constexpr size_t kHostFrameMax = 256;
-
 }  // namespace
 
 Engine::Engine(drivers::Port& port, EngineConfig cfg)
@@ -294,8 +291,7 @@ void Engine::handle_host(rte_mbuf* m, const wire::PktInfo& pi) {
   if (act.learned) neigh_.learn(act.learned->ip, act.learned->mac, act.learned->solicited, now_ns_);
   using Kind = HostAction::Kind;
   if (act.reply_len && reply) {
-    reply->data_len = static_cast<uint16_t>(act.reply_len);
-    reply->pkt_len = static_cast<uint32_t>(act.reply_len);
+    set_frame_len(reply, act.reply_len);
     switch (act.kind) {
       case Kind::ArpRequest: ctr_.inc(EngineCtr::tx_arp_reply); break;
       case Kind::IcmpEcho: ctr_.inc(EngineCtr::tx_icmp_reply); break;
@@ -347,42 +343,40 @@ void Engine::flush_tx() noexcept {
   tx_.clear();
 }
 
+void Engine::set_frame_len(rte_mbuf* m, size_t len) noexcept {
+  m->data_len = static_cast<uint16_t>(len);
+  m->pkt_len = static_cast<uint32_t>(len);
+}
+
+bool Engine::send_built(EngineCtr ctr, const std::function<size_t(uint8_t*)>& build) {
+  rte_mbuf* m = alloc();
+  if (!m) return false;
+  set_frame_len(m, build(rte_pktmbuf_mtod(m, uint8_t*)));
+  ctr_.inc(ctr);
+  send(m);
+  return true;
+}
+
 void Engine::send_neigh_request(const IpAddr& ip) {
   const auto src = cfg_.local.source_for(ip);
   if (!src) return;  // no address of that family: the request times out
-  rte_mbuf* m = alloc();
-  if (!m) return;
-  uint8_t* out = rte_pktmbuf_mtod(m, uint8_t*);
-  size_t len;
   if (ip.is_v4()) {
-    len = build_arp_request(out, cfg_.local, *src, ip);
-    ctr_.inc(EngineCtr::tx_arp_request);
+    send_built(EngineCtr::tx_arp_request, [&](uint8_t* out) { return build_arp_request(out, cfg_.local, *src, ip); });
   } else {
-    len = build_neighbor_solicit(out, cfg_.local, *src, ip);
-    ctr_.inc(EngineCtr::tx_nd_solicit);
+    send_built(EngineCtr::tx_nd_solicit,
+               [&](uint8_t* out) { return build_neighbor_solicit(out, cfg_.local, *src, ip); });
   }
-  m->data_len = static_cast<uint16_t>(len);
-  m->pkt_len = static_cast<uint32_t>(len);
-  send(m);
 }
 
 void Engine::announce() {
   for (const IpAddr& ip : cfg_.local.ips) {
-    rte_mbuf* m = alloc();
-    if (!m) return;
-    uint8_t* out = rte_pktmbuf_mtod(m, uint8_t*);
-    size_t len;
-    if (ip.is_v4()) {
-      len = build_gratuitous_arp(out, cfg_.local, ip);
-      ctr_.inc(EngineCtr::tx_arp_request);
-    } else {
-      len = build_unsolicited_na(out, cfg_.local, ip);
-      ctr_.inc(EngineCtr::tx_nd_advert);
-    }
-    static_assert(kHostFrameMax >= 128);
-    m->data_len = static_cast<uint16_t>(len);
-    m->pkt_len = static_cast<uint32_t>(len);
-    send(m);
+    const bool sent =
+        ip.is_v4()
+            ? send_built(EngineCtr::tx_arp_request,
+                         [&](uint8_t* out) { return build_gratuitous_arp(out, cfg_.local, ip); })
+            : send_built(EngineCtr::tx_nd_advert,
+                         [&](uint8_t* out) { return build_unsolicited_na(out, cfg_.local, ip); });
+    if (!sent) return;
   }
 }
 

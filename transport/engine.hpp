@@ -171,6 +171,11 @@ class Engine {
   void handle_host(rte_mbuf* m, const wire::PktInfo& pi);
   void count_drop(const wire::PktInfo& pi);
   void send_neigh_request(const IpAddr& ip);
+  static void set_frame_len(rte_mbuf* m, size_t len) noexcept;
+  // Control path (ARP/ND we originate): allocate a buffer, let `build(out)`
+  // write a frame and return its length, count it under `ctr`, queue it.
+  // False when no buffer could be had.
+  bool send_built(EngineCtr ctr, const std::function<size_t(uint8_t*)>& build);
   void announce();
   unsigned drain_doorbells();
   uint64_t realtime_ns() const noexcept;

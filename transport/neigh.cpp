@@ -224,18 +224,11 @@ void NeighTable::fail(Entry& e, uint64_t now_ns) {
 
 void NeighTable::on_timer(Entry& e, uint64_t now_ns) {
   switch (e.state) {
-    case NeighState::Incomplete:
-      if (e.requests >= cfg_.max_requests) {
-        fail(e, now_ns);
-      } else {
-        probe(e, now_ns);
-      }
-      return;
     case NeighState::Reachable:
       e.state = NeighState::Stale;
       return;
-    case NeighState::Stale:
-      // A re-probe of a stale entry went unanswered.
+    case NeighState::Incomplete:
+    case NeighState::Stale:  // a re-probe of a stale entry went unanswered
       if (e.requests >= cfg_.max_requests) {
         fail(e, now_ns);
       } else {

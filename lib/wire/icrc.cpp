@@ -199,21 +199,15 @@ Icrc Icrc::begin(const uint8_t* ip, size_t ip_hdr_len, bool ipv6) noexcept {
 
 uint32_t icrc(const uint8_t* ip, size_t ip_hdr_len, bool ipv6, size_t covered_len) noexcept {
   const size_t pseudo = ip_hdr_len + Udp::kSize + Bth::kSize;
-  if (!ipv6 && ip_hdr_len != Ipv4::kMinSize) {
-    // IPv4 with options (never seen in RoCE): the masked copy.
+  const bool plain_layout = ipv6 || ip_hdr_len == Ipv4::kMinSize;
+  if (!plain_layout || covered_len - pseudo > kShortTail) {
     Icrc c = Icrc::begin(ip, ip_hdr_len, ipv6);
     c.update(ip + pseudo, covered_len - pseudo);
     return c.value();
   }
   const DeltaTables& t = delta_tables();
-  uint32_t crc;
-  if (covered_len - pseudo <= kShortTail) {
-    crc = ipv6 ? short_icrc(ip, covered_len, kLayoutV6, t.v6, t.zero_step)
-               : short_icrc(ip, covered_len, kLayoutV4, t.v4, t.zero_step);
-  } else {
-    crc = ipv6 ? pseudo_header_crc(ip, kLayoutV6, t.v6) : pseudo_header_crc(ip, kLayoutV4, t.v4);
-    crc = crc32_gzip_refl(crc, ip + pseudo, covered_len - pseudo);
-  }
+  const uint32_t crc = ipv6 ? short_icrc(ip, covered_len, kLayoutV6, t.v6, t.zero_step)
+                            : short_icrc(ip, covered_len, kLayoutV4, t.v4, t.zero_step);
   if (kHasAvx) zero_upper();
   return crc;
 }
