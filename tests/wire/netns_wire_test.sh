@@ -35,6 +35,10 @@ readonly TCP_PORT=5001
 readonly ROCE_COUNT=300 ROCE_INTERVAL_MS=3 V6_COUNT=50 ICMP_COUNT=20
 readonly JUMBO_MTU=9000 JUMBO_PAYLOAD=8900 JUMBO_COUNT=100
 readonly MEMIF_COUNT=1000 KERNEL_PINGS=3
+# A tap node starts probing before its tap is on the bridge (DPDK creates
+# the tap; the test attaches it after): on a loaded machine the attach can
+# outlast one ARP sequence (3 requests, 1 s apart).
+readonly TAP_RESOLVE_TRIES=4
 
 [ $# -eq 3 ] || { echo "usage: $0 afpacket|tap|memif UROCE SCRIPTS_DIR" >&2; exit $EXIT_USAGE; }
 MODE=$1 UROCE=$2 SCRIPTS=$3
@@ -75,7 +79,10 @@ show() { echo "---- $1"; sed 's/^/    /' "$1"; }
 bg() {
   local name=$1 ns=$2
   shift 2
-  ip netns exec "$ns" "$@" >"$TMP/$name.log" 2>&1 &
+  # Truncated here, not by the child: a wait_line right after must not find
+  # the previous process's lines in a log the child has not yet reopened.
+  : >"$TMP/$name.log"
+  ip netns exec "$ns" "$@" >>"$TMP/$name.log" 2>&1 &
   LAST_PID=$!
   PIDS+=("$LAST_PID")
 }
@@ -347,7 +354,7 @@ run_tap() {
   tcp_client "$NS_A" "$HOST_B"
   bg ping4 "$NS_T" env UROCE_CONFIG="$CONFIG" UROCE_DEVICE="$DEVARGS_A" UROCE_IP="$IP_A/$PREFIX_LEN" \
     UROCE_PCAP="$TMP/a.pcap" "$UROCE" node --seconds $NODE_BOUND_S --ping "$IP_B" --count $ROCE_COUNT \
-    --interval-ms $ROCE_INTERVAL_MS
+    --interval-ms $ROCE_INTERVAL_MS --resolve-tries $TAP_RESOLVE_TRIES
   local ping_pid=$LAST_PID
   "$SCRIPTS/netns-up" --attach-tap "$PREFIX" "$TAP_A" || fail "attach $TAP_A"
   wait "$ping_pid"
@@ -359,7 +366,8 @@ run_tap() {
     show "$TMP/kernel-ping.log"
   fi
   bg icmp "$NS_T" env UROCE_CONFIG="$CONFIG" UROCE_DEVICE="$DEVARGS_A" UROCE_IP="$IP_A/$PREFIX_LEN" \
-    UROCE_PCAP="$TMP/icmp.pcap" "$UROCE" node --seconds $NODE_BOUND_S --ping "$HOST_B" --icmp --count $ICMP_COUNT
+    UROCE_PCAP="$TMP/icmp.pcap" "$UROCE" node --seconds $NODE_BOUND_S --ping "$HOST_B" --icmp --count $ICMP_COUNT \
+    --resolve-tries $TAP_RESOLVE_TRIES
   ping_pid=$LAST_PID
   "$SCRIPTS/netns-up" --attach-tap "$PREFIX" "$TAP_A" || fail "attach $TAP_A again"
   wait "$ping_pid"

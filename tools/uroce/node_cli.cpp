@@ -64,6 +64,7 @@ struct NodeArgs {
   size_t size = kDefaultPayload;
   uint32_t interval_ms = 0;
   uint32_t timeout_ms = kDefaultTimeoutMs;
+  uint32_t resolve_tries = 1;
   double seconds = 0;
   std::string device;
   bool no_telemetry = false;
@@ -150,6 +151,7 @@ int run_ping(Device& dev, const NodeArgs& a, const transport::IpAddr& target, Ic
   cfg.icmp = a.icmp;
   cfg.icmp_id = static_cast<uint16_t>(static_cast<uint32_t>(getpid()) & kIcmpIdMask);
   cfg.payload = a.size;
+  cfg.resolve_tries = a.resolve_tries;
   cfg.timeout_ns = uint64_t{a.timeout_ms} * static_cast<uint64_t>(kNsPerMs);
   cfg.interval_ns = uint64_t{a.interval_ms} * static_cast<uint64_t>(kNsPerMs);
   if (!wait_until(dev, [&] { return dev.port().link_up(); }, std::min(deadline, Clock::now() + kLinkWait))) {
@@ -271,6 +273,10 @@ void add_node_command(CLI::App& app, int& exit_status) {
   sub->add_option("--size", a->size, "payload bytes per ping")->capture_default_str();
   sub->add_option("--interval-ms", a->interval_ms, "wait between a reply and the next ping")->capture_default_str();
   sub->add_option("--timeout-ms", a->timeout_ms, "a round trip with no reply by then is lost")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  sub->add_option("--resolve-tries", a->resolve_tries,
+                  "ARP/ND probe sequences (3 requests, 1 s apart) before the peer counts as unreachable")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
   sub->add_option("--seconds", a->seconds, "stop after this long (default: no limit)")->check(CLI::NonNegativeNumber);

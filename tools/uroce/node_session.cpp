@@ -91,12 +91,19 @@ void PingSession::start() {
     on_resolved(cfg_.target, true);
     return;
   }
+  resolve_tries_ = 1;
   engine_.neighbours().resolve(cfg_.target, engine_.now());
 }
 
 void PingSession::on_resolved(const IpAddr& ip, bool ok) {
   if (!(ip == cfg_.target) || res_.resolved || finished_) return;
   if (!ok) {
+    if (resolve_tries_ < cfg_.resolve_tries) {
+      // The peer may come later (a tap not yet on its bridge): start over.
+      ++resolve_tries_;
+      engine_.neighbours().resolve(cfg_.target, engine_.now());
+      return;
+    }
     finish(std::string(cfg_.target.is_v4() ? "ARP" : "neighbour discovery") + ": no answer from the target");
     return;
   }

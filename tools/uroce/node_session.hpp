@@ -42,6 +42,7 @@ struct PingConfig {
   size_t payload = kNodeMsgSize;
   uint64_t timeout_ns = 0;   // per round trip
   uint64_t interval_ns = 0;  // between a pong and the next ping
+  uint32_t resolve_tries = 1;  // full ARP/ND probe sequences before giving up
 };
 
 struct PingResults {
@@ -89,6 +90,7 @@ class PingSession final : public transport::RoceSink {
   Timer timeout_{};
   Timer interval_{};
   uint64_t start_ns_ = 0;
+  uint32_t resolve_tries_ = 0;
   uint32_t seq_ = 0;       // of the ping in flight
   uint64_t tx_ns_ = 0;
   bool waiting_ = false;   // a ping is in flight
