@@ -144,6 +144,7 @@ class Engine {
   // A frame whose Ethernet destination is filled in once `dst` resolves.
   bool send_to(const IpAddr& dst, rte_mbuf* m) noexcept;
   void flush_tx() noexcept;
+  static void set_frame_len(rte_mbuf* m, size_t len) noexcept;
 
   // QP table [engine]: O(1) by QPN.
   bool attach_qp(Qpn qpn, void* qp) noexcept;
@@ -171,7 +172,6 @@ class Engine {
   void handle_host(rte_mbuf* m, const wire::PktInfo& pi);
   void count_drop(const wire::PktInfo& pi);
   void send_neigh_request(const IpAddr& ip);
-  static void set_frame_len(rte_mbuf* m, size_t len) noexcept;
   // Control path (ARP/ND we originate): allocate a buffer, let `build(out)`
   // write a frame and return its length, count it under `ctr`, queue it.
   // False when no buffer could be had.

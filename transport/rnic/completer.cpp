@@ -1,0 +1,1 @@
+// completer: to be written

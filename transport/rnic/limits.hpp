@@ -1,0 +1,34 @@
+// The device limits: what query_device reports is exactly what create_* and
+// post_* enforce (the man pages' EINVAL/ENOMEM when exceeded).  Chosen near
+// rxe's (drivers/infiniband/sw/rxe/rxe_param.h) so that programs sized for
+// rxe fit.
+#pragma once
+
+#include <cstdint>
+
+namespace uroce::rnic {
+
+inline constexpr uint32_t kMaxQp = 1u << 16;           // QPNs 2 .. kMaxQp-1 (0, 1: SMI, GSI)
+inline constexpr uint32_t kMaxQpWr = 16384;            // per SQ / RQ
+inline constexpr uint32_t kMaxSge = 32;                // per WR, send and receive
+inline constexpr uint32_t kMaxSgeRd = 32;
+inline constexpr uint32_t kMaxInlineData = 512;        // bytes per WR
+inline constexpr uint32_t kMaxCq = 16384;
+inline constexpr uint32_t kMaxCqe = (1u << 16) - 1;
+inline constexpr uint32_t kMaxPd = 0x7ffc;
+inline constexpr uint32_t kMaxMr = 1u << 18;
+inline constexpr uint64_t kMaxMrSize = uint64_t{1} << 40;
+inline constexpr uint32_t kMaxQpRdAtom = 128;          // max_rd_atomic / max_dest_rd_atomic
+inline constexpr uint32_t kMaxSrq = 1u << 14;
+inline constexpr uint32_t kMaxSrqWr = 16384;
+inline constexpr uint32_t kMaxSrqSge = 32;
+inline constexpr uint32_t kMaxAh = 1u << 16;
+inline constexpr uint32_t kMaxMsgSize = 1u << 31;      // bytes per message (RC/UC)
+inline constexpr uint16_t kMaxPkeys = 1;               // one P_Key, 0xFFFF
+inline constexpr uint32_t kMaxGid = 16;                // GID table entries per port
+inline constexpr uint32_t kVendorId = 0xFFFFFF;        // as rxe
+inline constexpr uint32_t kVendorPartId = 0;
+inline constexpr uint8_t kPortNum = 1;
+inline constexpr uint32_t kGsiQkey = 0x80010000u;
+
+}  // namespace uroce::rnic

@@ -1,0 +1,1 @@
+// objects: to be written

@@ -1,0 +1,228 @@
+// The software RNIC's objects: PD, MR, CQ (+ completion channel), SRQ, AH
+// and the device (Rnic) that owns them.  The QP is in qp.hpp.
+//
+// The API speaks libibverbs' own structures (ibv_qp_attr, ibv_send_wr,
+// ibv_wc ...) so that verbs-shim/ wraps it one to one and every enum value
+// and attribute mask is the man pages' by construction.  Errors are the
+// errno values the man pages name, returned as positive ints (0: success).
+//
+// Threads: control-path calls (create/destroy/modify/query) come from any
+// application thread; they take the Rnic's control mutex and reach engine
+// state through Engine::run_sync.  Data-path calls (post_*, poll, notify)
+// touch only the object's rings and locks (see each class).  Functions
+// marked [engine] run inside the engine's loop only.
+#pragma once
+
+#include <infiniband/verbs.h>
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <vector>
+
+#include "lib/wire/ipv6.hpp"
+#include "lib/wire/types.hpp"
+#include "transport/rnic/limits.hpp"
+
+namespace uroce::transport {
+class Engine;
+}
+
+namespace uroce::rnic {
+
+using uroce::Lkey;
+using uroce::Psn;
+using uroce::Qkey;
+using uroce::Qpn;
+using uroce::Rkey;
+
+class Rnic;
+class Qp;
+
+// ---- PD ----------------------------------------------------------------------------
+class Pd {
+ public:
+  explicit Pd(Rnic& rnic, uint32_t handle) : rnic_(rnic), handle_(handle) {}
+  Rnic& rnic() const noexcept { return rnic_; }
+  uint32_t handle() const noexcept { return handle_; }
+  // Objects created on this PD (MR, QP, SRQ, AH); dealloc fails with EBUSY
+  // while non-zero.
+  std::atomic<uint32_t> users{0};
+
+ private:
+  Rnic& rnic_;
+  uint32_t handle_;
+};
+
+// ---- MR ----------------------------------------------------------------------------
+// Registered over memory of this process: [addr, addr+length) as seen by the
+// application, addressed remotely by iova (== addr unless reg_mr_iova).
+// lkey == rkey (an index into the Rnic's key table plus an 8-bit key
+// that changes on every registration, as rxe does).
+class Mr {
+ public:
+  Pd* pd = nullptr;
+  uint8_t* addr = nullptr;
+  uint64_t length = 0;
+  uint64_t iova = 0;
+  int access = 0;  // IBV_ACCESS_*
+  Lkey lkey{};
+  Rkey rkey{};
+  std::atomic<bool> valid{true};  // false once deregistered (engine sees it)
+
+  // The host address of [va, va+len) if it lies inside the MR (64-bit wrap
+  // included); nullptr otherwise.  `va` is an iova (remote) or an address
+  // (local, where iova == addr).
+  uint8_t* translate(uint64_t va, uint64_t len) const noexcept;
+};
+
+// Why a key lookup failed: the responder NAKs remote access errors, the
+// requester completes local ones with LOC_PROT_ERR.
+enum class KeyCheck : uint8_t { Ok, NoKey, WrongPd, NoAccess, OutOfBounds };
+
+// ---- completion channel ------------------------------------------------------------
+// An eventfd the application polls (ibv_get_cq_event reads it).  Events are
+// queued in order; `get_event` pops one (blocking or not).
+class CompChannel {
+ public:
+  CompChannel();
+  ~CompChannel();
+  CompChannel(const CompChannel&) = delete;
+  CompChannel& operator=(const CompChannel&) = delete;
+  int fd() const noexcept { return fd_; }
+  // [engine] a CQ armed with req_notify got its event.
+  void notify(class Cq* cq) noexcept;
+  // Application: the next event's CQ (blocks unless the fd is O_NONBLOCK;
+  // EAGAIN when non-blocking and none).
+  int get_event(class Cq** cq);
+  std::atomic<uint32_t> users{0};  // CQs attached; destroy fails with EBUSY
+
+ private:
+  int fd_ = -1;
+  std::mutex mu_;
+  std::vector<class Cq*> pending_;
+};
+
+// ---- CQ ----------------------------------------------------------------------------
+// A ring of ibv_wc.  Producer: the engine (one thread).  Consumers:
+// application threads under `poll_mu_`.  Memory ordering: the engine writes
+// an entry, then publishes tail_ with release; pollers read tail_ with
+// acquire, copy entries, then publish head_ with release; the engine reads
+// head_ with acquire to see free slots.  Overflow (no free slot) sets the
+// CQ in error and raises IBV_EVENT_CQ_ERR; the entry is dropped, never
+// written over an unread one.
+class Cq {
+ public:
+  Cq(Rnic& rnic, uint32_t capacity, void* context, CompChannel* channel);
+  ~Cq();
+  Rnic& rnic() const noexcept { return rnic_; }
+  void* context() const noexcept { return context_; }
+  CompChannel* channel() const noexcept { return channel_; }
+  uint32_t capacity() const noexcept { return capacity_; }  // usable entries (ibv cqe)
+
+  // Application side.
+  int poll(int n, ibv_wc* out);              // number polled, or -errno
+  int req_notify(bool solicited_only);       // 0 or errno
+  int resize(uint32_t cqe);                  // 0 or errno (EINVAL when below the entries in use)
+
+  // [engine] false when the CQ overflowed (the caller counts it; the
+  // async event is raised here).  `solicited`: the completion of a message
+  // with the SE bit (wakes a solicited-only request).
+  bool push(const ibv_wc& wc, bool solicited = false) noexcept;
+
+  std::atomic<uint32_t> users{0};  // QPs and SRQs using it; destroy fails with EBUSY
+  bool overflowed() const noexcept { return overflow_.load(std::memory_order_acquire); }
+
+ private:
+  Rnic& rnic_;
+  void* context_;
+  CompChannel* channel_;
+  uint32_t capacity_;
+  std::vector<ibv_wc> ring_;          // capacity_ + 1 slots
+  alignas(64) std::atomic<uint32_t> head_{0};  // next to poll
+  alignas(64) std::atomic<uint32_t> tail_{0};  // next to fill
+  std::mutex poll_mu_;
+  // 0: not armed; 1: next completion; 2: solicited only.
+  std::atomic<uint8_t> armed_{0};
+  std::atomic<bool> overflow_{false};
+};
+
+// ---- receive WQEs (RQ and SRQ) -----------------------------------------------------
+struct RecvWqe {
+  uint64_t wr_id = 0;
+  uint32_t num_sge = 0;
+  uint64_t total_len = 0;  // sum of the SGE lengths
+  ibv_sge sge[kMaxSge]{};
+};
+
+// A ring of RecvWqe.  Producers: application threads under `post_mu_`
+// (validated before they are written).  Consumer: the engine.  Ordering as
+// the CQ's: writer fills the slot, then tail_ release; reader acquires.
+class RecvQueue {
+ public:
+  void init(uint32_t capacity);  // usable entries
+  uint32_t capacity() const noexcept { return capacity_; }
+  // Application: the number of WQEs in the queue (for SRQ limit and query).
+  uint32_t size() const noexcept;
+  bool full() const noexcept;
+  void push(const RecvWqe& w) noexcept;  // under post_mu_, after !full()
+  // [engine]
+  RecvWqe* front() noexcept;             // nullptr when empty
+  void pop() noexcept;
+  std::mutex post_mu;
+
+ private:
+  uint32_t capacity_ = 0;
+  std::vector<RecvWqe> ring_;
+  alignas(64) std::atomic<uint32_t> head_{0};
+  alignas(64) std::atomic<uint32_t> tail_{0};
+};
+
+// ---- SRQ ---------------------------------------------------------------------------
+class Srq {
+ public:
+  Srq(Rnic& rnic, Pd* pd, const ibv_srq_attr& attr, void* context);
+  ~Srq();
+  Pd* pd() const noexcept { return pd_; }
+  void* context() const noexcept { return context_; }
+  int post_recv(const ibv_recv_wr* wr, const ibv_recv_wr** bad);
+  int modify(const ibv_srq_attr& attr, int mask);  // IBV_SRQ_MAX_WR (resize: EINVAL/ENOSYS), IBV_SRQ_LIMIT
+  int query(ibv_srq_attr* attr) const;
+  RecvQueue& rq() noexcept { return rq_; }
+  // [engine] after a pop: raises IBV_EVENT_SRQ_LIMIT_REACHED once when the
+  // queue drops below an armed limit (and disarms it, IBA 10.2.9.2).
+  void after_pop() noexcept;
+  std::atomic<uint32_t> users{0};  // QPs; destroy fails with EBUSY
+  std::mutex engine_mu;            // several engine-side consumers never race: one engine thread
+
+ private:
+  Rnic& rnic_;
+  Pd* pd_;
+  void* context_;
+  uint32_t max_sge_;
+  std::atomic<uint32_t> limit_{0};
+  RecvQueue rq_;
+};
+
+// ---- AH ----------------------------------------------------------------------------
+// The destination of a UD send (and the primary path of a connected QP).
+struct AhAttr {
+  ibv_ah_attr attr{};
+  // Resolved from attr.grh: the IP addresses to put on the wire.
+  wire::Ipv6Addr dgid{};   // ::ffff:a.b.c.d for IPv4
+  wire::Ipv6Addr sgid{};   // from the GID table at sgid_index
+  bool ipv4 = true;
+  uint8_t traffic_class = 0;
+  uint8_t hop_limit = 64;
+  uint32_t flow_label = 0;
+};
+
+class Ah {
+ public:
+  Pd* pd = nullptr;
+  AhAttr path;
+};
+
+}  // namespace uroce::rnic

@@ -1,0 +1,1 @@
+// qp: to be written

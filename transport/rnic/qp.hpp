@@ -1,0 +1,189 @@
+// The queue pair: its attributes, its state machine (IBA 10.3, the
+// ibv_modify_qp man page), its send and receive queues, and the state of
+// its three engine-side roles:
+//
+//   requester (requester.cpp)  SQ WQEs -> request packets
+//   completer (completer.cpp)  ACK/NAK/READ responses/atomic ACKs -> send CQEs, retransmission
+//   responder (responder.cpp)  request packets -> memory, receive CQEs, ACK/NAK/READ responses
+//
+// Threads.  Application threads post under sq.post_mu / rq.post_mu (one lock
+// per queue, so several threads may post to one QP) and then ring the
+// engine's doorbell; modify/query/destroy take the Rnic's control mutex and
+// run their engine-side part through Engine::run_sync.  Everything in
+// `req`, `comp`, `resp` and the WQEs' progress fields is engine-only.
+#pragma once
+
+#include <infiniband/verbs.h>
+
+#include <atomic>
+#include <cstdint>
+#include <mutex>
+#include <vector>
+
+#include "lib/util/timer_wheel.hpp"
+#include "transport/rnic/objects.hpp"
+#include "transport/rnic/requester.hpp"
+#include "transport/rnic/responder.hpp"
+
+namespace uroce::rnic {
+
+// ---- send WQEs ---------------------------------------------------------------------
+// Where a send WQE is in its life (engine only).
+enum class WqeState : uint8_t {
+  Posted,     // not yet started by the requester
+  Sending,    // some packets sent
+  Sent,       // every packet sent, waiting for the ACK / READ response / atomic ACK
+  Done,       // acknowledged (or, UD/UC, sent); its CQE may be written
+  Error,      // completed in error; the QP goes to ERR
+};
+
+struct SendWqe {
+  // From the ibv_send_wr, validated at post time.
+  uint64_t wr_id = 0;
+  ibv_wr_opcode opcode = IBV_WR_SEND;
+  uint32_t send_flags = 0;          // IBV_SEND_*
+  uint32_t imm_data = 0;            // network order, as in ibv_send_wr (also invalidate_rkey)
+  uint64_t remote_addr = 0;         // RDMA / atomic
+  uint32_t rkey = 0;
+  uint64_t compare_add = 0;         // atomic
+  uint64_t swap = 0;
+  AhAttr ud_path{};                 // UD: copied from the AH at post time
+  uint32_t remote_qpn = 0;          // UD
+  uint32_t remote_qkey = 0;         // UD
+  uint32_t num_sge = 0;
+  ibv_sge sge[kMaxSge]{};           // unused when inline
+  uint64_t length = 0;              // total message bytes
+  uint8_t inline_data[kMaxInlineData];  // IBV_SEND_INLINE: the bytes, copied at post time
+
+  // Progress (engine only; requester and completer).
+  WqeState state = WqeState::Posted;
+  Psn first_psn{};
+  Psn last_psn{};
+  uint64_t sent = 0;                // payload bytes segmented so far (requester)
+  uint32_t sge_idx = 0;             // requester's gather cursor
+  uint64_t sge_off = 0;
+  uint64_t read_done = 0;           // READ response bytes placed (completer)
+  uint64_t atomic_orig = 0;         // the atomic ACK's original value
+  ibv_wc_status status = IBV_WC_SUCCESS;
+};
+
+// A ring of SendWqe.  Slots [head, tail) are posted and not yet completed.
+// Producer: application threads under post_mu (tail_, release).  Consumer:
+// the engine: the requester walks from `req.wqe_idx`; the completer retires
+// from head_ (release, so that posters see the freed slot).
+class SendQueue {
+ public:
+  void init(uint32_t capacity);
+  uint32_t capacity() const noexcept { return capacity_; }
+  bool full() const noexcept;
+  SendWqe& slot(uint32_t idx) noexcept { return ring_[idx % ring_.size()]; }
+  // Application, under post_mu: the slot to fill, then publish().
+  SendWqe& next_free() noexcept { return slot(tail_.load(std::memory_order_relaxed)); }
+  void publish() noexcept { tail_.store(tail_.load(std::memory_order_relaxed) + 1, std::memory_order_release); }
+  // Engine.
+  uint32_t head() const noexcept { return head_.load(std::memory_order_relaxed); }
+  uint32_t tail() const noexcept { return tail_.load(std::memory_order_acquire); }
+  void retire() noexcept { head_.store(head_.load(std::memory_order_relaxed) + 1, std::memory_order_release); }
+  std::mutex post_mu;
+
+ private:
+  uint32_t capacity_ = 0;
+  std::vector<SendWqe> ring_;  // capacity_ slots; indexes are free-running uint32_t
+  alignas(64) std::atomic<uint32_t> head_{0};
+  alignas(64) std::atomic<uint32_t> tail_{0};
+};
+
+// ---- the QP ------------------------------------------------------------------------
+class Qp {
+ public:
+  Qp(Rnic& rnic, Pd* pd, Qpn qpn, const ibv_qp_init_attr& init);
+  ~Qp();
+  Qp(const Qp&) = delete;
+  Qp& operator=(const Qp&) = delete;
+
+  // ---- verbs (application threads) ----
+  int modify(const ibv_qp_attr& attr, int mask);  // 0, or EINVAL leaving the QP unchanged
+  int query(ibv_qp_attr* attr, int mask, ibv_qp_init_attr* init) const;
+  int post_send(const ibv_send_wr* wr, const ibv_send_wr** bad);
+  int post_recv(const ibv_recv_wr* wr, const ibv_recv_wr** bad);
+
+  // ---- identity and configuration (read by the engine; written by modify under run_sync)
+  Rnic& rnic() const noexcept { return rnic_; }
+  Pd* pd() const noexcept { return pd_; }
+  Qpn qpn() const noexcept { return qpn_; }
+  ibv_qp_type type() const noexcept { return type_; }
+  bool is_gsi() const noexcept { return qpn_ == kQp1; }
+  Cq* send_cq() const noexcept { return send_cq_; }
+  Cq* recv_cq() const noexcept { return recv_cq_; }
+  Srq* srq() const noexcept { return srq_; }
+  bool sq_sig_all() const noexcept { return sq_sig_all_; }
+  void* context = nullptr;  // ibv_qp's qp_context, for async events
+
+  ibv_qp_state state() const noexcept { return state_.load(std::memory_order_acquire); }
+
+  // The attributes as last set by modify (ibv_qp_attr fields).
+  struct Attrs {
+    uint32_t qkey = 0;
+    uint32_t rq_psn = 0, sq_psn = 0;
+    uint32_t dest_qp_num = 0;
+    int qp_access_flags = 0;
+    ibv_mtu path_mtu = IBV_MTU_1024;
+    uint32_t pmtu_bytes = 1024;
+    uint16_t pkey_index = 0;
+    uint8_t max_rd_atomic = 0;       // requester: outstanding READ/atomics
+    uint8_t max_dest_rd_atomic = 0;  // responder: its result cache
+    uint8_t min_rnr_timer = 0;       // the RNR NAK's timer code (IBA table 45)
+    uint8_t timeout = 0;             // local ACK timeout: 4.096 us * 2^timeout (0: infinite)
+    uint8_t retry_cnt = 0;
+    uint8_t rnr_retry = 0;           // 7: infinite
+    uint8_t sq_draining = 0;
+    AhAttr path{};                   // RC/UC primary path
+    uint16_t sport = 0xC000;         // UDP source port (0xC000-0xFFFF)
+  };
+  const Attrs& attrs() const noexcept { return attrs_; }
+
+  // Capacities as created (ibv_qp_cap; the post_* limits).
+  const ibv_qp_cap& cap() const noexcept { return cap_; }
+
+  SendQueue sq;
+  RecvQueue rq;     // unused with an SRQ
+
+  // ---- engine-side role state (engine only) ----
+  ReqState req;
+  CompState comp;
+  RespState resp;
+
+  // ---- [engine] ----
+  // Move to ERR (async IBV_EVENT_QP_FATAL when `fatal`) and flush: every
+  // outstanding send WQE and every posted receive completes with
+  // WR_FLUSH_ERR, in order, on its CQ; later posts complete likewise.
+  void to_error(bool fatal) noexcept;
+  // SQ error (IBA 10.3.1.6): RC/UC/UD send side failed; SQE for UD/UC,
+  // ERR for RC.
+  void send_error() noexcept;
+  // Write the send CQE of `w` when it completes (signaled, an error, or
+  // sq_sig_all) and retire every Done WQE from the head in order.
+  void complete_send_wqes() noexcept;
+  // The next receive WQE (QP's RQ or its SRQ); nullptr when none (RNR).
+  RecvWqe* recv_front() noexcept;
+  void recv_pop() noexcept;
+
+ private:
+  int check_modify(const ibv_qp_attr& attr, int mask) const;
+  void apply_modify(const ibv_qp_attr& attr, int mask);  // [engine]
+  void flush_recv() noexcept;
+
+  Rnic& rnic_;
+  Pd* pd_;
+  Qpn qpn_;
+  ibv_qp_type type_;
+  Cq* send_cq_;
+  Cq* recv_cq_;
+  Srq* srq_;
+  bool sq_sig_all_;
+  ibv_qp_cap cap_{};
+  Attrs attrs_{};
+  std::atomic<ibv_qp_state> state_{IBV_QPS_RESET};
+};
+
+}  // namespace uroce::rnic

@@ -1,0 +1,1 @@
+// requester: to be written

@@ -1,0 +1,1 @@
+// responder: to be written

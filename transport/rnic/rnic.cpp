@@ -1,0 +1,2 @@
+#include "transport/rnic/rnic.hpp"
+#include "transport/rnic/tx.hpp"

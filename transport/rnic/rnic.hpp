@@ -1,0 +1,168 @@
+// The software RNIC of one engine (one port): device and port attributes,
+// the GID table, object creation and the key/QPN tables the engine looks
+// up, async events, and the RoceSink the engine hands RoCEv2 packets to.
+//
+//   RoCEv2 packet -> Rnic::rx_burst -> QP (attached by QPN in the engine's
+//   table) -> request opcode: responder_rx; response opcode: completer_rx
+//
+// Control calls (create/destroy/query) may come from any thread; they hold
+// `ctl_mu_` and do their engine-side part through Engine::run_sync.
+#pragma once
+
+#include <infiniband/verbs.h>
+
+#include <atomic>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "lib/util/counters.hpp"
+#include "transport/engine.hpp"
+#include "transport/rnic/objects.hpp"
+#include "transport/rnic/qp.hpp"
+
+namespace uroce::rnic {
+
+// One counter per transport event and drop reason (the engine's own
+// counters cover the frames before they reach a QP).
+#define UROCE_RNIC_COUNTERS(X)                                                              \
+  X(req_pkts, "request packets sent")                                                       \
+  X(req_retrans_pkts, "request packets sent again (go-back-N)")                             \
+  X(resp_pkts, "response packets sent (ACK, NAK, READ response, atomic ACK)")               \
+  X(rx_req_pkts, "request packets received")                                                \
+  X(rx_resp_pkts, "response packets received")                                              \
+  X(ack_timeouts, "local ACK timeouts")                                                     \
+  X(rnr_naks_sent, "RNR NAKs sent (no receive WQE)")                                        \
+  X(rnr_naks_rcvd, "RNR NAKs received")                                                     \
+  X(seq_naks_sent, "PSN sequence error NAKs sent")                                          \
+  X(seq_naks_rcvd, "PSN sequence error NAKs received")                                      \
+  X(dup_requests, "duplicate requests received (re-ACKed or replayed)")                     \
+  X(retry_exceeded, "QPs that exhausted retry_cnt")                                         \
+  X(rnr_retry_exceeded, "QPs that exhausted rnr_retry")                                     \
+  X(drop_qp_state, "dropped: packet for a QP in a state that does not take it")             \
+  X(drop_psn_out_of_seq, "dropped: request beyond the expected PSN")                        \
+  X(drop_bad_opcode_seq, "dropped: opcode out of sequence within a message")                \
+  X(drop_resp_unexpected, "dropped: response for no outstanding request (ghost)")           \
+  X(drop_qkey, "dropped: UD/GSI packet with a wrong Q_Key")                                 \
+  X(drop_pkey, "dropped: packet with a P_Key we do not hold")                               \
+  X(drop_ud_too_long, "dropped: UD message longer than the receive buffer")                 \
+  X(drop_uc_gap, "dropped: UC packet after a PSN gap (rest of the message)")                \
+  X(drop_no_recv_ud, "dropped: UD/UC packet with no receive WQE posted")                    \
+  X(rem_access_naks, "remote access error NAKs sent")                                       \
+  X(rem_inv_req_naks, "invalid request NAKs sent")                                          \
+  X(rem_op_naks, "remote operational error NAKs sent")                                      \
+  X(cq_overflows, "completions lost to a full CQ (CQ error raised)")
+
+UROCE_COUNTER_ENUM(RnicCtr, UROCE_RNIC_COUNTERS)
+using RnicCounters = CounterSet<RnicCtr, kRnicCtrInfo>;
+
+// An asynchronous event (ibv_get_async_event): the element is a Qp*, Cq*,
+// Srq* or the port number, as `type` says.
+struct AsyncEvent {
+  ibv_event_type type = IBV_EVENT_DEVICE_FATAL;
+  Qp* qp = nullptr;
+  Cq* cq = nullptr;
+  Srq* srq = nullptr;
+  int port = 0;
+};
+
+class Rnic final : public transport::RoceSink {
+ public:
+  // `name`: "uroce0" ...  The GID table is built from the engine's local
+  // addresses (index 0 the IPv6 link-local when there is one, as the
+  // kernel orders them, then IPv4-mapped and global IPv6 addresses).
+  Rnic(transport::Engine& engine, std::string name);
+  ~Rnic() override;
+  Rnic(const Rnic&) = delete;
+  Rnic& operator=(const Rnic&) = delete;
+
+  transport::Engine& engine() noexcept { return engine_; }
+  const std::string& name() const noexcept { return name_; }
+  uint64_t node_guid() const noexcept;  // from the MAC (EUI-64), as rxe
+
+  // ---- queries ----
+  const ibv_device_attr& device_attr() const noexcept { return dev_attr_; }
+  int query_port(uint8_t port, ibv_port_attr* out) const;
+  int query_gid(uint8_t port, int index, ibv_gid* gid) const;          // EINVAL past the table
+  int query_gid_type(uint8_t port, int index, int* type) const;         // IBV_GID_TYPE_ROCE_V2
+  int query_pkey(uint8_t port, int index, uint16_t* pkey) const;
+  size_t gid_count() const noexcept;
+  // The GID index holding `addr`, or -1.
+  int find_gid(const wire::Ipv6Addr& addr) const noexcept;
+  // A QP's / AH's path from ibv_ah_attr (is_global and a valid sgid_index
+  // required on RoCE): EINVAL when the attribute cannot be a RoCEv2 path.
+  int resolve_path(const ibv_ah_attr& attr, AhAttr* out) const;
+
+  // ---- objects (any thread; errno in *err on failure) ----
+  Pd* alloc_pd(int* err);
+  int dealloc_pd(Pd* pd);                   // EBUSY while in use
+  Mr* reg_mr(Pd* pd, void* addr, size_t length, uint64_t iova, int access, int* err);
+  int rereg_mr(Mr* mr, int flags, Pd* pd, void* addr, size_t length, int access);
+  int dereg_mr(Mr* mr);
+  CompChannel* create_comp_channel(int* err);
+  int destroy_comp_channel(CompChannel* ch);  // EBUSY while a CQ uses it
+  Cq* create_cq(int cqe, void* context, CompChannel* ch, int comp_vector, int* err);
+  int destroy_cq(Cq* cq);                   // EBUSY while a QP/SRQ uses it
+  Srq* create_srq(Pd* pd, const ibv_srq_init_attr& init, int* err);
+  int destroy_srq(Srq* srq);
+  Qp* create_qp(Pd* pd, const ibv_qp_init_attr& init, int* err);  // caps written back to init.cap by the caller's copy
+  int destroy_qp(Qp* qp);
+  Ah* create_ah(Pd* pd, const ibv_ah_attr& attr, int* err);
+  int destroy_ah(Ah* ah);
+
+  // ---- [engine] lookups ----
+  // The MR for a local key with this PD; `check` why not.
+  Mr* lookup_lkey(uint32_t lkey, const Pd* pd, KeyCheck* check) noexcept;
+  // The host address for a remote access [va, va+len) under `rkey` with
+  // every bit of `need` (IBV_ACCESS_REMOTE_*) granted and the QP's PD;
+  // nullptr and `check` when refused (IBA 9.7.5.1.3 / C9-88).
+  uint8_t* check_rkey(uint32_t rkey, uint64_t va, uint64_t len, int need, const Pd* pd, KeyCheck* check) noexcept;
+  Qp* qp_by_num(Qpn qpn) noexcept;
+  // The mutex atomics hold so that they are atomic with respect to each
+  // other across QPs (IBA 9.7.5.1.5 / o9-25).
+  std::mutex& atomic_mu() noexcept { return atomic_mu_; }
+
+  // ---- async events ----
+  int async_fd() const noexcept { return async_fd_; }
+  void raise(const AsyncEvent& ev) noexcept;   // any thread
+  int get_async_event(AsyncEvent* ev);          // blocks unless async_fd is O_NONBLOCK (EAGAIN)
+
+  // ---- doorbells ----
+  // Application: wake the requester of `qp` (after post_send).
+  void ring_sq(Qp& qp) noexcept;
+
+  // ---- the engine's RoceSink ----
+  void rx_burst(transport::Engine& engine, transport::RoceRx* pkts, uint16_t n) override;
+
+  RnicCounters& counters() noexcept { return ctr_; }
+  const RnicCounters& counters() const noexcept { return ctr_; }
+
+ private:
+  transport::Engine& engine_;
+  std::string name_;
+  ibv_device_attr dev_attr_{};
+  std::vector<wire::Ipv6Addr> gids_;
+  RnicCounters ctr_;
+  std::mutex ctl_mu_;
+  std::mutex atomic_mu_;
+  // Objects, owned here.
+  std::vector<std::unique_ptr<Pd>> pds_;
+  std::vector<std::unique_ptr<Mr>> mrs_;        // index = key >> 8
+  std::vector<std::unique_ptr<CompChannel>> channels_;
+  std::vector<std::unique_ptr<Cq>> cqs_;
+  std::vector<std::unique_ptr<Srq>> srqs_;
+  std::vector<std::unique_ptr<Qp>> qps_;
+  std::vector<std::unique_ptr<Ah>> ahs_;
+  std::vector<Mr*> key_table_;                  // engine reads; index = key >> 8
+  uint8_t key_gen_ = 0;
+  uint32_t next_qpn_ = 2;
+  uint32_t next_pd_ = 1;
+  int async_fd_ = -1;
+  std::mutex async_mu_;
+  std::deque<AsyncEvent> async_;
+};
+
+}  // namespace uroce::rnic

@@ -1,0 +1,1 @@
+// tx: to be written

@@ -1,0 +1,47 @@
+// Building and sending the transport's packets (requester, responder and
+// completer share it): headers straight into the mbuf, the payload gathered
+// in place, ICRC, then the engine's neighbour-resolving send.  No
+// allocation beyond the mbuf.
+#pragma once
+
+#include <rte_mbuf.h>
+
+#include <cstdint>
+#include <cstring>
+
+#include "lib/wire/build.hpp"
+#include "transport/engine.hpp"
+#include "transport/rnic/objects.hpp"
+
+namespace uroce::rnic {
+
+// The path part of `d` — L3 family and addresses, traffic class, hop limit,
+// flow label, VLAN tags, source MAC, UDP source port, P_Key — from `path`.
+// The destination MAC is filled in by neighbour resolution.
+void tx_fill_path(const transport::Engine& engine, const AhAttr& path, uint16_t sport, wire::PktDesc& d) noexcept;
+
+// Allocate, write headers for `payload_len` bytes, let `copy(uint8_t* dst)`
+// write the payload, finish (pad, ICRC) and send towards `path.dgid`.
+// False when no buffer (the engine counts drop_no_mbuf) or the frame would
+// not fit one.
+template <class CopyFn>
+bool tx_send(transport::Engine& engine, const AhAttr& path, const wire::PktDesc& d, size_t payload_len,
+             CopyFn&& copy) noexcept {
+  rte_mbuf* m = engine.alloc();
+  if (m == nullptr) return false;
+  if (wire::frame_len(d, payload_len) > rte_pktmbuf_tailroom(m)) {
+    rte_pktmbuf_free(m);
+    return false;
+  }
+  uint8_t* frame = rte_pktmbuf_mtod(m, uint8_t*);
+  const size_t hl = wire::write_headers(frame, d, payload_len);
+  copy(frame + hl);
+  transport::Engine::set_frame_len(m, wire::finish(frame, d, payload_len));
+  return engine.send_to(transport::IpAddr::v6(path.dgid), m);
+}
+
+inline bool tx_send(transport::Engine& engine, const AhAttr& path, const wire::PktDesc& d) noexcept {
+  return tx_send(engine, path, d, 0, [](uint8_t*) {});
+}
+
+}  // namespace uroce::rnic
