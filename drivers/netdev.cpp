@@ -1,6 +1,9 @@
 #include "drivers/netdev.hpp"
 
 #include <arpa/inet.h>
+#include <linux/neighbour.h>
+#include <linux/netlink.h>
+#include <linux/rtnetlink.h>
 #include <ifaddrs.h>
 #include <net/if.h>
 #include <netinet/in.h>
@@ -138,6 +141,104 @@ void Udp4791Claim::close_all() noexcept {
   if (fd4_ >= 0) ::close(fd4_);
   if (fd6_ >= 0) ::close(fd6_);
   fd4_ = fd6_ = -1;
+}
+
+namespace {
+
+bool is_v4_mapped(const wire::Ipv6Addr& a) {
+  static constexpr uint8_t kPrefix[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
+  return std::memcmp(a.data(), kPrefix, sizeof kPrefix) == 0;
+}
+
+constexpr uint16_t kUsableNud = NUD_REACHABLE | NUD_STALE | NUD_DELAY | NUD_PROBE | NUD_PERMANENT | NUD_NOARP;
+constexpr size_t kNetlinkBuf = 32 * 1024;
+
+// The MAC in one RTM_NEWNEIGH message if it is for `ip` on `ifindex` and usable.
+std::optional<wire::MacAddr> match_neigh(const nlmsghdr* h, int ifindex, const wire::Ipv6Addr& ip, bool v4) {
+  const auto* nd = static_cast<const ndmsg*>(NLMSG_DATA(h));
+  if (ifindex != 0 && nd->ndm_ifindex != ifindex) return std::nullopt;
+  if ((nd->ndm_state & kUsableNud) == 0) return std::nullopt;
+  const uint8_t* want = v4 ? ip.data() + 12 : ip.data();
+  const size_t want_len = v4 ? 4 : 16;
+  bool dst_ok = false;
+  std::optional<wire::MacAddr> mac;
+  int len = static_cast<int>(RTM_PAYLOAD(h));
+  for (const rtattr* a = RTM_RTA(nd); RTA_OK(a, len); a = RTA_NEXT(a, len)) {
+    const auto alen = RTA_PAYLOAD(a);
+    if (a->rta_type == NDA_DST && alen == want_len) dst_ok = std::memcmp(RTA_DATA(a), want, want_len) == 0;
+    if (a->rta_type == NDA_LLADDR && alen == 6) {
+      wire::MacAddr m{};
+      std::memcpy(m.data(), RTA_DATA(a), 6);
+      mac = m;
+    }
+  }
+  return dst_ok ? mac : std::nullopt;
+}
+
+}  // namespace
+
+std::optional<wire::MacAddr> kernel_neighbour(int ifindex, const wire::Ipv6Addr& ip) {
+  const bool v4 = is_v4_mapped(ip);
+  const int fd = ::socket(AF_NETLINK, SOCK_RAW | SOCK_CLOEXEC, NETLINK_ROUTE);
+  if (fd < 0) return std::nullopt;
+  struct {
+    nlmsghdr h;
+    ndmsg nd;
+  } req{};
+  req.h.nlmsg_len = NLMSG_LENGTH(sizeof(ndmsg));
+  req.h.nlmsg_type = RTM_GETNEIGH;
+  req.h.nlmsg_flags = NLM_F_REQUEST | NLM_F_DUMP;
+  req.h.nlmsg_seq = 1;
+  req.nd.ndm_family = v4 ? AF_INET : AF_INET6;
+  req.nd.ndm_ifindex = ifindex;
+  std::optional<wire::MacAddr> found;
+  if (::send(fd, &req, req.h.nlmsg_len, 0) == static_cast<ssize_t>(req.h.nlmsg_len)) {
+    std::vector<uint8_t> buf(kNetlinkBuf);
+    bool done = false;
+    while (!done) {
+      const ssize_t n = ::recv(fd, buf.data(), buf.size(), 0);
+      if (n <= 0) break;
+      int left = static_cast<int>(n);
+      for (auto* h = reinterpret_cast<nlmsghdr*>(buf.data()); NLMSG_OK(h, left); h = NLMSG_NEXT(h, left)) {
+        if (h->nlmsg_type == NLMSG_DONE || h->nlmsg_type == NLMSG_ERROR) {
+          done = true;
+          break;
+        }
+        if (h->nlmsg_type != RTM_NEWNEIGH || found) continue;  // read the dump to its end
+        found = match_neigh(h, ifindex, ip, v4);
+      }
+    }
+  }
+  ::close(fd);
+  return found;
+}
+
+bool kernel_solicit(int ifindex, const wire::Ipv6Addr& ip) {
+  const bool v4 = is_v4_mapped(ip);
+  const int fd = ::socket(v4 ? AF_INET : AF_INET6, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return false;
+  char name[IF_NAMESIZE] = {};
+  if (ifindex != 0 && if_indextoname(static_cast<unsigned>(ifindex), name) != nullptr) {
+    ::setsockopt(fd, SOL_SOCKET, SO_BINDTODEVICE, name, static_cast<socklen_t>(std::strlen(name)));
+  }
+  constexpr uint16_t kDiscardPort = 9;
+  ssize_t rc;
+  if (v4) {
+    sockaddr_in to{};
+    to.sin_family = AF_INET;
+    to.sin_port = htons(kDiscardPort);
+    std::memcpy(&to.sin_addr, ip.data() + 12, 4);
+    rc = ::sendto(fd, nullptr, 0, MSG_DONTWAIT, reinterpret_cast<sockaddr*>(&to), sizeof to);
+  } else {
+    sockaddr_in6 to{};
+    to.sin6_family = AF_INET6;
+    to.sin6_port = htons(kDiscardPort);
+    std::memcpy(&to.sin6_addr, ip.data(), 16);
+    to.sin6_scope_id = static_cast<uint32_t>(ifindex);
+    rc = ::sendto(fd, nullptr, 0, MSG_DONTWAIT, reinterpret_cast<sockaddr*>(&to), sizeof to);
+  }
+  ::close(fd);
+  return rc == 0;
 }
 
 bool Udp4791Claim::open(std::string* err) {

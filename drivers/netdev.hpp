@@ -35,6 +35,19 @@ struct NetdevInfo {
 // nullopt and sets `err` when it does not exist.
 std::optional<NetdevInfo> query_netdev(const std::string& name, std::string* err);
 
+// The kernel's neighbour entry for `ip` (IPv4 as ::ffff:a.b.c.d) on
+// interface `ifindex` (0: any), read with a netlink RTM_GETNEIGH dump: the
+// MAC when the entry is usable (reachable, stale, delay, probe, permanent
+// or noarp), nullopt otherwise.  For ports whose ARP/ND replies reach the
+// kernel only (an mlx5 port in flow isolation shares them with the kernel
+// stack, which keeps them).
+std::optional<wire::MacAddr> kernel_neighbour(int ifindex, const wire::Ipv6Addr& ip);
+
+// Make the kernel resolve `ip` on `ifindex`: one empty UDP datagram to its
+// discard port (9) sent through the kernel's stack bound to that device.
+// False when it could not be sent (no route, no such device).
+bool kernel_solicit(int ifindex, const wire::Ipv6Addr& ip);
+
 // A bound UDP socket on port 4791 (IPv4 and IPv6) that is never read: the
 // kernel then delivers RoCE frames it sees to a socket instead of sending
 // ICMP port-unreachable.  SO_REUSEPORT lets several uroce processes in one

@@ -68,6 +68,23 @@ std::string device_error(const config::DeviceConfig& dev, const std::string& wha
   return "device " + dev.name + ": " + what;
 }
 
+// The rte_flow rules of an isolated (mlx5) port: RoCEv2 to our addresses;
+// ARP/ND too when the kernel does not answer for them.
+drivers::mlx5::FlowPolicy flow_policy(const DeviceInfo& info, const config::DeviceConfig& dev) {
+  drivers::mlx5::FlowPolicy p;
+  for (const config::IpPrefix& a : info.addresses) {
+    const IpAddr ip = IpAddr::v6(a.addr.bytes);  // IPv4 is already IPv4-mapped
+    if (ip.is_v4()) {
+      p.ipv4.push_back(ip.as_v4());
+    } else {
+      p.ipv6.push_back(ip.bytes);
+    }
+  }
+  p.vlan = dev.vlan;
+  p.steer_arp = p.steer_nd = info.answer_host;
+  return p;
+}
+
 }  // namespace
 
 // ---- addresses ----------------------------------------------------------------------
@@ -336,6 +353,15 @@ Status Devices::make_engine(Device& d, const config::DeviceConfig& dev) {
   ec.announce = info.answer_host;  // a kernel that shares the netdev announces its own addresses
   ec.pcap_path = info.pcap;
   ec.progress = info.progress;
+  if (d.dpdk_port_ && d.dpdk_port_->isolated()) {
+    // Flow isolation keeps ARP/ND replies with the kernel: ask it.
+    const int ifindex = d.netdev_ifindex_;
+    ec.kernel_neigh = [ifindex](const IpAddr& ip) -> std::optional<wire::MacAddr> {
+      if (auto mac = drivers::kernel_neighbour(ifindex, ip.bytes)) return mac;
+      drivers::kernel_solicit(ifindex, ip.bytes);
+      return std::nullopt;
+    };
+  }
   d.engine_ = std::make_unique<Engine>(*d.top_, std::move(ec));
   if (Status st = d.engine_->init(); !st) return Error{st.error().code, device_error(dev, st.error().message)};
   telemetry_register(info.name, d.engine_.get());
@@ -381,6 +407,12 @@ Status Devices::set_identity(Device& d, const config::DeviceConfig& dev) {
                                                std::to_string(base.mtu()) + ")")};
   }
   info.local = local_addrs(dev, plan, info.mac);
+  if (netdev) d.netdev_ifindex_ = netdev->ifindex;
+  if (d.dpdk_port_ && d.dpdk_port_->isolated()) {
+    if (Status st = d.dpdk_port_->install_flows(flow_policy(info, dev)); !st) {
+      return Error{st.error().code, device_error(dev, "flow rules: " + st.error().message)};
+    }
+  }
   if (own_netdev) {
     std::string err;
     info.udp4791_claimed = d.claim_.open(&err);

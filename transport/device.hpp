@@ -141,6 +141,7 @@ class Device {
 
   DeviceInfo info_;
   drivers::Udp4791Claim claim_;
+  int netdev_ifindex_ = 0;  // the kernel netdev the port shares, if any
   // Destroyed bottom-up: the engine first, the base port last.
   std::unique_ptr<drivers::dpdk::DpdkPort> dpdk_port_;
   drivers::sim::SimPort* sim_port_ = nullptr;  // owned by the registry's SimWire

@@ -91,6 +91,11 @@ unsigned Engine::poll() {
     work += n;
   }
   work += wheel_.advance(now_ns_);
+  if (!kernel_learned_.empty()) {  // rare: isolated ports (EngineConfig::kernel_neigh)
+    for (const auto& [ip, mac] : kernel_learned_) neigh_.learn(ip, mac, true, now_ns_);
+    work += static_cast<unsigned>(kernel_learned_.size());
+    kernel_learned_.clear();
+  }
   work += drain_doorbells();
   flush_tx();
   if (capture_.is_open()) capture_.maybe_flush(realtime_ns());
@@ -360,6 +365,10 @@ bool Engine::send_built(EngineCtr ctr, const std::function<size_t(uint8_t*)>& bu
 void Engine::send_neigh_request(const IpAddr& ip) {
   const auto src = cfg_.local.source_for(ip);
   if (!src) return;  // no address of that family: the request times out
+  if (cfg_.kernel_neigh) {
+    // Learned on the next iteration, not from inside the table's probe.
+    if (const auto mac = cfg_.kernel_neigh(ip)) kernel_learned_.emplace_back(ip, *mac);
+  }
   if (ip.is_v4()) {
     send_built(EngineCtr::tx_arp_request, [&](uint8_t* out) { return build_arp_request(out, cfg_.local, *src, ip); });
   } else {

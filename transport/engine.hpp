@@ -24,6 +24,7 @@
 #include <cstdint>
 #include <functional>
 #include <mutex>
+#include <optional>
 #include <thread>
 #include <vector>
 
@@ -102,6 +103,11 @@ struct EngineConfig {
   uint32_t doorbell_capacity = 4096;
   std::string pcap_path;          // empty: no capture
   Progress progress = Progress::Thread;
+  // Ports whose ARP/ND replies reach only the kernel (an mlx5 port in flow
+  // isolation): asked on every resolution attempt; returns the kernel's
+  // entry, or nullopt after making the kernel resolve it.  Control path
+  // (a system call per attempt).  Empty: the engine's own ARP/ND alone.
+  std::function<std::optional<wire::MacAddr>(const IpAddr&)> kernel_neigh;
 };
 
 class Engine {
@@ -194,6 +200,7 @@ class Engine {
   std::vector<RoceRx> roce_;
   boost::lockfree::queue<Doorbell, boost::lockfree::fixed_sized<true>> doorbells_;
   std::function<void(const IpAddr&, bool)> resolve_hook_;
+  std::vector<std::pair<IpAddr, wire::MacAddr>> kernel_learned_;  // learned next iteration
 
   std::mutex poll_mutex_;              // held while polling (inline mode)
   std::atomic<bool> running_{false};

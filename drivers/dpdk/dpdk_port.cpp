@@ -127,6 +127,10 @@ NetdevRole role_of(unsigned if_index, std::string_view driver) {
   return NetdevRole::kShared;
 }
 
+// The mlx5 PMD's ethdev driver name ("mlx5_pci"; "mlx5_eth" on older
+// releases, "mlx5_auxiliary" for sub-functions).
+bool is_mlx5_driver(std::string_view driver) { return driver.starts_with("mlx5"); }
+
 bool is_memif_client(const std::string& driver, const std::string& devargs) {
   if (driver != kMemifDriver) return false;
   const auto d = parse_devargs(devargs);
@@ -190,6 +194,12 @@ Status DpdkPort::configure(const DpdkPortConfig& config) {
   if (info.if_index != 0) {
     char name[IF_NAMESIZE] = {};
     if (if_indextoname(info.if_index, name) != nullptr) netdev_ = name;
+  }
+  // The mlx5 PMD shares its ConnectX port with the kernel (bifurcated):
+  // isolate before configure, rules after start (install_flows).
+  if (config.mlx5_isolation && is_mlx5_driver(driver_)) {
+    if (Status st = mlx5::enable_isolation(port_id_); !st) return st;
+    isolated_ = true;
   }
   rte_eth_conf conf{};  // rxmode.mtu 0: the ethdev default (see the header on MTU)
   if (config.fast_free) conf.txmode.offloads = info.tx_offload_capa & RTE_ETH_TX_OFFLOAD_MBUF_FAST_FREE;
@@ -301,8 +311,18 @@ uint16_t DpdkPort::ethdev_mtu(const DpdkPortConfig& config) const {
 
 DpdkPort::~DpdkPort() { close(); }
 
+Status DpdkPort::install_flows(const mlx5::FlowPolicy& policy) {
+  if (!started_) return Error{EINVAL, "DpdkPort::install_flows(" + devargs_ + "): the port is not started"};
+  if (Status st = flows_.remove(); !st) return st;
+  auto flows = mlx5::install_flow_rules(port_id_, policy);
+  if (!flows) return flows.error();
+  flows_ = std::move(*flows);
+  return {};
+}
+
 void DpdkPort::close() noexcept {
   if (eal_running() && claimed_) {
+    (void)flows_.remove();  // before stop: the rules belong to the started port
     if (started_) rte_eth_dev_stop(port_id_);
     rte_eth_dev_close(port_id_);
     if (probed_here_ && is_vdev_) rte_vdev_uninit(device_name_.c_str());

@@ -54,6 +54,7 @@
 
 #include "drivers/dpdk/devargs.hpp"
 #include "drivers/dpdk/eal.hpp"
+#include "drivers/mlx5/flow_apply.hpp"
 #include "drivers/port.hpp"
 #include "drivers/result.hpp"
 
@@ -99,6 +100,10 @@ struct DpdkPortConfig {
   // must turn it off.
   bool fast_free = true;
   std::chrono::milliseconds connect_wait = kDefaultConnectWait;  // memif client
+  // An mlx5 (ConnectX) port in the bifurcated model: rte_flow isolation
+  // before configure, so the port receives only what install_flows()
+  // steers to it and the kernel keeps the rest (drivers/mlx5/README.md).
+  bool mlx5_isolation = true;
 };
 
 class DpdkPort final : public Port {
@@ -126,6 +131,13 @@ class DpdkPort final : public Port {
   const std::string& driver() const noexcept { return driver_; }  // "net_af_packet"
   uint64_t tx_offloads() const noexcept { return tx_offloads_; }
   bool probed_here() const noexcept { return probed_here_; }     // removed again on close
+  // Whether rte_flow isolation is on (an mlx5 port): nothing arrives until
+  // install_flows() steers it here.
+  bool isolated() const noexcept { return isolated_; }
+  // Steer `policy`'s traffic (RoCEv2 for our addresses, ARP/ND when asked)
+  // to the RX queue; replaces rules installed before.  Removed on close.
+  Status install_flows(const mlx5::FlowPolicy& policy);
+  const mlx5::InstalledFlows& flows() const noexcept { return flows_; }
 
  private:
   bool burst_allowed() const noexcept;
@@ -156,6 +168,8 @@ class DpdkPort final : public Port {
   bool is_vdev_ = false;
   bool claimed_ = false;     // in the set of open ports
   bool started_ = false;
+  bool isolated_ = false;
+  mlx5::InstalledFlows flows_;
 };
 
 }  // namespace uroce::drivers::dpdk

@@ -2,6 +2,10 @@
 
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
+#include <net/if.h>
+#include <sched.h>
+
+#include <cstdlib>
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -52,6 +56,46 @@ TEST(Netdev, ClaimHoldsPort4791AndCoexists) {
   ::usleep(20'000);
   EXPECT_EQ(::send(s, msg, sizeof msg, 0), static_cast<ssize_t>(sizeof msg));
   ::close(s);
+}
+
+
+// The kernel's neighbour table through netlink, in a network namespace of
+// the test's own (a death-test child, so the test process keeps its own):
+// a veth pair, a permanent entry found with its MAC, an unknown address not
+// found, and kernel_solicit making the kernel start resolving one.
+int kernel_neighbour_checks() {
+  if (::unshare(CLONE_NEWNET) != 0) return 10;
+  if (std::system("ip link add un0 type veth peer name un1 && ip link set un0 up && ip link set un1 up && "
+                  "ip addr add 10.77.0.1/24 dev un0 && "
+                  "ip neigh replace 10.77.0.2 lladdr 02:00:00:77:00:02 dev un0 nud permanent && "
+                  "ip -6 addr add fd77::1/64 dev un0 nodad && "
+                  "ip -6 neigh replace fd77::2 lladdr 02:00:00:77:00:06 dev un0 nud permanent") != 0) {
+    return 11;
+  }
+  const int ifindex = static_cast<int>(if_nametoindex("un0"));
+  if (ifindex == 0) return 12;
+  wire::Ipv6Addr v4{0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 10, 77, 0, 2};
+  auto mac = kernel_neighbour(ifindex, v4);
+  if (!mac || *mac != wire::MacAddr{2, 0, 0, 0x77, 0, 2}) return 13;
+  if (!kernel_neighbour(0, v4)) return 14;  // any interface
+  wire::Ipv6Addr v6{0xfd, 0x77, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 2};
+  mac = kernel_neighbour(ifindex, v6);
+  if (!mac || *mac != wire::MacAddr{2, 0, 0, 0x77, 0, 6}) return 15;
+  wire::Ipv6Addr unknown{0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 10, 77, 0, 3};
+  if (kernel_neighbour(ifindex, unknown)) return 16;
+  // The kernel now has an entry for it (incomplete, so still not usable).
+  if (!kernel_solicit(ifindex, unknown)) return 17;
+  if (kernel_neighbour(ifindex, unknown)) return 18;
+  if (std::system("ip neigh show 10.77.0.3 dev un0 | grep -q 10.77.0.3") != 0) return 19;
+  return 0;
+}
+
+TEST(NetdevDeathTest, KernelNeighbourTable) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root (a network namespace)";
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_EXIT(std::exit(kernel_neighbour_checks()), ::testing::ExitedWithCode(0), "")
+      << "exit codes: 10 unshare, 11 ip setup, 13 IPv4 entry, 14 any-interface lookup, 15 IPv6 entry, "
+         "16 unknown address found, 17 solicit failed, 18 incomplete entry reported usable, 19 no entry after solicit";
 }
 
 }  // namespace
