@@ -1,5 +1,7 @@
 #include "transport/engine.hpp"
 
+#include <sched.h>
+
 #include <rte_mbuf.h>
 
 #include <cassert>
@@ -106,12 +108,39 @@ void Engine::start() {
   if (running_.exchange(true)) return;
   thread_ = std::thread([this] {
     engine_thread_.store(std::this_thread::get_id());
+    uint64_t idle_since = 0;  // 0: the last iteration did work
     while (running_.load(std::memory_order_relaxed)) {
-      std::lock_guard lock(poll_mutex_);
-      poll();
+      unsigned work;
+      {
+        std::lock_guard lock(poll_mutex_);
+        work = poll();
+      }
+      if (work != 0) {
+        idle_since = 0;
+        continue;
+      }
+      if (idle_since == 0) idle_since = now_ns_;
+      idle_backoff(now_ns_ - idle_since);
     }
     engine_thread_.store(std::thread::id{});
   });
+}
+
+// An idle engine thread gives its core away by degrees: it spins for a
+// while (lowest latency), then yields to other runnable threads (the
+// application's own, which may be spinning on a CQ: on a machine with few
+// cores they would otherwise starve each other), then naps briefly.  A
+// frame or doorbell arriving during a nap waits at most kIdleNap.
+void Engine::idle_backoff(uint64_t idle_ns) noexcept {
+  constexpr uint64_t kSpinNs = 20'000;      // 20 us of pure spinning
+  constexpr uint64_t kYieldNs = 2'000'000;  // then yield until 2 ms idle
+  constexpr timespec kIdleNap{0, 50'000};   // then 50 us naps
+  if (idle_ns < kSpinNs) return;
+  if (idle_ns < kYieldNs) {
+    sched_yield();
+    return;
+  }
+  nanosleep(&kIdleNap, nullptr);
 }
 
 void Engine::stop() {

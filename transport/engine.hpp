@@ -184,6 +184,7 @@ class Engine {
   bool send_built(EngineCtr ctr, const std::function<size_t(uint8_t*)>& build);
   void announce();
   unsigned drain_doorbells();
+  static void idle_backoff(uint64_t idle_ns) noexcept;
   uint64_t realtime_ns() const noexcept;
 
   drivers::Port& port_;

@@ -1,1 +1,369 @@
-// completer: to be written
+// The completer: RC responses -> WQEs retired, send CQEs, retransmission
+// (IBA 9.7.5.1 requester side of ACK/NAK, 9.7.5.2 error recovery, 9.7.6.1
+// timers).  One response packet goes through a small state machine:
+//
+//   CheckPsn     in the outstanding range [comp.psn, psn_hi)?  else a
+//                duplicate or a ghost: dropped and counted
+//   ImpliedAcks  every SEND/WRITE WQE ending before the PSN is done
+//                (IBA 9.7.5.1.4: a later response implies their ACK); a
+//                READ/atomic ending before it lost its response: retry
+//   Dispatch     by the opcode table and the AETH syndrome
+//   Ack / ReadResp / AtomicAck / RnrNak / SeqNak / ErrorNak
+//   Retry        go back N from comp.psn, one transport retry consumed
+//   Error        the WQE completes in error, the QP fails
+//   Drop / Done
+//
+// After a packet: retry counters restored on progress, the ACK timer
+// re-armed or cancelled, CQEs written, the requester run again (the
+// window may have opened).
+#include <rte_mbuf.h>
+
+#include <array>
+#include <cstring>
+#include <string_view>
+
+#include "lib/wire/opcode.hpp"
+#include "transport/rnic/qp.hpp"
+#include "transport/rnic/requester.hpp"
+#include "transport/rnic/rnic.hpp"
+
+namespace uroce::rnic {
+namespace {
+
+enum class Step : uint8_t {
+  CheckPsn,
+  ImpliedAcks,
+  Dispatch,
+  Ack,
+  ReadResp,
+  AtomicAck,
+  RnrNak,
+  SeqNak,
+  ErrorNak,
+  Retry,
+  Error,
+  Drop,
+  Done,
+};
+
+[[maybe_unused]] constexpr std::array<std::string_view, 13> kStepName = {
+    "check_psn", "implied_acks", "dispatch", "ack", "read_resp", "atomic_ack", "rnr_nak",
+    "seq_nak",   "error_nak",    "retry",    "error", "drop",     "done",
+};
+
+struct Ctx {
+  transport::Engine& engine;
+  Qp& qp;
+  const uint8_t* frame;
+  const wire::PktInfo& info;
+  Psn psn;
+  SendWqe* w = nullptr;  // the oldest WQE not yet completed (it holds `psn`)
+  ibv_wc_status status = IBV_WC_SUCCESS;
+};
+
+bool before(uint32_t a, uint32_t b) noexcept { return static_cast<int32_t>(a - b) < 0; }
+
+RnicCounters& ctr(Ctx& x) noexcept { return x.qp.rnic().counters(); }
+
+wire::AethC aeth(const Ctx& x) noexcept { return wire::AethC(x.frame + x.info.ext_off(wire::kHdrAeth)); }
+
+// The oldest started WQE not yet completed, or nullptr.
+SendWqe* oldest(Qp& qp) noexcept {
+  CompState& c = qp.comp;
+  if (before(c.wqe_idx, qp.sq.head())) c.wqe_idx = qp.sq.head();
+  if (!before(c.wqe_idx, qp.req.wqe_hi)) return nullptr;
+  return &qp.sq.slot(c.wqe_idx);
+}
+
+// `w` (the oldest) is acknowledged: Done, and the window it held freed.
+void retire(Qp& qp, SendWqe& w) noexcept {
+  CompState& c = qp.comp;
+  w.state = WqeState::Done;
+  ++c.wqe_idx;
+  if (distance(w.last_psn + 1, c.psn) > 0) c.psn = w.last_psn + 1;
+  c.in_read_resp = false;
+  c.rerequested = false;
+  if (wqe_is_rd_atomic(w) && qp.req.rd_atomic_inflight > 0) --qp.req.rd_atomic_inflight;
+}
+
+Step check_psn(Ctx& x) {
+  const ibv_qp_state st = x.qp.state();
+  if (x.qp.type() != IBV_QPT_RC || (st != IBV_QPS_RTS && st != IBV_QPS_SQD)) {
+    ctr(x).inc(RnicCtr::drop_qp_state);
+    return Step::Drop;
+  }
+  // Responses come for PSNs we sent and have not seen acknowledged
+  // (IBA 9.7.5.1.1); anything else is a duplicate or a ghost.
+  if (distance(x.psn, x.qp.comp.psn) < 0 || distance(x.psn, x.qp.req.psn_hi) >= 0) {
+    ctr(x).inc(RnicCtr::drop_resp_unexpected);
+    return Step::Drop;
+  }
+  return Step::ImpliedAcks;
+}
+
+Step implied_acks(Ctx& x) {
+  while (SendWqe* w = oldest(x.qp)) {
+    if (distance(w->last_psn, x.psn) >= 0) {
+      x.w = w;
+      return Step::Dispatch;
+    }
+    if (wqe_is_rd_atomic(*w)) {
+      // A response for a later PSN while this READ/atomic lacks its own:
+      // that response was lost (9.7.5.1.4 implied NAK).  Re-request it.
+      x.w = w;
+      return Step::Retry;
+    }
+    retire(x.qp, *w);
+  }
+  ctr(x).inc(RnicCtr::drop_resp_unexpected);  // no WQE holds it (the SQ was reset under it)
+  return Step::Drop;
+}
+
+Step dispatch(Ctx& x) {
+  const wire::OpcodeInfo& op = x.info.op();
+  switch (op.op) {
+    case wire::Operation::Ack:
+      switch (aeth(x).type()) {
+        case wire::AckType::Ack: return Step::Ack;
+        case wire::AckType::RnrNak: return Step::RnrNak;
+        case wire::AckType::Nak:
+          return aeth(x).value() == static_cast<uint8_t>(wire::NakCode::PsnSequenceError) ? Step::SeqNak
+                                                                                          : Step::ErrorNak;
+        case wire::AckType::Reserved: break;
+      }
+      ctr(x).inc(RnicCtr::drop_resp_unexpected);
+      return Step::Drop;
+    case wire::Operation::ReadResponse: return Step::ReadResp;
+    case wire::Operation::AtomicAck: return Step::AtomicAck;
+    case wire::Operation::None: case wire::Operation::Send: case wire::Operation::Write:
+    case wire::Operation::ReadRequest: case wire::Operation::CompareSwap: case wire::Operation::FetchAdd:
+    case wire::Operation::Flush: case wire::Operation::AtomicWrite: case wire::Operation::Cnp:
+      break;
+  }
+  ctr(x).inc(RnicCtr::drop_resp_unexpected);
+  return Step::Drop;
+}
+
+// A (coalesced) ACK: acknowledges every PSN up to its own (9.7.5.1.2).
+Step on_ack(Ctx& x) {
+  SendWqe& w = *x.w;
+  if (wqe_is_rd_atomic(w)) {  // a READ/atomic is acknowledged by its response, not an ACK
+    ctr(x).inc(RnicCtr::drop_resp_unexpected);
+    return Step::Drop;
+  }
+  x.qp.comp.psn = x.psn + 1;
+  if (x.psn == w.last_psn) retire(x.qp, w);
+  return Step::Done;
+}
+
+Step on_read_resp(Ctx& x) {
+  Qp& qp = x.qp;
+  CompState& c = qp.comp;
+  SendWqe& w = *x.w;
+  const wire::OpcodeInfo& op = x.info.op();
+  if (w.opcode != IBV_WR_RDMA_READ) {
+    ctr(x).inc(RnicCtr::drop_resp_unexpected);
+    return Step::Drop;
+  }
+  if (x.psn != c.psn) {
+    // A gap inside the READ's responses: re-request from the first missing
+    // PSN, once per gap (later packets of the gap are dropped).
+    ctr(x).inc(RnicCtr::drop_resp_out_of_seq);
+    if (c.rerequested) return Step::Drop;
+    c.rerequested = true;
+    return Step::Retry;
+  }
+  if ((!op.first && !c.in_read_resp) || (op.has(wire::kHdrAeth) && aeth(x).type() != wire::AckType::Ack)) {
+    ctr(x).inc(RnicCtr::drop_bad_opcode_seq);
+    return Step::Drop;
+  }
+  const uint64_t mtu = std::max<uint32_t>(qp.attrs().pmtu_bytes, 256);
+  const uint64_t off = static_cast<uint64_t>(distance(x.psn, w.first_psn)) * mtu;
+  const uint64_t want = off < w.length ? std::min<uint64_t>(mtu, w.length - off) : 0;
+  const bool last = off + want >= w.length;
+  if (off != w.read_done || x.info.payload_len != want || op.last != last) {
+    ctr(x).inc(RnicCtr::drop_bad_opcode_seq);  // not the response this READ expects here
+    return Step::Drop;
+  }
+  if (!copy_sges(qp, w, off, const_cast<uint8_t*>(x.frame + x.info.payload_off), want, SgeDir::Scatter)) {
+    x.status = IBV_WC_LOC_PROT_ERR;
+    return Step::Error;
+  }
+  w.read_done = off + want;
+  c.psn = x.psn + 1;
+  c.rerequested = false;
+  c.in_read_resp = !op.last;
+  if (last) retire(qp, w);
+  return Step::Done;
+}
+
+Step on_atomic_ack(Ctx& x) {
+  SendWqe& w = *x.w;
+  const bool atomic = w.opcode == IBV_WR_ATOMIC_CMP_AND_SWP || w.opcode == IBV_WR_ATOMIC_FETCH_AND_ADD;
+  if (!atomic || x.psn != w.first_psn || aeth(x).type() != wire::AckType::Ack) {
+    ctr(x).inc(RnicCtr::drop_resp_unexpected);
+    return Step::Drop;
+  }
+  // The original remote value, host order, into the 8-byte local buffer.
+  uint64_t orig = wire::AtomicAckEthC(x.frame + x.info.ext_off(wire::kHdrAtomicAckEth)).orig();
+  w.atomic_orig = orig;
+  if (!copy_sges(x.qp, w, 0, reinterpret_cast<uint8_t*>(&orig), sizeof orig, SgeDir::Scatter)) {
+    x.status = IBV_WC_LOC_PROT_ERR;
+    return Step::Error;
+  }
+  retire(x.qp, w);
+  return Step::Done;
+}
+
+// RNR NAK (9.7.5.2.8): wait the time the responder asks, then resend from
+// the NAK's PSN; rnr_retry 7 retries for ever (C9-??? / the man page).
+Step on_rnr_nak(Ctx& x) {
+  CompState& c = x.qp.comp;
+  ctr(x).inc(RnicCtr::rnr_naks_rcvd);
+  if (c.rnr_wait) return Step::Drop;  // already waiting
+  c.psn = x.psn;  // acknowledges the PSNs before it
+  if (c.rnr_left == 0) {
+    ctr(x).inc(RnicCtr::rnr_retry_exceeded);
+    x.status = IBV_WC_RNR_RETRY_EXC_ERR;
+    return Step::Error;
+  }
+  if (c.rnr_left != 7) --c.rnr_left;
+  c.rnr_wait = true;
+  x.engine.timers().cancel(c.ack_timer);
+  c.rnr_timer.cb = completer_rnr_timeout;
+  c.rnr_timer.owner = &x.qp;
+  x.engine.timers().arm(c.rnr_timer, x.engine.now() + rnr_timer_ns(aeth(x).value()));
+  return Step::Done;
+}
+
+// PSN sequence error NAK (9.7.5.2.1): the responder expects this PSN;
+// everything before it arrived.  Go back N from it.
+Step on_seq_nak(Ctx& x) {
+  ctr(x).inc(RnicCtr::seq_naks_rcvd);
+  if (x.qp.comp.rnr_wait) return Step::Drop;  // the RNR retry resends from there anyway
+  x.qp.comp.psn = x.psn;
+  return Step::Retry;
+}
+
+Step on_error_nak(Ctx& x) {
+  switch (static_cast<wire::NakCode>(aeth(x).value())) {
+    case wire::NakCode::InvalidRequest: x.status = IBV_WC_REM_INV_REQ_ERR; return Step::Error;
+    case wire::NakCode::RemoteAccessError: x.status = IBV_WC_REM_ACCESS_ERR; return Step::Error;
+    case wire::NakCode::RemoteOperationalError: x.status = IBV_WC_REM_OP_ERR; return Step::Error;
+    case wire::NakCode::InvalidRdRequest: x.status = IBV_WC_REM_INV_RD_REQ_ERR; return Step::Error;
+    case wire::NakCode::PsnSequenceError: return Step::SeqNak;
+  }
+  x.status = IBV_WC_REM_OP_ERR;  // a reserved NAK code (table 43)
+  return Step::Error;
+}
+
+// Go back N (9.7.5.2.2 / C9-???): one transport retry is consumed; progress
+// since restores them.  retry_cnt is a count (7 = seven retries), unlike
+// rnr_retry.
+Step retry(Ctx& x) {
+  CompState& c = x.qp.comp;
+  if (c.retry_left == 0) {
+    ctr(x).inc(RnicCtr::retry_exceeded);
+    x.status = IBV_WC_RETRY_EXC_ERR;
+    return Step::Error;
+  }
+  --c.retry_left;
+  c.in_read_resp = false;
+  requester_rewind(x.qp);
+  return Step::Done;
+}
+
+// After any packet that did not fail the QP.
+void after(transport::Engine& engine, Qp& qp, Psn before_psn) {
+  CompState& c = qp.comp;
+  ReqState& r = qp.req;
+  const bool progress = distance(c.psn, before_psn) > 0;
+  if (progress) {
+    c.retry_left = qp.attrs().retry_cnt;
+    if (!c.rnr_wait) c.rnr_left = qp.attrs().rnr_retry;
+  }
+  // An ACK may cover PSNs beyond where a rewind left the requester.
+  if (distance(c.psn, r.next_psn) > 0) requester_rewind(qp);
+  if (distance(r.psn_hi, c.psn) <= 0 || c.rnr_wait) {
+    engine.timers().cancel(c.ack_timer);
+  } else if (progress) {
+    if (const uint64_t t = ack_timeout_ns(qp.attrs().timeout); t != 0) {
+      c.ack_timer.cb = completer_ack_timeout;
+      c.ack_timer.owner = &qp;
+      engine.timers().arm(c.ack_timer, engine.now() + t);
+    }
+  }
+  qp.complete_send_wqes();
+  requester_run(engine, qp);
+}
+
+}  // namespace
+
+void completer_rx(transport::Engine& engine, Qp& qp, transport::RoceRx& pkt) noexcept {
+  Ctx x{engine, qp, rte_pktmbuf_mtod(pkt.m, const uint8_t*), pkt.info, pkt.info.psn};
+  const Psn before_psn = qp.comp.psn;
+  Step s = Step::CheckPsn;
+  for (;;) {
+    switch (s) {
+      case Step::CheckPsn: s = check_psn(x); break;
+      case Step::ImpliedAcks: s = implied_acks(x); break;
+      case Step::Dispatch: s = dispatch(x); break;
+      case Step::Ack: s = on_ack(x); break;
+      case Step::ReadResp: s = on_read_resp(x); break;
+      case Step::AtomicAck: s = on_atomic_ack(x); break;
+      case Step::RnrNak: s = on_rnr_nak(x); break;
+      case Step::SeqNak: s = on_seq_nak(x); break;
+      case Step::ErrorNak: s = on_error_nak(x); break;
+      case Step::Retry: s = retry(x); break;
+      case Step::Error:
+        rte_pktmbuf_free(pkt.m);
+        sender_fail(qp, *x.w, x.status);
+        return;
+      case Step::Drop:
+        rte_pktmbuf_free(pkt.m);
+        if (distance(qp.comp.psn, before_psn) > 0) after(engine, qp, before_psn);  // implied ACKs did retire WQEs
+        return;
+      case Step::Done:
+        rte_pktmbuf_free(pkt.m);
+        after(engine, qp, before_psn);
+        return;
+    }
+  }
+}
+
+// Local ACK timeout (9.7.6.1.3): nothing came back in time for the oldest
+// outstanding PSN.  Retry from it, or give up after retry_cnt retries.
+void completer_ack_timeout(Timer& t, uint64_t) {
+  Qp& qp = t.owner_as<Qp>();
+  transport::Engine& engine = qp.rnic().engine();
+  CompState& c = qp.comp;
+  const ibv_qp_state st = qp.state();
+  if ((st != IBV_QPS_RTS && st != IBV_QPS_SQD) || c.rnr_wait) return;
+  if (distance(qp.req.psn_hi, c.psn) <= 0) return;  // everything was acknowledged meanwhile
+  SendWqe* w = oldest(qp);
+  if (w == nullptr) return;
+  qp.rnic().counters().inc(RnicCtr::ack_timeouts);
+  if (c.retry_left == 0) {
+    qp.rnic().counters().inc(RnicCtr::retry_exceeded);
+    sender_fail(qp, *w, IBV_WC_RETRY_EXC_ERR);
+    return;
+  }
+  --c.retry_left;
+  c.in_read_resp = false;
+  c.rerequested = false;
+  requester_rewind(qp);
+  requester_run(engine, qp);  // re-arms the timer
+}
+
+// The RNR wait is over: resend from the NAK's PSN.
+void completer_rnr_timeout(Timer& t, uint64_t) {
+  Qp& qp = t.owner_as<Qp>();
+  qp.comp.rnr_wait = false;
+  const ibv_qp_state st = qp.state();
+  if (st != IBV_QPS_RTS && st != IBV_QPS_SQD) return;
+  qp.comp.in_read_resp = false;
+  requester_rewind(qp);
+  requester_run(qp.rnic().engine(), qp);
+}
+
+}  // namespace uroce::rnic

@@ -1,1 +1,307 @@
-// objects: to be written
+// objects: MR translation, completion channels, CQs, receive queues and
+// SRQs.  The PD and the AH are plain data (objects.hpp); their life is in
+// rnic.cpp.
+#include "transport/rnic/objects.hpp"
+
+#include <fcntl.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <bit>
+#include <cerrno>
+#include <cstring>
+
+#include "transport/engine.hpp"
+#include "transport/rnic/rnic.hpp"
+
+namespace uroce::rnic {
+namespace {
+
+// Read one count from a semaphore eventfd: blocking unless the fd is
+// O_NONBLOCK (then EAGAIN when none).  0 or an errno.
+int eventfd_take(int fd) {
+  for (;;) {
+    uint64_t v = 0;
+    const ssize_t n = ::read(fd, &v, sizeof v);
+    if (n == static_cast<ssize_t>(sizeof v)) return 0;
+    if (n < 0 && errno == EINTR) continue;
+    return n < 0 ? errno : EIO;
+  }
+}
+
+void eventfd_give(int fd) noexcept {
+  const uint64_t one = 1;
+  for (;;) {
+    const ssize_t n = ::write(fd, &one, sizeof one);
+    if (n >= 0 || errno != EINTR) return;
+  }
+}
+
+uint32_t ring_slots(uint32_t capacity) { return std::bit_ceil(std::max<uint32_t>(capacity, 1)); }
+
+}  // namespace
+
+// ---- MR ------------------------------------------------------------------------------
+
+uint8_t* Mr::translate(uint64_t va, uint64_t len) const noexcept {
+  // Never form va + len or iova + length: either may wrap past 2^64
+  // (an MR may end exactly at the top of the address space).
+  if (va < iova) return nullptr;
+  const uint64_t off = va - iova;
+  if (off > length || len > length - off) return nullptr;
+  return addr + off;
+}
+
+// ---- completion channel ----------------------------------------------------------------
+
+CompChannel::CompChannel() : fd_(::eventfd(0, EFD_CLOEXEC | EFD_SEMAPHORE)) {}
+
+CompChannel::~CompChannel() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+void CompChannel::attach() {
+  std::lock_guard lock(mu_);
+  pending_.reserve(pending_.size() + users.load() + 1);
+}
+
+void CompChannel::detach(Cq* cq) {
+  std::lock_guard lock(mu_);
+  const auto it = std::remove(pending_.begin(), pending_.end(), cq);
+  const auto dropped = static_cast<size_t>(pending_.end() - it);
+  pending_.erase(it, pending_.end());
+  // Each queued event holds one count of the semaphore: take them back
+  // (the counter is >= the queue's length, so these reads do not block).
+  for (size_t i = 0; i < dropped; ++i) {
+    uint64_t v = 0;
+    if (::read(fd_, &v, sizeof v) != static_cast<ssize_t>(sizeof v)) break;
+  }
+}
+
+void CompChannel::notify(Cq* cq) noexcept {
+  {
+    std::lock_guard lock(mu_);
+    pending_.push_back(cq);  // capacity reserved by attach(): one event per armed CQ at most
+  }
+  eventfd_give(fd_);  // after the push: a reader that gets the count finds the event
+}
+
+int CompChannel::get_event(Cq** cq) {
+  if (fd_ < 0) return EBADF;
+  if (const int rc = eventfd_take(fd_)) return rc;
+  std::lock_guard lock(mu_);
+  if (pending_.empty()) return EAGAIN;  // the CQ was destroyed meanwhile
+  *cq = pending_.front();
+  pending_.erase(pending_.begin());
+  return 0;
+}
+
+// ---- CQ ------------------------------------------------------------------------------------
+
+Cq::Cq(Rnic& rnic, uint32_t capacity, void* context, CompChannel* channel)
+    : rnic_(rnic), context_(context), channel_(channel), capacity_(capacity), ring_(capacity + 1) {}
+
+Cq::~Cq() = default;
+
+bool Cq::push(const ibv_wc& wc, bool solicited) noexcept {
+  const auto size = static_cast<uint32_t>(ring_.size());
+  const uint32_t tail = tail_.load(std::memory_order_relaxed);
+  const uint32_t next = tail + 1 == size ? 0 : tail + 1;
+  if (next == head_.load(std::memory_order_acquire)) {
+    // A CQ overrun is a CQ error (IBA 11.4.2, ibv_create_cq(3): the
+    // affiliated IBV_EVENT_CQ_ERR); the entry is not written over an
+    // unread one.  Raised once per overrun episode.
+    rnic_.counters().inc(RnicCtr::cq_overflows);
+    if (!overflow_.exchange(true, std::memory_order_acq_rel)) {
+      AsyncEvent ev;
+      ev.type = IBV_EVENT_CQ_ERR;
+      ev.cq = this;
+      rnic_.raise(ev);
+    }
+    return false;
+  }
+  ring_[tail] = wc;
+  tail_.store(next, std::memory_order_release);  // publishes the entry to pollers
+  // Completion event (IBA 11.4.2.2, ibv_req_notify_cq(3)): armed for the
+  // next completion, or for a solicited one (the SE bit); an unsuccessful
+  // completion also wakes a solicited-only request, as the man page says.
+  const uint8_t armed = armed_.load(std::memory_order_acquire);
+  if (armed != 0 && (armed == 1 || solicited || wc.status != IBV_WC_SUCCESS)) {
+    uint8_t expect = armed;
+    if (armed_.compare_exchange_strong(expect, 0, std::memory_order_acq_rel) && channel_ != nullptr) {
+      channel_->notify(this);
+    }
+  }
+  return true;
+}
+
+int Cq::poll(int n, ibv_wc* out) {
+  if (n < 0) return -EINVAL;
+  std::lock_guard lock(poll_mu_);
+  const auto size = static_cast<uint32_t>(ring_.size());
+  uint32_t head = head_.load(std::memory_order_relaxed);
+  const uint32_t tail = tail_.load(std::memory_order_acquire);
+  int got = 0;
+  while (got < n && head != tail) {
+    out[got++] = ring_[head];
+    head = head + 1 == size ? 0 : head + 1;
+  }
+  if (got) head_.store(head, std::memory_order_release);  // frees the slots for the engine
+  return got;
+}
+
+int Cq::req_notify(bool solicited_only) {
+  if (channel_ == nullptr) return EINVAL;  // nothing to notify through
+  // A later "next" request widens an armed "solicited" one, never narrows it.
+  uint8_t want = solicited_only ? 2 : 1;
+  uint8_t cur = armed_.load(std::memory_order_acquire);
+  while (!(cur == 1 && want == 2) && !armed_.compare_exchange_weak(cur, want, std::memory_order_acq_rel)) {
+  }
+  return 0;
+}
+
+int Cq::resize(uint32_t cqe) {
+  if (cqe < 1 || cqe > kMaxCqe) return EINVAL;
+  std::lock_guard lock(poll_mu_);
+  int rc = 0;
+  rnic_.engine().run_sync([&] {
+    const auto size = static_cast<uint32_t>(ring_.size());
+    const uint32_t head = head_.load(std::memory_order_relaxed);
+    const uint32_t tail = tail_.load(std::memory_order_relaxed);
+    const uint32_t used = tail >= head ? tail - head : size - head + tail;
+    if (used > cqe) {
+      rc = EINVAL;
+      return;
+    }
+    std::vector<ibv_wc> ring(cqe + 1);
+    for (uint32_t i = 0; i < used; ++i) ring[i] = ring_[(head + i) % size];
+    ring_.swap(ring);
+    capacity_ = cqe;
+    head_.store(0, std::memory_order_relaxed);
+    tail_.store(used, std::memory_order_release);
+    overflow_.store(false, std::memory_order_release);
+  });
+  return rc;
+}
+
+// ---- receive queues -------------------------------------------------------------------------
+
+void RecvQueue::init(uint32_t capacity) {
+  capacity_ = capacity;
+  ring_.assign(ring_slots(capacity), RecvWqe{});
+  head_.store(0, std::memory_order_relaxed);
+  tail_.store(0, std::memory_order_release);
+}
+
+uint32_t RecvQueue::size() const noexcept {
+  return tail_.load(std::memory_order_acquire) - head_.load(std::memory_order_acquire);
+}
+
+bool RecvQueue::full() const noexcept { return size() >= capacity_; }
+
+void RecvQueue::push(const RecvWqe& w) noexcept {
+  const uint32_t tail = tail_.load(std::memory_order_relaxed);
+  RecvWqe& slot = ring_[tail & (ring_.size() - 1)];
+  slot.wr_id = w.wr_id;
+  slot.num_sge = w.num_sge;
+  slot.total_len = w.total_len;
+  std::copy_n(w.sge, w.num_sge, slot.sge);
+  tail_.store(tail + 1, std::memory_order_release);  // publishes the WQE to the engine
+}
+
+RecvWqe* RecvQueue::front() noexcept {
+  const uint32_t head = head_.load(std::memory_order_relaxed);
+  if (head == tail_.load(std::memory_order_acquire)) return nullptr;
+  return &ring_[head & (ring_.size() - 1)];
+}
+
+void RecvQueue::pop() noexcept {
+  head_.store(head_.load(std::memory_order_relaxed) + 1, std::memory_order_release);  // frees the slot
+}
+
+void RecvQueue::clear() noexcept { head_.store(tail_.load(std::memory_order_acquire), std::memory_order_release); }
+
+bool RecvQueue::resize(uint32_t capacity) {
+  const uint32_t head = head_.load(std::memory_order_relaxed);
+  const uint32_t used = tail_.load(std::memory_order_relaxed) - head;
+  if (used > capacity) return false;
+  std::vector<RecvWqe> ring(ring_slots(capacity));
+  for (uint32_t i = 0; i < used; ++i) ring[i] = ring_[(head + i) & (ring_.size() - 1)];
+  ring_.swap(ring);
+  capacity_ = capacity;
+  head_.store(0, std::memory_order_relaxed);
+  tail_.store(used, std::memory_order_release);
+  return true;
+}
+
+// ---- SRQ --------------------------------------------------------------------------------------
+
+Srq::Srq(Rnic& rnic, Pd* pd, const ibv_srq_attr& attr, void* context)
+    : rnic_(rnic), pd_(pd), context_(context), max_sge_(attr.max_sge), limit_(attr.srq_limit) {
+  rq_.init(attr.max_wr);
+}
+
+Srq::~Srq() = default;
+
+int Srq::post_recv(const ibv_recv_wr* wr, const ibv_recv_wr** bad) {
+  std::lock_guard lock(rq_.post_mu);
+  for (; wr != nullptr; wr = wr->next) {
+    if (wr->num_sge < 0 || static_cast<uint32_t>(wr->num_sge) > max_sge_) {
+      if (bad) *bad = wr;
+      return EINVAL;
+    }
+    if (rq_.full()) {
+      if (bad) *bad = wr;
+      return ENOMEM;
+    }
+    RecvWqe w;
+    w.wr_id = wr->wr_id;
+    w.num_sge = static_cast<uint32_t>(wr->num_sge);
+    for (uint32_t i = 0; i < w.num_sge; ++i) {
+      w.sge[i] = wr->sg_list[i];
+      w.total_len += wr->sg_list[i].length;
+    }
+    rq_.push(w);
+  }
+  return 0;
+}
+
+int Srq::modify(const ibv_srq_attr& attr, int mask) {
+  if (mask & ~(IBV_SRQ_MAX_WR | IBV_SRQ_LIMIT)) return EINVAL;
+  std::lock_guard lock(rq_.post_mu);
+  const uint32_t max_wr = (mask & IBV_SRQ_MAX_WR) ? attr.max_wr : rq_.capacity();
+  // IBA 10.2.9.2 / 11.2.3.4: the limit must not exceed the queue size.
+  if ((mask & IBV_SRQ_MAX_WR) && (attr.max_wr == 0 || attr.max_wr > kMaxSrqWr)) return EINVAL;
+  if ((mask & IBV_SRQ_LIMIT) && attr.srq_limit > max_wr) return EINVAL;
+  if (mask & IBV_SRQ_MAX_WR) {
+    // Resize (device cap SRQ_RESIZE): never below the WQEs queued now.
+    bool ok = false;
+    rnic_.engine().run_sync([&] { ok = rq_.resize(attr.max_wr); });
+    if (!ok) return EINVAL;
+  }
+  if (mask & IBV_SRQ_LIMIT) limit_.store(attr.srq_limit, std::memory_order_release);  // 0 disarms
+  return 0;
+}
+
+int Srq::query(ibv_srq_attr* attr) const {
+  attr->max_wr = rq_.capacity();
+  attr->max_sge = max_sge_;
+  attr->srq_limit = limit_.load(std::memory_order_acquire);
+  return 0;
+}
+
+void Srq::after_pop() noexcept {
+  const uint32_t limit = limit_.load(std::memory_order_acquire);
+  if (limit == 0 || rq_.size() >= limit) return;
+  // IBA 10.2.9.2 (SRQ limit): the event fires once, then the limit is
+  // disarmed until the application sets it again (ibv_modify_srq(3)).
+  uint32_t expect = limit;
+  if (!limit_.compare_exchange_strong(expect, 0, std::memory_order_acq_rel)) return;
+  AsyncEvent ev;
+  ev.type = IBV_EVENT_SRQ_LIMIT_REACHED;
+  ev.srq = this;
+  rnic_.raise(ev);
+}
+
+}  // namespace uroce::rnic

@@ -98,6 +98,10 @@ class CompChannel {
   // EAGAIN when non-blocking and none).
   int get_event(class Cq** cq);
   std::atomic<uint32_t> users{0};  // CQs attached; destroy fails with EBUSY
+  // Control path: a CQ attaches (room for its event, so that notify never
+  // allocates) or detaches (its undelivered events are dropped).
+  void attach();
+  void detach(class Cq* cq);
 
  private:
   int fd_ = -1;
@@ -127,8 +131,8 @@ class Cq {
   int req_notify(bool solicited_only);       // 0 or errno
   int resize(uint32_t cqe);                  // 0 or errno (EINVAL when below the entries in use)
 
-  // [engine] false when the CQ overflowed (the caller counts it; the
-  // async event is raised here).  `solicited`: the completion of a message
+  // [engine] false when the CQ overflowed: the entry is dropped, counted
+  // (cq_overflows) and IBV_EVENT_CQ_ERR raised here; callers need not count.  `solicited`: the completion of a message
   // with the SE bit (wakes a solicited-only request).
   bool push(const ibv_wc& wc, bool solicited = false) noexcept;
 
@@ -171,11 +175,16 @@ class RecvQueue {
   // [engine]
   RecvWqe* front() noexcept;             // nullptr when empty
   void pop() noexcept;
+  // Control path, with post_mu held and the engine not reading (run_sync):
+  // drop every entry / change the capacity keeping the entries (false
+  // when they would not fit).
+  void clear() noexcept;
+  bool resize(uint32_t capacity);
   std::mutex post_mu;
 
  private:
   uint32_t capacity_ = 0;
-  std::vector<RecvWqe> ring_;
+  std::vector<RecvWqe> ring_;  // a power of two >= capacity_ slots; free-running indexes
   alignas(64) std::atomic<uint32_t> head_{0};
   alignas(64) std::atomic<uint32_t> tail_{0};
 };
@@ -219,10 +228,15 @@ struct AhAttr {
   uint32_t flow_label = 0;
 };
 
+// `ibv` comes first: the ibv_ah* of a UD work request (wr.ud.ah) is
+// `&ah->ibv` (== reinterpret_cast<ibv_ah*>(ah)); from_ibv() goes back.
+// The shim may fill ibv's context/pd/handle and hand &ibv to applications.
 class Ah {
  public:
+  ibv_ah ibv{};
   Pd* pd = nullptr;
   AhAttr path;
+  static Ah* from_ibv(ibv_ah* a) noexcept { return reinterpret_cast<Ah*>(a); }
 };
 
 }  // namespace uroce::rnic

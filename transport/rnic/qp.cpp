@@ -1,1 +1,703 @@
-// qp: to be written
+// qp: the QP's control path — creation state, the modify state machine
+// (IBA 10.3, ib_modify_qp_is_ok's table), query, post_send / post_recv
+// validation — and its engine-side bookkeeping: the error state and
+// flushing (IBA 10.3.1.5-7), retiring send WQEs into CQEs, SQ drain.
+#include "transport/rnic/qp.hpp"
+
+#include <array>
+#include <bit>
+#include <cerrno>
+#include <cstring>
+
+#include "transport/rnic/rnic.hpp"
+
+namespace uroce::rnic {
+namespace {
+
+// ---- the modify table --------------------------------------------------------------
+// IBA 10.3.1 (QP state transitions) with the required and optional
+// attributes of each transition per service type (IBA 11.2.5.2 and the
+// Linux core's ib_modify_qp_is_ok table, which libibverbs applications
+// are written against).  C10-11: a modify with a missing required or a
+// not-permitted attribute fails and leaves the QP unchanged.
+
+enum TypeIdx : uint8_t { kRC, kUC, kUD, kGSI, kNumTypes };
+
+struct Transition {
+  bool valid = false;
+  std::array<int, kNumTypes> req{};
+  std::array<int, kNumTypes> opt{};
+};
+
+constexpr int kStates = IBV_QPS_ERR + 1;
+using Table = std::array<std::array<Transition, kStates>, kStates>;
+
+constexpr int kRtsOptRC = IBV_QP_CUR_STATE | IBV_QP_ACCESS_FLAGS | IBV_QP_ALT_PATH | IBV_QP_PATH_MIG_STATE |
+                          IBV_QP_MIN_RNR_TIMER;
+constexpr int kRtsOptUC = IBV_QP_CUR_STATE | IBV_QP_ACCESS_FLAGS | IBV_QP_ALT_PATH | IBV_QP_PATH_MIG_STATE;
+constexpr int kRtsOptUD = IBV_QP_CUR_STATE | IBV_QP_QKEY;
+
+constexpr Table make_table() {
+  Table t{};
+  // any -> RESET, any -> ERR (IBA 10.3.1.1 / 10.3.1.7): nothing but the state.
+  for (int s = 0; s < kStates; ++s) {
+    t[s][IBV_QPS_RESET].valid = true;
+    t[s][IBV_QPS_ERR].valid = true;
+  }
+  Transition& reset_init = t[IBV_QPS_RESET][IBV_QPS_INIT];
+  reset_init.valid = true;
+  reset_init.req = {IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS,
+                    IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS,
+                    IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_QKEY, IBV_QP_PKEY_INDEX | IBV_QP_QKEY};
+
+  Transition& init_init = t[IBV_QPS_INIT][IBV_QPS_INIT];
+  init_init.valid = true;
+  init_init.opt = {IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS,
+                   IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS,
+                   IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_QKEY, IBV_QP_PKEY_INDEX | IBV_QP_QKEY};
+
+  Transition& init_rtr = t[IBV_QPS_INIT][IBV_QPS_RTR];
+  init_rtr.valid = true;
+  init_rtr.req = {IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC |
+                      IBV_QP_MIN_RNR_TIMER,
+                  IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN, 0, 0};
+  init_rtr.opt = {IBV_QP_ALT_PATH | IBV_QP_ACCESS_FLAGS | IBV_QP_PKEY_INDEX,
+                  IBV_QP_ALT_PATH | IBV_QP_ACCESS_FLAGS | IBV_QP_PKEY_INDEX, IBV_QP_PKEY_INDEX | IBV_QP_QKEY,
+                  IBV_QP_PKEY_INDEX | IBV_QP_QKEY};
+
+  Transition& rtr_rts = t[IBV_QPS_RTR][IBV_QPS_RTS];
+  rtr_rts.valid = true;
+  rtr_rts.req = {IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC,
+                 IBV_QP_SQ_PSN, IBV_QP_SQ_PSN, IBV_QP_SQ_PSN};
+  rtr_rts.opt = {kRtsOptRC, kRtsOptUC, kRtsOptUD, kRtsOptUD};
+
+  Transition& rts_rts = t[IBV_QPS_RTS][IBV_QPS_RTS];
+  rts_rts.valid = true;
+  rts_rts.opt = {kRtsOptRC, kRtsOptUC, kRtsOptUD, kRtsOptUD};
+
+  Transition& rts_sqd = t[IBV_QPS_RTS][IBV_QPS_SQD];
+  rts_sqd.valid = true;
+  rts_sqd.opt = {IBV_QP_EN_SQD_ASYNC_NOTIFY, IBV_QP_EN_SQD_ASYNC_NOTIFY, IBV_QP_EN_SQD_ASYNC_NOTIFY,
+                 IBV_QP_EN_SQD_ASYNC_NOTIFY};
+
+  Transition& sqd_rts = t[IBV_QPS_SQD][IBV_QPS_RTS];
+  sqd_rts.valid = true;
+  sqd_rts.opt = {kRtsOptRC, kRtsOptUC, kRtsOptUD, kRtsOptUD};
+
+  Transition& sqd_sqd = t[IBV_QPS_SQD][IBV_QPS_SQD];
+  sqd_sqd.valid = true;
+  sqd_sqd.opt = {IBV_QP_PORT | IBV_QP_AV | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
+                     IBV_QP_MAX_QP_RD_ATOMIC | IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_ALT_PATH | IBV_QP_ACCESS_FLAGS |
+                     IBV_QP_PKEY_INDEX | IBV_QP_MIN_RNR_TIMER | IBV_QP_PATH_MIG_STATE,
+                 IBV_QP_AV | IBV_QP_ALT_PATH | IBV_QP_ACCESS_FLAGS | IBV_QP_PKEY_INDEX | IBV_QP_PATH_MIG_STATE,
+                 IBV_QP_PKEY_INDEX | IBV_QP_QKEY, IBV_QP_PKEY_INDEX | IBV_QP_QKEY};
+
+  // SQE -> RTS (IBA 10.3.1.6): UD and UC only (RC never enters SQE).
+  Transition& sqe_rts = t[IBV_QPS_SQE][IBV_QPS_RTS];
+  sqe_rts.valid = true;
+  sqe_rts.opt = {0, IBV_QP_CUR_STATE | IBV_QP_ACCESS_FLAGS, kRtsOptUD, kRtsOptUD};
+  return t;
+}
+
+constexpr Table kTable = make_table();
+
+constexpr int kAllMaskBits = IBV_QP_STATE | IBV_QP_CUR_STATE | IBV_QP_EN_SQD_ASYNC_NOTIFY | IBV_QP_ACCESS_FLAGS |
+                             IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_QKEY | IBV_QP_AV | IBV_QP_PATH_MTU |
+                             IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_RQ_PSN |
+                             IBV_QP_MAX_QP_RD_ATOMIC | IBV_QP_ALT_PATH | IBV_QP_MIN_RNR_TIMER | IBV_QP_SQ_PSN |
+                             IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_PATH_MIG_STATE | IBV_QP_CAP | IBV_QP_DEST_QPN;
+
+TypeIdx type_idx(const Qp& qp) noexcept {
+  if (qp.is_gsi()) return kGSI;
+  switch (qp.type()) {
+    case IBV_QPT_RC: return kRC;
+    case IBV_QPT_UC: return kUC;
+    case IBV_QPT_UD: return kUD;
+    case IBV_QPT_RAW_PACKET:
+    case IBV_QPT_XRC_SEND:
+    case IBV_QPT_XRC_RECV:
+    case IBV_QPT_DRIVER:
+      break;
+  }
+  return kUD;  // not created (Rnic::create_qp refuses other types)
+}
+
+uint32_t mtu_bytes(ibv_mtu m) noexcept { return 128u << static_cast<unsigned>(m); }  // 1: 256 ... 5: 4096
+
+ibv_wc_opcode wc_opcode(ibv_wr_opcode op) noexcept {
+  switch (op) {
+    case IBV_WR_RDMA_WRITE:
+    case IBV_WR_RDMA_WRITE_WITH_IMM: return IBV_WC_RDMA_WRITE;
+    case IBV_WR_RDMA_READ: return IBV_WC_RDMA_READ;
+    case IBV_WR_ATOMIC_CMP_AND_SWP: return IBV_WC_COMP_SWAP;
+    case IBV_WR_ATOMIC_FETCH_AND_ADD: return IBV_WC_FETCH_ADD;
+    case IBV_WR_LOCAL_INV: return IBV_WC_LOCAL_INV;
+    case IBV_WR_BIND_MW: return IBV_WC_BIND_MW;
+    case IBV_WR_TSO: return IBV_WC_TSO;
+    case IBV_WR_SEND:
+    case IBV_WR_SEND_WITH_IMM:
+    case IBV_WR_SEND_WITH_INV:
+    case IBV_WR_DRIVER1:
+    case IBV_WR_ATOMIC_WRITE:
+      break;
+  }
+  return IBV_WC_SEND;
+}
+
+// Which work request opcodes a service type takes (IBA 11.4.1.1 / table
+// 86 "Service types and operations"): UD sends only; UC no READ/atomics.
+bool opcode_ok(TypeIdx t, ibv_wr_opcode op) noexcept {
+  switch (op) {
+    case IBV_WR_SEND:
+    case IBV_WR_SEND_WITH_IMM:
+      return true;
+    case IBV_WR_RDMA_WRITE:
+    case IBV_WR_RDMA_WRITE_WITH_IMM:
+      return t == kRC || t == kUC;
+    case IBV_WR_RDMA_READ:
+    case IBV_WR_ATOMIC_CMP_AND_SWP:
+    case IBV_WR_ATOMIC_FETCH_AND_ADD:
+      return t == kRC;
+    case IBV_WR_SEND_WITH_INV:
+    case IBV_WR_LOCAL_INV:
+    case IBV_WR_BIND_MW:
+    case IBV_WR_TSO:
+    case IBV_WR_DRIVER1:
+    case IBV_WR_ATOMIC_WRITE:
+      return false;
+  }
+  return false;
+}
+
+bool is_atomic(ibv_wr_opcode op) noexcept {
+  return op == IBV_WR_ATOMIC_CMP_AND_SWP || op == IBV_WR_ATOMIC_FETCH_AND_ADD;
+}
+
+}  // namespace
+
+// ---- SendQueue ----------------------------------------------------------------------
+
+void SendQueue::init(uint32_t capacity) {
+  capacity_ = capacity;
+  ring_.assign(std::bit_ceil(std::max<uint32_t>(capacity, 1)), SendWqe{});
+  head_.store(0, std::memory_order_relaxed);
+  tail_.store(0, std::memory_order_release);
+}
+
+bool SendQueue::full() const noexcept {
+  return tail_.load(std::memory_order_relaxed) - head_.load(std::memory_order_acquire) >= capacity_;
+}
+
+void SendQueue::clear() noexcept {
+  head_.store(0, std::memory_order_relaxed);
+  tail_.store(0, std::memory_order_release);
+}
+
+// ---- Qp ----------------------------------------------------------------------------------
+
+Qp::Qp(Rnic& rnic, Pd* pd, Qpn qpn, const ibv_qp_init_attr& init)
+    : rnic_(rnic),
+      pd_(pd),
+      qpn_(qpn),
+      type_(init.qp_type),
+      send_cq_(reinterpret_cast<Cq*>(init.send_cq)),
+      recv_cq_(reinterpret_cast<Cq*>(init.recv_cq)),
+      srq_(reinterpret_cast<Srq*>(init.srq)),
+      sq_sig_all_(init.sq_sig_all != 0),
+      cap_(init.cap) {
+  context = init.qp_context;
+  if (srq_ != nullptr) {
+    cap_.max_recv_wr = 0;
+    cap_.max_recv_sge = 0;
+  }
+  sq.init(cap_.max_send_wr);
+  rq.init(cap_.max_recv_wr);
+  // UDP source port per QP (A17.4.3 leaves it free; 0xC000-0xFFFF as rxe,
+  // spread by a multiplicative hash of the QPN so that ECMP spreads QPs).
+  attrs_.sport = static_cast<uint16_t>(0xC000u | (((qpn.value() * 0x61C88647u) >> 18) & 0x3FFFu));
+  if (is_gsi()) attrs_.qkey = kGsiQkey;  // IBA 13.4.6.1: QP1's Q_Key is fixed
+  comp.ack_timer.owner = this;
+  comp.rnr_timer.owner = this;
+}
+
+Qp::~Qp() = default;
+
+int Qp::check_modify(const ibv_qp_attr& attr, int mask) const {
+  const ibv_qp_state cur = state();
+  if (mask & ~kAllMaskBits) return EINVAL;                             // an unknown bit
+  if ((mask & IBV_QP_STATE) && (attr.qp_state < IBV_QPS_RESET || attr.qp_state > IBV_QPS_ERR)) return EINVAL;
+  if ((mask & IBV_QP_CUR_STATE) && attr.cur_qp_state != cur) return EINVAL;  // the caller's view is stale
+  const ibv_qp_state next = (mask & IBV_QP_STATE) ? attr.qp_state : cur;
+  const Transition& tr = kTable[cur][next];
+  if (!tr.valid) return EINVAL;
+  const TypeIdx t = type_idx(*this);
+  const int required = tr.req[t];
+  const int optional = tr.opt[t];
+  if ((mask & required) != required) return EINVAL;                    // a required attribute is missing
+  if (mask & ~(required | optional | IBV_QP_STATE)) return EINVAL;     // an attribute not permitted here
+
+  // The values (IBA 11.2.5.2 / ibv_modify_qp(3)).
+  if ((mask & IBV_QP_PKEY_INDEX) && attr.pkey_index >= kMaxPkeys) return EINVAL;
+  if ((mask & IBV_QP_PORT) && attr.port_num != kPortNum) return EINVAL;
+  if ((mask & IBV_QP_PATH_MTU) && (attr.path_mtu < IBV_MTU_256 || attr.path_mtu > IBV_MTU_4096)) return EINVAL;
+  if ((mask & IBV_QP_TIMEOUT) && attr.timeout > 31) return EINVAL;         // 5 bits (IBA 9.7.6.1.3)
+  if ((mask & IBV_QP_RETRY_CNT) && attr.retry_cnt > 7) return EINVAL;      // 3 bits
+  if ((mask & IBV_QP_RNR_RETRY) && attr.rnr_retry > 7) return EINVAL;      // 3 bits, 7 = infinite
+  if ((mask & IBV_QP_MIN_RNR_TIMER) && attr.min_rnr_timer > 31) return EINVAL;  // IBA table 45
+  if ((mask & IBV_QP_MAX_QP_RD_ATOMIC) && attr.max_rd_atomic > kMaxQpRdAtom) return EINVAL;
+  if ((mask & IBV_QP_MAX_DEST_RD_ATOMIC) && attr.max_dest_rd_atomic > kMaxQpRdAtom) return EINVAL;
+  if ((mask & IBV_QP_DEST_QPN) && attr.dest_qp_num > Qpn::kMask) return EINVAL;
+  if ((mask & IBV_QP_PATH_MIG_STATE) && attr.path_mig_state > IBV_MIG_ARMED) return EINVAL;
+  AhAttr path;
+  if ((mask & IBV_QP_AV) && rnic_.resolve_path(attr.ah_attr, &path) != 0) return EINVAL;
+  if (mask & IBV_QP_ALT_PATH) {
+    if (attr.alt_port_num != kPortNum || attr.alt_pkey_index >= kMaxPkeys || attr.alt_timeout > 31) return EINVAL;
+    if (rnic_.resolve_path(attr.alt_ah_attr, &path) != 0) return EINVAL;
+  }
+  return 0;
+}
+
+void Qp::apply_modify(const ibv_qp_attr& attr, int mask) {
+  transport::Engine& engine = rnic_.engine();
+  const ibv_qp_state cur = state();
+  const ibv_qp_state next = (mask & IBV_QP_STATE) ? attr.qp_state : cur;
+
+  if (mask & IBV_QP_PKEY_INDEX) attrs_.pkey_index = attr.pkey_index;
+  if ((mask & IBV_QP_QKEY) && !is_gsi()) attrs_.qkey = attr.qkey;
+  if (mask & IBV_QP_AV) rnic_.resolve_path(attr.ah_attr, &attrs_.path);
+  if (mask & IBV_QP_PATH_MTU) {
+    attrs_.path_mtu = attr.path_mtu;
+    attrs_.pmtu_bytes = mtu_bytes(attr.path_mtu);
+  }
+  if (mask & IBV_QP_TIMEOUT) attrs_.timeout = attr.timeout;
+  if (mask & IBV_QP_RETRY_CNT) attrs_.retry_cnt = attr.retry_cnt;
+  if (mask & IBV_QP_RNR_RETRY) attrs_.rnr_retry = attr.rnr_retry;
+  if (mask & IBV_QP_MIN_RNR_TIMER) attrs_.min_rnr_timer = attr.min_rnr_timer;
+  if (mask & IBV_QP_MAX_QP_RD_ATOMIC) attrs_.max_rd_atomic = attr.max_rd_atomic;
+  if (mask & IBV_QP_MAX_DEST_RD_ATOMIC) attrs_.max_dest_rd_atomic = attr.max_dest_rd_atomic;
+  if (mask & IBV_QP_RQ_PSN) attrs_.rq_psn = attr.rq_psn & Psn::kMask;
+  if (mask & IBV_QP_SQ_PSN) attrs_.sq_psn = attr.sq_psn & Psn::kMask;
+  if (mask & IBV_QP_DEST_QPN) attrs_.dest_qp_num = attr.dest_qp_num;
+  if (mask & IBV_QP_ACCESS_FLAGS) attrs_.qp_access_flags = attr.qp_access_flags;
+  if (mask & IBV_QP_PATH_MIG_STATE) attrs_.path_mig_state = attr.path_mig_state;
+
+  switch (next) {
+    case IBV_QPS_RESET: {
+      // IBA 10.3.1.1: back to the state of a new QP; the queues are
+      // emptied without completions.
+      std::scoped_lock lock(sq.post_mu, rq.post_mu);
+      state_.store(IBV_QPS_RESET, std::memory_order_release);
+      sq.clear();
+      if (srq_ == nullptr) rq.clear();
+      sender_reset(*this, engine);
+      responder_reset(*this);
+      req.wqe_idx = 0;
+      comp.wqe_idx = 0;
+      attrs_.sqd_notify = false;
+      attrs_.sq_draining = 0;
+      return;
+    }
+    case IBV_QPS_INIT:
+      if (cur == IBV_QPS_RESET) {
+        sender_reset(*this, engine);
+        responder_reset(*this);
+      }
+      state_.store(IBV_QPS_INIT, std::memory_order_release);
+      return;
+    case IBV_QPS_RTR:
+      // The responder starts at rq_psn (IBA 9.7.4.1.1) with a result cache
+      // of max_dest_rd_atomic entries for duplicate READ/atomics (9.7.5.1.4).
+      resp.results.assign(attrs_.max_dest_rd_atomic, RdAtomicResult{});
+      resp.results_next = 0;
+      responder_reset(*this);
+      state_.store(IBV_QPS_RTR, std::memory_order_release);
+      return;
+    case IBV_QPS_RTS:
+      if (cur == IBV_QPS_RTR) sender_reset(*this, engine);  // next_psn = sq_psn, retry counters
+      attrs_.sqd_notify = false;
+      attrs_.sq_draining = 0;
+      state_.store(IBV_QPS_RTS, std::memory_order_release);
+      if (cur == IBV_QPS_SQD || cur == IBV_QPS_SQE) requester_run(engine, *this);  // resume what waited
+      return;
+    case IBV_QPS_SQD:
+      if (cur == IBV_QPS_RTS) {
+        // IBA 10.3.1.4: stop starting new WQEs, finish the started ones,
+        // then (if asked) the affiliated SQ-drained event (IBA 11.6.3.2).
+        attrs_.sqd_notify = (mask & IBV_QP_EN_SQD_ASYNC_NOTIFY) && attr.en_sqd_async_notify;
+        attrs_.sq_draining = 1;
+      }
+      state_.store(IBV_QPS_SQD, std::memory_order_release);
+      check_drained();
+      return;
+    case IBV_QPS_ERR:
+      to_error(false);
+      return;
+    case IBV_QPS_SQE:
+    case IBV_QPS_UNKNOWN:
+      return;  // not reachable: check_modify refused it
+  }
+}
+
+int Qp::modify(const ibv_qp_attr& attr, int mask) {
+  std::lock_guard lock(modify_mu_);
+  int rc = 0;
+  rnic_.engine().run_sync([&] {
+    rc = check_modify(attr, mask);
+    if (rc == 0) apply_modify(attr, mask);
+  });
+  return rc;
+}
+
+int Qp::query(ibv_qp_attr* attr, int /*mask*/, ibv_qp_init_attr* init) const {
+  // Every attribute, whatever the mask asks (as rxe does).
+  if (attr != nullptr) {
+    *attr = ibv_qp_attr{};
+    attr->qp_state = state();
+    attr->cur_qp_state = attr->qp_state;
+    attr->path_mtu = attrs_.path_mtu;
+    attr->path_mig_state = attrs_.path_mig_state;
+    attr->qkey = attrs_.qkey;
+    attr->rq_psn = attrs_.rq_psn;
+    attr->sq_psn = attrs_.sq_psn;
+    attr->dest_qp_num = attrs_.dest_qp_num;
+    attr->qp_access_flags = attrs_.qp_access_flags;
+    attr->cap = cap_;
+    attr->ah_attr = attrs_.path.attr;
+    attr->pkey_index = attrs_.pkey_index;
+    attr->en_sqd_async_notify = attrs_.sqd_notify ? 1 : 0;
+    attr->sq_draining = attr->qp_state == IBV_QPS_SQD ? attrs_.sq_draining : 0;
+    attr->max_rd_atomic = attrs_.max_rd_atomic;
+    attr->max_dest_rd_atomic = attrs_.max_dest_rd_atomic;
+    attr->min_rnr_timer = attrs_.min_rnr_timer;
+    attr->port_num = kPortNum;
+    attr->timeout = attrs_.timeout;
+    attr->retry_cnt = attrs_.retry_cnt;
+    attr->rnr_retry = attrs_.rnr_retry;
+  }
+  if (init != nullptr) {
+    // The CQ/SRQ members carry this API's Cq*/Srq* (the caller's copy may
+    // replace them with its own handles).
+    *init = ibv_qp_init_attr{};
+    init->qp_context = context;
+    init->send_cq = reinterpret_cast<ibv_cq*>(send_cq_);
+    init->recv_cq = reinterpret_cast<ibv_cq*>(recv_cq_);
+    init->srq = reinterpret_cast<ibv_srq*>(srq_);
+    init->cap = cap_;
+    init->qp_type = type_;
+    init->sq_sig_all = sq_sig_all_ ? 1 : 0;
+  }
+  return 0;
+}
+
+// ---- posting --------------------------------------------------------------------------------
+
+int Qp::post_send(const ibv_send_wr* wr, const ibv_send_wr** bad) {
+  const TypeIdx t = type_idx(*this);
+  int rc = 0;
+  bool posted = false;
+  {
+    std::lock_guard lock(sq.post_mu);
+    for (; wr != nullptr; wr = wr->next) {
+      // IBA 10.3.1 (table of states): work requests are accepted in RTS and SQD
+      // (SQD queues them), and in SQE/ERR where they complete flushed
+      // (10.3.1.6-7); RESET, INIT and RTR refuse them.
+      const ibv_qp_state st = state();
+      if (st == IBV_QPS_RESET || st == IBV_QPS_INIT || st == IBV_QPS_RTR || st == IBV_QPS_UNKNOWN) {
+        rc = EINVAL;
+        break;
+      }
+      if (!opcode_ok(t, wr->opcode) || wr->num_sge < 0 ||
+          static_cast<uint32_t>(wr->num_sge) > cap_.max_send_sge) {
+        rc = EINVAL;
+        break;
+      }
+      const bool inl = (wr->send_flags & IBV_SEND_INLINE) != 0;
+      if (inl && (wr->opcode == IBV_WR_RDMA_READ || is_atomic(wr->opcode))) {
+        rc = EINVAL;  // nothing to send inline for a READ or an atomic
+        break;
+      }
+      uint64_t length = 0;
+      for (int i = 0; i < wr->num_sge; ++i) length += wr->sg_list[i].length;
+      if (inl && length > cap_.max_inline_data) {
+        rc = EINVAL;
+        break;
+      }
+      if (is_atomic(wr->opcode) && (wr->num_sge != 1 || wr->sg_list[0].length < 8)) {
+        rc = EINVAL;  // IBA 9.4.5: one 64-bit result buffer
+        break;
+      }
+      Ah* ah = nullptr;
+      if (t == kUD || t == kGSI) {
+        ah = wr->wr.ud.ah != nullptr ? Ah::from_ibv(wr->wr.ud.ah) : nullptr;
+        if (ah == nullptr || ah->pd != pd_) {  // IBA 10.2.2: the AH must be on the QP's PD
+          rc = EINVAL;
+          break;
+        }
+        if (length > rnic_.active_mtu_bytes()) {  // IBA 9.9: a UD message is one packet
+          rc = EINVAL;
+          break;
+        }
+      } else if (length > kMaxMsgSize) {
+        rc = EINVAL;
+        break;
+      }
+      if (sq.full()) {
+        rc = ENOMEM;
+        break;
+      }
+      SendWqe& w = sq.next_free();
+      w.wr_id = wr->wr_id;
+      w.opcode = wr->opcode;
+      w.send_flags = wr->send_flags;
+      w.imm_data = wr->imm_data;
+      w.remote_addr = 0;
+      w.rkey = 0;
+      w.compare_add = 0;
+      w.swap = 0;
+      switch (wr->opcode) {
+        case IBV_WR_RDMA_WRITE:
+        case IBV_WR_RDMA_WRITE_WITH_IMM:
+        case IBV_WR_RDMA_READ:
+          w.remote_addr = wr->wr.rdma.remote_addr;
+          w.rkey = wr->wr.rdma.rkey;
+          break;
+        case IBV_WR_ATOMIC_CMP_AND_SWP:
+        case IBV_WR_ATOMIC_FETCH_AND_ADD:
+          w.remote_addr = wr->wr.atomic.remote_addr;
+          w.rkey = wr->wr.atomic.rkey;
+          w.compare_add = wr->wr.atomic.compare_add;
+          w.swap = wr->wr.atomic.swap;
+          break;
+        case IBV_WR_SEND:
+        case IBV_WR_SEND_WITH_IMM:
+        case IBV_WR_SEND_WITH_INV:
+        case IBV_WR_LOCAL_INV:
+        case IBV_WR_BIND_MW:
+        case IBV_WR_TSO:
+        case IBV_WR_DRIVER1:
+        case IBV_WR_ATOMIC_WRITE:
+          break;
+      }
+      if (ah != nullptr) {
+        w.ud_path = ah->path;
+        w.remote_qpn = wr->wr.ud.remote_qpn & Qpn::kMask;
+        w.remote_qkey = wr->wr.ud.remote_qkey;
+      }
+      w.length = length;
+      if (inl) {
+        // The bytes are taken now: the application may reuse its buffers
+        // as soon as post_send returns (ibv_post_send(3), IBV_SEND_INLINE).
+        uint64_t off = 0;
+        for (int i = 0; i < wr->num_sge; ++i) {
+          const ibv_sge& s = wr->sg_list[i];
+          if (s.length) std::memcpy(w.inline_data + off, reinterpret_cast<const void*>(s.addr), s.length);
+          off += s.length;
+        }
+        w.num_sge = 0;
+      } else {
+        w.num_sge = static_cast<uint32_t>(wr->num_sge);
+        for (uint32_t i = 0; i < w.num_sge; ++i) w.sge[i] = wr->sg_list[i];
+      }
+      w.state = WqeState::Posted;
+      w.first_psn = Psn{};
+      w.last_psn = Psn{};
+      w.sent = 0;
+      w.sge_idx = 0;
+      w.sge_off = 0;
+      w.read_done = 0;
+      w.atomic_orig = 0;
+      w.status = IBV_WC_SUCCESS;
+      sq.publish();
+      posted = true;
+    }
+  }
+  if (rc != 0 && bad != nullptr) *bad = wr;
+  if (posted) rnic_.ring_sq(*this);
+  return rc;
+}
+
+int Qp::post_recv(const ibv_recv_wr* wr, const ibv_recv_wr** bad) {
+  int rc = 0;
+  bool posted = false;
+  bool flush = false;
+  {
+    std::lock_guard lock(rq.post_mu);
+    for (; wr != nullptr; wr = wr->next) {
+      // ibv_post_recv(3): a QP on an SRQ takes no receives of its own;
+      // RESET refuses them (IBA 10.3.1.1); ERR flushes them (10.3.1.7).
+      const ibv_qp_state st = state();
+      if (srq_ != nullptr || st == IBV_QPS_RESET || st == IBV_QPS_UNKNOWN) {
+        rc = EINVAL;
+        break;
+      }
+      if (wr->num_sge < 0 || static_cast<uint32_t>(wr->num_sge) > cap_.max_recv_sge) {
+        rc = EINVAL;
+        break;
+      }
+      if (rq.full()) {
+        rc = ENOMEM;
+        break;
+      }
+      RecvWqe w;
+      w.wr_id = wr->wr_id;
+      w.num_sge = static_cast<uint32_t>(wr->num_sge);
+      for (uint32_t i = 0; i < w.num_sge; ++i) {
+        w.sge[i] = wr->sg_list[i];
+        w.total_len += wr->sg_list[i].length;
+      }
+      rq.push(w);
+      posted = true;
+      if (st == IBV_QPS_ERR) flush = true;
+    }
+  }
+  if (rc != 0 && bad != nullptr) *bad = wr;
+  if (posted && (flush || state() == IBV_QPS_ERR)) rnic_.ring_sq(*this);
+  return rc;
+}
+
+// ---- [engine] ---------------------------------------------------------------------------------
+
+void Qp::doorbell(transport::Engine& engine) noexcept {
+  switch (state()) {
+    case IBV_QPS_RTS:
+    case IBV_QPS_SQD:
+      requester_run(engine, *this);
+      return;
+    case IBV_QPS_SQE:
+      flush_send();
+      return;
+    case IBV_QPS_ERR:
+      flush_send();
+      flush_recv();
+      return;
+    case IBV_QPS_RESET:
+    case IBV_QPS_INIT:
+    case IBV_QPS_RTR:
+    case IBV_QPS_UNKNOWN:
+      return;
+  }
+}
+
+void Qp::to_error(bool fatal) noexcept {
+  const bool was_err = state() == IBV_QPS_ERR;
+  state_.store(IBV_QPS_ERR, std::memory_order_release);
+  transport::Engine& engine = rnic_.engine();
+  engine.timers().cancel(comp.ack_timer);
+  engine.timers().cancel(comp.rnr_timer);
+  comp.rnr_wait = false;
+  flush_send();
+  if (!was_err) responder_flush(*this);
+  flush_recv();
+  if (was_err) return;
+  if (fatal) {
+    AsyncEvent ev;
+    ev.type = IBV_EVENT_QP_FATAL;  // IBA 11.6.3.1: local work queue catastrophic error
+    ev.qp = this;
+    rnic_.raise(ev);
+  }
+  if (srq_ != nullptr) {
+    // IBA 10.3.1.7 / 11.6.3.1: a QP on an SRQ in ERR consumes no more
+    // receive WQEs: the last-WQE-reached event tells the application.
+    AsyncEvent ev;
+    ev.type = IBV_EVENT_QP_LAST_WQE_REACHED;
+    ev.qp = this;
+    rnic_.raise(ev);
+  }
+}
+
+void Qp::send_error() noexcept {
+  // IBA 10.3.1.6: an RC send-side error takes the whole QP to ERR; UD and
+  // UC go to SQE, where the receive side keeps working.
+  if (type_ == IBV_QPT_RC) {
+    to_error(false);
+    return;
+  }
+  state_.store(IBV_QPS_SQE, std::memory_order_release);
+  flush_send();
+}
+
+void Qp::flush_send() noexcept {
+  // Every WQE not yet completed, from the oldest, completes with
+  // WR_FLUSH_ERR (IBA 10.3.1.7); one that failed keeps its own status.
+  const uint32_t tail = sq.tail();
+  for (uint32_t i = sq.head(); i != tail; ++i) {
+    SendWqe& w = sq.slot(i);
+    if (w.state == WqeState::Done || w.state == WqeState::Error) continue;
+    w.state = WqeState::Error;
+    w.status = IBV_WC_WR_FLUSH_ERR;
+  }
+  req.wqe_idx = tail;
+  comp.wqe_idx = tail;
+  req.rd_atomic_inflight = 0;
+  req.fence_wait = false;
+  complete_send_wqes();
+}
+
+void Qp::flush_recv() noexcept {
+  if (srq_ != nullptr) return;  // SRQ WQEs belong to the SRQ, not to this QP
+  while (RecvWqe* w = rq.front()) {
+    ibv_wc wc{};
+    wc.wr_id = w->wr_id;
+    wc.status = IBV_WC_WR_FLUSH_ERR;
+    wc.opcode = IBV_WC_RECV;
+    wc.qp_num = qpn_.value();
+    recv_cq_->push(wc);
+    rq.pop();
+  }
+}
+
+void Qp::complete_send_wqes() noexcept {
+  const uint32_t tail = sq.tail();
+  while (sq.head() != tail) {
+    SendWqe& w = sq.slot(sq.head());
+    if (w.state != WqeState::Done && w.state != WqeState::Error) break;
+    // IBA 10.8.1 (completion semantics): a CQE for every signaled WQE, and for every WQE
+    // completed in error whatever its flags.
+    const bool error = w.state == WqeState::Error || w.status != IBV_WC_SUCCESS;
+    if (error || sq_sig_all_ || (w.send_flags & IBV_SEND_SIGNALED)) {
+      ibv_wc wc{};
+      wc.wr_id = w.wr_id;
+      wc.status = error && w.status == IBV_WC_SUCCESS ? IBV_WC_GENERAL_ERR : w.status;
+      wc.opcode = wc_opcode(w.opcode);
+      wc.qp_num = qpn_.value();
+      if (!error) {
+        wc.byte_len = static_cast<uint32_t>(w.length);  // as rxe: the message length
+        if (w.opcode == IBV_WR_SEND_WITH_IMM || w.opcode == IBV_WR_RDMA_WRITE_WITH_IMM) {
+          wc.wc_flags = IBV_WC_WITH_IMM;
+          wc.imm_data = w.imm_data;
+        }
+      }
+      send_cq_->push(wc);
+    }
+    sq.retire();
+  }
+  check_drained();
+}
+
+void Qp::check_drained() noexcept {
+  if (state() != IBV_QPS_SQD || attrs_.sq_draining == 0) return;
+  // Drained once no started WQE is outstanding: the oldest one (if any)
+  // has not been started (WQEs start in order).
+  const uint32_t head = sq.head();
+  if (head != sq.tail() && sq.slot(head).state != WqeState::Posted) return;
+  attrs_.sq_draining = 0;
+  if (!attrs_.sqd_notify) return;
+  attrs_.sqd_notify = false;
+  AsyncEvent ev;
+  ev.type = IBV_EVENT_SQ_DRAINED;  // IBA 11.6.3.2 (affiliated, asynchronous)
+  ev.qp = this;
+  rnic_.raise(ev);
+}
+
+RecvWqe* Qp::recv_front() noexcept { return srq_ != nullptr ? srq_->rq().front() : rq.front(); }
+
+void Qp::recv_pop() noexcept {
+  if (srq_ != nullptr) {
+    srq_->rq().pop();
+    srq_->after_pop();
+  } else {
+    rq.pop();
+  }
+}
+
+}  // namespace uroce::rnic

@@ -84,11 +84,13 @@ class SendQueue {
   uint32_t head() const noexcept { return head_.load(std::memory_order_relaxed); }
   uint32_t tail() const noexcept { return tail_.load(std::memory_order_acquire); }
   void retire() noexcept { head_.store(head_.load(std::memory_order_relaxed) + 1, std::memory_order_release); }
+  // Control path (->RESET, under run_sync with post_mu held): empty, indexes from 0.
+  void clear() noexcept;
   std::mutex post_mu;
 
  private:
   uint32_t capacity_ = 0;
-  std::vector<SendWqe> ring_;  // capacity_ slots; indexes are free-running uint32_t
+  std::vector<SendWqe> ring_;  // a power of two >= capacity_ slots; indexes are free-running uint32_t
   alignas(64) std::atomic<uint32_t> head_{0};
   alignas(64) std::atomic<uint32_t> tail_{0};
 };
@@ -136,7 +138,9 @@ class Qp {
     uint8_t timeout = 0;             // local ACK timeout: 4.096 us * 2^timeout (0: infinite)
     uint8_t retry_cnt = 0;
     uint8_t rnr_retry = 0;           // 7: infinite
-    uint8_t sq_draining = 0;
+    uint8_t sq_draining = 0;         // SQD: started WQEs still outstanding (query)
+    bool sqd_notify = false;         // en_sqd_async_notify: raise SQ_DRAINED once drained
+    ibv_mig_state path_mig_state = IBV_MIG_MIGRATED;
     AhAttr path{};                   // RC/UC primary path
     uint16_t sport = 0xC000;         // UDP source port (0xC000-0xFFFF)
   };
@@ -167,11 +171,21 @@ class Qp {
   // The next receive WQE (QP's RQ or its SRQ); nullptr when none (RNR).
   RecvWqe* recv_front() noexcept;
   void recv_pop() noexcept;
+  // [engine] The doorbell (Rnic::ring_sq): run the requester, or flush
+  // what was posted to a QP in ERR/SQE.
+  void doorbell(transport::Engine& engine) noexcept;
+
+  // One pending doorbell per QP: set by the poster that queues it, cleared
+  // by the engine when it runs (Rnic::ring_sq).
+  std::atomic<bool> doorbell_pending{false};
 
  private:
   int check_modify(const ibv_qp_attr& attr, int mask) const;
   void apply_modify(const ibv_qp_attr& attr, int mask);  // [engine]
+  void flush_send() noexcept;
   void flush_recv() noexcept;
+  void check_drained() noexcept;  // [engine] SQD: SQ_DRAINED once nothing started is outstanding
+  friend class Rnic;
 
   Rnic& rnic_;
   Pd* pd_;
@@ -184,6 +198,7 @@ class Qp {
   ibv_qp_cap cap_{};
   Attrs attrs_{};
   std::atomic<ibv_qp_state> state_{IBV_QPS_RESET};
+  std::mutex modify_mu_;  // one modify at a time
 };
 
 }  // namespace uroce::rnic

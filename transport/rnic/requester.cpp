@@ -1,1 +1,437 @@
-// requester: to be written
+// The requester: SQ WQEs -> request packets (IBA 9.7.4 for RC, 9.8 UC,
+// 9.9 UD and the GSI QP), go-back-N rewinding (9.7.4.1.4 / 9.7.5.2), and
+// the two timer tables of 9.7.6.1.
+//
+//   requester_run: for each WQE from req.wqe_idx
+//     new WQE?   local checks (keys, length), READ/atomic window, fence,
+//                PSNs assigned (first_psn .. last_psn)
+//     per packet the unacknowledged-PSN window, a send budget, then one
+//                packet: opcode from kWrOps by segment, headers from the
+//                opcode table, payload gathered from the SGEs into the mbuf
+//     last packet: RC waits for the completer (Sent); UC/UD are Done
+//   requester_rewind: back to comp.psn, inside the WQE that holds it
+#include "transport/rnic/requester.hpp"
+
+#include <endian.h>
+#include <rte_mbuf.h>
+
+#include <algorithm>
+#include <array>
+#include <cstring>
+
+#include "lib/wire/opcode.hpp"
+#include "transport/rnic/qp.hpp"
+#include "transport/rnic/rnic.hpp"
+#include "transport/rnic/tx.hpp"
+
+namespace uroce::rnic {
+
+// ---- timers (IBA 9.7.6.1) ----------------------------------------------------------
+namespace {
+
+// Local ACK timeout, C9-140: 4.096 us * 2^timeout; 0 disables the timer.
+constexpr std::array<uint64_t, 32> make_ack_timeouts() {
+  std::array<uint64_t, 32> t{};
+  for (unsigned i = 1; i < 32; ++i) t[i] = uint64_t{4096} << i;
+  return t;
+}
+constexpr std::array<uint64_t, 32> kAckTimeoutNs = make_ack_timeouts();
+static_assert(kAckTimeoutNs[0] == 0 && kAckTimeoutNs[1] == 8192 && kAckTimeoutNs[14] == 67'108'864);
+static_assert(kAckTimeoutNs[31] == 4096ull << 31);  // ~2.4 hours, the largest
+
+// RNR NAK timer field encoding, IBA table 45 (ns).  Code 0 is the longest.
+constexpr std::array<uint64_t, 32> kRnrTimerNs = {
+    655'360'000, 10'000,     20'000,     30'000,     40'000,      60'000,      80'000,      120'000,
+    160'000,     240'000,    320'000,    480'000,    640'000,     960'000,     1'280'000,   1'920'000,
+    2'560'000,   3'840'000,  5'120'000,  7'680'000,  10'240'000,  15'360'000,  20'480'000,  30'720'000,
+    40'960'000,  61'440'000, 81'920'000, 122'880'000, 163'840'000, 245'760'000, 327'680'000, 491'520'000,
+};
+constexpr bool rnr_table_increasing() {
+  for (size_t i = 2; i < kRnrTimerNs.size(); ++i)
+    if (kRnrTimerNs[i] <= kRnrTimerNs[i - 1]) return false;
+  return kRnrTimerNs[0] > kRnrTimerNs[31];
+}
+static_assert(rnr_table_increasing());
+static_assert(kRnrTimerNs[1] == 10'000 && kRnrTimerNs[16] == 2'560'000 && kRnrTimerNs[31] == 491'520'000);
+
+}  // namespace
+
+uint64_t ack_timeout_ns(uint8_t timeout) noexcept { return kAckTimeoutNs[timeout & 0x1F]; }
+uint64_t rnr_timer_ns(uint8_t code) noexcept { return kRnrTimerNs[code & 0x1F]; }
+
+// ---- helpers shared with the completer ---------------------------------------------
+
+bool wqe_is_rd_atomic(const SendWqe& w) noexcept {
+  return w.opcode == IBV_WR_RDMA_READ || w.opcode == IBV_WR_ATOMIC_CMP_AND_SWP ||
+         w.opcode == IBV_WR_ATOMIC_FETCH_AND_ADD;
+}
+
+bool copy_sges(Qp& qp, const SendWqe& w, uint64_t off, uint8_t* buf, uint64_t len, SgeDir dir) noexcept {
+  if (len == 0) return true;
+  if ((w.send_flags & IBV_SEND_INLINE) != 0) {
+    if (dir != SgeDir::Gather || off + len > w.length || off + len > kMaxInlineData) return false;
+    std::memcpy(buf, w.inline_data + off, len);
+    return true;
+  }
+  Rnic& rnic = qp.rnic();
+  for (uint32_t i = 0; i < w.num_sge && len > 0; ++i) {
+    const ibv_sge& s = w.sge[i];
+    if (off >= s.length) {
+      off -= s.length;
+      continue;
+    }
+    const uint64_t n = std::min<uint64_t>(len, s.length - off);
+    KeyCheck why{};
+    Mr* mr = rnic.lookup_lkey(s.lkey, qp.pd(), &why);
+    uint8_t* host = mr != nullptr ? mr->translate(s.addr + off, n) : nullptr;
+    if (host == nullptr) return false;  // deregistered since the WQE's check
+    if (dir == SgeDir::Gather) {
+      std::memcpy(buf, host, n);
+    } else {
+      std::memcpy(host, buf, n);
+    }
+    buf += n;
+    len -= n;
+    off = 0;
+  }
+  return len == 0;
+}
+
+void sender_fail(Qp& qp, SendWqe& w, ibv_wc_status status) noexcept {
+  transport::Engine& engine = qp.rnic().engine();
+  w.status = status;
+  w.state = WqeState::Error;
+  engine.timers().cancel(qp.comp.ack_timer);
+  engine.timers().cancel(qp.comp.rnr_timer);
+  engine.timers().cancel(qp.req.kick);
+  qp.comp.rnr_wait = false;
+  qp.complete_send_wqes();  // the Done WQEs before it, then its own error CQE
+  qp.send_error();          // RC: ERR; UC/UD: SQE.  The rest is flushed.
+}
+
+// ---- segmentation --------------------------------------------------------------------
+namespace {
+
+using wire::Hdr;
+
+enum class Seg : uint8_t { First, Middle, Last, Only };
+
+// The operation code (within a transport's block of IBA table 38) for each
+// ibv_wr_opcode and segment of its message.
+struct WrOps {
+  bool valid = false;
+  bool rd_atomic = false;   // READ or atomic: held against max_rd_atomic
+  bool multi = false;       // segmented by the path MTU (SEND/WRITE)
+  std::array<uint8_t, 4> code{};  // by Seg
+};
+
+constexpr std::array<WrOps, 16> make_wr_ops() {
+  namespace o = wire::op;
+  std::array<WrOps, 16> t{};
+  t[IBV_WR_SEND] = {true, false, true, {o::kSendFirst, o::kSendMiddle, o::kSendLast, o::kSendOnly}};
+  t[IBV_WR_SEND_WITH_IMM] = {true, false, true, {o::kSendFirst, o::kSendMiddle, o::kSendLastImm, o::kSendOnlyImm}};
+  t[IBV_WR_SEND_WITH_INV] = {true, false, true, {o::kSendFirst, o::kSendMiddle, o::kSendLastInv, o::kSendOnlyInv}};
+  t[IBV_WR_RDMA_WRITE] = {true, false, true, {o::kWriteFirst, o::kWriteMiddle, o::kWriteLast, o::kWriteOnly}};
+  t[IBV_WR_RDMA_WRITE_WITH_IMM] = {
+      true, false, true, {o::kWriteFirst, o::kWriteMiddle, o::kWriteLastImm, o::kWriteOnlyImm}};
+  t[IBV_WR_RDMA_READ] = {true, true, false, {o::kReadRequest, o::kReadRequest, o::kReadRequest, o::kReadRequest}};
+  t[IBV_WR_ATOMIC_CMP_AND_SWP] = {
+      true, true, false, {o::kCompareSwap, o::kCompareSwap, o::kCompareSwap, o::kCompareSwap}};
+  t[IBV_WR_ATOMIC_FETCH_AND_ADD] = {true, true, false, {o::kFetchAdd, o::kFetchAdd, o::kFetchAdd, o::kFetchAdd}};
+  return t;
+}
+constexpr std::array<WrOps, 16> kWrOps = make_wr_ops();
+static_assert(wire::opcode_info(wire::op::kRcBase | kWrOps[IBV_WR_SEND_WITH_IMM].code[3]).name ==
+              "RC_SEND_ONLY_WITH_IMMEDIATE");
+static_assert(wire::opcode_info(wire::op::kUcBase | kWrOps[IBV_WR_RDMA_WRITE].code[0]).name == "UC_RDMA_WRITE_FIRST");
+static_assert(!wire::opcode_info(wire::op::kUdBase | kWrOps[IBV_WR_RDMA_WRITE].code[3]).valid);
+
+const WrOps& wr_ops(ibv_wr_opcode op) noexcept {
+  static constexpr WrOps kNone{};
+  const auto i = static_cast<size_t>(op);
+  return i < kWrOps.size() ? kWrOps[i] : kNone;
+}
+
+bool is_ud(const Qp& qp) noexcept { return qp.type() == IBV_QPT_UD || qp.is_gsi(); }
+
+uint8_t transport_base(const Qp& qp) noexcept {
+  if (is_ud(qp)) return wire::op::kUdBase;
+  return qp.type() == IBV_QPT_UC ? wire::op::kUcBase : wire::op::kRcBase;
+}
+
+// Free-running SQ indexes: a before b.
+bool before(uint32_t a, uint32_t b) noexcept { return static_cast<int32_t>(a - b) < 0; }
+
+uint32_t pmtu(const Qp& qp) noexcept { return std::max<uint32_t>(qp.attrs().pmtu_bytes, 256); }
+
+// PSNs a WQE consumes: one per packet; a READ one per response packet
+// (IBA 9.7.4.1.1), at least one.
+uint32_t psn_count(const Qp& qp, const SendWqe& w) noexcept {
+  if (is_ud(qp)) return 1;
+  if (w.opcode == IBV_WR_ATOMIC_CMP_AND_SWP || w.opcode == IBV_WR_ATOMIC_FETCH_AND_ADD) return 1;
+  const uint64_t mtu = pmtu(qp);
+  return static_cast<uint32_t>(std::max<uint64_t>(1, (w.length + mtu - 1) / mtu));
+}
+
+// Every SGE's L_Key once per WQE (IBA 10.7.2.? local access checks,
+// C10-??): the MR exists, belongs to the QP's PD, covers the SGE, and
+// grants local write where the WQE writes (READ and atomic results).
+bool check_local_keys(Qp& qp, const SendWqe& w) noexcept {
+  if ((w.send_flags & IBV_SEND_INLINE) != 0) return true;
+  const int need = wqe_is_rd_atomic(w) ? IBV_ACCESS_LOCAL_WRITE : 0;
+  for (uint32_t i = 0; i < w.num_sge; ++i) {
+    const ibv_sge& s = w.sge[i];
+    if (s.length == 0) continue;
+    KeyCheck why{};
+    Mr* mr = qp.rnic().lookup_lkey(s.lkey, qp.pd(), &why);
+    if (mr == nullptr || mr->translate(s.addr, s.length) == nullptr) return false;
+    if ((mr->access & need) != need) return false;
+  }
+  return true;
+}
+
+void on_kick(Timer& t, uint64_t) {
+  Qp& qp = t.owner_as<Qp>();
+  requester_run(qp.rnic().engine(), qp);
+}
+
+void kick_soon(transport::Engine& engine, Qp& qp, uint64_t delay_ns) noexcept {
+  qp.req.kick.cb = on_kick;
+  qp.req.kick.owner = &qp;
+  if (!qp.req.kick.armed()) engine.timers().arm(qp.req.kick, engine.now() + delay_ns);
+}
+
+enum class Start : uint8_t { Go, Wait, Failed };
+
+// A WQE the requester has not started before: checks, windows, PSNs.
+Start start_wqe(Qp& qp, SendWqe& w) noexcept {
+  ReqState& r = qp.req;
+  const WrOps& ops = wr_ops(w.opcode);
+  const uint8_t base = transport_base(qp);
+  if (!ops.valid || !wire::opcode_info(static_cast<uint8_t>(base | ops.code[3])).valid) {
+    sender_fail(qp, w, IBV_WC_LOC_QP_OP_ERR);
+    return Start::Failed;
+  }
+  if (is_ud(qp) && w.length > qp.rnic().active_mtu_bytes()) {  // C9-?? a UD message is one packet
+    sender_fail(qp, w, IBV_WC_LOC_LEN_ERR);
+    return Start::Failed;
+  }
+  if (!check_local_keys(qp, w)) {
+    sender_fail(qp, w, IBV_WC_LOC_PROT_ERR);
+    return Start::Failed;
+  }
+  // IBV_SEND_FENCE: wait until every earlier READ/atomic completed (IBA
+  // 10.8.3.3, fence indicator).
+  if ((w.send_flags & IBV_SEND_FENCE) != 0 && r.rd_atomic_inflight > 0) {
+    r.fence_wait = true;
+    return Start::Wait;
+  }
+  r.fence_wait = false;
+  // At most max_rd_atomic READ/atomics outstanding (the initiator depth,
+  // IBA 9.7.7.?; 0 is taken as 1 so that a READ can ever go).
+  if (ops.rd_atomic && r.rd_atomic_inflight >= std::max<uint32_t>(1, qp.attrs().max_rd_atomic)) return Start::Wait;
+
+  w.first_psn = r.next_psn;
+  w.last_psn = r.next_psn + (psn_count(qp, w) - 1);
+  w.sent = 0;
+  w.sge_idx = 0;
+  w.sge_off = 0;
+  w.read_done = 0;
+  w.state = WqeState::Sending;
+  if (ops.rd_atomic) ++r.rd_atomic_inflight;
+  r.wqe_hi = r.wqe_idx + 1;
+  return Start::Go;
+}
+
+enum class Emit : uint8_t { Sent, NoMbuf };
+
+// Build and send one request packet of `w` at r.next_psn.  `off` is the
+// message offset of its payload (SEND/WRITE) or of the remaining READ.
+Emit emit(transport::Engine& engine, Qp& qp, SendWqe& w, Seg seg, uint64_t off, uint32_t len,
+          bool ack_req) noexcept {
+  ReqState& r = qp.req;
+  const WrOps& ops = wr_ops(w.opcode);
+  const uint8_t opcode = static_cast<uint8_t>(transport_base(qp) | ops.code[static_cast<size_t>(seg)]);
+  const wire::OpcodeInfo& info = wire::opcode_info(opcode);
+  const bool ud = is_ud(qp);
+  const AhAttr& path = ud ? w.ud_path : qp.attrs().path;
+
+  rte_mbuf* m = engine.alloc();
+  if (m == nullptr) return Emit::NoMbuf;
+
+  wire::PktDesc d;
+  tx_fill_path(engine, path, qp.attrs().sport, d);
+  d.udp_checksum = 0;  // RoCEv2 sends 0 (A17.4.3)
+  d.opcode = opcode;
+  d.psn = r.next_psn;
+  d.ack_req = ack_req;
+  d.se = info.last && (w.send_flags & IBV_SEND_SOLICITED) != 0;
+  d.dest_qp = Qpn(ud ? w.remote_qpn : qp.attrs().dest_qp_num);
+  if (qp.is_gsi()) d.pkey = kDefaultPkey;  // GSI MADs use the default P_Key (IBA 13.5.1)
+  if (info.has(wire::kHdrDeth)) {
+    // C10-15: a Q_Key with the high bit set means "use the QP's own".
+    const uint32_t own = qp.is_gsi() ? kGsiQkey : qp.attrs().qkey;
+    d.deth_qkey = Qkey((w.remote_qkey & 0x80000000u) != 0 ? own : w.remote_qkey);
+    d.deth_src_qp = qp.qpn();
+  }
+  if (info.has(wire::kHdrReth)) {
+    d.reth_va = w.remote_addr + off;
+    d.reth_rkey = Rkey(w.rkey);
+    d.reth_len = static_cast<uint32_t>(w.length - off);  // WRITE: the whole message; READ: what remains
+  }
+  if (info.has(wire::kHdrAtomicEth)) {
+    d.atomic_va = w.remote_addr;
+    d.atomic_rkey = Rkey(w.rkey);
+    const bool cas = w.opcode == IBV_WR_ATOMIC_CMP_AND_SWP;
+    d.atomic_swap_add = cas ? w.swap : w.compare_add;
+    d.atomic_compare = cas ? w.compare_add : 0;
+  }
+  if (info.immediate) d.imm = be32toh(w.imm_data);  // kept in wire order in the WQE
+  if (info.invalidate) d.ieth_rkey = Rkey(w.imm_data);  // invalidate_rkey shares the field
+  const uint32_t payload = info.has(wire::kHdrPayload) ? len : 0;
+  const bool ok = tx_send_mbuf(engine, m, path, d, payload, [&](uint8_t* dst) {
+    if (!copy_sges(qp, w, off, dst, payload, SgeDir::Gather)) std::memset(dst, 0, payload);
+  });
+  (void)ok;  // false: dropped on the way (no route, too long); RC retransmits, UC/UD lose it
+
+  RnicCounters& ctr = qp.rnic().counters();
+  ctr.inc(RnicCtr::req_pkts);
+  if (distance(r.next_psn, r.psn_hi) < 0) ctr.inc(RnicCtr::req_retrans_pkts);
+  return Emit::Sent;
+}
+
+}  // namespace
+
+// ---- the requester ---------------------------------------------------------------------
+
+void requester_run(transport::Engine& engine, Qp& qp) noexcept {
+  const ibv_qp_state st = qp.state();
+  if (st != IBV_QPS_RTS && st != IBV_QPS_SQD) return;
+  ReqState& r = qp.req;
+  CompState& c = qp.comp;
+  if (c.rnr_wait) return;  // the RNR timer restarts us
+  const bool rc = qp.type() == IBV_QPT_RC && !qp.is_gsi();
+  const uint32_t mtu = pmtu(qp);
+  uint32_t budget = kReqBudget;
+  bool done_unreliable = false;
+
+  while (r.wqe_idx != qp.sq.tail()) {
+    SendWqe& w = qp.sq.slot(r.wqe_idx);
+    if (!before(r.wqe_idx, r.wqe_hi)) {
+      if (st == IBV_QPS_SQD) break;  // SQ drain: no new message (IBA 10.3.1.4)
+      const Start s = start_wqe(qp, w);
+      if (s == Start::Failed) return;
+      if (s == Start::Wait) break;
+    }
+    if (budget == 0) {
+      kick_soon(engine, qp, 0);  // next poll iteration: let RX and other QPs run
+      break;
+    }
+    if (rc && distance(r.next_psn, c.psn) >= static_cast<int32_t>(kMaxUnackedPsns)) break;  // the completer reruns us
+
+    // One packet of `w` at r.next_psn.
+    const WrOps& ops = wr_ops(w.opcode);
+    const uint64_t psn_off = static_cast<uint32_t>(distance(r.next_psn, w.first_psn));
+    Seg seg = Seg::Only;
+    uint64_t off = 0;
+    uint32_t len = 0;
+    if (ops.multi && !is_ud(qp)) {
+      off = w.sent;
+      len = static_cast<uint32_t>(std::min<uint64_t>(mtu, w.length - off));
+      const bool first = off == 0;
+      const bool last = off + len == w.length;
+      seg = first ? (last ? Seg::Only : Seg::First) : (last ? Seg::Last : Seg::Middle);
+    } else if (w.opcode == IBV_WR_RDMA_READ) {
+      off = std::min<uint64_t>(psn_off * mtu, w.length);  // a re-request asks only for the rest
+    } else {
+      len = static_cast<uint32_t>(w.length);  // UD: the whole message in one packet
+    }
+    const bool last_pkt = seg == Seg::Only || seg == Seg::Last;
+    bool ack_req = false;
+    if (rc) {  // IBA 9.7.3.1.4: AckReq on the last packet, and every kMaxPktsPerAckReq
+      ack_req = last_pkt || ++r.pkts_since_ackreq >= kMaxPktsPerAckReq;
+      if (ack_req) r.pkts_since_ackreq = 0;
+    }
+    if (emit(engine, qp, w, seg, off, len, ack_req) == Emit::NoMbuf) {
+      if (rc && ack_req && !last_pkt) r.pkts_since_ackreq = kMaxPktsPerAckReq - 1;
+      kick_soon(engine, qp, 10'000);  // buffers come back as the port sends
+      break;
+    }
+    --budget;
+    if (ops.multi && !is_ud(qp)) {
+      w.sent = off + len;
+      r.next_psn += 1;
+    } else {
+      r.next_psn = w.last_psn + 1;
+    }
+    if (distance(r.next_psn, r.psn_hi) > 0) r.psn_hi = r.next_psn;
+    if (last_pkt) {
+      w.state = rc ? WqeState::Sent : WqeState::Done;
+      done_unreliable = done_unreliable || !rc;
+      ++r.wqe_idx;
+    }
+  }
+
+  if (done_unreliable) qp.complete_send_wqes();
+  if (rc && distance(r.psn_hi, c.psn) > 0 && !c.ack_timer.armed()) {
+    if (const uint64_t t = ack_timeout_ns(qp.attrs().timeout); t != 0) {
+      c.ack_timer.cb = completer_ack_timeout;
+      c.ack_timer.owner = &qp;
+      engine.timers().arm(c.ack_timer, engine.now() + t);
+    }
+  }
+}
+
+void requester_rewind(Qp& qp) noexcept {
+  ReqState& r = qp.req;
+  const CompState& c = qp.comp;
+  if (qp.type() != IBV_QPT_RC || qp.is_gsi()) return;
+  const uint32_t mtu = pmtu(qp);
+  r.next_psn = c.psn;
+  r.pkts_since_ackreq = 0;
+  uint32_t idx = c.wqe_idx;
+  if (before(idx, qp.sq.head())) idx = qp.sq.head();
+  // The WQE that holds comp.psn: the first started one not wholly acknowledged.
+  while (before(idx, r.wqe_hi) && distance(qp.sq.slot(idx).last_psn, c.psn) < 0) ++idx;
+  r.wqe_idx = idx;
+  for (uint32_t i = idx; before(i, r.wqe_hi); ++i) {
+    SendWqe& w = qp.sq.slot(i);
+    const int32_t in = i == idx ? std::max(0, distance(c.psn, w.first_psn)) : 0;
+    w.sent = std::min<uint64_t>(static_cast<uint64_t>(in) * mtu, w.length);
+    w.sge_idx = 0;
+    w.sge_off = 0;
+    w.state = WqeState::Sending;
+  }
+}
+
+void sender_reset(Qp& qp, transport::Engine& engine) noexcept {
+  ReqState& r = qp.req;
+  CompState& c = qp.comp;
+  engine.timers().cancel(r.kick);
+  engine.timers().cancel(c.ack_timer);
+  engine.timers().cancel(c.rnr_timer);
+  const Psn psn(qp.attrs().sq_psn);
+  const uint32_t head = qp.sq.head();
+  r.next_psn = psn;
+  r.wqe_idx = head;
+  r.rd_atomic_inflight = 0;
+  r.pkts_since_ackreq = 0;
+  r.fence_wait = false;
+  r.psn_hi = psn;
+  r.wqe_hi = head;
+  r.kick.cb = on_kick;
+  r.kick.owner = &qp;
+  c.psn = psn;
+  c.wqe_idx = head;
+  c.retry_left = qp.attrs().retry_cnt;
+  c.rnr_left = qp.attrs().rnr_retry;
+  c.rnr_wait = false;
+  c.in_read_resp = false;
+  c.rerequested = false;
+  c.ack_timer.cb = completer_ack_timeout;
+  c.ack_timer.owner = &qp;
+  c.rnr_timer.cb = completer_rnr_timeout;
+  c.rnr_timer.owner = &qp;
+}
+
+}  // namespace uroce::rnic

@@ -5,6 +5,8 @@
 // and the local ACK / RNR timers of 9.7.6.1.
 #pragma once
 
+#include <infiniband/verbs.h>
+
 #include <cstdint>
 
 #include "lib/util/timer_wheel.hpp"
@@ -27,6 +29,10 @@ struct ReqState {
   uint32_t pkts_since_ackreq = 0;   // AckReq at least every 64 packets
   bool fence_wait = false;        // a fenced WQE waits for earlier READ/atomics
   bool scheduled = false;         // a doorbell is pending
+  // requester.cpp's own:
+  Psn psn_hi{};                   // one past the highest PSN ever sent (responses up to it are not ghosts)
+  uint32_t wqe_hi = 0;            // one past the highest SQ index ever started (go-back-N resends below it)
+  Timer kick{};                   // run again soon: after a send budget or a missing mbuf
 };
 
 struct CompState {
@@ -37,7 +43,19 @@ struct CompState {
   Timer ack_timer{};              // local ACK timeout
   Timer rnr_timer{};              // RNR wait before the retry
   bool rnr_wait = false;
+  // completer.cpp's own:
+  bool in_read_resp = false;      // a READ response message is under way (MIDDLE/LAST may follow)
+  bool rerequested = false;       // a READ gap at `psn` was already re-requested (once per gap)
 };
+
+// Unacknowledged PSNs the requester keeps outstanding at most (far below
+// the 2^23 that the modular PSN compare allows, IBA 9.7.1).
+inline constexpr uint32_t kMaxUnackedPsns = 512;
+// Packets one requester_run sends before it yields to the poll loop.
+inline constexpr uint32_t kReqBudget = 64;
+// AckReq at least every this many packets (IBA 9.7.3.1.4 leaves the
+// cadence to the requester; rxe uses 64).
+inline constexpr uint32_t kMaxPktsPerAckReq = 64;
 
 // [engine] The requester: send what the SQ and the window allow.  Called on
 // the QP's doorbell and whenever the completer frees the window.
@@ -52,6 +70,20 @@ void completer_rx(transport::Engine& engine, Qp& qp, transport::RoceRx& pkt) noe
 // Reset both roles' state (RESET/INIT, and sq_psn at RTR->RTS).  Cancels
 // their timers.
 void sender_reset(Qp& qp, transport::Engine& engine) noexcept;
+
+// ---- shared by requester.cpp and completer.cpp ----
+struct SendWqe;
+enum class SgeDir : uint8_t { Gather, Scatter };
+// Copy `len` bytes between `buf` and the WQE's SGEs (or inline data) at
+// message offset `off`; false when an SGE no longer translates.
+bool copy_sges(Qp& qp, const SendWqe& w, uint64_t off, uint8_t* buf, uint64_t len, SgeDir dir) noexcept;
+bool wqe_is_rd_atomic(const SendWqe& w) noexcept;
+// [engine] Complete `w` in error with `status` (after the Done WQEs before
+// it) and fail the send queue: RC to ERR, UC/UD to SQE; the rest flushes.
+void sender_fail(Qp& qp, SendWqe& w, ibv_wc_status status) noexcept;
+// Timer callbacks (completer.cpp): local ACK timeout, end of an RNR wait.
+void completer_ack_timeout(Timer& t, uint64_t now_ns);
+void completer_rnr_timeout(Timer& t, uint64_t now_ns);
 
 // The local ACK timeout in ns for the QP attribute `timeout` (4.096 us *
 // 2^timeout; 0 means infinite: returns 0).  IBA 9.7.6.1.3 / C9-140.

@@ -1,1 +1,1094 @@
-// responder: to be written
+// The responder (IBA 9.7.4.1, 9.7.5, 9.8, 9.9): request packets, in PSN
+// order, into memory and receive CQEs; ACK / NAK / READ responses / atomic
+// ACKs back to the requester.
+//
+// One packet runs through a state machine of small checks, in the order
+// IBA 9.7.4.1 and Linux rxe (rxe_resp.c) take them:
+//
+//   CheckQp -> CheckPsn -> CheckOpSeq -> CheckAccess -> CheckResource
+//     -> CheckLength -> CheckRkey -> Execute -> (Complete) -> Acknowledge
+//   side exits: Duplicate (9.7.5.1.4), NakPsnSeq (C9-114), Rnr (9.7.5.1.1),
+//               Fault (class C errors: NAK + QP to ERR; UC/UD: drop)
+//
+// [engine] everything here runs on the engine thread.
+#include "transport/rnic/responder.hpp"
+
+#include <endian.h>
+#include <rte_mbuf.h>
+
+#include <algorithm>
+#include <array>
+#include <atomic>
+#include <cstring>
+#include <mutex>
+#include <string_view>
+
+#include "lib/wire/bth.hpp"
+#include "lib/wire/ext.hpp"
+#include "lib/wire/ipv4.hpp"
+#include "lib/wire/ipv6.hpp"
+#include "transport/engine.hpp"
+#include "transport/rnic/qp.hpp"
+#include "transport/rnic/rnic.hpp"
+#include "transport/rnic/tx.hpp"
+
+namespace uroce::rnic {
+namespace {
+
+using wire::AckType;
+using wire::NakCode;
+using wire::OpcodeInfo;
+using wire::Operation;
+using wire::Transport;
+
+// The GRH area at the head of a UD receive buffer (IBA 11.4.1.2): the
+// 40-byte IPv6 header, or for IPv4 20 zero bytes and the 20-byte IPv4
+// header, as rxe and mlx5 fill it for RoCEv2.
+constexpr uint32_t kGrhBytes = 40;
+constexpr uint32_t kIpv4GrhPad = 20;
+constexpr uint64_t kAtomicLen = 8;
+constexpr uint64_t kMaxDmaLen = uint64_t{1} << 31;  // IBA 9.4.3: a message is at most 2^31 bytes
+constexpr uint16_t kPkeyBaseMask = 0x7FFF;           // P_Key match ignores the membership bit (10.9.3)
+
+constexpr uint8_t ack_syndrome() noexcept {
+  return wire::make_syndrome(AckType::Ack, wire::kAethCreditInvalid);  // "unlimited credits", as rxe
+}
+constexpr uint8_t nak_syndrome(NakCode c) noexcept {
+  return wire::make_syndrome(AckType::Nak, static_cast<uint8_t>(c));
+}
+
+// ---- the packet's way through the responder -------------------------------------
+
+enum class Step : uint8_t {
+  CheckQp,
+  CheckPsn,
+  CheckOpSeq,
+  CheckAccess,
+  CheckResource,
+  CheckLength,
+  CheckRkey,
+  Execute,
+  ReadReply,
+  AtomicReply,
+  Complete,
+  Acknowledge,
+  Duplicate,
+  NakPsnSeq,
+  Rnr,
+  Fault,
+  Done,
+};
+
+[[maybe_unused]] constexpr std::array<std::string_view, 17> kStepName = {
+    "CHECK_QP", "CHECK_PSN", "CHECK_OP_SEQ", "CHECK_ACCESS", "CHECK_RESOURCE", "CHECK_LENGTH",
+    "CHECK_RKEY", "EXECUTE", "READ_REPLY", "ATOMIC_REPLY", "COMPLETE", "ACKNOWLEDGE",
+    "DUPLICATE", "NAK_PSN_SEQ", "RNR", "FAULT", "DONE",
+};
+static_assert(kStepName.size() == static_cast<size_t>(Step::Done) + 1);
+
+// What went wrong with a request (IBA 9.7.5.2: class C errors for RC;
+// UC and UD drop the message, 9.8.3 / 9.9.3).
+enum class Fault : uint8_t {
+  OpSeq,         // MIDDLE/LAST without FIRST, or a new message mid-message (9.7.5.2.2)
+  NotEnabled,    // READ/WRITE/atomic the QP's access flags do not allow (rxe: invalid request)
+  Length,        // payload vs MTU / RETH length (9.7.5.2.2, C9-89)
+  NoRdResource,  // READ/atomic with max_dest_rd_atomic 0 (9.7.5.2.2)
+  Misaligned,    // atomic VA not 8-byte aligned (C9-92)
+  RemoteAccess,  // R_Key, bounds, rights, PD (9.7.5.1.3, C9-88)
+  RecvProt,      // a receive SGE failed its L_Key check (9.7.5.2.4: remote operational error)
+  RecvLength,    // the message is longer than the receive WQE (9.7.5.2.2)
+};
+
+struct FaultRule {
+  NakCode nak;
+  RnicCtr nak_ctr;
+  ibv_wc_status wqe_status;  // of a receive WQE the message holds
+  ibv_event_type event;      // affiliated async event (IBA 11.6.3.1) when the RC QP goes to ERR
+  RnicCtr drop_ctr;          // UC/UD
+};
+
+constexpr std::array<FaultRule, 8> kFaultRules = {{
+    {NakCode::InvalidRequest, RnicCtr::rem_inv_req_naks, IBV_WC_REM_INV_REQ_ERR, IBV_EVENT_QP_REQ_ERR,
+     RnicCtr::drop_bad_opcode_seq},
+    {NakCode::InvalidRequest, RnicCtr::rem_inv_req_naks, IBV_WC_REM_INV_REQ_ERR, IBV_EVENT_QP_REQ_ERR,
+     RnicCtr::drop_uc_access},
+    {NakCode::InvalidRequest, RnicCtr::rem_inv_req_naks, IBV_WC_REM_INV_REQ_ERR, IBV_EVENT_QP_REQ_ERR,
+     RnicCtr::drop_bad_length},
+    {NakCode::InvalidRequest, RnicCtr::rem_inv_req_naks, IBV_WC_REM_INV_REQ_ERR, IBV_EVENT_QP_REQ_ERR,
+     RnicCtr::drop_bad_transport},
+    {NakCode::InvalidRequest, RnicCtr::rem_inv_req_naks, IBV_WC_REM_INV_REQ_ERR, IBV_EVENT_QP_REQ_ERR,
+     RnicCtr::drop_bad_transport},
+    {NakCode::RemoteAccessError, RnicCtr::rem_access_naks, IBV_WC_REM_ACCESS_ERR, IBV_EVENT_QP_ACCESS_ERR,
+     RnicCtr::drop_uc_access},
+    {NakCode::RemoteOperationalError, RnicCtr::rem_op_naks, IBV_WC_LOC_PROT_ERR, IBV_EVENT_QP_ACCESS_ERR,
+     RnicCtr::drop_recv_prot},
+    {NakCode::InvalidRequest, RnicCtr::rem_inv_req_naks, IBV_WC_LOC_LEN_ERR, IBV_EVENT_QP_REQ_ERR,
+     RnicCtr::drop_ud_too_long},
+}};
+
+constexpr const FaultRule& rule(Fault f) noexcept { return kFaultRules[static_cast<size_t>(f)]; }
+
+// One request packet and what the checks found out about it.
+struct Rx {
+  transport::Engine& engine;
+  Qp& qp;
+  RespState& s;
+  Rnic& rnic;
+  RnicCounters& ctr;
+  const uint8_t* frame;
+  const wire::PktInfo& pi;
+  const OpcodeInfo& op;
+  Psn psn;
+  const uint8_t* payload;
+  uint32_t len;               // payload bytes
+  Fault fault = Fault::OpSeq;
+  RecvWqe* wqe = nullptr;     // the receive WQE this packet fills or completes
+  uint8_t* target = nullptr;  // READ / atomic: the host address
+  uint64_t va = 0;            // READ / atomic: from the RETH / AtomicETH
+  uint32_t dma_len = 0;
+  uint32_t rkey = 0;
+
+  wire::BthC bth() const noexcept { return wire::BthC(frame + pi.bth_off); }
+  template <class View>
+  View ext(wire::Hdr h) const noexcept { return View(frame + pi.ext_off(h)); }
+  bool rc() const noexcept { return qp.type() == IBV_QPT_RC; }
+  bool ud() const noexcept { return qp.type() == IBV_QPT_UD; }
+  uint32_t mtu() const noexcept { return qp.attrs().pmtu_bytes; }
+};
+
+// ---- sending -----------------------------------------------------------------------
+
+wire::PktDesc response_desc(const transport::Engine& engine, const Qp& qp, uint8_t opcode, Psn psn) noexcept {
+  wire::PktDesc d;
+  tx_fill_path(engine, qp.attrs().path, qp.attrs().sport, d);
+  d.opcode = opcode;
+  d.dest_qp = Qpn(qp.attrs().dest_qp_num);
+  d.psn = psn;
+  d.aeth_syndrome = ack_syndrome();
+  d.aeth_msn = qp.resp.msn;
+  return d;
+}
+wire::PktDesc response_desc(Rx& r, uint8_t opcode, Psn psn) noexcept {
+  return response_desc(r.engine, r.qp, opcode, psn);
+}
+
+// ACK, NAK or RNR NAK (IBA 9.7.5.1.1-2).
+void send_ack(Rx& r, Psn psn, uint8_t syndrome) noexcept {
+  wire::PktDesc d = response_desc(r, wire::op::RC_ACK, psn);
+  d.aeth_syndrome = syndrome;
+  if (tx_send(r.engine, r.qp.attrs().path, d)) r.ctr.inc(RnicCtr::resp_pkts);
+}
+
+void send_atomic_ack(Rx& r, Psn psn, uint64_t orig) noexcept {
+  wire::PktDesc d = response_desc(r, wire::op::RC_ATOMIC_ACK, psn);
+  d.atomic_ack_orig = orig;
+  if (tx_send(r.engine, r.qp.attrs().path, d)) r.ctr.inc(RnicCtr::resp_pkts);
+}
+
+// ---- READ response streams ---------------------------------------------------------
+
+// READ responses for [va, va+len) under `rkey` from `psn` on, segmented by
+// the path MTU (IBA 9.7.5.1.6-7).  `first`: the response starts a message
+// (FIRST/ONLY); a replay from the middle of one continues it with
+// MIDDLE/LAST, as rxe sends it.  AETH on FIRST/LAST/ONLY (C9-28).
+void stream_start(Qp& qp, uint32_t rkey, uint64_t va, uint32_t len, Psn psn, bool first) noexcept {
+  RespState::ReadStream& st = qp.resp.stream;
+  st.active = true;
+  st.first = first;
+  st.rkey = rkey;
+  st.va = va;
+  st.resid = len;
+  st.pkts_left = len == 0 ? 1 : (len + qp.attrs().pmtu_bytes - 1) / qp.attrs().pmtu_bytes;
+  st.psn = psn;
+}
+
+enum class Pump : uint8_t { Done, More, NoBuffer, Refused };
+
+// Send up to kRespBudget packets of the stream.  The R_Key is checked
+// again over what is left (the MR may have been deregistered since).
+Pump stream_pump(transport::Engine& engine, Qp& qp) noexcept {
+  RespState::ReadStream& st = qp.resp.stream;
+  const uint8_t* src = nullptr;
+  if (st.resid != 0) {
+    KeyCheck check = KeyCheck::Ok;
+    src = qp.rnic().check_rkey(st.rkey, st.va, st.resid, IBV_ACCESS_REMOTE_READ, qp.pd(), &check);
+    if (src == nullptr) return Pump::Refused;
+  }
+  const uint32_t mtu = qp.attrs().pmtu_bytes;
+  for (uint32_t budget = kRespBudget; budget > 0 && st.pkts_left > 0; --budget) {
+    const uint32_t seg = std::min(mtu, st.resid);
+    const bool last = st.pkts_left == 1;
+    uint8_t opcode;
+    if (st.first) {
+      opcode = last ? wire::op::RC_READ_RESPONSE_ONLY : wire::op::RC_READ_RESPONSE_FIRST;
+    } else {
+      opcode = last ? wire::op::RC_READ_RESPONSE_LAST : wire::op::RC_READ_RESPONSE_MIDDLE;
+    }
+    const wire::PktDesc d = response_desc(engine, qp, opcode, st.psn);
+    rte_mbuf* m = engine.alloc();
+    if (m == nullptr) return Pump::NoBuffer;
+    const uint8_t* from = src;
+    if (tx_send_mbuf(engine, m, qp.attrs().path, d, seg, [from, seg](uint8_t* dst) {
+          if (seg != 0) std::memcpy(dst, from, seg);
+        })) {
+      qp.rnic().counters().inc(RnicCtr::resp_pkts);
+    }
+    if (src != nullptr) src += seg;
+    st.va += seg;
+    st.resid -= seg;
+    --st.pkts_left;
+    ++st.psn;
+    st.first = false;
+  }
+  if (st.pkts_left > 0) return Pump::More;
+  st.active = false;
+  return Pump::Done;
+}
+
+void on_kick(Timer& t, uint64_t now_ns) noexcept;
+
+void schedule(transport::Engine& engine, Qp& qp, uint64_t delay_ns) noexcept {
+  RespState& s = qp.resp;
+  s.kick.cb = on_kick;
+  s.kick.owner = &qp;
+  if (!s.kick.armed()) engine.timers().arm(s.kick, engine.now() + delay_ns);
+}
+
+constexpr uint64_t kNoBufferRetryNs = 10'000;  // buffers come back as the port sends
+
+void raise_qp_event(Qp& qp, ibv_event_type type) noexcept {
+  AsyncEvent ev;
+  ev.type = type;
+  ev.qp = &qp;
+  qp.rnic().raise(ev);
+}
+
+// Run the stream one burst on; More and NoBuffer come back on the next
+// iterations.  An MR gone under the stream is a remote access error
+// (class C, as rxe's read_reply): NAK at the PSN reached, QP to ERR.
+void stream_step(transport::Engine& engine, Qp& qp) noexcept {
+  switch (stream_pump(engine, qp)) {
+    case Pump::Done:
+      return;
+    case Pump::More:
+      schedule(engine, qp, 0);
+      return;
+    case Pump::NoBuffer:
+      schedule(engine, qp, kNoBufferRetryNs);
+      return;
+    case Pump::Refused: {
+      RespState::ReadStream& st = qp.resp.stream;
+      st.active = false;
+      wire::PktDesc d = response_desc(engine, qp, wire::op::RC_ACK, st.psn);
+      d.aeth_syndrome = nak_syndrome(NakCode::RemoteAccessError);
+      if (tx_send(engine, qp.attrs().path, d)) qp.rnic().counters().inc(RnicCtr::resp_pkts);
+      qp.rnic().counters().inc(RnicCtr::rem_access_naks);
+      raise_qp_event(qp, IBV_EVENT_QP_ACCESS_ERR);
+      qp.to_error(false);
+      return;
+    }
+  }
+}
+
+// ---- receive WQEs ------------------------------------------------------------------
+
+// The WQE of the message under way, if one was taken.
+RecvWqe* current_wqe(Rx& r) noexcept {
+  if (r.qp.srq() != nullptr) return r.s.have_srq_wqe ? &r.s.srq_wqe : nullptr;
+  return r.qp.recv_front();
+}
+
+// Take a WQE for a new message: the RQ's head stays in place until the
+// message completes; an SRQ's is copied out and popped at once, because
+// other QPs share the queue (as rxe's get_srq_wqe).
+RecvWqe* take_wqe(Rx& r) noexcept {
+  Srq* srq = r.qp.srq();
+  if (srq == nullptr) return r.qp.recv_front();
+  if (!r.s.have_srq_wqe) {
+    RecvWqe* w = srq->rq().front();
+    if (w == nullptr) return nullptr;
+    r.s.srq_wqe = *w;
+    srq->rq().pop();
+    srq->after_pop();
+    r.s.have_srq_wqe = true;
+  }
+  return &r.s.srq_wqe;
+}
+
+void release_wqe(Qp& qp) noexcept {
+  RespState& s = qp.resp;
+  if (qp.srq() != nullptr) {
+    s.have_srq_wqe = false;
+  } else {
+    qp.recv_pop();
+  }
+  s.recv_offset = 0;
+}
+
+// Write the receive CQE of `w` (IBA 10.7.2.2, ibv_poll_cq(3)) and give the
+// WQE back.  Success needs the packet that ends the message.  False: the
+// CQ overflowed and the QP went to ERR.
+bool complete_recv(Rx& r, RecvWqe& w, ibv_wc_status status, uint32_t byte_len) noexcept {
+  ibv_wc wc{};
+  wc.wr_id = w.wr_id;
+  wc.status = status;
+  wc.opcode = IBV_WC_RECV;
+  wc.qp_num = r.qp.qpn().value();
+  wc.src_qp = r.qp.attrs().dest_qp_num;
+  wc.pkey_index = 0;
+  if (status == IBV_WC_SUCCESS) {
+    wc.byte_len = byte_len;
+    if (r.op.op == Operation::Write) wc.opcode = IBV_WC_RECV_RDMA_WITH_IMM;
+    if (r.op.immediate) {
+      wc.wc_flags |= IBV_WC_WITH_IMM;
+      wc.imm_data = htobe32(r.ext<wire::ImmDtC>(wire::kHdrImmDt).imm());  // __be32, as libibverbs
+    }
+    if (r.op.invalidate) {
+      wc.wc_flags |= IBV_WC_WITH_INV;
+      wc.invalidated_rkey = r.ext<wire::IethC>(wire::kHdrIeth).rkey().value();
+    }
+    if (r.op.has(wire::kHdrDeth)) {
+      wc.wc_flags |= IBV_WC_GRH;
+      wc.src_qp = r.ext<wire::DethC>(wire::kHdrDeth).src_qp().value();
+    }
+  }
+  release_wqe(r.qp);
+  if (!r.qp.recv_cq()->push(wc, r.bth().se())) {
+    // The CQ raised IBV_EVENT_CQ_ERR and counted; the QP cannot go on
+    // (IBA 11.4.2.1: CQ overflow is an affiliated error).
+    r.qp.to_error(true);
+    return false;
+  }
+  return true;
+}
+
+// Scatter `n` bytes into the WQE's SGEs from message offset `at`; every
+// SGE touched is checked against its L_Key, PD and Local Write right
+// (IBA 10.6.3).  False: an SGE failed (nothing more written).
+bool scatter(Rx& r, const RecvWqe& w, uint64_t at, const uint8_t* src, uint32_t n) noexcept {
+  const Pd* pd = r.qp.srq() != nullptr ? r.qp.srq()->pd() : r.qp.pd();
+  uint64_t base = 0;
+  for (uint32_t i = 0; i < w.num_sge && n > 0; ++i) {
+    const ibv_sge& sge = w.sge[i];
+    const uint64_t end = base + sge.length;
+    if (at < end) {
+      const uint64_t in = at - base;
+      const uint32_t chunk = static_cast<uint32_t>(std::min<uint64_t>(n, sge.length - in));
+      KeyCheck check = KeyCheck::Ok;
+      Mr* mr = r.rnic.lookup_lkey(sge.lkey, pd, &check);
+      if (mr == nullptr || (mr->access & IBV_ACCESS_LOCAL_WRITE) == 0) return false;
+      uint8_t* dst = mr->translate(sge.addr + in, chunk);
+      if (dst == nullptr) return false;
+      std::memcpy(dst, src, chunk);
+      src += chunk;
+      n -= chunk;
+      at += chunk;
+    }
+    base = end;
+  }
+  return n == 0;
+}
+
+// ---- the message under way -------------------------------------------------------
+
+void abandon_message(RespState& s) noexcept {
+  s.in_message = false;
+  s.recv_offset = 0;
+  s.write_ptr = nullptr;
+  s.write_resid = 0;
+}
+
+// ---- the checks --------------------------------------------------------------------
+
+Transport transport_of(ibv_qp_type t) noexcept {
+  switch (t) {
+    case IBV_QPT_RC: return Transport::RC;
+    case IBV_QPT_UC: return Transport::UC;
+    case IBV_QPT_UD: return Transport::UD;
+    case IBV_QPT_RAW_PACKET:
+    case IBV_QPT_XRC_SEND:
+    case IBV_QPT_XRC_RECV:
+    case IBV_QPT_DRIVER:
+      return Transport::None;
+  }
+  return Transport::None;
+}
+
+// QP state (IBA 10.3.1: RTR and later take requests), transport, P_Key
+// (10.9.3), Q_Key (10.2.5, C10-15).
+Step check_qp(Rx& r) noexcept {
+  switch (r.qp.state()) {
+    case IBV_QPS_RTR:
+    case IBV_QPS_RTS:
+    case IBV_QPS_SQD:
+    case IBV_QPS_SQE:
+      break;
+    case IBV_QPS_RESET:
+    case IBV_QPS_INIT:
+    case IBV_QPS_ERR:
+    case IBV_QPS_UNKNOWN:
+      r.ctr.inc(RnicCtr::drop_qp_state);
+      return Step::Done;
+  }
+  if (!r.op.request || r.op.transport != transport_of(r.qp.type())) {
+    r.ctr.inc(RnicCtr::drop_bad_transport);
+    return Step::Done;
+  }
+  if ((r.bth().pkey().value() & kPkeyBaseMask) != (kDefaultPkey.value() & kPkeyBaseMask)) {
+    r.ctr.inc(RnicCtr::drop_pkey);
+    return Step::Done;
+  }
+  if (r.op.has(wire::kHdrDeth)) {
+    const Qkey want(r.qp.is_gsi() ? kGsiQkey : r.qp.attrs().qkey);  // GSI: 0x80010000 (IBA 13.4.6.1)
+    if (r.ext<wire::DethC>(wire::kHdrDeth).qkey() != want) {
+      r.ctr.inc(RnicCtr::drop_qkey);
+      return Step::Done;
+    }
+  }
+  return Step::CheckPsn;
+}
+
+// IBA 9.7.4.1.1-3 (RC): the expected PSN executes; one within the previous
+// half of the PSN space is a duplicate; a later one is a sequence error,
+// NAKed once per gap (C9-114).  UC (9.8.3.1): a gap drops the rest of the
+// message; the next FIRST/ONLY resynchronises.  UD has no sequence.
+Step check_psn(Rx& r) noexcept {
+  RespState& s = r.s;
+  switch (r.op.transport) {
+    case Transport::RC: {
+      const int32_t d = distance(r.psn, s.epsn);
+      if (d > 0) {
+        r.ctr.inc(RnicCtr::drop_psn_out_of_seq);
+        if (s.nak_sent) return Step::Done;
+        s.nak_sent = true;
+        return Step::NakPsnSeq;
+      }
+      if (d < 0) {
+        r.ctr.inc(RnicCtr::dup_requests);
+        return Step::Duplicate;
+      }
+      s.nak_sent = false;
+      return Step::CheckOpSeq;
+    }
+    case Transport::UC:
+      if (s.uc_drop || r.psn != s.epsn) {
+        if (r.op.first) {
+          s.uc_drop = false;
+          abandon_message(s);
+          s.epsn = r.psn;
+          return Step::CheckOpSeq;
+        }
+        s.uc_drop = true;
+        abandon_message(s);
+        r.ctr.inc(RnicCtr::drop_uc_gap);
+        return Step::Done;
+      }
+      return Step::CheckOpSeq;
+    case Transport::UD:
+      return Step::CheckOpSeq;
+    case Transport::RD:
+    case Transport::CNP:
+    case Transport::XRC:
+    case Transport::None:
+      break;
+  }
+  r.ctr.inc(RnicCtr::drop_bad_transport);
+  return Step::Done;
+}
+
+// The opcode sequence within a message (IBA 9.7.5.2.2 / 9.8.3.2): the
+// opcode table says which opcodes may follow the message's last one.
+Step check_op_seq(Rx& r) noexcept {
+  RespState& s = r.s;
+  if (s.in_message ? wire::opcode_info(s.msg_opcode).may_follow(r.pi.opcode) : r.op.first) {
+    return Step::CheckAccess;
+  }
+  if (r.op.transport == Transport::UC && r.op.first) {
+    // 9.8.3.2: a new FIRST/ONLY ends the unfinished message; it starts anew.
+    abandon_message(s);
+    r.ctr.inc(RnicCtr::drop_bad_opcode_seq);
+    return Step::CheckAccess;
+  }
+  r.fault = Fault::OpSeq;
+  return Step::Fault;
+}
+
+// The QP's own remote access enables (ibv_modify_qp IBV_QP_ACCESS_FLAGS).
+Step check_access(Rx& r) noexcept {
+  const int flags = r.qp.attrs().qp_access_flags;
+  int need = 0;
+  switch (r.op.op) {
+    case Operation::Write: need = IBV_ACCESS_REMOTE_WRITE; break;
+    case Operation::ReadRequest: need = IBV_ACCESS_REMOTE_READ; break;
+    case Operation::CompareSwap:
+    case Operation::FetchAdd: need = IBV_ACCESS_REMOTE_ATOMIC; break;
+    case Operation::Send: break;
+    case Operation::None:
+    case Operation::ReadResponse:
+    case Operation::Ack:
+    case Operation::AtomicAck:
+    case Operation::Flush:
+    case Operation::AtomicWrite:
+    case Operation::Cnp:
+      // FLUSH and ATOMIC WRITE (IBA 1.5) are not offered (device caps).
+      r.fault = Fault::NotEnabled;
+      return Step::Fault;
+  }
+  if ((flags & need) != need) {
+    r.fault = Fault::NotEnabled;
+    return Step::Fault;
+  }
+  return Step::CheckResource;
+}
+
+// READ/atomic result slots; the receive WQE of a SEND (at FIRST/ONLY) or
+// of a WRITE_WITH_IMM (at the packet carrying the immediate, before any
+// byte of it is written, so that the RNR retry writes nothing twice).
+Step check_resource(Rx& r) noexcept {
+  switch (r.op.op) {
+    case Operation::ReadRequest:
+    case Operation::CompareSwap:
+    case Operation::FetchAdd:
+      if (r.s.results.empty()) {
+        r.fault = Fault::NoRdResource;
+        return Step::Fault;
+      }
+      return Step::CheckLength;
+    case Operation::Send:
+      r.wqe = r.op.first ? take_wqe(r) : current_wqe(r);
+      break;
+    case Operation::Write:
+      if (!r.op.consumes_rwqe) return Step::CheckLength;
+      r.wqe = take_wqe(r);
+      break;
+    case Operation::None:
+    case Operation::ReadResponse:
+    case Operation::Ack:
+    case Operation::AtomicAck:
+    case Operation::Flush:
+    case Operation::AtomicWrite:
+    case Operation::Cnp:
+      return Step::CheckLength;
+  }
+  return r.wqe != nullptr ? Step::CheckLength : Step::Rnr;
+}
+
+// Payload length against the path MTU (IBA 9.7.5.2.2 / C9-89: FIRST and
+// MIDDLE carry exactly one MTU, LAST 1..MTU, ONLY up to one MTU) and the
+// DMA length limit.  UD: one packet up to the port MTU, checked by the
+// receive buffer instead.
+Step check_length(Rx& r) noexcept {
+  if (!r.ud()) {
+    const uint32_t mtu = r.mtu();
+    bool ok;
+    if (r.op.only()) {
+      ok = r.len <= mtu;
+    } else if (r.op.last) {
+      ok = r.len > 0 && r.len <= mtu;
+    } else {
+      ok = r.len == mtu;
+    }
+    if (!ok) {
+      r.fault = Fault::Length;
+      return Step::Fault;
+    }
+  }
+  if (r.op.has(wire::kHdrReth) && r.ext<wire::RethC>(wire::kHdrReth).dma_len() > kMaxDmaLen) {
+    r.fault = Fault::Length;
+    return Step::Fault;
+  }
+  return Step::CheckRkey;
+}
+
+// R_Key checks over the whole remote range (IBA 9.7.5.1.3, C9-88:
+// key, PD, rights, bounds; 64-bit wrap included); atomics 8-byte aligned
+// (C9-92).  A zero-length READ/WRITE needs no key (9.4.4, 9.4.5).
+Step check_rkey(Rx& r) noexcept {
+  RespState& s = r.s;
+  KeyCheck check = KeyCheck::Ok;
+  switch (r.op.op) {
+    case Operation::Write: {
+      if (r.op.has(wire::kHdrReth)) {
+        const wire::RethC reth = r.ext<wire::RethC>(wire::kHdrReth);
+        s.write_len = reth.dma_len();
+        s.write_resid = reth.dma_len();
+        s.write_ptr = nullptr;
+        if (reth.dma_len() != 0) {
+          s.write_ptr = r.rnic.check_rkey(reth.rkey().value(), reth.va(), reth.dma_len(), IBV_ACCESS_REMOTE_WRITE,
+                                          r.qp.pd(), &check);
+          if (s.write_ptr == nullptr) {
+            r.fault = Fault::RemoteAccess;
+            return Step::Fault;
+          }
+        }
+      }
+      // The payload must fit what the RETH announced: the message's last
+      // packet brings exactly the rest (C9-89).
+      const bool fits = r.op.last ? r.len == s.write_resid : r.len < s.write_resid;
+      if (!fits) {
+        r.fault = Fault::Length;
+        return Step::Fault;
+      }
+      return Step::Execute;
+    }
+    case Operation::ReadRequest: {
+      const wire::RethC reth = r.ext<wire::RethC>(wire::kHdrReth);
+      r.va = reth.va();
+      r.dma_len = reth.dma_len();
+      r.rkey = reth.rkey().value();
+      if (r.dma_len != 0) {
+        r.target = r.rnic.check_rkey(r.rkey, r.va, r.dma_len, IBV_ACCESS_REMOTE_READ, r.qp.pd(), &check);
+        if (r.target == nullptr) {
+          r.fault = Fault::RemoteAccess;
+          return Step::Fault;
+        }
+      }
+      return Step::Execute;
+    }
+    case Operation::CompareSwap:
+    case Operation::FetchAdd: {
+      const wire::AtomicEthC aeth = r.ext<wire::AtomicEthC>(wire::kHdrAtomicEth);
+      r.va = aeth.va();
+      r.rkey = aeth.rkey().value();
+      r.dma_len = kAtomicLen;
+      if ((r.va & (kAtomicLen - 1)) != 0) {
+        r.fault = Fault::Misaligned;
+        return Step::Fault;
+      }
+      r.target = r.rnic.check_rkey(r.rkey, r.va, kAtomicLen, IBV_ACCESS_REMOTE_ATOMIC, r.qp.pd(), &check);
+      if (r.target == nullptr) {
+        r.fault = Fault::RemoteAccess;
+        return Step::Fault;
+      }
+      if ((reinterpret_cast<uintptr_t>(r.target) & (kAtomicLen - 1)) != 0) {
+        r.fault = Fault::Misaligned;  // an MR whose iova and address differ in alignment
+        return Step::Fault;
+      }
+      return Step::Execute;
+    }
+    case Operation::Send:
+    case Operation::None:
+    case Operation::ReadResponse:
+    case Operation::Ack:
+    case Operation::AtomicAck:
+    case Operation::Flush:
+    case Operation::AtomicWrite:
+    case Operation::Cnp:
+      return Step::Execute;
+  }
+  return Step::Execute;
+}
+
+// ---- execution ---------------------------------------------------------------------
+
+// SEND: into the receive WQE (UD: behind the GRH area).
+Step execute_send(Rx& r) noexcept {
+  RecvWqe& w = *r.wqe;
+  RespState& s = r.s;
+  if (r.op.transport == Transport::UD) {
+    if (uint64_t{kGrhBytes} + r.len > w.total_len) {
+      r.fault = Fault::RecvLength;
+      return Step::Fault;
+    }
+    std::array<uint8_t, kGrhBytes> grh{};
+    const uint8_t* ip = r.frame + r.pi.l3_off;
+    if (r.pi.l3 == wire::L3::IPv4) {
+      std::memcpy(grh.data() + kIpv4GrhPad, ip, wire::Ipv4::kMinSize);
+    } else {
+      std::memcpy(grh.data(), ip, wire::Ipv6::kSize);
+    }
+    if (!scatter(r, w, 0, grh.data(), kGrhBytes)) {
+      r.fault = Fault::RecvProt;
+      return Step::Fault;
+    }
+    s.recv_offset = kGrhBytes;
+  } else if (s.recv_offset + r.len > w.total_len) {
+    r.fault = Fault::RecvLength;
+    return Step::Fault;
+  }
+  if (!scatter(r, w, s.recv_offset, r.payload, r.len)) {
+    r.fault = Fault::RecvProt;
+    return Step::Fault;
+  }
+  s.recv_offset += r.len;
+  return Step::Complete;
+}
+
+Step execute(Rx& r) noexcept {
+  RespState& s = r.s;
+  switch (r.op.op) {
+    case Operation::Send: {
+      const Step next = execute_send(r);
+      if (next == Step::Fault) return next;
+      break;
+    }
+    case Operation::Write:
+      if (r.len != 0) {
+        std::memcpy(s.write_ptr, r.payload, r.len);
+        s.write_ptr += r.len;
+        s.write_resid -= r.len;
+      }
+      break;
+    case Operation::ReadRequest:
+      return Step::ReadReply;
+    case Operation::CompareSwap:
+    case Operation::FetchAdd:
+      return Step::AtomicReply;
+    case Operation::None:
+    case Operation::ReadResponse:
+    case Operation::Ack:
+    case Operation::AtomicAck:
+    case Operation::Flush:
+    case Operation::AtomicWrite:
+    case Operation::Cnp:
+      return Step::Done;
+  }
+  // A new request executed: the expected PSN moves on (9.7.4.1.1); the MSN
+  // counts completed messages (9.7.5.1.2).
+  if (r.op.last) {
+    ++s.msn;
+    s.in_message = false;
+  } else {
+    s.in_message = true;
+    s.msg_opcode = r.pi.opcode;
+  }
+  s.epsn = r.psn + 1;
+  s.ack_psn = s.epsn;
+  return r.op.last && r.op.consumes_rwqe ? Step::Complete : Step::Acknowledge;
+}
+
+// Complete the message's receive WQE once its last packet is in.
+Step complete(Rx& r) noexcept {
+  if (!r.op.last) return Step::Acknowledge;
+  uint32_t byte_len;
+  if (r.op.op == Operation::Write) {
+    byte_len = r.s.write_len;  // RECV_RDMA_WITH_IMM: the RDMA length, as rxe
+  } else {
+    byte_len = static_cast<uint32_t>(r.s.recv_offset);  // UD: the GRH area included
+  }
+  return complete_recv(r, *r.wqe, IBV_WC_SUCCESS, byte_len) ? Step::Acknowledge : Step::Done;
+}
+
+RdAtomicResult& next_result(RespState& s) noexcept {
+  // A ring of max_dest_rd_atomic: keeping more READ/atomics outstanding
+  // than it holds is the requester's fault (max_rd_atomic <= the peer's
+  // max_dest_rd_atomic); the oldest entry is recycled, as rxe does.
+  RdAtomicResult& res = s.results[s.results_next % s.results.size()];
+  s.results_next = static_cast<uint32_t>((s.results_next + 1) % s.results.size());
+  return res;
+}
+
+uint32_t read_packets(uint32_t len, uint32_t mtu) noexcept {
+  return len == 0 ? 1 : (len + mtu - 1) / mtu;
+}
+
+// A new READ (9.7.5.1.6): the MSN counts it now (C9-148), the expected
+// PSN skips the response's packets, the result is kept for duplicates.
+Step read_reply(Rx& r) noexcept {
+  RespState& s = r.s;
+  const uint32_t npkts = read_packets(r.dma_len, r.mtu());
+  RdAtomicResult& res = next_result(s);
+  res = RdAtomicResult{r.psn, r.psn + (npkts - 1), false, 0, r.va, r.dma_len, r.rkey, true};
+  ++s.msn;
+  s.epsn = r.psn + npkts;
+  stream_start(r.qp, r.rkey, r.va, r.dma_len, r.psn, true);
+  stream_step(r.engine, r.qp);
+  return Step::Done;
+}
+
+// CMP_SWAP / FETCH_ADD (9.7.5.1.5): atomic with respect to every QP of the
+// device (o9-25) and to the host's own atomics on that word.
+Step atomic_reply(Rx& r) noexcept {
+  RespState& s = r.s;
+  const wire::AtomicEthC a = r.ext<wire::AtomicEthC>(wire::kHdrAtomicEth);
+  uint64_t orig;
+  {
+    std::lock_guard<std::mutex> lock(r.rnic.atomic_mu());
+    std::atomic_ref<uint64_t> word(*reinterpret_cast<uint64_t*>(r.target));
+    if (r.op.op == Operation::CompareSwap) {
+      orig = a.compare();
+      word.compare_exchange_strong(orig, a.swap_add());
+    } else {
+      orig = word.fetch_add(a.swap_add());
+    }
+  }
+  RdAtomicResult& res = next_result(s);
+  res = RdAtomicResult{r.psn, r.psn, true, orig, r.va, static_cast<uint32_t>(kAtomicLen), r.rkey, true};
+  ++s.msn;
+  s.epsn = r.psn + 1;
+  s.ack_psn = s.epsn;
+  send_atomic_ack(r, r.psn, orig);
+  return Step::Done;
+}
+
+// RC: ACK a request that asks for it (AckReq, 9.7.5.1.1); others are
+// covered by a later ACK (coalescing: the MSN says how many messages).
+Step acknowledge(Rx& r) noexcept {
+  if (r.rc() && r.bth().ack_req()) send_ack(r, r.psn, ack_syndrome());
+  return Step::Done;
+}
+
+// ---- duplicates (9.7.5.1.4) ------------------------------------------------------
+
+RdAtomicResult* find_result(RespState& s, Psn psn, bool atomic) noexcept {
+  for (RdAtomicResult& res : s.results) {
+    if (!res.valid || res.atomic != atomic) continue;
+    if (psn >= res.psn && psn <= res.last_psn) return &res;
+  }
+  return nullptr;
+}
+
+Step duplicate(Rx& r) noexcept {
+  RespState& s = r.s;
+  switch (r.op.op) {
+    case Operation::Send:
+    case Operation::Write:
+      // C9-105: not executed again; ACK what has been (the MSN is current).
+      send_ack(r, s.ack_psn - 1, ack_syndrome());
+      return Step::Done;
+    case Operation::ReadRequest: {
+      // C9-107: executed again from the duplicate's PSN, which may point
+      // inside an earlier response (the requester re-asks for the rest:
+      // its RETH is then a subset of the original's).
+      RdAtomicResult* res = find_result(s, r.psn, false);
+      const wire::RethC reth = r.ext<wire::RethC>(wire::kHdrReth);
+      const uint64_t va = reth.va();
+      const uint32_t len = reth.dma_len();
+      const bool subset = res != nullptr && reth.rkey().value() == res->rkey && va >= res->va &&
+                          len <= res->len && va - res->va <= res->len - len;
+      if (!subset) {
+        r.ctr.inc(RnicCtr::drop_dup_unknown);
+        return Step::Done;
+      }
+      // The R_Key is checked again as the stream runs (deregistered since:
+      // remote access error).
+      stream_start(r.qp, res->rkey, va, len, r.psn, r.psn == res->psn);
+      stream_step(r.engine, r.qp);
+      return Step::Done;
+    }
+    case Operation::CompareSwap:
+    case Operation::FetchAdd: {
+      // C9-108: never executed twice; the saved original value is replayed.
+      RdAtomicResult* res = find_result(s, r.psn, true);
+      if (res == nullptr) {
+        r.ctr.inc(RnicCtr::drop_dup_unknown);
+        return Step::Done;
+      }
+      send_atomic_ack(r, r.psn, res->atomic_orig);
+      return Step::Done;
+    }
+    case Operation::None:
+    case Operation::ReadResponse:
+    case Operation::Ack:
+    case Operation::AtomicAck:
+    case Operation::Flush:
+    case Operation::AtomicWrite:
+    case Operation::Cnp:
+      break;
+  }
+  r.ctr.inc(RnicCtr::drop_dup_unknown);
+  return Step::Done;
+}
+
+// ---- errors ------------------------------------------------------------------------
+
+// RNR NAK (IBA 9.7.5.1.1): the PSN is not consumed; the
+// requester retries it after the QP's min_rnr_timer.  UC/UD: dropped.
+Step rnr(Rx& r) noexcept {
+  if (r.rc()) {
+    send_ack(r, r.psn, wire::make_syndrome(AckType::RnrNak, r.qp.attrs().min_rnr_timer));
+    r.ctr.inc(RnicCtr::rnr_naks_sent);
+    return Step::Done;
+  }
+  r.ctr.inc(RnicCtr::drop_no_recv_ud);
+  abandon_message(r.s);
+  r.s.uc_drop = r.op.transport == Transport::UC && !r.op.last;
+  return Step::Done;
+}
+
+// Class C (9.7.5.2): RC NAKs the request's PSN, completes a receive WQE
+// the message holds in error, and the QP goes to ERR with its affiliated
+// async event.  UC/UD (9.8.3.2, 9.9.3): the message is dropped; a WQE
+// whose buffer failed completes in error, the QP goes on.
+Step fault(Rx& r) noexcept {
+  const FaultRule& f = rule(r.fault);
+  RespState& s = r.s;
+  RecvWqe* w = r.wqe != nullptr ? r.wqe : (s.in_message && wire::opcode_info(s.msg_opcode).op == Operation::Send
+                                               ? current_wqe(r)
+                                               : nullptr);
+  if (r.rc()) {
+    send_ack(r, r.psn, nak_syndrome(f.nak));
+    r.ctr.inc(f.nak_ctr);
+    if (w != nullptr) complete_recv(r, *w, f.wqe_status, 0);
+    abandon_message(s);
+    raise_qp_event(r.qp, f.event);
+    r.qp.to_error(false);
+    return Step::Done;
+  }
+  r.ctr.inc(f.drop_ctr);
+  const bool buffer_fault = r.fault == Fault::RecvProt || r.fault == Fault::RecvLength;
+  if (w != nullptr && buffer_fault) {
+    complete_recv(r, *w, f.wqe_status, 0);
+  } else if (w != nullptr) {
+    s.recv_offset = 0;  // the WQE waits for the next message
+  }
+  abandon_message(s);
+  s.uc_drop = r.op.transport == Transport::UC && !r.op.last;
+  return Step::Done;
+}
+
+}  // namespace
+
+namespace {
+
+// One request through the checks and its execution.  Consumes the mbuf.
+void process(transport::Engine& engine, Qp& qp, transport::RoceRx& pkt) noexcept {
+  const uint8_t* frame = rte_pktmbuf_mtod(pkt.m, const uint8_t*);
+  Rx r{engine,
+       qp,
+       qp.resp,
+       qp.rnic(),
+       qp.rnic().counters(),
+       frame,
+       pkt.info,
+       pkt.info.op(),
+       pkt.info.psn,
+       frame + pkt.info.payload_off,
+       pkt.info.payload_len};
+  Step step = Step::CheckQp;
+  for (;;) {
+    switch (step) {
+      case Step::CheckQp: step = check_qp(r); continue;
+      case Step::CheckPsn: step = check_psn(r); continue;
+      case Step::CheckOpSeq: step = check_op_seq(r); continue;
+      case Step::CheckAccess: step = check_access(r); continue;
+      case Step::CheckResource: step = check_resource(r); continue;
+      case Step::CheckLength: step = check_length(r); continue;
+      case Step::CheckRkey: step = check_rkey(r); continue;
+      case Step::Execute: step = execute(r); continue;
+      case Step::ReadReply: step = read_reply(r); continue;
+      case Step::AtomicReply: step = atomic_reply(r); continue;
+      case Step::Complete: step = complete(r); continue;
+      case Step::Acknowledge: step = acknowledge(r); continue;
+      case Step::Duplicate: step = duplicate(r); continue;
+      case Step::NakPsnSeq:
+        send_ack(r, r.s.epsn, nak_syndrome(NakCode::PsnSequenceError));
+        r.ctr.inc(RnicCtr::seq_naks_sent);
+        step = Step::Done;
+        continue;
+      case Step::Rnr: step = rnr(r); continue;
+      case Step::Fault: step = fault(r); continue;
+      case Step::Done:
+        rte_pktmbuf_free(pkt.m);
+        return;
+    }
+  }
+}
+
+bool takes_requests(ibv_qp_state st) noexcept {
+  switch (st) {
+    case IBV_QPS_RTR:
+    case IBV_QPS_RTS:
+    case IBV_QPS_SQD:
+    case IBV_QPS_SQE:
+      return true;
+    case IBV_QPS_RESET:
+    case IBV_QPS_INIT:
+    case IBV_QPS_ERR:
+    case IBV_QPS_UNKNOWN:
+      return false;
+  }
+  return false;
+}
+
+// End the stream and drop what waited behind it.
+void stop_stream(transport::Engine& engine, Qp& qp) noexcept {
+  RespState& s = qp.resp;
+  engine.timers().cancel(s.kick);
+  s.stream.active = false;
+  for (; s.backlog_count > 0; --s.backlog_count) {
+    rte_pktmbuf_free(s.backlog[s.backlog_head].m);
+    s.backlog_head = (s.backlog_head + 1) % static_cast<uint32_t>(s.backlog.size());
+  }
+  s.backlog_head = 0;
+}
+
+// The stream goes on; once it ends, the requests that waited run in order
+// (until one of them starts a stream of its own).
+void resume(transport::Engine& engine, Qp& qp) noexcept {
+  RespState& s = qp.resp;
+  if (!takes_requests(qp.state()) || qp.rnic().qp_by_num(qp.qpn()) != &qp) {
+    stop_stream(engine, qp);
+    return;
+  }
+  if (s.stream.active) {
+    stream_step(engine, qp);
+    if (s.stream.active) return;
+  }
+  while (s.backlog_count > 0 && !s.stream.active) {
+    RespState::Deferred& d = s.backlog[s.backlog_head];
+    transport::RoceRx pkt{d.m, &qp, d.info};
+    s.backlog_head = (s.backlog_head + 1) % static_cast<uint32_t>(s.backlog.size());
+    --s.backlog_count;
+    process(engine, qp, pkt);
+  }
+}
+
+void on_kick(Timer& t, uint64_t) noexcept {
+  Qp& qp = t.owner_as<Qp>();
+  resume(qp.rnic().engine(), qp);
+}
+
+}  // namespace
+
+void responder_rx(transport::Engine& engine, Qp& qp, transport::RoceRx& pkt) noexcept {
+  RespState& s = qp.resp;
+  if (!s.stream.active) {
+    process(engine, qp, pkt);
+    return;
+  }
+  // A READ response is streaming: nothing may overtake it.
+  if (s.backlog_count == s.backlog.size()) {
+    qp.rnic().counters().inc(RnicCtr::drop_resp_backlog);
+    rte_pktmbuf_free(pkt.m);
+    return;
+  }
+  const uint32_t tail = (s.backlog_head + s.backlog_count) % static_cast<uint32_t>(s.backlog.size());
+  s.backlog[tail] = RespState::Deferred{pkt.m, pkt.info};
+  ++s.backlog_count;
+}
+
+void responder_reset(Qp& qp) noexcept {
+  stop_stream(qp.rnic().engine(), qp);
+  if (qp.resp.backlog.size() != kRespBacklog) qp.resp.backlog.assign(kRespBacklog, RespState::Deferred{});
+  RespState& s = qp.resp;
+  s.epsn = Psn(qp.attrs().rq_psn);
+  s.ack_psn = s.epsn;
+  s.msn = Msn(0);
+  s.nak_sent = false;
+  s.uc_drop = false;
+  abandon_message(s);
+  s.msg_opcode = 0;
+  s.write_len = 0;
+  s.have_srq_wqe = false;
+  s.results.assign(qp.attrs().max_dest_rd_atomic, RdAtomicResult{});
+  s.results_next = 0;
+}
+
+void responder_stop(Qp& qp, transport::Engine& engine) noexcept { stop_stream(engine, qp); }
+
+void responder_flush(Qp& qp) noexcept {
+  RespState& s = qp.resp;
+  stop_stream(qp.rnic().engine(), qp);
+  abandon_message(s);
+  if (!s.have_srq_wqe) return;
+  s.have_srq_wqe = false;
+  ibv_wc wc{};
+  wc.wr_id = s.srq_wqe.wr_id;
+  wc.status = IBV_WC_WR_FLUSH_ERR;
+  wc.opcode = IBV_WC_RECV;
+  wc.qp_num = qp.qpn().value();
+  qp.recv_cq()->push(wc);
+}
+
+}  // namespace uroce::rnic

@@ -6,7 +6,12 @@
 #include <cstdint>
 #include <vector>
 
+#include "lib/util/timer_wheel.hpp"
+#include "lib/wire/pkt.hpp"
 #include "lib/wire/types.hpp"
+#include "transport/rnic/objects.hpp"
+
+struct rte_mbuf;
 
 namespace uroce::transport {
 class Engine;
@@ -46,12 +51,54 @@ struct RespState {
   bool uc_drop = false;
   std::vector<RdAtomicResult> results;  // ring of max_dest_rd_atomic
   uint32_t results_next = 0;
+  // responder.cpp's own:
+  Psn ack_psn{};                   // one past the last SEND/WRITE/atomic executed (a duplicate is re-ACKed at ack_psn-1)
+  uint8_t msg_opcode = 0;          // the last opcode of the message under way (valid while in_message)
+  uint32_t write_len = 0;          // the RETH DMA length of the WRITE under way (WRITE_WITH_IMM's byte_len)
+  // SRQ: the receive WQE taken for the message under way (an SRQ is shared,
+  // so its WQE is popped at FIRST and kept here until the message ends).
+  bool have_srq_wqe = false;
+  RecvWqe srq_wqe{};
+  // A READ response being streamed, kRespBudget packets per engine
+  // iteration (a long READ must not flood the port's TX ring or the
+  // peer's RX ring).  Requests arriving meanwhile wait in `backlog`, in
+  // order, so that nothing overtakes the response (IBA 9.7.5.1.6).
+  struct ReadStream {
+    bool active = false;
+    bool first = false;       // the next packet starts the response (FIRST/ONLY)
+    uint32_t rkey = 0;        // re-checked every burst: the MR may go meanwhile
+    uint64_t va = 0;          // next byte to send
+    uint32_t resid = 0;       // bytes left
+    uint32_t pkts_left = 0;   // packets left (1 for a zero-length READ)
+    Psn psn{};                // PSN of the next packet
+  } stream;
+  Timer kick{};               // continues the stream on the next iteration
+  struct Deferred {
+    rte_mbuf* m = nullptr;
+    wire::PktInfo info;
+  };
+  std::vector<Deferred> backlog;  // ring of kRespBacklog
+  uint32_t backlog_head = 0;
+  uint32_t backlog_count = 0;
 };
+
+// Packets one READ response burst sends before yielding to the poll loop.
+inline constexpr uint32_t kRespBudget = 64;
+// Requests a QP holds while its READ response streams (more are dropped;
+// the requester retransmits them).
+inline constexpr uint32_t kRespBacklog = 256;
 
 // [engine] A request packet (RC/UC/UD, GSI included) for this QP.  Consumes
 // the mbuf.
 void responder_rx(transport::Engine& engine, Qp& qp, transport::RoceRx& pkt) noexcept;
 // Reset the responder (RESET/INIT; epsn from rq_psn at INIT->RTR).
 void responder_reset(Qp& qp) noexcept;
+// [engine] The QP went to ERR: complete the SRQ receive WQE the responder
+// holds for a message under way (if any) with IBV_WC_WR_FLUSH_ERR.
+// Qp::to_error calls it before flushing the RQ.
+void responder_flush(Qp& qp) noexcept;
+// [engine] The QP is being destroyed: cancel the responder's timer and
+// free the requests it holds.  Rnic::destroy_qp calls it.
+void responder_stop(Qp& qp, transport::Engine& engine) noexcept;
 
 }  // namespace uroce::rnic

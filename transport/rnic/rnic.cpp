@@ -1,2 +1,698 @@
+// rnic: the device — attributes, the port and its GID table, object
+// creation and destruction (with the man pages' errnos), the key and QPN
+// tables the engine looks up, async events, doorbells, and the RoCE sink
+// that hands each received packet to its QP's responder or completer.
 #include "transport/rnic/rnic.hpp"
+
+#include <endian.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <thread>
+
 #include "transport/rnic/tx.hpp"
+
+namespace uroce::rnic {
+namespace {
+
+// rxe's RXE_MAX_HDR_LENGTH: the Ethernet MTU less this is what a RoCEv2
+// payload may use (IPv6 40 + UDP 8 + BTH 12 + the largest extended
+// headers + ICRC, rounded).
+constexpr uint32_t kRoceHdrAllowance = 80;
+
+ibv_mtu ib_mtu_for(uint32_t bytes) noexcept {
+  if (bytes >= 4096) return IBV_MTU_4096;
+  if (bytes >= 2048) return IBV_MTU_2048;
+  if (bytes >= 1024) return IBV_MTU_1024;
+  if (bytes >= 512) return IBV_MTU_512;
+  return IBV_MTU_256;
+}
+
+bool is_v4_mapped(const wire::Ipv6Addr& a) noexcept {
+  for (int i = 0; i < 10; ++i)
+    if (a[i] != 0) return false;
+  return a[10] == 0xff && a[11] == 0xff;
+}
+
+bool is_link_local(const wire::Ipv6Addr& a) noexcept { return a[0] == 0xfe && (a[1] & 0xc0) == 0x80; }
+
+bool is_zero(const wire::Ipv6Addr& a) noexcept {
+  return std::all_of(a.begin(), a.end(), [](uint8_t b) { return b == 0; });
+}
+
+// Access bits reg_mr knows; the optional range (IBV_ACCESS_OPTIONAL_RANGE)
+// is ignored, as libibverbs lets providers do.
+constexpr int kMrAccessKnown = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ |
+                               IBV_ACCESS_REMOTE_ATOMIC | IBV_ACCESS_MW_BIND | IBV_ACCESS_ZERO_BASED |
+                               IBV_ACCESS_ON_DEMAND | IBV_ACCESS_HUGETLB;
+
+template <class T>
+void erase_owned(std::vector<std::unique_ptr<T>>& v, T* p) {
+  for (auto it = v.begin(); it != v.end(); ++it) {
+    if (it->get() == p) {
+      v.erase(it);
+      return;
+    }
+  }
+}
+
+template <class T>
+bool owns(const std::vector<std::unique_ptr<T>>& v, const T* p) {
+  return std::any_of(v.begin(), v.end(), [p](const auto& u) { return u.get() == p; });
+}
+
+void set_err(int* err, int v) {
+  if (err != nullptr) *err = v;
+}
+
+}  // namespace
+
+// ---- the device ----------------------------------------------------------------------
+
+Rnic::Rnic(transport::Engine& engine, std::string name)
+    : engine_(engine),
+      name_(std::move(name)),
+      key_table_(kMaxMr, nullptr),
+      qp_table_(kMaxQp, nullptr),
+      async_fd_(::eventfd(0, EFD_CLOEXEC | EFD_SEMAPHORE)) {
+  // The GID table (as the kernel fills rxe's from the netdev): the IPv6
+  // link-local address first, then every address in the device's order,
+  // IPv4 as ::ffff:a.b.c.d; all RoCE v2.
+  const auto& ips = engine_.config().local.ips;
+  for (const auto& ip : ips)
+    if (is_link_local(ip.bytes) && gids_.size() < kMaxGid) gids_.push_back(ip.bytes);
+  for (const auto& ip : ips)
+    if (!is_link_local(ip.bytes) && gids_.size() < kMaxGid) gids_.push_back(ip.bytes);
+
+  // Device attributes: rxe's (rxe_param.h) through limits.hpp, so that
+  // what is reported is what create_* and post_* enforce.
+  ibv_device_attr& a = dev_attr_;
+  std::snprintf(a.fw_ver, sizeof a.fw_ver, "0.1.0");
+  a.node_guid = htobe64(node_guid());
+  a.sys_image_guid = a.node_guid;
+  a.max_mr_size = kMaxMrSize;
+  a.page_size_cap = 0xfffff000u;  // any 4 KiB multiple, as rxe
+  a.vendor_id = kVendorId;
+  a.vendor_part_id = kVendorPartId;
+  a.hw_ver = 0;
+  a.max_qp = static_cast<int>(std::min<uint32_t>(kMaxQp, engine_.config().max_qpn));
+  a.max_qp_wr = static_cast<int>(kMaxQpWr);
+  a.device_cap_flags = IBV_DEVICE_RC_RNR_NAK_GEN | IBV_DEVICE_SRQ_RESIZE | IBV_DEVICE_SYS_IMAGE_GUID;
+  a.max_sge = static_cast<int>(kMaxSge);
+  a.max_sge_rd = static_cast<int>(kMaxSgeRd);
+  a.max_cq = static_cast<int>(kMaxCq);
+  a.max_cqe = static_cast<int>(kMaxCqe);
+  a.max_mr = static_cast<int>(kMaxMr - 1);  // key index 0 is never used
+  a.max_pd = static_cast<int>(kMaxPd);
+  a.max_qp_rd_atom = static_cast<int>(kMaxQpRdAtom);
+  a.max_ee_rd_atom = 0;
+  a.max_res_rd_atom = static_cast<int>(kMaxQpRdAtom * 1024);
+  a.max_qp_init_rd_atom = static_cast<int>(kMaxQpRdAtom);
+  a.max_ee_init_rd_atom = 0;
+  a.atomic_cap = IBV_ATOMIC_HCA;  // atomic with respect to each other across QPs (atomic_mu)
+  a.max_ee = 0;
+  a.max_rdd = 0;
+  a.max_mw = 0;
+  a.max_raw_ipv6_qp = 0;
+  a.max_raw_ethy_qp = 0;
+  a.max_mcast_grp = 0;
+  a.max_mcast_qp_attach = 0;
+  a.max_total_mcast_qp_attach = 0;
+  a.max_ah = static_cast<int>(kMaxAh);
+  a.max_fmr = 0;
+  a.max_map_per_fmr = 0;
+  a.max_srq = static_cast<int>(kMaxSrq);
+  a.max_srq_wr = static_cast<int>(kMaxSrqWr);
+  a.max_srq_sge = static_cast<int>(kMaxSrqSge);
+  a.max_pkeys = kMaxPkeys;
+  a.local_ca_ack_delay = 15;  // as rxe
+  a.phys_port_cnt = 1;
+
+  engine_.run_sync([this] { engine_.set_roce_sink(this); });
+}
+
+Rnic::~Rnic() {
+  engine_.run_sync([this] {
+    engine_.set_roce_sink(nullptr);
+    for (auto& qp : qps_) {
+      engine_.detach_qp(qp->qpn());
+      sender_reset(*qp, engine_);
+      engine_.timers().cancel(qp->comp.ack_timer);
+      engine_.timers().cancel(qp->comp.rnr_timer);
+    }
+  });
+  // Doorbells queued before the call above ran before it (the queue is
+  // FIFO); one still pending was queued later: let it run (it finds the
+  // QP detached and does nothing harmful) before the QPs go.
+  for (auto& qp : qps_)
+    while (qp->doorbell_pending.load(std::memory_order_acquire)) engine_.run_sync([] {});
+  qps_.clear();
+  ahs_.clear();
+  srqs_.clear();
+  cqs_.clear();
+  channels_.clear();
+  mrs_.clear();
+  pds_.clear();
+  if (async_fd_ >= 0) ::close(async_fd_);
+}
+
+uint64_t Rnic::node_guid() const noexcept {
+  // EUI-64 from the MAC (IEEE; the universal/local bit inverted), as rxe.
+  const wire::MacAddr m = engine_.config().local.mac;
+  return (uint64_t{static_cast<uint8_t>(m[0] ^ 0x02)} << 56) | (uint64_t{m[1]} << 48) | (uint64_t{m[2]} << 40) |
+         (uint64_t{0xff} << 32) | (uint64_t{0xfe} << 24) | (uint64_t{m[3]} << 16) | (uint64_t{m[4]} << 8) |
+         uint64_t{m[5]};
+}
+
+uint32_t Rnic::active_mtu_bytes() const noexcept {
+  const uint32_t eth = engine_.port().mtu();
+  const uint32_t room = eth > kRoceHdrAllowance ? eth - kRoceHdrAllowance : 0;
+  return 128u << static_cast<unsigned>(ib_mtu_for(room));
+}
+
+int Rnic::query_port(uint8_t port, ibv_port_attr* out) const {
+  if (port != kPortNum || out == nullptr) return EINVAL;
+  *out = ibv_port_attr{};
+  const bool up = engine_.port().link_up();
+  out->state = up ? IBV_PORT_ACTIVE : IBV_PORT_DOWN;
+  out->max_mtu = IBV_MTU_4096;
+  out->active_mtu = ib_mtu_for(active_mtu_bytes());
+  out->gid_tbl_len = static_cast<int>(kMaxGid);
+  out->port_cap_flags = IBV_PORT_CM_SUP;  // as rxe
+  out->max_msg_sz = kMaxMsgSize;
+  out->bad_pkey_cntr = 0;
+  out->qkey_viol_cntr = 0;
+  out->pkey_tbl_len = kMaxPkeys;
+  out->lid = 0;
+  out->sm_lid = 0;
+  out->lmc = 0;
+  out->max_vl_num = 1;
+  out->sm_sl = 0;
+  out->subnet_timeout = 0;
+  out->init_type_reply = 0;
+  out->active_width = 1;   // 1X
+  out->active_speed = 32;  // EDR (25 Gb/s per lane)
+  out->phys_state = up ? 5 : 3;  // LinkUp : Disabled
+  out->link_layer = IBV_LINK_LAYER_ETHERNET;
+  out->flags = 0;
+  out->port_cap_flags2 = 0;
+  return 0;
+}
+
+size_t Rnic::gid_count() const noexcept { return gids_.size(); }
+
+int Rnic::query_gid(uint8_t port, int index, ibv_gid* gid) const {
+  if (port != kPortNum || index < 0 || static_cast<uint32_t>(index) >= kMaxGid || gid == nullptr) return EINVAL;
+  std::memset(gid->raw, 0, sizeof gid->raw);  // an empty entry reads as zeros
+  if (static_cast<size_t>(index) < gids_.size()) std::memcpy(gid->raw, gids_[index].data(), 16);
+  return 0;
+}
+
+int Rnic::query_gid_type(uint8_t port, int index, int* type) const {
+  if (port != kPortNum || index < 0 || static_cast<size_t>(index) >= gids_.size() || type == nullptr) return EINVAL;
+  *type = IBV_GID_TYPE_ROCE_V2;
+  return 0;
+}
+
+int Rnic::query_pkey(uint8_t port, int index, uint16_t* pkey) const {
+  if (port != kPortNum || index != 0 || pkey == nullptr) return EINVAL;
+  *pkey = kDefaultPkey.value();
+  return 0;
+}
+
+int Rnic::find_gid(const wire::Ipv6Addr& addr) const noexcept {
+  for (size_t i = 0; i < gids_.size(); ++i)
+    if (gids_[i] == addr) return static_cast<int>(i);
+  return -1;
+}
+
+int Rnic::resolve_path(const ibv_ah_attr& attr, AhAttr* out) const {
+  // RoCE carries the GRH's addresses in the IP header (IBA A17.4): the
+  // path must be global, from one of our GIDs, to a GID of the same
+  // family.
+  if (!attr.is_global || attr.port_num != kPortNum) return EINVAL;
+  if (attr.grh.sgid_index >= gids_.size()) return EINVAL;
+  wire::Ipv6Addr dgid;
+  std::memcpy(dgid.data(), attr.grh.dgid.raw, 16);
+  const wire::Ipv6Addr& sgid = gids_[attr.grh.sgid_index];
+  if (is_zero(dgid) || is_v4_mapped(dgid) != is_v4_mapped(sgid)) return EINVAL;
+  if (out != nullptr) {
+    out->attr = attr;
+    out->dgid = dgid;
+    out->sgid = sgid;
+    out->ipv4 = is_v4_mapped(sgid);
+    out->traffic_class = attr.grh.traffic_class;
+    out->hop_limit = attr.grh.hop_limit != 0 ? attr.grh.hop_limit : 64;
+    out->flow_label = attr.grh.flow_label & 0xFFFFFu;
+  }
+  return 0;
+}
+
+// ---- PD ------------------------------------------------------------------------------------
+
+Pd* Rnic::alloc_pd(int* err) {
+  std::lock_guard lock(ctl_mu_);
+  if (pds_.size() >= kMaxPd) {
+    set_err(err, ENOMEM);
+    return nullptr;
+  }
+  pds_.push_back(std::make_unique<Pd>(*this, next_pd_++));
+  return pds_.back().get();
+}
+
+int Rnic::dealloc_pd(Pd* pd) {
+  std::lock_guard lock(ctl_mu_);
+  if (pd == nullptr || !owns(pds_, pd)) return EINVAL;
+  if (pd->users.load() != 0) return EBUSY;  // ibv_dealloc_pd(3): objects still use it
+  erase_owned(pds_, pd);
+  return 0;
+}
+
+// ---- MR ------------------------------------------------------------------------------------
+
+Mr* Rnic::reg_mr(Pd* pd, void* addr, size_t length, uint64_t iova, int access, int* err) {
+  std::lock_guard lock(ctl_mu_);
+  if (pd == nullptr || !owns(pds_, pd)) {
+    set_err(err, EINVAL);
+    return nullptr;
+  }
+  access &= ~IBV_ACCESS_OPTIONAL_RANGE;
+  // IBA 10.6.3.1 (access rights), ibv_reg_mr(3): remote write or atomic
+  // access needs local write.
+  if ((access & ~kMrAccessKnown) ||
+      ((access & (IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC)) && !(access & IBV_ACCESS_LOCAL_WRITE)) ||
+      length > kMaxMrSize || (addr == nullptr && length != 0)) {
+    set_err(err, EINVAL);
+    return nullptr;
+  }
+  uint32_t idx = 0;
+  if (!free_keys_.empty()) {
+    idx = free_keys_.back();
+  } else if (next_key_ < kMaxMr) {
+    idx = next_key_;
+  } else {
+    set_err(err, ENOMEM);
+    return nullptr;
+  }
+  auto mr = std::make_unique<Mr>();
+  mr->pd = pd;
+  mr->addr = static_cast<uint8_t*>(addr);
+  mr->length = length;
+  mr->iova = (access & IBV_ACCESS_ZERO_BASED) ? 0 : iova;
+  mr->access = access;
+  // lkey == rkey: the table index, and a key byte that changes on every
+  // registration so that a stale key misses (IBA 10.6.3.3).
+  const uint32_t key = (idx << 8) | ++key_gen_;
+  mr->lkey = Lkey(key);
+  mr->rkey = Rkey(key);
+  Mr* p = mr.get();
+  if (free_keys_.empty()) {
+    ++next_key_;
+  } else {
+    free_keys_.pop_back();
+  }
+  if (mrs_.size() <= idx) mrs_.resize(idx + 1);
+  mrs_[idx] = std::move(mr);
+  ++live_mrs_;
+  pd->users.fetch_add(1);
+  engine_.run_sync([&] { key_table_[idx] = p; });
+  return p;
+}
+
+int Rnic::rereg_mr(Mr* mr, int flags, Pd* pd, void* addr, size_t length, int access) {
+  std::lock_guard lock(ctl_mu_);
+  if (mr == nullptr) return EINVAL;
+  const uint32_t idx = mr->lkey.value() >> 8;
+  if (idx >= mrs_.size() || mrs_[idx].get() != mr) return EINVAL;
+  constexpr int kKnown = IBV_REREG_MR_CHANGE_TRANSLATION | IBV_REREG_MR_CHANGE_PD | IBV_REREG_MR_CHANGE_ACCESS;
+  if (flags == 0 || (flags & ~kKnown)) return EINVAL;
+  if ((flags & IBV_REREG_MR_CHANGE_PD) && (pd == nullptr || !owns(pds_, pd))) return EINVAL;
+  if (flags & IBV_REREG_MR_CHANGE_ACCESS) {
+    access &= ~IBV_ACCESS_OPTIONAL_RANGE;
+    if ((access & ~kMrAccessKnown) ||
+        ((access & (IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC)) && !(access & IBV_ACCESS_LOCAL_WRITE)))
+      return EINVAL;
+  }
+  if ((flags & IBV_REREG_MR_CHANGE_TRANSLATION) && (length > kMaxMrSize || (addr == nullptr && length != 0)))
+    return EINVAL;
+  engine_.run_sync([&] {
+    if (flags & IBV_REREG_MR_CHANGE_PD) {
+      mr->pd->users.fetch_sub(1);
+      pd->users.fetch_add(1);
+      mr->pd = pd;
+    }
+    if (flags & IBV_REREG_MR_CHANGE_ACCESS) mr->access = access;
+    if (flags & IBV_REREG_MR_CHANGE_TRANSLATION) {
+      mr->addr = static_cast<uint8_t*>(addr);
+      mr->length = length;
+      mr->iova = reinterpret_cast<uint64_t>(addr);
+    }
+  });
+  return 0;
+}
+
+int Rnic::dereg_mr(Mr* mr) {
+  std::lock_guard lock(ctl_mu_);
+  if (mr == nullptr) return EINVAL;
+  const uint32_t idx = mr->lkey.value() >> 8;
+  if (idx >= mrs_.size() || mrs_[idx].get() != mr) return EINVAL;
+  engine_.run_sync([&] {
+    key_table_[idx] = nullptr;
+    mr->valid.store(false, std::memory_order_release);
+  });
+  mr->pd->users.fetch_sub(1);
+  mrs_[idx].reset();
+  free_keys_.push_back(idx);
+  --live_mrs_;
+  return 0;
+}
+
+// ---- completion channels and CQs ------------------------------------------------------------
+
+CompChannel* Rnic::create_comp_channel(int* err) {
+  std::lock_guard lock(ctl_mu_);
+  auto ch = std::make_unique<CompChannel>();
+  if (ch->fd() < 0) {
+    set_err(err, errno != 0 ? errno : EMFILE);
+    return nullptr;
+  }
+  channels_.push_back(std::move(ch));
+  return channels_.back().get();
+}
+
+int Rnic::destroy_comp_channel(CompChannel* ch) {
+  std::lock_guard lock(ctl_mu_);
+  if (ch == nullptr || !owns(channels_, ch)) return EINVAL;
+  if (ch->users.load() != 0) return EBUSY;  // ibv_destroy_comp_channel(3)
+  erase_owned(channels_, ch);
+  return 0;
+}
+
+Cq* Rnic::create_cq(int cqe, void* context, CompChannel* ch, int comp_vector, int* err) {
+  std::lock_guard lock(ctl_mu_);
+  // ibv_create_cq(3): EINVAL for cqe outside 1..max_cqe or a comp_vector
+  // beyond num_comp_vectors (1).
+  if (cqe < 1 || static_cast<uint32_t>(cqe) > kMaxCqe || comp_vector != 0 ||
+      (ch != nullptr && !owns(channels_, ch))) {
+    set_err(err, EINVAL);
+    return nullptr;
+  }
+  if (cqs_.size() >= kMaxCq) {
+    set_err(err, ENOMEM);
+    return nullptr;
+  }
+  cqs_.push_back(std::make_unique<Cq>(*this, static_cast<uint32_t>(cqe), context, ch));
+  if (ch != nullptr) {
+    ch->attach();
+    ch->users.fetch_add(1);
+  }
+  return cqs_.back().get();
+}
+
+int Rnic::destroy_cq(Cq* cq) {
+  std::lock_guard lock(ctl_mu_);
+  if (cq == nullptr || !owns(cqs_, cq)) return EINVAL;
+  if (cq->users.load() != 0) return EBUSY;  // ibv_destroy_cq(3): a QP or SRQ uses it
+  if (CompChannel* ch = cq->channel()) {
+    ch->detach(cq);
+    ch->users.fetch_sub(1);
+  }
+  erase_owned(cqs_, cq);
+  return 0;
+}
+
+// ---- SRQ -------------------------------------------------------------------------------------
+
+Srq* Rnic::create_srq(Pd* pd, const ibv_srq_init_attr& init, int* err) {
+  std::lock_guard lock(ctl_mu_);
+  const ibv_srq_attr& a = init.attr;
+  if (pd == nullptr || !owns(pds_, pd) || a.max_wr == 0 || a.max_wr > kMaxSrqWr || a.max_sge > kMaxSrqSge ||
+      a.srq_limit > a.max_wr) {
+    set_err(err, EINVAL);
+    return nullptr;
+  }
+  if (srqs_.size() >= kMaxSrq) {
+    set_err(err, ENOMEM);
+    return nullptr;
+  }
+  srqs_.push_back(std::make_unique<Srq>(*this, pd, a, init.srq_context));
+  pd->users.fetch_add(1);
+  return srqs_.back().get();
+}
+
+int Rnic::destroy_srq(Srq* srq) {
+  std::lock_guard lock(ctl_mu_);
+  if (srq == nullptr || !owns(srqs_, srq)) return EINVAL;
+  if (srq->users.load() != 0) return EBUSY;
+  srq->pd()->users.fetch_sub(1);
+  erase_owned(srqs_, srq);
+  return 0;
+}
+
+// ---- QP ----------------------------------------------------------------------------------------
+
+Qp* Rnic::make_qp(Pd* pd, const ibv_qp_init_attr& init, uint32_t qpn, int* err) {
+  auto* scq = reinterpret_cast<Cq*>(init.send_cq);
+  auto* rcq = reinterpret_cast<Cq*>(init.recv_cq);
+  auto* srq = reinterpret_cast<Srq*>(init.srq);
+  const ibv_qp_cap& c = init.cap;
+  // ibv_create_qp(3): EINVAL for a bad PD/CQ/SRQ or a capability above
+  // the device's; receive capabilities do not apply with an SRQ.
+  if (pd == nullptr || !owns(pds_, pd) || scq == nullptr || rcq == nullptr || !owns(cqs_, scq) ||
+      !owns(cqs_, rcq) || (srq != nullptr && !owns(srqs_, srq)) || c.max_send_wr > kMaxQpWr ||
+      c.max_send_sge > kMaxSge || c.max_inline_data > kMaxInlineData ||
+      (srq == nullptr && (c.max_recv_wr > kMaxQpWr || c.max_recv_sge > kMaxSge))) {
+    set_err(err, EINVAL);
+    return nullptr;
+  }
+  auto qp = std::make_unique<Qp>(*this, pd, Qpn(qpn), init);
+  Qp* p = qp.get();
+  bool attached = false;
+  engine_.run_sync([&] {
+    attached = engine_.attach_qp(Qpn(qpn), p);
+    if (attached) qp_table_[qpn] = p;
+  });
+  if (!attached) {
+    set_err(err, EBUSY);
+    return nullptr;
+  }
+  qps_.push_back(std::move(qp));
+  pd->users.fetch_add(1);
+  scq->users.fetch_add(1);
+  rcq->users.fetch_add(1);
+  if (srq != nullptr) srq->users.fetch_add(1);
+  return p;
+}
+
+Qp* Rnic::create_qp(Pd* pd, const ibv_qp_init_attr& init, int* err) {
+  std::lock_guard lock(ctl_mu_);
+  if (init.qp_type != IBV_QPT_RC && init.qp_type != IBV_QPT_UC && init.qp_type != IBV_QPT_UD) {
+    set_err(err, EINVAL);
+    return nullptr;
+  }
+  // QPNs 2 .. limit-1, round robin from the last one given, never a live
+  // one (so a late packet for a destroyed QP is unlikely to hit its heir).
+  const uint32_t limit = std::min<uint32_t>(kMaxQp, engine_.config().max_qpn);
+  if (limit <= 2) {
+    set_err(err, ENOMEM);
+    return nullptr;
+  }
+  uint32_t qpn = 0;
+  for (uint32_t i = 0; i < limit - 2; ++i) {
+    const uint32_t cand = next_qpn_;
+    next_qpn_ = next_qpn_ + 1 >= limit ? 2 : next_qpn_ + 1;
+    if (qp_table_[cand] == nullptr) {
+      qpn = cand;
+      break;
+    }
+  }
+  if (qpn == 0) {
+    set_err(err, ENOMEM);
+    return nullptr;
+  }
+  return make_qp(pd, init, qpn, err);
+}
+
+Qp* Rnic::create_gsi_qp(Pd* pd, const ibv_qp_init_attr& init, int* err) {
+  std::lock_guard lock(ctl_mu_);
+  if (qp_table_[kQp1.value()] != nullptr) {
+    set_err(err, EBUSY);
+    return nullptr;
+  }
+  ibv_qp_init_attr ud = init;
+  ud.qp_type = IBV_QPT_UD;
+  return make_qp(pd, ud, kQp1.value(), err);
+}
+
+int Rnic::destroy_qp(Qp* qp) {
+  std::lock_guard lock(ctl_mu_);
+  if (qp == nullptr || !owns(qps_, qp)) return EINVAL;
+  engine_.run_sync([&] {
+    engine_.detach_qp(qp->qpn());
+    qp_table_[qp->qpn().value()] = nullptr;
+    sender_reset(*qp, engine_);  // cancels the roles' timers
+    responder_stop(*qp, engine_);  // a READ response still streaming
+    engine_.timers().cancel(qp->comp.ack_timer);
+    engine_.timers().cancel(qp->comp.rnr_timer);
+  });
+  // A doorbell queued after the call above still points at the QP.
+  while (qp->doorbell_pending.load(std::memory_order_acquire)) engine_.run_sync([] {});
+  qp->pd()->users.fetch_sub(1);
+  qp->send_cq()->users.fetch_sub(1);
+  qp->recv_cq()->users.fetch_sub(1);
+  if (qp->srq() != nullptr) qp->srq()->users.fetch_sub(1);
+  erase_owned(qps_, qp);
+  return 0;
+}
+
+// ---- AH ----------------------------------------------------------------------------------------
+
+Ah* Rnic::create_ah(Pd* pd, const ibv_ah_attr& attr, int* err) {
+  std::lock_guard lock(ctl_mu_);
+  AhAttr path;
+  if (pd == nullptr || !owns(pds_, pd) || resolve_path(attr, &path) != 0) {
+    set_err(err, EINVAL);
+    return nullptr;
+  }
+  if (ahs_.size() >= kMaxAh) {
+    set_err(err, ENOMEM);
+    return nullptr;
+  }
+  auto ah = std::make_unique<Ah>();
+  ah->pd = pd;
+  ah->path = path;
+  ahs_.push_back(std::move(ah));
+  pd->users.fetch_add(1);
+  return ahs_.back().get();
+}
+
+int Rnic::destroy_ah(Ah* ah) {
+  std::lock_guard lock(ctl_mu_);
+  if (ah == nullptr || !owns(ahs_, ah)) return EINVAL;
+  ah->pd->users.fetch_sub(1);
+  erase_owned(ahs_, ah);
+  return 0;
+}
+
+// ---- [engine] lookups ---------------------------------------------------------------------------
+
+Mr* Rnic::lookup_lkey(uint32_t lkey, const Pd* pd, KeyCheck* check) noexcept {
+  const uint32_t idx = lkey >> 8;
+  Mr* mr = idx < key_table_.size() ? key_table_[idx] : nullptr;
+  KeyCheck r = KeyCheck::Ok;
+  if (mr == nullptr || mr->lkey.value() != lkey || !mr->valid.load(std::memory_order_acquire)) {
+    r = KeyCheck::NoKey;
+  } else if (mr->pd != pd) {
+    r = KeyCheck::WrongPd;  // IBA 10.6.3.2: an L_Key is usable only by QPs of its PD
+  }
+  if (check != nullptr) *check = r;
+  return r == KeyCheck::Ok ? mr : nullptr;
+}
+
+uint8_t* Rnic::check_rkey(uint32_t rkey, uint64_t va, uint64_t len, int need, const Pd* pd,
+                          KeyCheck* check) noexcept {
+  // IBA 9.7.5.1.3 / C9-88 (memory access validation): the R_Key names a
+  // valid MR of the QP's PD that grants the access, and the whole range
+  // lies inside it; otherwise a remote access error, and nothing moves.
+  const uint32_t idx = rkey >> 8;
+  Mr* mr = idx < key_table_.size() ? key_table_[idx] : nullptr;
+  KeyCheck r = KeyCheck::Ok;
+  uint8_t* p = nullptr;
+  if (mr == nullptr || mr->rkey.value() != rkey || !mr->valid.load(std::memory_order_acquire)) {
+    r = KeyCheck::NoKey;
+  } else if (mr->pd != pd) {
+    r = KeyCheck::WrongPd;
+  } else if ((mr->access & need) != need) {
+    r = KeyCheck::NoAccess;
+  } else if ((p = mr->translate(va, len)) == nullptr) {
+    r = KeyCheck::OutOfBounds;
+  }
+  if (check != nullptr) *check = r;
+  return r == KeyCheck::Ok ? p : nullptr;
+}
+
+Qp* Rnic::qp_by_num(Qpn qpn) noexcept { return qpn.value() < qp_table_.size() ? qp_table_[qpn.value()] : nullptr; }
+
+// ---- async events ---------------------------------------------------------------------------------
+
+void Rnic::raise(const AsyncEvent& ev) noexcept {
+  {
+    std::lock_guard lock(async_mu_);
+    async_.push_back(ev);
+  }
+  const uint64_t one = 1;
+  while (::write(async_fd_, &one, sizeof one) < 0 && errno == EINTR) {
+  }
+}
+
+int Rnic::get_async_event(AsyncEvent* ev) {
+  for (;;) {
+    uint64_t v = 0;
+    const ssize_t n = ::read(async_fd_, &v, sizeof v);  // blocks unless O_NONBLOCK
+    if (n == static_cast<ssize_t>(sizeof v)) break;
+    if (n < 0 && errno == EINTR) continue;
+    return n < 0 ? errno : EIO;
+  }
+  std::lock_guard lock(async_mu_);
+  if (async_.empty()) return EAGAIN;
+  *ev = async_.front();
+  async_.pop_front();
+  return 0;
+}
+
+// ---- doorbells ----------------------------------------------------------------------------------------
+
+void Rnic::ring_sq(Qp& qp) noexcept {
+  // One doorbell per QP in the engine's queue at a time: the poster that
+  // sets the flag queues it; the engine clears it before it runs, so a
+  // post after that queues a new one and nothing is missed.
+  if (qp.doorbell_pending.exchange(true, std::memory_order_acq_rel)) return;
+  const transport::Engine::Doorbell d{[](transport::Engine& engine, void* ctx) {
+                                        auto* q = static_cast<Qp*>(ctx);
+                                        q->doorbell_pending.store(false, std::memory_order_release);
+                                        q->doorbell(engine);
+                                      },
+                                      &qp};
+  while (!engine_.ring(d)) {
+    if (engine_.on_engine_thread()) {  // the queue is full and we are the loop: run it now
+      qp.doorbell_pending.store(false, std::memory_order_release);
+      qp.doorbell(engine_);
+      return;
+    }
+    if (!engine_.try_progress()) std::this_thread::yield();
+  }
+}
+
+// ---- the engine's RoceSink ----------------------------------------------------------------------------
+
+void Rnic::rx_burst(transport::Engine& engine, transport::RoceRx* pkts, uint16_t n) {
+  for (uint16_t i = 0; i < n; ++i) {
+    transport::RoceRx& pkt = pkts[i];
+    Qp& qp = *static_cast<Qp*>(pkt.qp);
+    const wire::OpcodeInfo& op = pkt.info.op();
+    const ibv_qp_state st = qp.state();
+    // Requests (and everything for a UD/GSI QP) go to the responder, which
+    // takes them from RTR on (IBA 10.3.1.2); responses to the completer,
+    // which has something outstanding only from RTS on (10.3.1.3).
+    const bool to_responder = op.request || qp.type() == IBV_QPT_UD || qp.is_gsi();
+    const bool ok = to_responder ? (st == IBV_QPS_RTR || st == IBV_QPS_RTS || st == IBV_QPS_SQD || st == IBV_QPS_SQE)
+                                 : (st == IBV_QPS_RTS || st == IBV_QPS_SQD);
+    if (!ok) {
+      ctr_.inc(RnicCtr::drop_qp_state);
+      rte_pktmbuf_free(pkt.m);
+      continue;
+    }
+    if (to_responder) {
+      ctr_.inc(RnicCtr::rx_req_pkts);
+      responder_rx(engine, qp, pkt);
+    } else {
+      ctr_.inc(RnicCtr::rx_resp_pkts);
+      completer_rx(engine, qp, pkt);
+    }
+  }
+}
+
+}  // namespace uroce::rnic

@@ -46,9 +46,16 @@ namespace uroce::rnic {
   X(drop_psn_out_of_seq, "dropped: request beyond the expected PSN")                        \
   X(drop_bad_opcode_seq, "dropped: opcode out of sequence within a message")                \
   X(drop_resp_unexpected, "dropped: response for no outstanding request (ghost)")           \
+  X(drop_resp_out_of_seq, "dropped: READ response after a gap (the rest is re-requested)")  \
   X(drop_qkey, "dropped: UD/GSI packet with a wrong Q_Key")                                 \
   X(drop_pkey, "dropped: packet with a P_Key we do not hold")                               \
-  X(drop_ud_too_long, "dropped: UD message longer than the receive buffer")                 \
+  X(drop_ud_too_long, "dropped: UD/UC message longer than the receive buffer")             \
+  X(drop_bad_transport, "dropped: request of another transport than the QP's")             \
+  X(drop_bad_length, "dropped: UC/UD packet whose payload breaks the MTU/RETH rules")      \
+  X(drop_uc_access, "dropped: UC WRITE refused (R_Key, bounds, rights)")                   \
+  X(drop_recv_prot, "dropped: UC/UD message whose receive SGE failed the L_Key check")     \
+  X(drop_dup_unknown, "dropped: duplicate READ/atomic not in the responder's result cache") \
+  X(drop_resp_backlog, "dropped: request for a QP whose READ response backlog is full")  \
   X(drop_uc_gap, "dropped: UC packet after a PSN gap (rest of the message)")                \
   X(drop_no_recv_ud, "dropped: UD/UC packet with no receive WQE posted")                    \
   X(rem_access_naks, "remote access error NAKs sent")                                       \
@@ -81,7 +88,10 @@ class Rnic final : public transport::RoceSink {
 
   transport::Engine& engine() noexcept { return engine_; }
   const std::string& name() const noexcept { return name_; }
-  uint64_t node_guid() const noexcept;  // from the MAC (EUI-64), as rxe
+  uint64_t node_guid() const noexcept;  // from the MAC (EUI-64), as rxe; host order (device_attr() has it big-endian)
+  // The port's active MTU in bytes (the largest IB MTU that fits the
+  // Ethernet MTU with the RoCEv2 headers, as rxe derives it).
+  uint32_t active_mtu_bytes() const noexcept;
 
   // ---- queries ----
   const ibv_device_attr& device_attr() const noexcept { return dev_attr_; }
@@ -108,9 +118,15 @@ class Rnic final : public transport::RoceSink {
   int destroy_cq(Cq* cq);                   // EBUSY while a QP/SRQ uses it
   Srq* create_srq(Pd* pd, const ibv_srq_init_attr& init, int* err);
   int destroy_srq(Srq* srq);
-  Qp* create_qp(Pd* pd, const ibv_qp_init_attr& init, int* err);  // caps written back to init.cap by the caller's copy
+  // init.send_cq / recv_cq / srq carry this API's Cq* / Srq*
+  // (reinterpret_cast), not libibverbs objects.  The QP's caps are
+  // Qp::cap().  RC, UC and UD.
+  Qp* create_qp(Pd* pd, const ibv_qp_init_attr& init, int* err);
+  // The GSI QP (QPN 1) for the connection manager: UD semantics, Q_Key
+  // 0x80010000 (IBA 13.4.6.1).  EBUSY when it exists.
+  Qp* create_gsi_qp(Pd* pd, const ibv_qp_init_attr& init, int* err);
   int destroy_qp(Qp* qp);
-  Ah* create_ah(Pd* pd, const ibv_ah_attr& attr, int* err);
+  Ah* create_ah(Pd* pd, const ibv_ah_attr& attr, int* err);  // wr.ud.ah = &ah->ibv
   int destroy_ah(Ah* ah);
 
   // ---- [engine] lookups ----
@@ -156,7 +172,12 @@ class Rnic final : public transport::RoceSink {
   std::vector<std::unique_ptr<Srq>> srqs_;
   std::vector<std::unique_ptr<Qp>> qps_;
   std::vector<std::unique_ptr<Ah>> ahs_;
-  std::vector<Mr*> key_table_;                  // engine reads; index = key >> 8
+  std::vector<Mr*> key_table_;                  // engine reads (written under run_sync); index = key >> 8
+  std::vector<uint32_t> free_keys_;             // key indexes to reuse
+  uint32_t next_key_ = 1;                       // next never-used key index (0 is never a key)
+  uint32_t live_mrs_ = 0;
+  std::vector<Qp*> qp_table_;                   // by QPN (written under run_sync)
+  Qp* make_qp(Pd* pd, const ibv_qp_init_attr& init, uint32_t qpn, int* err);
   uint8_t key_gen_ = 0;
   uint32_t next_qpn_ = 2;
   uint32_t next_pd_ = 1;

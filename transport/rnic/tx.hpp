@@ -25,10 +25,23 @@ void tx_fill_path(const transport::Engine& engine, const AhAttr& path, uint16_t 
 // False when no buffer (the engine counts drop_no_mbuf) or the frame would
 // not fit one.
 template <class CopyFn>
+bool tx_send_mbuf(transport::Engine& engine, rte_mbuf* m, const AhAttr& path, const wire::PktDesc& d,
+                  size_t payload_len, CopyFn&& copy) noexcept;
+
+template <class CopyFn>
 bool tx_send(transport::Engine& engine, const AhAttr& path, const wire::PktDesc& d, size_t payload_len,
              CopyFn&& copy) noexcept {
   rte_mbuf* m = engine.alloc();
   if (m == nullptr) return false;
+  return tx_send_mbuf(engine, m, path, d, payload_len, copy);
+}
+
+// tx_send with the buffer already taken from engine.alloc() (consumed
+// here), for a sender that must tell "no buffer: try again later" from
+// "sent, or lost on the way".
+template <class CopyFn>
+bool tx_send_mbuf(transport::Engine& engine, rte_mbuf* m, const AhAttr& path, const wire::PktDesc& d,
+                  size_t payload_len, CopyFn&& copy) noexcept {
   if (wire::frame_len(d, payload_len) > rte_pktmbuf_tailroom(m)) {
     rte_pktmbuf_free(m);
     return false;

@@ -1,0 +1,202 @@
+#!/usr/bin/env bash
+# Unmodified RDMA programs over uroce (the drop-in libibverbs.so.1 and
+# librdmacm.so.1, through scripts/uroce-run) against the same programs on
+# the Linux kernel's Soft-RoCE in a VM, in both directions: uroce as the
+# server with rxe as the client, and rxe as the server with uroce as the
+# client.  uroce's port is net_af_packet on the veth peer0 into the VM's
+# bridge (scripts/rxe-vm start --host-veth); each case is captured on peer0
+# and every capture must pass `uroce pcap-check`.
+#
+# NOT REGISTERED in meson yet: it needs the drop-in libraries (verbs-shim/)
+# to work end to end.  When they do, add to tests/interop/meson.build:
+#   {'name': 'rxe-apps', 'script': 'rxe_apps_test.sh', 'timeout': 900},
+# with args [uroce_exe, scripts dir, build dir] (the build dir holds
+# verbs-shim/libibverbs.so.1), and `depends` on the shim targets.
+#
+#   rxe_apps_test.sh UROCE SCRIPTS_DIR BUILD_DIR [CASE...]   run (all cases, or those named)
+#   rxe_apps_test.sh --list                                   print every case's commands
+#
+# Cases (each in both directions, "NAME.uroce-server" and "NAME.rxe-server"):
+#   rc-small rc-multi rc-v6 ud rc-mtu4096     ibv_rc_pingpong / ibv_ud_pingpong
+#   rping ucmatose udaddy                     rdma_cm: rping -V, ucmatose, udaddy (SIDR)
+#   reject                                    a client to a port nobody listens on: REJ
+#   send-lat write-bw read-lat atomic-lat     perftest with -x GID
+#   send-lat-R write-bw-R read-lat-R atomic-lat-R   perftest with -R (rdma_cm)
+#   loss-write-bw loss-rping                  UROCE_FAULTS loss, reordering and
+#                                             duplication on uroce's port, both ways
+#
+# Exit 0 pass, 1 fail, 77 skip when qemu cannot start.
+set -u
+
+readonly CASE_TIMEOUT_S=120
+readonly FAULTS='drop=0.02,dup=0.01,reorder=0.02,reorder_window=4,seed=7'
+readonly BIG_MTU=4200
+
+# Each case: NAME|MTU|FAULTS|SERVER|CLIENT|READY(tcp|cm)|CHECK
+# SERVER and CLIENT are templates: {DEV} the side's RDMA device, {GID} its
+# IPv4-mapped GID index, {GID6} its IPv6 GID index, {SELF} its own IPv4
+# address, {SERVER} the server's IPv4 address.  CHECK: words the capture's
+# pcap-check report must list (opcodes, CM MADs).
+CASES=(
+  "rc-small|1500||ibv_rc_pingpong -d {DEV} -g {GID} -n 100 -s 64|ibv_rc_pingpong -d {DEV} -g {GID} -n 100 -s 64 {SERVER}|tcp|RC_SEND_ONLY RC_ACKNOWLEDGE"
+  "rc-multi|1500||ibv_rc_pingpong -d {DEV} -g {GID} -n 50 -s 8192|ibv_rc_pingpong -d {DEV} -g {GID} -n 50 -s 8192 {SERVER}|tcp|RC_SEND_FIRST RC_SEND_MIDDLE RC_SEND_LAST"
+  "rc-v6|1500||ibv_rc_pingpong -d {DEV} -g {GID6} -n 50 -s 4096|ibv_rc_pingpong -d {DEV} -g {GID6} -n 50 -s 4096 {SERVER}|tcp|RC_SEND_FIRST RC_SEND_LAST"
+  "ud|1500||ibv_ud_pingpong -d {DEV} -g {GID} -n 100 -s 512|ibv_ud_pingpong -d {DEV} -g {GID} -n 100 -s 512 {SERVER}|tcp|UD_SEND_ONLY"
+  "rc-mtu4096|$BIG_MTU||ibv_rc_pingpong -d {DEV} -g {GID} -n 20 -s 16384 -m 4096|ibv_rc_pingpong -d {DEV} -g {GID} -n 20 -s 16384 -m 4096 {SERVER}|tcp|RC_SEND_FIRST RC_SEND_LAST"
+  "rping|1500||rping -s -a {SELF} -V -C 20 -S 1024 -v|rping -c -a {SERVER} -V -C 20 -S 1024 -v|cm|REQ REP RTU DREQ DREP RC_RDMA_READ_REQUEST RC_RDMA_WRITE_ONLY"
+  "ucmatose|1500||ucmatose -b {SELF} -c 2 -C 10|ucmatose -s {SERVER} -c 2 -C 10|cm|REQ REP RTU RC_SEND_ONLY"
+  "udaddy|1500||udaddy -b {SELF} -c 2 -C 10|udaddy -s {SERVER} -c 2 -C 10|cm|SIDR_REQ SIDR_REP UD_SEND_ONLY_WITH_IMMEDIATE"
+  "reject|1500|||rping -c -a {SERVER} -C 1 -S 64 -v|none|REQ REJ"
+  "send-lat|1500||ib_send_lat -d {DEV} -x {GID} -F -n 1000 -s 2|ib_send_lat -d {DEV} -x {GID} -F -n 1000 -s 2 {SERVER}|tcp|RC_SEND_ONLY"
+  "write-bw|1500||ib_write_bw -d {DEV} -x {GID} -F -n 500 -s 65536|ib_write_bw -d {DEV} -x {GID} -F -n 500 -s 65536 {SERVER}|tcp|RC_RDMA_WRITE_FIRST RC_RDMA_WRITE_LAST"
+  "read-lat|1500||ib_read_lat -d {DEV} -x {GID} -F -n 500 -s 4096|ib_read_lat -d {DEV} -x {GID} -F -n 500 -s 4096 {SERVER}|tcp|RC_RDMA_READ_REQUEST RC_RDMA_READ_RESPONSE_FIRST"
+  "atomic-lat|1500||ib_atomic_lat -d {DEV} -x {GID} -F -n 500|ib_atomic_lat -d {DEV} -x {GID} -F -n 500 {SERVER}|tcp|RC_FETCH_ADD RC_ATOMIC_ACKNOWLEDGE"
+  "send-lat-R|1500||ib_send_lat -d {DEV} -R -F -n 1000 -s 2|ib_send_lat -d {DEV} -R -F -n 1000 -s 2 {SERVER}|cm|REQ REP RTU RC_SEND_ONLY"
+  "write-bw-R|1500||ib_write_bw -d {DEV} -R -F -n 500 -s 65536|ib_write_bw -d {DEV} -R -F -n 500 -s 65536 {SERVER}|cm|REQ REP RTU RC_RDMA_WRITE_FIRST"
+  "read-lat-R|1500||ib_read_lat -d {DEV} -R -F -n 500 -s 4096|ib_read_lat -d {DEV} -R -F -n 500 -s 4096 {SERVER}|cm|REQ REP RTU RC_RDMA_READ_REQUEST"
+  "atomic-lat-R|1500||ib_atomic_lat -d {DEV} -R -F -n 500|ib_atomic_lat -d {DEV} -R -F -n 500 {SERVER}|cm|REQ REP RTU RC_FETCH_ADD"
+  "loss-write-bw|1500|$FAULTS|ib_write_bw -d {DEV} -x {GID} -F -n 500 -s 65536|ib_write_bw -d {DEV} -x {GID} -F -n 500 -s 65536 {SERVER}|tcp|RC_RDMA_WRITE_FIRST"
+  "loss-rping|1500|$FAULTS|rping -s -a {SELF} -V -C 200 -S 4096 -v|rping -c -a {SERVER} -V -C 200 -S 4096 -v|cm|REQ REP RTU RC_RDMA_READ_REQUEST"
+)
+
+# fill TEMPLATE SIDE(uroce|rxe) SERVER_IP
+fill() {
+  local t=$1 side=$2 dev gid gid6 self
+  if [ "$side" = uroce ]; then dev=$U_DEV gid=$U_GIDX gid6=$U_GIDX6 self=$U_IP; else
+    dev=rxe0 gid=$GIDX_A gid6=$GIDX6_A self=$IP_A
+  fi
+  t=${t//\{DEV\}/$dev}; t=${t//\{GID\}/$gid}; t=${t//\{GID6\}/$gid6}
+  t=${t//\{SELF\}/$self}; t=${t//\{SERVER\}/$3}
+  echo "$t"
+}
+
+if [ "${1:-}" = --list ]; then
+  # The commands with this project's defaults (uroce0 at 10.91.0.100, GIDs
+  # 1 and 2 on both sides); uroce's side runs as
+  #   ip netns exec NS env UROCE_DEVICE=net_af_packet0,iface=peer0 UROCE_PCAP=... [UROCE_FAULTS=...] scripts/uroce-run CMD
+  U_DEV=uroce0 U_GIDX=1 U_GIDX6=2 U_IP=10.91.0.100 GIDX_A=1 GIDX6_A=2 IP_A=10.91.0.11
+  for c in "${CASES[@]}"; do
+    IFS='|' read -r name mtu faults scmd ccmd ready check <<<"$c"
+    for dir in uroce-server rxe-server; do
+      if [ $dir = uroce-server ]; then s=uroce cl=rxe sip=$U_IP; else s=rxe cl=uroce sip=$IP_A; fi
+      echo "$name.$dir (mtu $mtu${faults:+, UROCE_FAULTS=$faults}; expects $check)"
+      [ -n "$scmd" ] && echo "  server ($s): $(fill "$scmd" $s $sip)"
+      echo "  client ($cl): $(fill "$ccmd" $cl $sip)"
+    done
+  done
+  exit 0
+fi
+
+[ $# -ge 3 ] || { echo "usage: $0 UROCE SCRIPTS_DIR BUILD_DIR [CASE...] | --list" >&2; exit 2; }
+UROCE=$1 SCRIPTS=$2 BUILD=$3 NAME=apps
+export UROCE NAME
+shift 3
+WANT=("$@")
+HERE=$(cd "$(dirname "$0")" && pwd)
+# shellcheck source=tests/interop/lib.sh
+. "$HERE/lib.sh"
+
+interop_init
+[ -e "$BUILD/verbs-shim/libibverbs.so.1" ] || { echo "FAIL: no $BUILD/verbs-shim/libibverbs.so.1 (ninja -C $BUILD)"; exit $EXIT_FAILED; }
+vm_up --vms a --host-veth
+U_DEV=uroce0 U_IP=$PEER_IP
+
+# on_uroce LOG PCAP FAULTS CMD...: CMD over uroce in the namespace, in the background.
+on_uroce() {
+  local log=$1 pcap=$2 faults=$3
+  shift 3
+  bg "$log" env UROCE_CONFIG="$CONFIG" UROCE_DEVICE="net_af_packet0,iface=$PEER_IF" UROCE_IP= \
+    UROCE_PCAP="$pcap" UROCE_FAULTS="$faults" \
+    "$SCRIPTS/uroce-run" --build "$BUILD" timeout $CASE_TIMEOUT_S "$@"
+}
+
+# uroce's GID indexes, from its own ibv_devinfo.
+on_uroce "$TMP/devinfo-uroce.txt" "" "" ibv_devinfo -v
+wait "$LAST_PID" || { fail "uroce-run ibv_devinfo -v"; show "$TMP/devinfo-uroce.txt"; }
+U_GIDX=$(sed -n "s/.*GID\[ *\([0-9]*\)\]:[[:space:]]*::ffff:$PEER_IP.*/\1/p" "$TMP/devinfo-uroce.txt" | head -1)
+U_GIDX6=$(sed -n "s/.*GID\[ *\([0-9]*\)\]:[[:space:]]*${PEER_IP6}[,[:space:]].*/\1/p" "$TMP/devinfo-uroce.txt" | head -1)
+if [ -n "$U_GIDX" ] && [ -n "$U_GIDX6" ]; then pass "uroce0: GID[$U_GIDX] ::ffff:$PEER_IP, GID[$U_GIDX6] $PEER_IP6"; else
+  fail "uroce0's GID table lacks ::ffff:$PEER_IP or $PEER_IP6"
+  show "$TMP/devinfo-uroce.txt"
+  exit $EXIT_FAILED
+fi
+
+uroce_ready() { # tcp|cm: the uroce-side server listens
+  local i
+  for i in $(seq 200); do
+    case $1 in
+      tcp) ip netns exec "$RXE_NS" ss -ltnH 2>/dev/null | grep -q ':18515 ' && return 0 ;;
+      # the engine claims UDP 4791 once the device is up; rdma_listen follows at once
+      cm) ip netns exec "$RXE_NS" ss -ulnH 2>/dev/null | grep -q ':4791 ' && { sleep 0.5; return 0; } ;;
+    esac
+    sleep 0.1
+  done
+  return 1
+}
+rxe_ready() {
+  case $1 in
+    tcp) in_vm a 'netstat -ltn | grep -q :18515' 10 ;;
+    cm) in_vm a 'rdma res show cm_id | grep -q LISTEN' 10 ;;
+  esac >/dev/null 2>&1
+}
+
+run_case() { # NAME MTU FAULTS SCMD CCMD READY CHECK DIR
+  local name=$1 mtu=$2 faults=$3 scmd=$4 ccmd=$5 ready=$6 check=$7 dir=$8 id=$1.$8 i
+  local pcap=$TMP/$id.pcap upcap=$TMP/$id.uroce.pcap crc=0 src=0 sid='' spid=''
+  [ "$(cat "$TMP/mtu" 2>/dev/null || echo 1500)" = "$mtu" ] || {
+    "$SCRIPTS/rxe-vm" mtu --ns "$RXE_NS" "$mtu" >/dev/null && echo "$mtu" >"$TMP/mtu"
+  }
+  capture_start "$pcap" peer0 || { fail "$id: capture"; return; }
+  if [ "$dir" = uroce-server ]; then
+    if [ -n "$scmd" ]; then
+      # shellcheck disable=SC2046
+      on_uroce "$TMP/$id.server" "$upcap" "$faults" $(fill "$scmd" uroce "$U_IP")
+      spid=$LAST_PID
+      uroce_ready "$ready" || fail "$id: the uroce-side server never listened"
+    fi
+    in_vm a "timeout $CASE_TIMEOUT_S $(fill "$ccmd" rxe "$U_IP")" $((CASE_TIMEOUT_S + 10)) >"$TMP/$id.client" 2>&1 || crc=$?
+    if [ -n "$spid" ]; then wait "$spid" || src=$?; fi
+  else
+    if [ -n "$scmd" ]; then
+      sid=$(vm_spawn a "timeout $CASE_TIMEOUT_S $(fill "$scmd" rxe "$IP_A")")
+      for i in $(seq 100); do rxe_ready "$ready" && break; sleep 0.1; done
+    fi
+    # shellcheck disable=SC2046
+    on_uroce "$TMP/$id.client" "$upcap" "$faults" $(fill "$ccmd" uroce "$IP_A")
+    wait "$LAST_PID" || crc=$?
+    if [ -n "$sid" ]; then vm_wait a "$sid" $((CASE_TIMEOUT_S + 10)) >"$TMP/$id.server" 2>&1 || src=$?; fi
+  fi
+  sleep 0.3
+  capture_stop
+  if [ -z "$scmd" ]; then
+    # reject: the client must fail by itself (the REJ), not time out
+    if [ $crc -ne 0 ] && [ $crc -ne 124 ]; then pass "$id: the client was rejected (exit $crc)"; else
+      fail "$id: client exit $crc, expected a rejection"; show "$TMP/$id.client"
+    fi
+  elif [ $crc -eq 0 ] && [ $src -eq 0 ]; then
+    pass "$id: client and server exit 0"
+  else
+    fail "$id: client exit $crc, server exit $src"
+    show "$TMP/$id.client"
+    show "$TMP/$id.server"
+  fi
+  check_pcap "$pcap" "$id (peer0)" 1
+  # shellcheck disable=SC2086
+  pcap_has "$pcap" "$id" $check
+  [ -s "$upcap" ] && check_pcap "$upcap" "$id (uroce's own capture)" 1
+  if [ -n "$faults" ]; then
+    # uroce's side retransmitted (PSN sequence NAKs or timeouts) and still finished
+    local naks
+    naks=$(tshark_count "$pcap" 'infiniband.aeth.syndrome.opcode == 3')
+    pass "$id: finished under loss ($faults); $naks NAK frames on the wire"
+  fi
+}
+
+for c in "${CASES[@]}"; do
+  IFS='|' read -r name mtu faults scmd ccmd ready check <<<"$c"
+  if [ ${#WANT[@]} -gt 0 ] && [[ " ${WANT[*]} " != *" $name "* ]]; then continue; fi
+  for dir in uroce-server rxe-server; do
+    run_case "$name" "$mtu" "$faults" "$scmd" "$ccmd" "$ready" "$check" "$dir"
+  done
+done
+interop_finish

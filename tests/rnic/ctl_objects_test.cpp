@@ -1,0 +1,383 @@
+// Objects: reg_mr's rules and keys, MR translation with 64-bit wrap, the
+// R_Key/L_Key checks, CQ ordering, overflow and resize, completion
+// channels, SRQ limit and resize, and destroy's EBUSY rules.
+#include <poll.h>
+
+#include <thread>
+
+#include "tests/rnic/ctl_fixture.hpp"
+
+namespace uroce::rnic::ctltest {
+namespace {
+
+std::vector<uint8_t> g_mem(1 << 16);
+
+TEST_F(Ctl, RegMrRules) {
+  int err = 0;
+  auto reg = [&](int access, size_t len = 4096) {
+    err = 0;
+    return rnic->reg_mr(pd, g_mem.data(), len, reinterpret_cast<uint64_t>(g_mem.data()), access, &err);
+  };
+  // IBA 10.6.3.1: remote write / atomic access need local write.
+  EXPECT_EQ(reg(IBV_ACCESS_REMOTE_WRITE), nullptr);
+  EXPECT_EQ(err, EINVAL);
+  EXPECT_EQ(reg(IBV_ACCESS_REMOTE_ATOMIC), nullptr);
+  EXPECT_EQ(err, EINVAL);
+  EXPECT_EQ(reg(1 << 14), nullptr);  // not an access bit
+  EXPECT_EQ(err, EINVAL);
+  EXPECT_EQ(reg(IBV_ACCESS_LOCAL_WRITE, kMaxMrSize + 1), nullptr);
+  EXPECT_EQ(err, EINVAL);
+  EXPECT_EQ(rnic->reg_mr(nullptr, g_mem.data(), 16, 0, 0, &err), nullptr);
+  EXPECT_EQ(err, EINVAL);
+
+  Mr* ro = reg(IBV_ACCESS_REMOTE_READ);  // remote read alone is fine
+  ASSERT_NE(ro, nullptr);
+  Mr* opt = reg(IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_RELAXED_ORDERING);  // optional bits are ignored
+  ASSERT_NE(opt, nullptr);
+  Mr* rw = reg(IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC);
+  ASSERT_NE(rw, nullptr);
+
+  // lkey == rkey, distinct per MR, never 0.
+  for (Mr* m : {ro, opt, rw}) {
+    EXPECT_EQ(m->lkey.value(), m->rkey.value());
+    EXPECT_NE(m->lkey.value() >> 8, 0u);
+  }
+  EXPECT_NE(ro->lkey, opt->lkey);
+  EXPECT_NE(opt->lkey, rw->lkey);
+
+  // A key does not outlive its registration, even when its slot is reused.
+  const uint32_t old_key = ro->lkey.value();
+  KeyCheck why = KeyCheck::Ok;
+  EXPECT_EQ(rnic->lookup_lkey(old_key, pd, &why), ro);
+  ASSERT_EQ(rnic->dereg_mr(ro), 0);
+  EXPECT_EQ(rnic->lookup_lkey(old_key, pd, &why), nullptr);
+  EXPECT_EQ(why, KeyCheck::NoKey);
+  Mr* again = reg(IBV_ACCESS_REMOTE_READ);
+  ASSERT_NE(again, nullptr);
+  EXPECT_EQ(again->lkey.value() >> 8, old_key >> 8);  // the same slot
+  EXPECT_NE(again->lkey.value(), old_key);           // another key
+  EXPECT_EQ(rnic->lookup_lkey(old_key, pd, &why), nullptr);
+  EXPECT_EQ(rnic->check_rkey(old_key, again->iova, 8, IBV_ACCESS_REMOTE_READ, pd, &why), nullptr);
+  EXPECT_EQ(why, KeyCheck::NoKey);
+  EXPECT_EQ(rnic->dereg_mr(nullptr), EINVAL);
+}
+
+TEST_F(Ctl, MrTranslateWrapsAt64Bits) {
+  int err = 0;
+  const uint64_t top = 0xFFFFFFFFFFFFF000ull;  // the MR ends exactly at 2^64
+  Mr* mr = rnic->reg_mr(pd, g_mem.data(), 4096, top, IBV_ACCESS_LOCAL_WRITE, &err);
+  ASSERT_NE(mr, nullptr);
+  EXPECT_EQ(mr->translate(top, 4096), g_mem.data());
+  EXPECT_EQ(mr->translate(top + 4088, 8), g_mem.data() + 4088);
+  EXPECT_EQ(mr->translate(top + 4096 - 1, 1), g_mem.data() + 4095);
+  EXPECT_EQ(mr->translate(top + 1, 4096), nullptr);              // one past the end
+  EXPECT_EQ(mr->translate(0xFFFFFFFFFFFFFFF0ull, 0x20), nullptr);  // va + len wraps to 0x10
+  EXPECT_EQ(mr->translate(top, ~uint64_t{0}), nullptr);
+  EXPECT_EQ(mr->translate(top - 1, 1), nullptr);                 // before the start
+  EXPECT_EQ(mr->translate(0, 8), nullptr);
+  EXPECT_EQ(mr->translate(top + 4096 - 8, 0), g_mem.data() + 4088);  // zero length inside
+
+  Mr* low = rnic->reg_mr(pd, g_mem.data(), 100, 1000, IBV_ACCESS_LOCAL_WRITE, &err);
+  ASSERT_NE(low, nullptr);
+  EXPECT_EQ(low->translate(1000, 100), g_mem.data());
+  EXPECT_EQ(low->translate(1050, 51), nullptr);
+  EXPECT_EQ(low->translate(1099, 1), g_mem.data() + 99);
+  EXPECT_EQ(low->translate(999, 2), nullptr);
+}
+
+TEST_F(Ctl, CheckRkeyAccessTable) {
+  int err = 0;
+  Pd* other = rnic->alloc_pd(&err);
+  ASSERT_NE(other, nullptr);
+  const uint64_t va = 0x10000;
+  struct Case {
+    int access;
+    KeyCheck read, write, atomic;
+  };
+  const Case cases[] = {
+      {0, KeyCheck::NoAccess, KeyCheck::NoAccess, KeyCheck::NoAccess},
+      {IBV_ACCESS_LOCAL_WRITE, KeyCheck::NoAccess, KeyCheck::NoAccess, KeyCheck::NoAccess},
+      {IBV_ACCESS_REMOTE_READ, KeyCheck::Ok, KeyCheck::NoAccess, KeyCheck::NoAccess},
+      {IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE, KeyCheck::NoAccess, KeyCheck::Ok, KeyCheck::NoAccess},
+      {IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_ATOMIC, KeyCheck::NoAccess, KeyCheck::NoAccess, KeyCheck::Ok},
+      {IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC,
+       KeyCheck::Ok, KeyCheck::Ok, KeyCheck::Ok},
+  };
+  for (const Case& c : cases) {
+    Mr* mr = rnic->reg_mr(pd, g_mem.data(), 256, va, c.access, &err);
+    ASSERT_NE(mr, nullptr);
+    const uint32_t key = mr->rkey.value();
+    const std::pair<int, KeyCheck> needs[] = {
+        {IBV_ACCESS_REMOTE_READ, c.read}, {IBV_ACCESS_REMOTE_WRITE, c.write}, {IBV_ACCESS_REMOTE_ATOMIC, c.atomic}};
+    for (const auto& [need, want] : needs) {
+      KeyCheck why = KeyCheck::Ok;
+      uint8_t* p = rnic->check_rkey(key, va + 8, 8, need, pd, &why);
+      EXPECT_EQ(why, want) << "access " << c.access << " need " << need;
+      EXPECT_EQ(p, want == KeyCheck::Ok ? g_mem.data() + 8 : nullptr);
+    }
+    if (c.read == KeyCheck::Ok) {
+      KeyCheck why = KeyCheck::Ok;
+      EXPECT_EQ(rnic->check_rkey(key, va, 8, IBV_ACCESS_REMOTE_READ, other, &why), nullptr);
+      EXPECT_EQ(why, KeyCheck::WrongPd);
+      EXPECT_EQ(rnic->check_rkey(key, va + 250, 8, IBV_ACCESS_REMOTE_READ, pd, &why), nullptr);
+      EXPECT_EQ(why, KeyCheck::OutOfBounds);
+      EXPECT_EQ(rnic->check_rkey(key, va - 1, 8, IBV_ACCESS_REMOTE_READ, pd, &why), nullptr);
+      EXPECT_EQ(why, KeyCheck::OutOfBounds);
+      EXPECT_EQ(rnic->check_rkey(key, va, 256, IBV_ACCESS_REMOTE_READ, pd, &why), g_mem.data());
+      EXPECT_EQ(rnic->check_rkey(key ^ 0x1, va, 8, IBV_ACCESS_REMOTE_READ, pd, &why), nullptr);  // wrong key byte
+      EXPECT_EQ(why, KeyCheck::NoKey);
+      EXPECT_EQ(rnic->check_rkey(0xFFFFFF00u, va, 8, IBV_ACCESS_REMOTE_READ, pd, &why), nullptr);
+      EXPECT_EQ(why, KeyCheck::NoKey);
+    }
+    KeyCheck why = KeyCheck::Ok;
+    EXPECT_EQ(rnic->lookup_lkey(key, other, &why), nullptr);
+    EXPECT_EQ(why, KeyCheck::WrongPd);
+    EXPECT_EQ(rnic->lookup_lkey(key, pd, &why), mr);
+    EXPECT_EQ(why, KeyCheck::Ok);
+    ASSERT_EQ(rnic->dereg_mr(mr), 0);
+  }
+}
+
+TEST_F(Ctl, RereqMr) {
+  int err = 0;
+  Mr* mr = rnic->reg_mr(pd, g_mem.data(), 256, 0x1000, IBV_ACCESS_LOCAL_WRITE, &err);
+  ASSERT_NE(mr, nullptr);
+  KeyCheck why;
+  EXPECT_EQ(rnic->check_rkey(mr->rkey.value(), 0x1000, 8, IBV_ACCESS_REMOTE_READ, pd, &why), nullptr);
+  EXPECT_EQ(rnic->rereg_mr(mr, IBV_REREG_MR_CHANGE_ACCESS, nullptr, nullptr, 0, IBV_ACCESS_REMOTE_READ), 0);
+  EXPECT_NE(rnic->check_rkey(mr->rkey.value(), 0x1000, 8, IBV_ACCESS_REMOTE_READ, pd, &why), nullptr);
+  EXPECT_EQ(rnic->rereg_mr(mr, IBV_REREG_MR_CHANGE_ACCESS, nullptr, nullptr, 0, IBV_ACCESS_REMOTE_WRITE), EINVAL);
+  Pd* other = rnic->alloc_pd(&err);
+  EXPECT_EQ(rnic->rereg_mr(mr, IBV_REREG_MR_CHANGE_PD, other, nullptr, 0, 0), 0);
+  EXPECT_EQ(mr->pd, other);
+  EXPECT_EQ(rnic->dealloc_pd(other), EBUSY);
+  EXPECT_EQ(rnic->dealloc_pd(pd), 0);
+  EXPECT_EQ(rnic->dereg_mr(mr), 0);
+  EXPECT_EQ(rnic->dealloc_pd(other), 0);
+}
+
+ibv_wc wc_with(uint64_t id) {
+  ibv_wc wc{};
+  wc.wr_id = id;
+  wc.status = IBV_WC_SUCCESS;
+  wc.opcode = IBV_WC_RECV;
+  return wc;
+}
+
+TEST_F(Ctl, CqOrderOverflowAndResize) {
+  Cq* c = cq(5);
+  EXPECT_EQ(c->capacity(), 5u);
+  uint64_t next = 0;
+  uint64_t want = 0;
+  // Wrap the ring several times with uneven polls: strict FIFO.
+  for (int round = 0; round < 7; ++round) {
+    for (int i = 0; i < 3 + round % 3; ++i) ASSERT_TRUE(c->push(wc_with(next++)));
+    ibv_wc out[8];
+    const int n = c->poll(2, out);
+    ASSERT_EQ(n, 2);
+    for (int i = 0; i < n; ++i) EXPECT_EQ(out[i].wr_id, want++);
+    const int m = c->poll(8, out);
+    for (int i = 0; i < m; ++i) EXPECT_EQ(out[i].wr_id, want++);
+  }
+  EXPECT_EQ(want, next);
+  EXPECT_EQ(c->poll(-1, nullptr), -EINVAL);
+
+  // Exactly `cqe` entries fit; the next is dropped, counted, CQ_ERR raised once.
+  for (int i = 0; i < 5; ++i) ASSERT_TRUE(c->push(wc_with(100 + i)));
+  EXPECT_FALSE(c->push(wc_with(105)));
+  EXPECT_FALSE(c->push(wc_with(106)));
+  EXPECT_TRUE(c->overflowed());
+  EXPECT_EQ(rnic->counters().get(RnicCtr::cq_overflows), 2u);
+  AsyncEvent ev;
+  ASSERT_TRUE(next_event(&ev));
+  EXPECT_EQ(ev.type, IBV_EVENT_CQ_ERR);
+  EXPECT_EQ(ev.cq, c);
+  EXPECT_FALSE(next_event(&ev));
+
+  // Resize keeps the entries in order; never below those in use.
+  EXPECT_EQ(c->resize(4), EINVAL);
+  EXPECT_EQ(c->resize(0), EINVAL);
+  ASSERT_EQ(c->resize(9), 0);
+  EXPECT_EQ(c->capacity(), 9u);
+  for (int i = 0; i < 4; ++i) ASSERT_TRUE(c->push(wc_with(105 + i)));
+  EXPECT_FALSE(c->push(wc_with(200)));
+  auto all = drain(c);
+  ASSERT_EQ(all.size(), 9u);
+  for (size_t i = 0; i < all.size(); ++i) EXPECT_EQ(all[i].wr_id, 100 + i);
+}
+
+TEST_F(Ctl, CompletionChannelWakesPoll) {
+  int err = 0;
+  CompChannel* ch = rnic->create_comp_channel(&err);
+  ASSERT_NE(ch, nullptr);
+  Cq* c = cq(16, ch);
+  Cq* other = cq(16);
+  EXPECT_EQ(other->req_notify(false), EINVAL);  // no channel to notify through
+  auto readable = [&](int ms) {
+    pollfd p{ch->fd(), POLLIN, 0};
+    return ::poll(&p, 1, ms) == 1 && (p.revents & POLLIN);
+  };
+
+  // Not armed: a completion makes no event.
+  ASSERT_TRUE(c->push(wc_with(1)));
+  EXPECT_FALSE(readable(0));
+
+  // Armed: a thread blocked in poll() on the fd wakes up.
+  ASSERT_EQ(c->req_notify(false), 0);
+  bool woke = false;
+  std::thread waiter([&] { woke = readable(5000); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  ASSERT_TRUE(c->push(wc_with(2)));
+  waiter.join();
+  EXPECT_TRUE(woke);
+  Cq* got = nullptr;
+  ASSERT_EQ(ch->get_event(&got), 0);
+  EXPECT_EQ(got, c);
+  EXPECT_FALSE(readable(0));
+  // One event per arming.
+  ASSERT_TRUE(c->push(wc_with(3)));
+  EXPECT_FALSE(readable(0));
+
+  // Non-blocking fd: EAGAIN when none.
+  const int fl = fcntl(ch->fd(), F_GETFL);
+  fcntl(ch->fd(), F_SETFL, fl | O_NONBLOCK);
+  EXPECT_EQ(ch->get_event(&got), EAGAIN);
+
+  // Solicited only: a plain completion does not wake; a solicited or an
+  // unsuccessful one does.
+  ASSERT_EQ(c->req_notify(true), 0);
+  ASSERT_TRUE(c->push(wc_with(4)));
+  EXPECT_FALSE(readable(0));
+  ASSERT_TRUE(c->push(wc_with(5), true));
+  EXPECT_TRUE(readable(0));
+  ASSERT_EQ(ch->get_event(&got), 0);
+  ASSERT_EQ(c->req_notify(true), 0);
+  ibv_wc bad = wc_with(6);
+  bad.status = IBV_WC_REM_ACCESS_ERR;
+  ASSERT_TRUE(c->push(bad));
+  ASSERT_EQ(ch->get_event(&got), 0);
+  EXPECT_EQ(got, c);
+
+  // Two CQs on one channel: events in the order they came.
+  Cq* c2 = cq(16, ch);
+  ASSERT_EQ(c2->req_notify(false), 0);
+  ASSERT_EQ(c->req_notify(false), 0);
+  ASSERT_TRUE(c2->push(wc_with(7)));
+  ASSERT_TRUE(c->push(wc_with(8)));
+  ASSERT_EQ(ch->get_event(&got), 0);
+  EXPECT_EQ(got, c2);
+  ASSERT_EQ(ch->get_event(&got), 0);
+  EXPECT_EQ(got, c);
+  EXPECT_EQ(ch->get_event(&got), EAGAIN);
+
+  // A destroyed CQ's undelivered event goes with it.
+  ASSERT_EQ(c2->req_notify(false), 0);
+  ASSERT_TRUE(c2->push(wc_with(9)));
+  EXPECT_EQ(rnic->destroy_comp_channel(ch), EBUSY);
+  ASSERT_EQ(rnic->destroy_cq(c2), 0);
+  EXPECT_FALSE(readable(0));
+  EXPECT_EQ(ch->get_event(&got), EAGAIN);
+  ASSERT_EQ(rnic->destroy_cq(c), 0);
+  EXPECT_EQ(rnic->destroy_comp_channel(ch), 0);
+}
+
+TEST_F(Ctl, SrqLimitAndResize) {
+  int err = 0;
+  ibv_srq_init_attr si{};
+  si.attr.max_wr = 8;
+  si.attr.max_sge = 2;
+  si.attr.srq_limit = 9;  // above max_wr
+  EXPECT_EQ(rnic->create_srq(pd, si, &err), nullptr);
+  EXPECT_EQ(err, EINVAL);
+  si.attr.srq_limit = 0;
+  si.attr.max_wr = kMaxSrqWr + 1;
+  EXPECT_EQ(rnic->create_srq(pd, si, &err), nullptr);
+  EXPECT_EQ(err, EINVAL);
+  si.attr.max_wr = 8;
+  si.attr.max_sge = kMaxSrqSge + 1;
+  EXPECT_EQ(rnic->create_srq(pd, si, &err), nullptr);
+  si.attr.max_sge = 2;
+  Srq* srq = rnic->create_srq(pd, si, &err);
+  ASSERT_NE(srq, nullptr);
+
+  ibv_recv_wr w{};
+  const ibv_recv_wr* bad = nullptr;
+  for (uint64_t i = 0; i < 4; ++i) {
+    w.wr_id = i;
+    ASSERT_EQ(srq->post_recv(&w, &bad), 0);
+  }
+  ibv_srq_attr a{};
+  a.srq_limit = 9;
+  EXPECT_EQ(srq->modify(a, IBV_SRQ_LIMIT), EINVAL);
+  a.srq_limit = 3;
+  ASSERT_EQ(srq->modify(a, IBV_SRQ_LIMIT), 0);
+  ibv_srq_attr q{};
+  ASSERT_EQ(srq->query(&q), 0);
+  EXPECT_EQ(q.srq_limit, 3u);
+  EXPECT_EQ(q.max_wr, 8u);
+  EXPECT_EQ(q.max_sge, 2u);
+
+  AsyncEvent ev;
+  auto take = [&] {
+    node->engine->run_sync([&] {
+      srq->rq().pop();
+      srq->after_pop();
+    });
+  };
+  take();  // 3 left: not below the limit
+  EXPECT_FALSE(next_event(&ev));
+  take();  // 2 left: below, the event, once (IBA 10.2.9.2), and disarmed
+  ASSERT_TRUE(next_event(&ev));
+  EXPECT_EQ(ev.type, IBV_EVENT_SRQ_LIMIT_REACHED);
+  EXPECT_EQ(ev.srq, srq);
+  take();
+  EXPECT_FALSE(next_event(&ev));
+  ASSERT_EQ(srq->query(&q), 0);
+  EXPECT_EQ(q.srq_limit, 0u);
+
+  // Resize keeps the queued WQEs, never below them.
+  a.max_wr = 16;
+  ASSERT_EQ(srq->modify(a, IBV_SRQ_MAX_WR), 0);
+  ASSERT_EQ(srq->query(&q), 0);
+  EXPECT_EQ(q.max_wr, 16u);
+  EXPECT_EQ(srq->rq().size(), 1u);
+  EXPECT_EQ(srq->rq().front()->wr_id, 3u);
+  for (uint64_t i = 0; i < 3; ++i) ASSERT_EQ(srq->post_recv(&w, &bad), 0);
+  a.max_wr = 3;
+  EXPECT_EQ(srq->modify(a, IBV_SRQ_MAX_WR), EINVAL);
+  EXPECT_EQ(srq->modify(a, 1 << 5), EINVAL);
+}
+
+TEST_F(Ctl, DestroyBusyRules) {
+  int err = 0;
+  CompChannel* ch = rnic->create_comp_channel(&err);
+  Cq* c = cq(8, ch);
+  ibv_srq_init_attr si{};
+  si.attr.max_wr = 4;
+  si.attr.max_sge = 1;
+  Srq* srq = rnic->create_srq(pd, si, &err);
+  ASSERT_NE(srq, nullptr);
+  Mr* mr = rnic->reg_mr(pd, g_mem.data(), 64, 0, 0, &err);
+  ASSERT_NE(mr, nullptr);
+  Qp* q = qp(IBV_QPT_RC, c, c, srq);
+  ASSERT_NE(q, nullptr);
+
+  EXPECT_EQ(rnic->dealloc_pd(pd), EBUSY);
+  EXPECT_EQ(rnic->destroy_cq(c), EBUSY);
+  EXPECT_EQ(rnic->destroy_srq(srq), EBUSY);
+  EXPECT_EQ(rnic->destroy_comp_channel(ch), EBUSY);
+
+  ASSERT_EQ(rnic->destroy_qp(q), 0);
+  EXPECT_EQ(rnic->dealloc_pd(pd), EBUSY);  // the MR and the SRQ
+  EXPECT_EQ(rnic->destroy_srq(srq), 0);
+  EXPECT_EQ(rnic->dereg_mr(mr), 0);
+  EXPECT_EQ(rnic->dealloc_pd(pd), 0);
+  EXPECT_EQ(rnic->destroy_comp_channel(ch), EBUSY);  // the CQ
+  EXPECT_EQ(rnic->destroy_cq(c), 0);
+  EXPECT_EQ(rnic->destroy_comp_channel(ch), 0);
+  EXPECT_EQ(rnic->destroy_cq(c), EINVAL);  // gone
+  EXPECT_EQ(rnic->destroy_qp(q), EINVAL);
+}
+
+}  // namespace
+}  // namespace uroce::rnic::ctltest

@@ -1,0 +1,585 @@
+// Error paths end to end: RNR (retried, then exhausted), a peer that is
+// gone (retry exhausted, then every other WQE flushed), the remote access
+// table (bad keys, bounds, wrap, rights, deregistered MRs: REM_ACCESS_ERR
+// and the target memory unchanged), CQ overflow (IBV_EVENT_CQ_ERR), SRQ
+// shared by several QPs and its limit event.
+#include <gtest/gtest.h>
+#include <fcntl.h>
+
+#include <cstring>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "tests/rnic/harness.hpp"
+
+namespace uroce::rnic::testing {
+namespace {
+
+using std::chrono::milliseconds;
+
+constexpr int kRemoteAll = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ |
+                           IBV_ACCESS_REMOTE_ATOMIC;
+
+void nonblocking(int fd) {
+  const int fl = fcntl(fd, F_GETFL);
+  ASSERT_EQ(fcntl(fd, F_SETFL, fl | O_NONBLOCK), 0);
+}
+
+// Every async event queued now.
+std::vector<AsyncEvent> async_events(Rnic& r) {
+  std::vector<AsyncEvent> out;
+  AsyncEvent ev;
+  while (r.get_async_event(&ev) == 0) out.push_back(ev);
+  return out;
+}
+
+// ---- RNR --------------------------------------------------------------------------------
+
+// No receive posted: the responder answers RNR NAK (IBA 9.7.5.2.8), the
+// requester waits min_rnr_timer and retries; once a receive is posted the
+// SEND completes, once.
+TEST(Rnr, RetriedUntilReceivePosted) {
+  Harness h;
+  ConnOpts o;
+  o.min_rnr_timer = 1;  // 0.01 ms
+  o.rnr_retry = 7;      // infinite
+  Pair p = h.pair(IBV_QPT_RC, o);
+  ASSERT_NE(p.qa, nullptr);
+  Buffer src = h.buffer(h.a(), 3000, kRemoteAll);
+  Buffer dst = h.buffer(h.b(), 3000, kRemoteAll, 0xEE);
+  fill_pattern(src.bytes(0, 3000), 4);
+  ibv_sge s = src.sge(0, 3000);
+  ibv_send_wr wr = send_wr(IBV_WR_SEND, 7, {&s, 1});
+  ASSERT_EQ(post_send(p.qa, wr), 0);
+  EXPECT_TRUE(h.collect_for(p.scq_a, milliseconds(30)).empty()) << "no completion while the peer has no receive";
+  EXPECT_GE(h.b().rnic->counters().get(RnicCtr::rnr_naks_sent), 2u);
+  EXPECT_GE(h.a().rnic->counters().get(RnicCtr::rnr_naks_rcvd), 2u);
+  EXPECT_EQ(p.qa->state(), IBV_QPS_RTS);
+  ibv_sge r = dst.sge(0, 3000);
+  ASSERT_EQ(post_recv(p.qb, 8, {&r, 1}), 0);
+  const ibv_wc sw = h.wait_wc(p.scq_a);
+  EXPECT_EQ(sw.status, IBV_WC_SUCCESS) << wc_status_name(sw.status);
+  EXPECT_EQ(sw.wr_id, 7u);
+  const ibv_wc rw = h.wait_wc(p.rcq_b);
+  EXPECT_EQ(rw.status, IBV_WC_SUCCESS);
+  EXPECT_EQ(rw.byte_len, 3000u);
+  EXPECT_EQ(first_diff(dst.bytes(0, 3000), src.bytes(0, 3000)), -1);
+  EXPECT_TRUE(h.collect_for(p.rcq_b, milliseconds(20)).empty()) << "delivered once";
+}
+
+// rnr_retry exhausted: RNR_RETRY_EXC_ERR, the QP in ERR, the rest flushed.
+TEST(Rnr, RetryExhausted) {
+  Harness h;
+  ConnOpts o;
+  o.min_rnr_timer = 1;
+  o.rnr_retry = 2;
+  Pair p = h.pair(IBV_QPT_RC, o);
+  ASSERT_NE(p.qa, nullptr);
+  Buffer src = h.buffer(h.a(), 64, kRemoteAll);
+  Buffer dst = h.buffer(h.b(), 64, kRemoteAll);
+  ibv_sge s = src.sge(0, 64);
+  ibv_send_wr w1 = send_wr(IBV_WR_SEND, 1, {&s, 1});
+  ibv_send_wr w2 = send_wr(IBV_WR_SEND, 2, {&s, 1});
+  ibv_send_wr w3 = rdma_wr(IBV_WR_RDMA_WRITE, 3, {&s, 1}, dst.addr(), dst.rkey());
+  w1.next = &w2;
+  w2.next = &w3;
+  ASSERT_EQ(post_send(p.qa, w1), 0);
+  const auto wcs = h.wait_wcs(p.scq_a, 3);
+  ASSERT_EQ(wcs.size(), 3u);
+  EXPECT_EQ(wcs[0].wr_id, 1u);
+  EXPECT_EQ(wcs[0].status, IBV_WC_RNR_RETRY_EXC_ERR) << wc_status_name(wcs[0].status);
+  EXPECT_EQ(wcs[0].qp_num, p.qa->qpn().value());
+  EXPECT_EQ(wcs[1].wr_id, 2u);
+  EXPECT_EQ(wcs[1].status, IBV_WC_WR_FLUSH_ERR) << wc_status_name(wcs[1].status);
+  EXPECT_EQ(wcs[2].wr_id, 3u);
+  EXPECT_EQ(wcs[2].status, IBV_WC_WR_FLUSH_ERR) << wc_status_name(wcs[2].status);
+  EXPECT_EQ(p.qa->state(), IBV_QPS_ERR);
+  EXPECT_EQ(h.a().rnic->counters().get(RnicCtr::rnr_retry_exceeded), 1u);
+  // 1 try + 2 retries.
+  EXPECT_EQ(h.a().rnic->counters().get(RnicCtr::rnr_naks_rcvd), 3u);
+  EXPECT_EQ(p.qb->state(), IBV_QPS_RTS) << "the responder is not in error";
+  // A WQE posted in ERR completes with WR_FLUSH_ERR.
+  ibv_send_wr w4 = send_wr(IBV_WR_SEND, 4, {&s, 1});
+  ASSERT_EQ(post_send(p.qa, w4), 0);
+  const ibv_wc late = h.wait_wc(p.scq_a);
+  EXPECT_EQ(late.wr_id, 4u);
+  EXPECT_EQ(late.status, IBV_WC_WR_FLUSH_ERR);
+  EXPECT_TRUE(h.collect_for(p.scq_a, milliseconds(20)).empty());
+}
+
+// ---- peer gone -------------------------------------------------------------------------
+
+// The peer's port goes down: the first WQE completes with RETRY_EXC_ERR
+// after about (retry_cnt + 1) local ACK timeouts (IBA 9.7.6.1.3), every
+// other send WQE and every posted receive is flushed, in order; the peer's
+// QP knows nothing of it.
+TEST(PeerGone, RetryExceededThenFlush) {
+  Harness h;
+  ConnOpts o;
+  o.timeout = 12;  // 4.096 us << 12 = 16.8 ms
+  o.retry_cnt = 3;
+  Pair p = h.pair(IBV_QPT_RC, o);
+  ASSERT_NE(p.qa, nullptr);
+  Buffer a = h.buffer(h.a(), 1 << 16, kRemoteAll);
+  Buffer b = h.buffer(h.b(), 1 << 16, kRemoteAll, 0x5A);
+  for (int i = 0; i < 4; ++i) {
+    ibv_sge r = b.sge(1024 * i, 1024);
+    ASSERT_EQ(post_recv(p.qb, 100 + i, {&r, 1}), 0);
+    ibv_sge ra = a.sge(1024 * i, 1024);
+    ASSERT_EQ(post_recv(p.qa, 200 + i, {&ra, 1}), 0);
+  }
+  const std::vector<uint8_t> b_before(b.data(), b.data() + b.len);
+  h.wire().set_link_up(*h.b().port, false);
+
+  ibv_sge s = a.sge(0, 5000);
+  std::vector<ibv_send_wr> wrs;
+  wrs.push_back(send_wr(IBV_WR_SEND, 1, {&s, 1}));
+  wrs.push_back(rdma_wr(IBV_WR_RDMA_WRITE, 2, {&s, 1}, b.addr(), b.rkey()));
+  wrs.push_back(rdma_wr(IBV_WR_RDMA_READ, 3, {&s, 1}, b.addr(), b.rkey()));
+  wrs.push_back(send_wr(IBV_WR_SEND, 4, {&s, 1}, 0));  // unsignaled: flushed with a CQE all the same
+  wrs.push_back(send_wr(IBV_WR_SEND, 5, {&s, 1}));
+  for (size_t i = 0; i + 1 < wrs.size(); ++i) wrs[i].next = &wrs[i + 1];
+  const auto t0 = Clock::now();
+  ASSERT_EQ(post_send(p.qa, wrs[0]), 0);
+  const ibv_wc first = h.wait_wc(p.scq_a, std::chrono::seconds(5));
+  const auto elapsed = Clock::now() - t0;
+  EXPECT_EQ(first.wr_id, 1u);
+  EXPECT_EQ(first.status, IBV_WC_RETRY_EXC_ERR) << wc_status_name(first.status);
+  const auto t = std::chrono::nanoseconds(ack_timeout_ns(o.timeout));
+  EXPECT_GE(elapsed, t * o.retry_cnt) << "retries came too fast";
+  EXPECT_LE(elapsed, t * (o.retry_cnt + 1) * 2 + milliseconds(100)) << "retries too slow";
+  std::printf("RETRY_EXC_ERR after %.1f ms (timeout %.1f ms, retry_cnt %u)\n",
+              std::chrono::duration<double, std::milli>(elapsed).count(),
+              std::chrono::duration<double, std::milli>(t).count(), o.retry_cnt);
+  const auto rest = h.wait_wcs(p.scq_a, 4);
+  ASSERT_EQ(rest.size(), 4u);
+  for (size_t i = 0; i < rest.size(); ++i) {
+    EXPECT_EQ(rest[i].wr_id, 2 + i);
+    EXPECT_EQ(rest[i].status, IBV_WC_WR_FLUSH_ERR) << wc_status_name(rest[i].status);
+    EXPECT_EQ(rest[i].qp_num, p.qa->qpn().value());
+  }
+  const auto recv_flushed = h.wait_wcs(p.rcq_a, 4);
+  ASSERT_EQ(recv_flushed.size(), 4u);
+  for (size_t i = 0; i < recv_flushed.size(); ++i) {
+    EXPECT_EQ(recv_flushed[i].wr_id, 200 + i);
+    EXPECT_EQ(recv_flushed[i].status, IBV_WC_WR_FLUSH_ERR);
+  }
+  EXPECT_EQ(p.qa->state(), IBV_QPS_ERR);
+  EXPECT_EQ(h.a().rnic->counters().get(RnicCtr::retry_exceeded), 1u);
+  EXPECT_GE(h.a().rnic->counters().get(RnicCtr::ack_timeouts), uint64_t{o.retry_cnt} + 1);
+
+  // The peer: still RTS, its receives still posted, its memory untouched.
+  h.wire().set_link_up(*h.b().port, true);
+  h.run_for(milliseconds(20));
+  EXPECT_EQ(p.qb->state(), IBV_QPS_RTS);
+  EXPECT_TRUE(h.poll_cq(p.rcq_b).empty());
+  EXPECT_TRUE(h.poll_cq(p.scq_b).empty());
+  EXPECT_EQ(first_diff(b.bytes(0, b.len), b_before), -1);
+}
+
+// ---- remote access ------------------------------------------------------------------------
+
+enum class Bad {
+  Rkey,             // a key no MR has
+  PastEnd,          // starts inside, ends 1 byte past the MR
+  BeforeStart,      // starts 1 byte before the MR
+  Wrap,             // va + len wraps the 64-bit space
+  NoRight,          // the MR lacks the right the operation needs
+  QpNoRight,        // the QP's access flags lack it
+  Deregistered,     // the MR was deregistered
+  OtherPd,          // the MR is on another PD of the responder
+};
+enum class AccessOp { Write, Read, FetchAdd, CmpSwap, WriteImm };
+
+const char* bad_name(Bad b) {
+  switch (b) {
+    case Bad::Rkey: return "Rkey";
+    case Bad::PastEnd: return "PastEnd";
+    case Bad::BeforeStart: return "BeforeStart";
+    case Bad::Wrap: return "Wrap";
+    case Bad::NoRight: return "NoRight";
+    case Bad::QpNoRight: return "QpNoRight";
+    case Bad::Deregistered: return "Deregistered";
+    case Bad::OtherPd: return "OtherPd";
+  }
+  return "?";
+}
+const char* access_op_name(AccessOp o) {
+  switch (o) {
+    case AccessOp::Write: return "Write";
+    case AccessOp::Read: return "Read";
+    case AccessOp::FetchAdd: return "FetchAdd";
+    case AccessOp::CmpSwap: return "CmpSwap";
+    case AccessOp::WriteImm: return "WriteImm";
+  }
+  return "?";
+}
+
+int right_for(AccessOp o) {
+  switch (o) {
+    case AccessOp::Write:
+    case AccessOp::WriteImm: return IBV_ACCESS_REMOTE_WRITE;
+    case AccessOp::Read: return IBV_ACCESS_REMOTE_READ;
+    case AccessOp::FetchAdd:
+    case AccessOp::CmpSwap: return IBV_ACCESS_REMOTE_ATOMIC;
+  }
+  return 0;
+}
+
+using AccessParam = std::tuple<Bad, AccessOp>;
+class Access : public ::testing::TestWithParam<AccessParam> {};
+
+// The requester's WQE completes with REM_ACCESS_ERR (a QP without the
+// right may answer REM_INV_REQ_ERR, as rxe does), its QP goes to ERR, and
+// not one byte of the responder's memory — nor of the requester's READ
+// target — changes (IBA 9.7.5.1.3, C9-88, o9-?).
+TEST_P(Access, RefusedAndMemoryUnchanged) {
+  const auto [bad, op] = GetParam();
+  constexpr size_t kMrLen = 4096;
+  constexpr size_t kPad = 4096;  // unregistered neighbours of the MR, same allocation
+  Harness h;
+  ConnOpts o;
+  o.mtu = IBV_MTU_1024;
+  if (bad == Bad::QpNoRight) o.access = kRemoteAll & ~right_for(op);
+  Pair p = h.pair(IBV_QPT_RC, o);
+  ASSERT_NE(p.qa, nullptr);
+
+  // The target: [kPad, kPad + kMrLen) of a larger block, registered alone.
+  std::vector<uint64_t> block((kPad * 2 + kMrLen) / 8);
+  uint8_t* base = reinterpret_cast<uint8_t*>(block.data());
+  fill_pattern({base, block.size() * 8}, 1234);
+  const std::vector<uint8_t> before(base, base + block.size() * 8);
+  int access = kRemoteAll;
+  if (bad == Bad::NoRight) access &= ~right_for(op);
+  Pd* pd = h.b().pd;
+  if (bad == Bad::OtherPd) {
+    int err = 0;
+    pd = h.b().rnic->alloc_pd(&err);
+    ASSERT_NE(pd, nullptr);
+  }
+  int err = 0;
+  Mr* mr = h.b().rnic->reg_mr(pd, base + kPad, kMrLen, reinterpret_cast<uint64_t>(base + kPad), access, &err);
+  ASSERT_NE(mr, nullptr) << std::strerror(err);
+  uint32_t rkey = mr->rkey.value();
+  const uint64_t mr_va = reinterpret_cast<uint64_t>(base + kPad);
+  if (bad == Bad::Deregistered) {
+    ASSERT_EQ(h.b().rnic->dereg_mr(mr), 0);
+  }
+
+  const bool atomic = op == AccessOp::FetchAdd || op == AccessOp::CmpSwap;
+  const size_t len = atomic ? 8 : 1000;
+  uint64_t va = mr_va + 64;
+  switch (bad) {
+    case Bad::Rkey: rkey ^= 0x5A5A5A00u; break;
+    case Bad::PastEnd: va = mr_va + kMrLen - len + (atomic ? 8 : 1); break;
+    case Bad::BeforeStart: va = mr_va - (atomic ? 8 : 1); break;
+    case Bad::Wrap: va = ~uint64_t{0} - (atomic ? 7 : len / 2); break;
+    case Bad::NoRight:
+    case Bad::QpNoRight:
+    case Bad::Deregistered:
+    case Bad::OtherPd: break;
+  }
+
+  Buffer local = h.buffer(h.a(), 4096, kRemoteAll, 0x77);
+  const std::vector<uint8_t> local_before(local.data(), local.data() + local.len);
+  Buffer recv_buf = h.buffer(h.b(), 64, kRemoteAll);
+  ibv_sge s = local.sge(0, len);
+  ibv_send_wr wr{};
+  switch (op) {
+    case AccessOp::Write: wr = rdma_wr(IBV_WR_RDMA_WRITE, 1, {&s, 1}, va, rkey); break;
+    case AccessOp::WriteImm: {
+      ibv_sge r = recv_buf.sge(0, 64);  // B's receive: a refused write must not complete it
+      ASSERT_EQ(post_recv(p.qb, 9, {&r, 1}), 0);
+      wr = rdma_wr(IBV_WR_RDMA_WRITE_WITH_IMM, 1, {&s, 1}, va, rkey);
+      break;
+    }
+    case AccessOp::Read: wr = rdma_wr(IBV_WR_RDMA_READ, 1, {&s, 1}, va, rkey); break;
+    case AccessOp::FetchAdd: wr = atomic_wr(IBV_WR_ATOMIC_FETCH_AND_ADD, 1, &s, va, rkey, 1, 0); break;
+    case AccessOp::CmpSwap: {
+      uint64_t cur;
+      std::memcpy(&cur, base + kPad + 64, 8);
+      wr = atomic_wr(IBV_WR_ATOMIC_CMP_AND_SWP, 1, &s, va, rkey, cur, ~cur);
+      break;
+    }
+  }
+  ibv_send_wr next = send_wr(IBV_WR_SEND, 2, {&s, 1});
+  wr.next = &next;
+  ASSERT_EQ(post_send(p.qa, wr), 0);
+  const auto wcs = h.wait_wcs(p.scq_a, 2);
+  ASSERT_EQ(wcs.size(), 2u);
+  EXPECT_EQ(wcs[0].wr_id, 1u);
+  if (bad == Bad::QpNoRight) {
+    EXPECT_TRUE(wcs[0].status == IBV_WC_REM_ACCESS_ERR || wcs[0].status == IBV_WC_REM_INV_REQ_ERR)
+        << wc_status_name(wcs[0].status);
+  } else {
+    EXPECT_EQ(wcs[0].status, IBV_WC_REM_ACCESS_ERR) << wc_status_name(wcs[0].status);
+  }
+  EXPECT_EQ(wcs[1].wr_id, 2u);
+  EXPECT_EQ(wcs[1].status, IBV_WC_WR_FLUSH_ERR) << wc_status_name(wcs[1].status);
+  EXPECT_EQ(p.qa->state(), IBV_QPS_ERR);
+  EXPECT_GE(h.b().rnic->counters().get(RnicCtr::rem_access_naks) +
+                h.b().rnic->counters().get(RnicCtr::rem_inv_req_naks),
+            1u);
+  h.run_for(milliseconds(5));
+  EXPECT_EQ(first_diff({base, before.size()}, before), -1) << "the responder's memory changed";
+  EXPECT_EQ(first_diff(local.bytes(0, local.len), local_before), -1) << "the requester's buffer changed";
+  if (op == AccessOp::WriteImm) {
+    const auto rw = h.poll_cq(p.rcq_b);
+    for (const auto& w : rw) EXPECT_NE(w.status, IBV_WC_SUCCESS) << "a refused WRITE_IMM consumed a receive";
+  }
+}
+
+std::string access_param_name(const ::testing::TestParamInfo<AccessParam>& i) {
+  return std::string(bad_name(std::get<0>(i.param))) + "_" + access_op_name(std::get<1>(i.param));
+}
+
+INSTANTIATE_TEST_SUITE_P(Table, Access,
+                         ::testing::Combine(::testing::Values(Bad::Rkey, Bad::PastEnd, Bad::BeforeStart, Bad::Wrap,
+                                                              Bad::NoRight, Bad::QpNoRight, Bad::Deregistered,
+                                                              Bad::OtherPd),
+                                            ::testing::Values(AccessOp::Write, AccessOp::Read, AccessOp::FetchAdd,
+                                                              AccessOp::CmpSwap, AccessOp::WriteImm)),
+                         access_param_name);
+
+// A zero-length RDMA WRITE/READ checks no R_Key (IBA 9.7.5.1.3 / C9-88's
+// exception): it completes and touches nothing.
+TEST(AccessZeroLength, NoKeyCheck) {
+  Harness h;
+  Pair p = h.pair(IBV_QPT_RC);
+  ASSERT_NE(p.qa, nullptr);
+  ibv_send_wr wr = rdma_wr(IBV_WR_RDMA_WRITE, 1, {}, 0x1234, 0xDEADBE00u);
+  ASSERT_EQ(post_send(p.qa, wr), 0);
+  ibv_wc wc = h.wait_wc(p.scq_a);
+  EXPECT_EQ(wc.status, IBV_WC_SUCCESS) << wc_status_name(wc.status);
+  wr = rdma_wr(IBV_WR_RDMA_READ, 2, {}, 0x1234, 0xDEADBE00u);
+  ASSERT_EQ(post_send(p.qa, wr), 0);
+  wc = h.wait_wc(p.scq_a);
+  EXPECT_EQ(wc.status, IBV_WC_SUCCESS) << wc_status_name(wc.status);
+  EXPECT_EQ(p.qa->state(), IBV_QPS_RTS);
+}
+
+// A misaligned atomic is refused (IBA 9.4.5: the VA must be 8-byte
+// aligned) and changes nothing.
+TEST(AccessAtomic, MisalignedRefused) {
+  Harness h;
+  Pair p = h.pair(IBV_QPT_RC);
+  ASSERT_NE(p.qa, nullptr);
+  Buffer t = h.buffer(h.b(), 64, kRemoteAll);
+  fill_pattern(t.bytes(0, 64), 3);
+  const std::vector<uint8_t> before(t.data(), t.data() + 64);
+  Buffer l = h.buffer(h.a(), 64, kRemoteAll);
+  ibv_sge s = l.sge(0, 8);
+  ibv_send_wr wr = atomic_wr(IBV_WR_ATOMIC_FETCH_AND_ADD, 1, &s, t.addr(4), t.rkey(), 1, 0);
+  ASSERT_EQ(post_send(p.qa, wr), 0);
+  const ibv_wc wc = h.wait_wc(p.scq_a);
+  EXPECT_TRUE(wc.status == IBV_WC_REM_INV_REQ_ERR || wc.status == IBV_WC_REM_ACCESS_ERR)
+      << wc_status_name(wc.status);
+  EXPECT_EQ(first_diff(t.bytes(0, 64), before), -1);
+}
+
+// A SEND larger than the receive buffer: LOC_LEN_ERR at the responder,
+// REM_INV_REQ_ERR at the requester (IBA 9.7.5.2.8 / C9-?); nothing past
+// the receive buffer written.
+TEST(RecvTooSmall, RemoteInvalidRequest) {
+  Harness h;
+  Pair p = h.pair(IBV_QPT_RC);
+  ASSERT_NE(p.qa, nullptr);
+  Buffer src = h.buffer(h.a(), 4096, kRemoteAll);
+  Buffer dst = h.buffer(h.b(), 4096, kRemoteAll, 0xEE);
+  fill_pattern(src.bytes(0, 4096), 1);
+  ibv_sge r = dst.sge(0, 1000);
+  ASSERT_EQ(post_recv(p.qb, 1, {&r, 1}), 0);
+  ibv_sge s = src.sge(0, 3000);
+  ibv_send_wr wr = send_wr(IBV_WR_SEND, 1, {&s, 1});
+  ASSERT_EQ(post_send(p.qa, wr), 0);
+  const ibv_wc sw = h.wait_wc(p.scq_a);
+  EXPECT_EQ(sw.status, IBV_WC_REM_INV_REQ_ERR) << wc_status_name(sw.status);
+  const ibv_wc rw = h.wait_wc(p.rcq_b);
+  EXPECT_EQ(rw.status, IBV_WC_LOC_LEN_ERR) << wc_status_name(rw.status);
+  for (size_t i = 1000; i < 4096; ++i) ASSERT_EQ(dst.data()[i], 0xEE) << "byte " << i;
+}
+
+// ---- CQ overflow ------------------------------------------------------------------------
+
+// More completions than the CQ holds: IBV_EVENT_CQ_ERR, the entries that
+// fit are intact and in order, nothing is written over an unread entry.
+TEST(CqOverflow, ReportedAsCqErr) {
+  Harness h;
+  nonblocking(h.a().rnic->async_fd());
+  Cq* small = h.cq(h.a(), 8);
+  ASSERT_NE(small, nullptr);
+  const uint32_t cap = small->capacity();
+  ASSERT_GE(cap, 8u);
+  Cq* rcq = h.cq(h.a());
+  Cq* cb = h.cq(h.b());
+  Qp* qa = h.qp(h.a(), IBV_QPT_RC, small, rcq);
+  Qp* qb = h.qp(h.b(), IBV_QPT_RC, cb, cb);
+  ASSERT_EQ(h.connect(qa, qb), 0);
+  Buffer a = h.buffer(h.a(), 64, kRemoteAll);
+  Buffer b = h.buffer(h.b(), 64, kRemoteAll);
+  ibv_sge s = a.sge(0, 64);
+  const uint32_t n = cap + 6;
+  for (uint32_t i = 0; i < n; ++i) {
+    ibv_send_wr wr = rdma_wr(IBV_WR_RDMA_WRITE, 1000 + i, {&s, 1}, b.addr(), b.rkey());
+    ASSERT_EQ(post_send(qa, wr), 0);
+  }
+  std::vector<AsyncEvent> evs;
+  ASSERT_TRUE(h.run_until([&] {
+    for (const auto& e : async_events(*h.a().rnic)) evs.push_back(e);
+    return !evs.empty();
+  })) << "no async event";
+  EXPECT_EQ(evs[0].type, IBV_EVENT_CQ_ERR);
+  EXPECT_EQ(evs[0].cq, small);
+  EXPECT_TRUE(small->overflowed());
+  EXPECT_GE(h.a().rnic->counters().get(RnicCtr::cq_overflows), 1u);
+  std::vector<ibv_wc> got(n + 8);
+  const int k = small->poll(static_cast<int>(got.size()), got.data());
+  // Either the entries that fit, in order, or an error: never garbage.
+  if (k >= 0) {
+    EXPECT_LE(static_cast<uint32_t>(k), cap);
+    for (int i = 0; i < k; ++i) {
+      EXPECT_EQ(got[i].wr_id, 1000u + i);
+      EXPECT_EQ(got[i].status, IBV_WC_SUCCESS);
+      EXPECT_EQ(got[i].opcode, IBV_WC_RDMA_WRITE);
+      EXPECT_EQ(got[i].qp_num, qa->qpn().value());
+    }
+  }
+  // The other node and its QP are unaffected.
+  EXPECT_EQ(qb->state(), IBV_QPS_RTS);
+  EXPECT_FALSE(cb->overflowed());
+}
+
+// ---- SRQ --------------------------------------------------------------------------------
+
+// One SRQ feeds three QPs; every message lands in a receive of the SRQ,
+// its completion names the QP it came in on, and each QP's messages keep
+// their order.
+TEST(Srq, SharedByThreeQps) {
+  Harness h;
+  Srq* srq = h.srq(h.b(), 128, 4);
+  ASSERT_NE(srq, nullptr);
+  Cq* rcq = h.cq(h.b());
+  Cq* scq_b = h.cq(h.b());
+  constexpr int kQps = 3, kMsgs = 20, kSlot = 2048;
+  std::vector<Qp*> qa(kQps), qb(kQps);
+  std::vector<Cq*> scq(kQps);
+  for (int i = 0; i < kQps; ++i) {
+    scq[i] = h.cq(h.a());
+    qa[i] = h.qp(h.a(), IBV_QPT_RC, scq[i], scq[i]);
+    qb[i] = h.qp(h.b(), IBV_QPT_RC, scq_b, rcq, {}, srq);
+    ASSERT_TRUE(qa[i] && qb[i]);
+    ASSERT_EQ(h.connect(qa[i], qb[i]), 0);
+  }
+  Buffer recv = h.buffer(h.b(), kSlot * kQps * kMsgs, kRemoteAll, 0xEE);
+  for (int i = 0; i < kQps * kMsgs; ++i) {
+    ibv_sge r = recv.sge(size_t{kSlot} * i, kSlot);
+    ASSERT_EQ(post_srq_recv(srq, i, {&r, 1}), 0);
+  }
+  Buffer src = h.buffer(h.a(), kSlot * kQps * kMsgs, kRemoteAll);
+  for (int m = 0; m < kMsgs; ++m) {
+    for (int q = 0; q < kQps; ++q) {
+      const size_t off = size_t{kSlot} * (m * kQps + q);
+      const size_t len = 100 + 37 * m + q;
+      fill_pattern(src.bytes(off, len), off);
+      src.data()[off] = static_cast<uint8_t>(q);
+      src.data()[off + 1] = static_cast<uint8_t>(m);
+      ibv_sge s = src.sge(off, len);
+      ibv_send_wr wr = send_wr(IBV_WR_SEND, m, {&s, 1});
+      ASSERT_EQ(post_send(qa[q], wr), 0);
+    }
+  }
+  const auto wcs = h.wait_wcs(rcq, kQps * kMsgs);
+  ASSERT_EQ(wcs.size(), size_t{kQps * kMsgs});
+  std::map<uint32_t, int> qp_index;
+  for (int q = 0; q < kQps; ++q) qp_index[qb[q]->qpn().value()] = q;
+  std::vector<int> next(kQps, 0);
+  for (const auto& w : wcs) {
+    ASSERT_EQ(w.status, IBV_WC_SUCCESS) << wc_status_name(w.status);
+    ASSERT_TRUE(qp_index.count(w.qp_num)) << "qp_num " << w.qp_num;
+    const int q = qp_index[w.qp_num];
+    const uint8_t* d = recv.data() + size_t{kSlot} * w.wr_id;
+    EXPECT_EQ(d[0], q) << "message came in on the QP it was sent on";
+    const int m = d[1];
+    EXPECT_EQ(m, next[q]++) << "QP " << q << " out of order";
+    const size_t off = size_t{kSlot} * (m * kQps + q);
+    EXPECT_EQ(w.byte_len, 100u + 37 * m + q);
+    EXPECT_EQ(first_diff({d, w.byte_len}, src.bytes(off, w.byte_len)), -1);
+  }
+  for (int q = 0; q < kQps; ++q) EXPECT_EQ(h.wait_wcs(scq[q], kMsgs).size(), size_t{kMsgs});
+}
+
+// The SRQ limit: armed at 15 with 20 posted, the event comes once when the
+// count drops below 15, and the limit disarms (IBA 10.2.9.2, o10-?).
+TEST(Srq, LimitEventOnce) {
+  Harness h;
+  nonblocking(h.b().rnic->async_fd());
+  Srq* srq = h.srq(h.b(), 32, 1);
+  ASSERT_NE(srq, nullptr);
+  Cq* rcq = h.cq(h.b());
+  Cq* scq_a = h.cq(h.a());
+  Qp* qa = h.qp(h.a(), IBV_QPT_RC, scq_a, scq_a);
+  Qp* qb = h.qp(h.b(), IBV_QPT_RC, rcq, rcq, {}, srq);
+  ASSERT_EQ(h.connect(qa, qb), 0);
+  Buffer recv = h.buffer(h.b(), 64 * 32, kRemoteAll);
+  for (int i = 0; i < 20; ++i) {
+    ibv_sge r = recv.sge(64 * i, 64);
+    ASSERT_EQ(post_srq_recv(srq, i, {&r, 1}), 0);
+  }
+  ibv_srq_attr at{};
+  at.srq_limit = 15;
+  ASSERT_EQ(srq->modify(at, IBV_SRQ_LIMIT), 0);
+  Buffer src = h.buffer(h.a(), 64, kRemoteAll);
+  ibv_sge s = src.sge(0, 32);
+  auto send_n = [&](int n) {
+    for (int i = 0; i < n; ++i) {
+      ibv_send_wr wr = send_wr(IBV_WR_SEND, i, {&s, 1});
+      ASSERT_EQ(post_send(qa, wr), 0);
+    }
+    EXPECT_EQ(h.wait_wcs(rcq, n).size(), size_t(n));
+    EXPECT_EQ(h.wait_wcs(scq_a, n).size(), size_t(n));
+  };
+  send_n(5);  // 15 left: not below the limit
+  EXPECT_TRUE(async_events(*h.b().rnic).empty()) << "event before the count fell below the limit";
+  send_n(1);  // 14 left
+  std::vector<AsyncEvent> evs;
+  h.run_until([&] {
+    for (const auto& e : async_events(*h.b().rnic)) evs.push_back(e);
+    return !evs.empty();
+  }, milliseconds(200));
+  ASSERT_EQ(evs.size(), 1u);
+  EXPECT_EQ(evs[0].type, IBV_EVENT_SRQ_LIMIT_REACHED);
+  EXPECT_EQ(evs[0].srq, srq);
+  ibv_srq_attr q{};
+  ASSERT_EQ(srq->query(&q), 0);
+  EXPECT_EQ(q.srq_limit, 0u) << "the limit disarms after its event";
+  send_n(4);
+  EXPECT_TRUE(async_events(*h.b().rnic).empty()) << "one event only";
+}
+
+// An empty SRQ makes the responder answer RNR; posting to the SRQ lets
+// the SEND through.
+TEST(Srq, EmptySrqIsRnr) {
+  Harness h;
+  Srq* srq = h.srq(h.b(), 16, 1);
+  Cq* rcq = h.cq(h.b());
+  Cq* scq_a = h.cq(h.a());
+  Qp* qa = h.qp(h.a(), IBV_QPT_RC, scq_a, scq_a);
+  Qp* qb = h.qp(h.b(), IBV_QPT_RC, rcq, rcq, {}, srq);
+  ASSERT_TRUE(srq && qa && qb);
+  ASSERT_EQ(h.connect(qa, qb), 0);
+  Buffer src = h.buffer(h.a(), 64, kRemoteAll);
+  Buffer dst = h.buffer(h.b(), 64, kRemoteAll);
+  ibv_sge s = src.sge(0, 64);
+  ibv_send_wr wr = send_wr(IBV_WR_SEND, 1, {&s, 1});
+  ASSERT_EQ(post_send(qa, wr), 0);
+  EXPECT_TRUE(h.collect_for(scq_a, milliseconds(20)).empty());
+  EXPECT_GE(h.b().rnic->counters().get(RnicCtr::rnr_naks_sent), 1u);
+  ibv_sge r = dst.sge(0, 64);
+  ASSERT_EQ(post_srq_recv(srq, 5, {&r, 1}), 0);
+  EXPECT_EQ(h.wait_wc(scq_a).status, IBV_WC_SUCCESS);
+  EXPECT_EQ(h.wait_wc(rcq).wr_id, 5u);
+}
+
+}  // namespace
+}  // namespace uroce::rnic::testing

@@ -1,0 +1,960 @@
+// The responder driven by hand-made request packets (suite 'protocol').
+//
+// The harness's two nodes share a sim wire; node B is the device under
+// test (its engine is polled, its Rnic answers), node A is only a raw
+// port: the test writes request frames onto it and reads B's responses
+// back from it.  A's engine is never polled after the harness resolved
+// the neighbours, so nothing on A answers.
+#include <endian.h>
+#include <gtest/gtest.h>
+#include <rte_mbuf.h>
+
+#include <algorithm>
+#include <cstring>
+#include <memory>
+#include <vector>
+
+#include "lib/wire/build.hpp"
+#include "lib/wire/ext.hpp"
+#include "lib/wire/ipv4.hpp"
+#include "lib/wire/ipv6.hpp"
+#include "drivers/sim/sim_wire.hpp"
+#include "tests/rnic/harness.hpp"
+#include "transport/engine.hpp"
+#include "transport/rnic/rnic.hpp"
+
+namespace uroce::rnic::testing {
+namespace {
+
+namespace op = wire::op;
+using wire::AckType;
+using wire::NakCode;
+
+constexpr uint32_t kPeerQpn = 0x4242;
+constexpr uint32_t kRqPsn = 0x100;
+constexpr uint8_t kAckUnlimited = 0x1F;
+
+constexpr uint8_t nak(NakCode c) { return wire::make_syndrome(AckType::Nak, static_cast<uint8_t>(c)); }
+
+// One response frame B sent, parsed.
+struct Resp {
+  std::vector<uint8_t> bytes;
+  wire::PktInfo pi;
+
+  uint8_t opcode() const { return pi.opcode; }
+  uint32_t psn() const { return pi.psn.value(); }
+  bool has_aeth() const { return pi.op().has(wire::kHdrAeth); }
+  uint8_t syndrome() const { return wire::AethC(bytes.data() + pi.ext_off(wire::kHdrAeth)).syndrome(); }
+  uint32_t msn() const { return wire::AethC(bytes.data() + pi.ext_off(wire::kHdrAeth)).msn().value(); }
+  uint64_t orig() const { return wire::AtomicAckEthC(bytes.data() + pi.ext_off(wire::kHdrAtomicAckEth)).orig(); }
+  std::vector<uint8_t> payload() const {
+    return {bytes.begin() + pi.payload_off, bytes.begin() + pi.payload_off + pi.payload_len};
+  }
+};
+
+std::vector<uint8_t> pattern(size_t n, uint64_t seed) {
+  std::vector<uint8_t> v(n);
+  fill_pattern(v, seed);
+  return v;
+}
+
+// The device under test: one engine + Rnic on a sim port with an IPv4 and
+// an IPv6 address; the peer is a bare sim port (raw_peer.hpp's idea, with
+// IPv6 as well, for the UD GRH).
+class Responder : public ::testing::Test {
+ protected:
+  static constexpr uint32_t kDutIp4 = kIpA, kPeerIp4 = kIpB;
+  static constexpr wire::Ipv6Addr kDutIp6{0xfd, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1};
+  static constexpr wire::Ipv6Addr kPeerIp6{0xfd, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 2};
+
+  void SetUp() override {
+    wire_ = std::make_unique<drivers::sim::SimWire>();
+    auto a = wire_->add_port();
+    auto b = wire_->add_port();
+    ASSERT_TRUE(a && b);
+    dut_port_ = *a;
+    peer_port_ = *b;
+    transport::EngineConfig c;
+    c.local.mac = dut_port_->mac();
+    c.local.ips = {transport::IpAddr::v4(kDutIp4), transport::IpAddr::v6(kDutIp6)};
+    c.announce = false;
+    c.progress = transport::Progress::Inline;
+    engine_ = std::make_unique<transport::Engine>(*dut_port_, c);
+    ASSERT_TRUE(engine_->init());
+    engine_->neighbours().add_static(transport::IpAddr::v4(kPeerIp4), peer_port_->mac());
+    engine_->neighbours().add_static(transport::IpAddr::v6(kPeerIp6), peer_port_->mac());
+    rnic_ = std::make_unique<Rnic>(*engine_, "uroce0");
+    int err = 0;
+    pd_ = rnic_->alloc_pd(&err);
+    ASSERT_NE(pd_, nullptr);
+    gid4_ = rnic_->find_gid(wire::PktDesc::ipv4_mapped(kDutIp4));
+    gid6_ = rnic_->find_gid(kDutIp6);
+    ASSERT_GE(gid4_, 0);
+    ASSERT_GE(gid6_, 0);
+  }
+  void TearDown() override {
+    rnic_.reset();
+    engine_.reset();
+    drain();
+    wire_.reset();
+  }
+
+  Rnic& rnic() { return *rnic_; }
+  uint64_t ctr(RnicCtr c) { return rnic().counters().get(c); }
+
+  Buffer buffer(size_t len, int access, uint8_t fill = 0) {
+    Buffer b;
+    b.mem = std::make_unique<uint64_t[]>((len + 7) / 8 + 1);
+    b.len = len;
+    std::memset(b.mem.get(), fill, ((len + 7) / 8 + 1) * 8);
+    int err = 0;
+    b.mr = rnic_->reg_mr(pd_, b.data(), len, b.addr(), access, &err);
+    EXPECT_NE(b.mr, nullptr) << std::strerror(err);
+    return b;
+  }
+  Cq* cq() {
+    int err = 0;
+    Cq* c = rnic_->create_cq(256, nullptr, nullptr, 0, &err);
+    EXPECT_NE(c, nullptr);
+    return c;
+  }
+
+  // A QP connected to the peer's (imaginary) QP kPeerQpn; rq_psn as given.
+  Qp* make_qp(ibv_qp_type type, ConnOpts o = {}, uint32_t rq_psn = kRqPsn, Srq* srq = nullptr, bool gsi = false) {
+    Cq* scq = cq();
+    rcq_ = cq();
+    ibv_qp_init_attr init{};
+    init.send_cq = reinterpret_cast<ibv_cq*>(scq);
+    init.recv_cq = reinterpret_cast<ibv_cq*>(rcq_);
+    init.srq = reinterpret_cast<ibv_srq*>(srq);
+    init.qp_type = type;
+    init.cap.max_send_wr = 16;
+    init.cap.max_recv_wr = srq ? 0 : 16;
+    init.cap.max_send_sge = 4;
+    init.cap.max_recv_sge = srq ? 0 : 4;
+    int err = 0;
+    Qp* q = gsi ? rnic_->create_gsi_qp(pd_, init, &err) : rnic_->create_qp(pd_, init, &err);
+    EXPECT_NE(q, nullptr) << std::strerror(err);
+    if (q == nullptr) return nullptr;
+    ipv6_ = o.ipv6;
+    ibv_qp_attr at{};
+    at.qp_state = IBV_QPS_INIT;
+    at.port_num = kPortNum;
+    at.qp_access_flags = o.access;
+    at.qkey = kUdQkey;
+    int mask = IBV_QP_STATE | IBV_QP_PKEY_INDEX | (gsi ? 0 : IBV_QP_PORT);  // QP1 has no port attribute (IBA 11.2.5.4)
+    mask |= type == IBV_QPT_UD ? IBV_QP_QKEY : IBV_QP_ACCESS_FLAGS;
+    EXPECT_EQ(q->modify(at, mask), 0);
+    at = {};
+    at.qp_state = IBV_QPS_RTR;
+    mask = IBV_QP_STATE;
+    if (type != IBV_QPT_UD) {
+      at.path_mtu = o.mtu;
+      at.dest_qp_num = kPeerQpn;
+      at.rq_psn = rq_psn;
+      at.ah_attr.is_global = 1;
+      at.ah_attr.port_num = kPortNum;
+      at.ah_attr.grh.hop_limit = 64;
+      at.ah_attr.grh.sgid_index = static_cast<uint8_t>(o.ipv6 ? gid6_ : gid4_);
+      const wire::Ipv6Addr d = o.ipv6 ? kPeerIp6 : wire::PktDesc::ipv4_mapped(kPeerIp4);
+      std::memcpy(at.ah_attr.grh.dgid.raw, d.data(), d.size());
+      mask |= IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN;
+      if (type == IBV_QPT_RC) {
+        at.max_dest_rd_atomic = o.max_dest_rd_atomic;
+        at.min_rnr_timer = o.min_rnr_timer;
+        mask |= IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER;
+      }
+    }
+    EXPECT_EQ(q->modify(at, mask), 0);
+    at = {};
+    at.qp_state = IBV_QPS_RTS;
+    at.sq_psn = 0x777;
+    mask = IBV_QP_STATE | IBV_QP_SQ_PSN;
+    if (type == IBV_QPT_RC) {
+      at.timeout = 14;
+      at.retry_cnt = 7;
+      at.rnr_retry = 7;
+      at.max_rd_atomic = 1;
+      mask |= IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_MAX_QP_RD_ATOMIC;
+    }
+    EXPECT_EQ(q->modify(at, mask), 0);
+    return q;
+  }
+
+  // A request from A to `q`.
+  wire::PktDesc req(Qp* q, uint8_t opcode, uint32_t psn, bool ack_req = false) {
+    wire::PktDesc d;
+    d.eth_src = peer_port_->mac();
+    d.eth_dst = dut_port_->mac();
+    d.l3 = ipv6_ ? wire::L3::IPv6 : wire::L3::IPv4;
+    d.src = ipv6_ ? kPeerIp6 : wire::PktDesc::ipv4_mapped(kPeerIp4);
+    d.dst = ipv6_ ? kDutIp6 : wire::PktDesc::ipv4_mapped(kDutIp4);
+    d.sport = 0xC123;
+    d.opcode = opcode;
+    d.dest_qp = q->qpn();
+    d.psn = Psn(psn);
+    d.ack_req = ack_req;
+    return d;
+  }
+  wire::PktDesc send(Qp* q, uint8_t opcode, uint32_t psn, const std::vector<uint8_t>& data, bool ack_req = false) {
+    wire::PktDesc d = req(q, opcode, psn, ack_req);
+    d.payload = data;
+    return d;
+  }
+  wire::PktDesc write(Qp* q, uint8_t opcode, uint32_t psn, uint64_t va, uint32_t rkey, uint32_t len,
+                      const std::vector<uint8_t>& data, bool ack_req = false) {
+    wire::PktDesc d = send(q, opcode, psn, data, ack_req);
+    d.reth_va = va;
+    d.reth_rkey = Rkey(rkey);
+    d.reth_len = len;
+    return d;
+  }
+  wire::PktDesc read(Qp* q, uint32_t psn, uint64_t va, uint32_t rkey, uint32_t len) {
+    return write(q, op::RC_READ_REQUEST, psn, va, rkey, len, {}, true);
+  }
+  wire::PktDesc atomic(Qp* q, uint8_t opcode, uint32_t psn, uint64_t va, uint32_t rkey, uint64_t swap_add,
+                       uint64_t compare = 0) {
+    wire::PktDesc d = req(q, opcode, psn, true);
+    d.atomic_va = va;
+    d.atomic_rkey = Rkey(rkey);
+    d.atomic_swap_add = swap_add;
+    d.atomic_compare = compare;
+    return d;
+  }
+
+  // Put the frame on the wire and let B handle it; returns the frame.
+  std::vector<uint8_t> inject(const wire::PktDesc& d) {
+    rte_mbuf* m = rte_pktmbuf_alloc(peer_port_->pool());
+    EXPECT_NE(m, nullptr);
+    if (m == nullptr) return {};
+    const size_t n = wire::build({rte_pktmbuf_mtod(m, uint8_t*), rte_pktmbuf_tailroom(m)}, d);
+    EXPECT_GT(n, 0u);
+    m->data_len = static_cast<uint16_t>(n);
+    m->pkt_len = static_cast<uint32_t>(n);
+    std::vector<uint8_t> copy(rte_pktmbuf_mtod(m, uint8_t*), rte_pktmbuf_mtod(m, uint8_t*) + n);
+    EXPECT_EQ(peer_port_->tx_burst(&m, 1), 1);
+    for (int i = 0; i < 4; ++i) engine_->poll();
+    return copy;
+  }
+
+  // Every RoCE frame B sent to A since the last call.
+  // (A long READ response streams over several engine iterations: poll
+  // until the wire stays quiet.)
+  std::vector<Resp> responses() {
+    std::vector<Resp> out;
+    rte_mbuf* ms[64];
+    uint16_t n;
+    for (int quiet = 0; quiet < 3;) {
+      engine_->poll();
+      ++quiet;
+      while ((n = peer_port_->rx_burst(ms, 64)) > 0) {
+        quiet = 0;
+      for (uint16_t i = 0; i < n; ++i) {
+        const uint8_t* p = rte_pktmbuf_mtod(ms[i], const uint8_t*);
+        Resp r;
+        r.bytes.assign(p, p + ms[i]->data_len);
+        r.pi = wire::parse(r.bytes);
+        if (r.pi.is_roce()) {
+          EXPECT_TRUE(wire::verify_icrc(r.bytes.data(), r.pi));
+          EXPECT_EQ(r.pi.dest_qp, Qpn(kPeerQpn));
+          out.push_back(std::move(r));
+        }
+          rte_pktmbuf_free(ms[i]);
+        }
+      }
+    }
+    return out;
+  }
+  void drain() {
+    if (peer_port_ == nullptr) return;
+    rte_mbuf* ms[64];
+    uint16_t n;
+    while ((n = peer_port_->rx_burst(ms, 64)) > 0) rte_pktmbuf_free_bulk(ms, n);
+  }
+
+  // Exactly one ACK-type response with this syndrome and PSN.
+  void expect_ack(uint8_t syndrome, uint32_t psn, int msn = -1) {
+    auto rs = responses();
+    ASSERT_EQ(rs.size(), 1u);
+    EXPECT_EQ(rs[0].opcode(), op::RC_ACK);
+    EXPECT_EQ(rs[0].syndrome(), syndrome);
+    EXPECT_EQ(rs[0].psn(), psn & Psn::kMask);
+    if (msn >= 0) {
+      EXPECT_EQ(rs[0].msn(), static_cast<uint32_t>(msn));
+    }
+  }
+
+  std::vector<ibv_wc> cqes(Cq* cq = nullptr) {
+    engine_->poll();
+    std::vector<ibv_wc> out;
+    ibv_wc wc[16];
+    int n;
+    while ((n = (cq ? cq : rcq_)->poll(16, wc)) > 0) out.insert(out.end(), wc, wc + n);
+    return out;
+  }
+
+  std::unique_ptr<drivers::sim::SimWire> wire_;
+  drivers::sim::SimPort* dut_port_ = nullptr;
+  drivers::sim::SimPort* peer_port_ = nullptr;
+  std::unique_ptr<transport::Engine> engine_;
+  std::unique_ptr<Rnic> rnic_;
+  Pd* pd_ = nullptr;
+  int gid4_ = -1, gid6_ = -1;
+  Cq* rcq_ = nullptr;
+  bool ipv6_ = false;
+};
+
+constexpr int kRemoteAll = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ |
+                           IBV_ACCESS_REMOTE_ATOMIC;
+
+// ---- SEND --------------------------------------------------------------------------------------
+
+TEST_F(Responder, SendScattersIntoSeveralSges) {
+  ConnOpts o;
+  o.mtu = IBV_MTU_256;
+  Qp* q = make_qp(IBV_QPT_RC, o);
+  ASSERT_NE(q, nullptr);
+  Buffer buf = buffer(4096, IBV_ACCESS_LOCAL_WRITE, 0xEE);
+  // Three SGEs out of order in the buffer: 100 + 60 + 1000 bytes.
+  const ibv_sge sges[] = {buf.sge(2000, 100), buf.sge(100, 60), buf.sge(3000, 1000)};
+  ASSERT_EQ(post_recv(q, 7, sges), 0);
+
+  const auto msg = pattern(600, 1);  // FIRST 256, MIDDLE 256, LAST_IMM 88
+  const std::vector<uint8_t> p0(msg.begin(), msg.begin() + 256), p1(msg.begin() + 256, msg.begin() + 512),
+      p2(msg.begin() + 512, msg.end());
+  inject(send(q, op::RC_SEND_FIRST, kRqPsn, p0));
+  inject(send(q, op::RC_SEND_MIDDLE, kRqPsn + 1, p1));
+  EXPECT_TRUE(responses().empty()) << "no AckReq: the ACK is coalesced";
+  auto last = send(q, op::RC_SEND_LAST_IMM, kRqPsn + 2, p2, true);
+  last.imm = 0xCAFEF00D;
+  last.se = true;
+  inject(last);
+  expect_ack(kAckUnlimited, kRqPsn + 2, 1);
+
+  EXPECT_EQ(first_diff(buf.bytes(2000, 100), {msg.data(), 100}), -1);
+  EXPECT_EQ(first_diff(buf.bytes(100, 60), {msg.data() + 100, 60}), -1);
+  EXPECT_EQ(first_diff(buf.bytes(3000, 440), {msg.data() + 160, 440}), -1);
+  EXPECT_EQ(buf.data()[3440], 0xEE) << "written past the message";
+  EXPECT_EQ(buf.data()[2100], 0xEE);
+
+  auto wcs = cqes();
+  ASSERT_EQ(wcs.size(), 1u);
+  EXPECT_EQ(wcs[0].status, IBV_WC_SUCCESS);
+  EXPECT_EQ(wcs[0].wr_id, 7u);
+  EXPECT_EQ(wcs[0].opcode, IBV_WC_RECV);
+  EXPECT_EQ(wcs[0].byte_len, 600u);
+  EXPECT_EQ(wcs[0].qp_num, q->qpn().value());
+  EXPECT_EQ(wcs[0].src_qp, kPeerQpn);
+  EXPECT_TRUE(wcs[0].wc_flags & IBV_WC_WITH_IMM);
+  EXPECT_EQ(be32toh(wcs[0].imm_data), 0xCAFEF00Du);
+}
+
+TEST_F(Responder, SendWithInvalidateReportsTheRkey) {
+  Qp* q = make_qp(IBV_QPT_RC);
+  ASSERT_NE(q, nullptr);
+  Buffer buf = buffer(256, IBV_ACCESS_LOCAL_WRITE);
+  const ibv_sge sge = buf.sge(0, 256);
+  ASSERT_EQ(post_recv(q, 1, {&sge, 1}), 0);
+  auto d = send(q, op::RC_SEND_ONLY_INV, kRqPsn, pattern(32, 2), true);
+  d.ieth_rkey = Rkey(0x1234);
+  inject(d);
+  expect_ack(kAckUnlimited, kRqPsn, 1);
+  auto wcs = cqes();
+  ASSERT_EQ(wcs.size(), 1u);
+  EXPECT_TRUE(wcs[0].wc_flags & IBV_WC_WITH_INV);
+  EXPECT_EQ(wcs[0].invalidated_rkey, 0x1234u);
+  EXPECT_EQ(wcs[0].byte_len, 32u);
+}
+
+TEST_F(Responder, RnrNakCarriesTheTimerThenSucceeds) {
+  ConnOpts o;
+  o.min_rnr_timer = 14;
+  Qp* q = make_qp(IBV_QPT_RC, o);
+  ASSERT_NE(q, nullptr);
+  const auto data = pattern(100, 3);
+  inject(send(q, op::RC_SEND_ONLY, kRqPsn, data, true));
+  expect_ack(wire::make_syndrome(AckType::RnrNak, 14), kRqPsn, 0);
+  EXPECT_EQ(ctr(RnicCtr::rnr_naks_sent), 1u);
+  EXPECT_TRUE(cqes().empty());
+
+  Buffer buf = buffer(128, IBV_ACCESS_LOCAL_WRITE);
+  const ibv_sge sge = buf.sge(0, 128);
+  ASSERT_EQ(post_recv(q, 9, {&sge, 1}), 0);
+  inject(send(q, op::RC_SEND_ONLY, kRqPsn, data, true));  // the retry: same PSN
+  expect_ack(kAckUnlimited, kRqPsn, 1);
+  auto wcs = cqes();
+  ASSERT_EQ(wcs.size(), 1u);
+  EXPECT_EQ(wcs[0].wr_id, 9u);
+  EXPECT_EQ(first_diff(buf.bytes(0, 100), data), -1);
+  EXPECT_EQ(q->state(), IBV_QPS_RTS);
+}
+
+TEST_F(Responder, SendLongerThanTheReceiveIsLocalLengthError) {
+  Qp* q = make_qp(IBV_QPT_RC);
+  ASSERT_NE(q, nullptr);
+  Buffer buf = buffer(64, IBV_ACCESS_LOCAL_WRITE);
+  const ibv_sge sge = buf.sge(0, 64);
+  ASSERT_EQ(post_recv(q, 1, {&sge, 1}), 0);
+  inject(send(q, op::RC_SEND_ONLY, kRqPsn, pattern(65, 4), true));
+  expect_ack(nak(NakCode::InvalidRequest), kRqPsn);
+  auto wcs = cqes();
+  ASSERT_GE(wcs.size(), 1u);
+  EXPECT_EQ(wcs[0].status, IBV_WC_LOC_LEN_ERR);
+  EXPECT_EQ(wcs[0].wr_id, 1u);
+  EXPECT_EQ(q->state(), IBV_QPS_ERR);
+}
+
+TEST_F(Responder, ReceiveSgeWithoutLocalWriteIsProtectionError) {
+  Qp* q = make_qp(IBV_QPT_RC);
+  ASSERT_NE(q, nullptr);
+  Buffer buf = buffer(64, IBV_ACCESS_REMOTE_READ);  // no LOCAL_WRITE
+  const ibv_sge sge = buf.sge(0, 64);
+  ASSERT_EQ(post_recv(q, 1, {&sge, 1}), 0);
+  inject(send(q, op::RC_SEND_ONLY, kRqPsn, pattern(16, 5), true));
+  expect_ack(nak(NakCode::RemoteOperationalError), kRqPsn);
+  auto wcs = cqes();
+  ASSERT_GE(wcs.size(), 1u);
+  EXPECT_EQ(wcs[0].status, IBV_WC_LOC_PROT_ERR);
+  EXPECT_EQ(q->state(), IBV_QPS_ERR);
+}
+
+// ---- PSN rules ---------------------------------------------------------------------------------
+
+TEST_F(Responder, PsnSequenceNakOncePerGap) {
+  Qp* q = make_qp(IBV_QPT_RC);
+  ASSERT_NE(q, nullptr);
+  Buffer mem = buffer(64, kRemoteAll);
+  auto w = [&](uint32_t psn) {
+    return write(q, op::RC_WRITE_ONLY, psn, mem.addr(), mem.rkey(), 4, {1, 2, 3, 4}, true);
+  };
+  inject(w(kRqPsn + 2));
+  inject(w(kRqPsn + 3));
+  inject(w(kRqPsn + 4));
+  expect_ack(nak(NakCode::PsnSequenceError), kRqPsn, 0);
+  EXPECT_EQ(ctr(RnicCtr::seq_naks_sent), 1u);
+  EXPECT_EQ(ctr(RnicCtr::drop_psn_out_of_seq), 3u);
+
+  inject(w(kRqPsn));  // the expected PSN: executed, the gap is over
+  expect_ack(kAckUnlimited, kRqPsn, 1);
+  inject(w(kRqPsn + 5));  // a new gap: a new NAK
+  inject(w(kRqPsn + 6));
+  expect_ack(nak(NakCode::PsnSequenceError), kRqPsn + 1, 1);
+  EXPECT_EQ(ctr(RnicCtr::seq_naks_sent), 2u);
+  EXPECT_EQ(q->state(), IBV_QPS_RTS);
+}
+
+TEST_F(Responder, PsnWrapsAt24Bits) {
+  Qp* q = make_qp(IBV_QPT_RC, {}, 0xFFFFFE);
+  ASSERT_NE(q, nullptr);
+  Buffer mem = buffer(64, kRemoteAll);
+  for (uint32_t i = 0; i < 3; ++i) {
+    const uint32_t psn = (0xFFFFFE + i) & Psn::kMask;
+    inject(write(q, op::RC_WRITE_ONLY, psn, mem.addr(i * 8), mem.rkey(), 8, std::vector<uint8_t>(8, uint8_t(i + 1)),
+                 true));
+    expect_ack(kAckUnlimited, psn, static_cast<int>(i + 1));
+  }
+  EXPECT_EQ(mem.data()[16], 3);
+  // 0xFFFFFF is now behind the expected PSN 1: a duplicate, re-ACKed at 0.
+  inject(write(q, op::RC_WRITE_ONLY, 0xFFFFFF, mem.addr(8), mem.rkey(), 8, std::vector<uint8_t>(8, 0x55), true));
+  expect_ack(kAckUnlimited, 0, 3);
+  EXPECT_EQ(mem.data()[8], 2) << "a duplicate WRITE was executed again";
+  EXPECT_EQ(ctr(RnicCtr::dup_requests), 1u);
+}
+
+TEST_F(Responder, DuplicateSendIsReAckedWithoutASecondCqe) {
+  Qp* q = make_qp(IBV_QPT_RC);
+  ASSERT_NE(q, nullptr);
+  Buffer buf = buffer(256, IBV_ACCESS_LOCAL_WRITE);
+  const ibv_sge s1 = buf.sge(0, 128), s2 = buf.sge(128, 128);
+  ASSERT_EQ(post_recv(q, 1, {&s1, 1}), 0);
+  ASSERT_EQ(post_recv(q, 2, {&s2, 1}), 0);
+  const auto a = pattern(50, 6), b = pattern(60, 7);
+  inject(send(q, op::RC_SEND_ONLY, kRqPsn, a, true));
+  expect_ack(kAckUnlimited, kRqPsn, 1);
+  inject(send(q, op::RC_SEND_ONLY, kRqPsn, b, true));  // a duplicate (its bytes differ on purpose)
+  expect_ack(kAckUnlimited, kRqPsn, 1);
+  EXPECT_EQ(ctr(RnicCtr::dup_requests), 1u);
+  auto wcs = cqes();
+  ASSERT_EQ(wcs.size(), 1u);
+  EXPECT_EQ(wcs[0].wr_id, 1u);
+  EXPECT_EQ(first_diff(buf.bytes(0, 50), a), -1);
+  EXPECT_EQ(buf.data()[128], 0) << "the duplicate consumed a receive";
+
+  inject(send(q, op::RC_SEND_ONLY, kRqPsn + 1, b, true));
+  expect_ack(kAckUnlimited, kRqPsn + 1, 2);
+  wcs = cqes();
+  ASSERT_EQ(wcs.size(), 1u);
+  EXPECT_EQ(wcs[0].wr_id, 2u);
+  EXPECT_EQ(first_diff(buf.bytes(128, 60), b), -1);
+}
+
+TEST_F(Responder, OpcodeOutOfSequenceIsInvalidRequest) {
+  Qp* q = make_qp(IBV_QPT_RC);
+  ASSERT_NE(q, nullptr);
+  Buffer buf = buffer(256, IBV_ACCESS_LOCAL_WRITE);
+  const ibv_sge s = buf.sge(0, 256);
+  ASSERT_EQ(post_recv(q, 1, {&s, 1}), 0);
+  inject(send(q, op::RC_SEND_MIDDLE, kRqPsn, pattern(1024, 8)));
+  expect_ack(nak(NakCode::InvalidRequest), kRqPsn);
+  EXPECT_EQ(ctr(RnicCtr::rem_inv_req_naks), 1u);
+  EXPECT_EQ(q->state(), IBV_QPS_ERR);
+  auto wcs = cqes();
+  ASSERT_EQ(wcs.size(), 1u);
+  EXPECT_EQ(wcs[0].status, IBV_WC_WR_FLUSH_ERR);
+}
+
+// ---- READ --------------------------------------------------------------------------------------
+
+TEST_F(Responder, ReadIsSegmentedByMtuAndReexecutedWhenDuplicated) {
+  ConnOpts o;
+  o.mtu = IBV_MTU_256;
+  Qp* q = make_qp(IBV_QPT_RC, o);
+  ASSERT_NE(q, nullptr);
+  Buffer mem = buffer(1000, kRemoteAll);
+  const auto v1 = pattern(1000, 9);
+  std::memcpy(mem.data(), v1.data(), 1000);
+
+  auto check = [&](const std::vector<Resp>& rs, uint32_t psn0, std::vector<uint8_t> ops, size_t off,
+                   const std::vector<uint8_t>& want) {
+    ASSERT_EQ(rs.size(), ops.size());
+    std::vector<uint8_t> got;
+    for (size_t i = 0; i < rs.size(); ++i) {
+      EXPECT_EQ(rs[i].opcode(), ops[i]) << i;
+      EXPECT_EQ(rs[i].psn(), (psn0 + i) & Psn::kMask);
+      if (rs[i].has_aeth()) {
+        EXPECT_EQ(rs[i].syndrome(), kAckUnlimited);
+        EXPECT_EQ(rs[i].msn(), 1u);
+      }
+      auto p = rs[i].payload();
+      got.insert(got.end(), p.begin(), p.end());
+    }
+    EXPECT_EQ(first_diff(got, {want.data() + off, want.size() - off}), -1);
+    EXPECT_EQ(got.size(), want.size() - off);
+  };
+  const std::vector<uint8_t> full = {op::RC_READ_RESPONSE_FIRST, op::RC_READ_RESPONSE_MIDDLE,
+                                     op::RC_READ_RESPONSE_MIDDLE, op::RC_READ_RESPONSE_LAST};
+  inject(read(q, kRqPsn, mem.addr(), mem.rkey(), 1000));
+  check(responses(), kRqPsn, full, 0, v1);
+
+  // Executed again, not replayed: the memory changed in between.
+  const auto v2 = pattern(1000, 10);
+  std::memcpy(mem.data(), v2.data(), 1000);
+  inject(read(q, kRqPsn, mem.addr(), mem.rkey(), 1000));
+  check(responses(), kRqPsn, full, 0, v2);
+
+  // From the middle: the requester asks again for what it lacks from PSN+2.
+  inject(read(q, kRqPsn + 2, mem.addr(512), mem.rkey(), 488));
+  check(responses(), kRqPsn + 2, {op::RC_READ_RESPONSE_MIDDLE, op::RC_READ_RESPONSE_LAST}, 512, v2);
+  EXPECT_EQ(ctr(RnicCtr::dup_requests), 2u);
+
+  // The expected PSN moved past the response: the next request is PSN+4.
+  Buffer rbuf = buffer(64, IBV_ACCESS_LOCAL_WRITE);
+  const ibv_sge s = rbuf.sge(0, 64);
+  ASSERT_EQ(post_recv(q, 1, {&s, 1}), 0);
+  inject(send(q, op::RC_SEND_ONLY, kRqPsn + 4, pattern(8, 11), true));
+  expect_ack(kAckUnlimited, kRqPsn + 4, 2);
+}
+
+TEST_F(Responder, LongReadStreamsInOrderAndLaterRequestsWait) {
+  Qp* q = make_qp(IBV_QPT_RC);  // MTU 1024
+  constexpr uint32_t kLen = 4 << 20, kPkts = kLen / 1024;
+  Buffer mem = buffer(kLen + 64, kRemoteAll);
+  const auto data = pattern(kLen, 22);
+  std::memcpy(mem.data(), data.data(), kLen);
+  inject(read(q, kRqPsn, mem.addr(), mem.rkey(), kLen));
+  // Arrives while the response streams: answered after its last packet.
+  inject(write(q, op::RC_WRITE_ONLY, kRqPsn + kPkts, mem.addr(kLen), mem.rkey(), 4, {1, 2, 3, 4}, true));
+  auto rs = responses();
+  ASSERT_EQ(rs.size(), kPkts + 1);
+  std::vector<uint8_t> got;
+  got.reserve(kLen);
+  for (uint32_t i = 0; i < kPkts; ++i) {
+    ASSERT_EQ(rs[i].psn(), (kRqPsn + i) & Psn::kMask);
+    ASSERT_EQ(rs[i].pi.op().op, wire::Operation::ReadResponse);
+    auto p = rs[i].payload();
+    got.insert(got.end(), p.begin(), p.end());
+  }
+  EXPECT_EQ(rs.front().opcode(), op::RC_READ_RESPONSE_FIRST);
+  EXPECT_EQ(rs[kPkts - 1].opcode(), op::RC_READ_RESPONSE_LAST);
+  EXPECT_EQ(first_diff(got, data), -1);
+  EXPECT_EQ(rs[kPkts].opcode(), op::RC_ACK);
+  EXPECT_EQ(rs[kPkts].psn(), kRqPsn + kPkts);
+  EXPECT_EQ(rs[kPkts].msn(), 2u);
+  EXPECT_EQ(mem.data()[kLen + 3], 4);
+  EXPECT_EQ(ctr(RnicCtr::drop_resp_backlog), 0u);
+}
+
+TEST_F(Responder, ZeroLengthReadIsOneEmptyResponse) {
+  Qp* q = make_qp(IBV_QPT_RC);
+  ASSERT_NE(q, nullptr);
+  inject(read(q, kRqPsn, 0, 0xDEAD, 0));  // no key needed (IBA 9.4.5)
+  auto rs = responses();
+  ASSERT_EQ(rs.size(), 1u);
+  EXPECT_EQ(rs[0].opcode(), op::RC_READ_RESPONSE_ONLY);
+  EXPECT_EQ(rs[0].psn(), kRqPsn);
+  EXPECT_EQ(rs[0].pi.payload_len, 0u);
+  EXPECT_EQ(rs[0].msn(), 1u);
+  Buffer mem = buffer(64, kRemoteAll);
+  inject(write(q, op::RC_WRITE_ONLY, kRqPsn + 1, mem.addr(), mem.rkey(), 4, {9, 9, 9, 9}, true));
+  expect_ack(kAckUnlimited, kRqPsn + 1, 2);
+}
+
+TEST_F(Responder, ReadWithoutResponderResourcesIsInvalidRequest) {
+  ConnOpts o;
+  o.max_dest_rd_atomic = 0;
+  Qp* q = make_qp(IBV_QPT_RC, o);
+  ASSERT_NE(q, nullptr);
+  Buffer mem = buffer(64, kRemoteAll);
+  inject(read(q, kRqPsn, mem.addr(), mem.rkey(), 8));
+  expect_ack(nak(NakCode::InvalidRequest), kRqPsn);
+}
+
+// ---- atomics -----------------------------------------------------------------------------------
+
+TEST_F(Responder, DuplicateAtomicIsReplayedNotReexecuted) {
+  Qp* q = make_qp(IBV_QPT_RC);
+  ASSERT_NE(q, nullptr);
+  Buffer mem = buffer(64, kRemoteAll);
+  uint64_t* word = reinterpret_cast<uint64_t*>(mem.data() + 8);
+  *word = 10;
+  inject(atomic(q, op::RC_FETCH_ADD, kRqPsn, mem.addr(8), mem.rkey(), 5));
+  auto rs = responses();
+  ASSERT_EQ(rs.size(), 1u);
+  EXPECT_EQ(rs[0].opcode(), op::RC_ATOMIC_ACK);
+  EXPECT_EQ(rs[0].orig(), 10u);
+  EXPECT_EQ(rs[0].msn(), 1u);
+  EXPECT_EQ(*word, 15u);
+
+  inject(atomic(q, op::RC_FETCH_ADD, kRqPsn, mem.addr(8), mem.rkey(), 5));
+  rs = responses();
+  ASSERT_EQ(rs.size(), 1u);
+  EXPECT_EQ(rs[0].opcode(), op::RC_ATOMIC_ACK);
+  EXPECT_EQ(rs[0].orig(), 10u) << "the duplicate was not answered from the cache";
+  EXPECT_EQ(*word, 15u) << "the duplicate was executed again";
+
+  inject(atomic(q, op::RC_COMPARE_SWAP, kRqPsn + 1, mem.addr(8), mem.rkey(), 99, 15));
+  rs = responses();
+  ASSERT_EQ(rs.size(), 1u);
+  EXPECT_EQ(rs[0].orig(), 15u);
+  EXPECT_EQ(*word, 99u);
+  inject(atomic(q, op::RC_COMPARE_SWAP, kRqPsn + 1, mem.addr(8), mem.rkey(), 99, 15));
+  rs = responses();
+  ASSERT_EQ(rs.size(), 1u);
+  EXPECT_EQ(rs[0].orig(), 15u);
+  EXPECT_EQ(*word, 99u);
+
+  // A duplicate whose result is unknown (never executed here) is dropped.
+  inject(atomic(q, op::RC_FETCH_ADD, kRqPsn - 5, mem.addr(8), mem.rkey(), 1));
+  EXPECT_TRUE(responses().empty());
+  EXPECT_EQ(ctr(RnicCtr::drop_dup_unknown), 1u);
+  EXPECT_EQ(*word, 99u);
+}
+
+TEST_F(Responder, MisalignedAtomicIsInvalidRequest) {
+  Qp* q = make_qp(IBV_QPT_RC);
+  ASSERT_NE(q, nullptr);
+  Buffer mem = buffer(64, kRemoteAll, 0x11);
+  inject(atomic(q, op::RC_FETCH_ADD, kRqPsn, mem.addr(4), mem.rkey(), 1));
+  expect_ack(nak(NakCode::InvalidRequest), kRqPsn);
+  EXPECT_EQ(q->state(), IBV_QPS_ERR);
+  EXPECT_EQ(std::count(mem.data(), mem.data() + 64, 0x11), 64);
+}
+
+// ---- the access table --------------------------------------------------------------------------
+
+TEST_F(Responder, RemoteAccessViolationsAreNakedAndTouchNothing) {
+  constexpr size_t kLen = 256;
+  int err = 0;
+  Pd* other_pd = rnic().alloc_pd(&err);
+  ASSERT_NE(other_pd, nullptr);
+  auto other_mem = std::make_unique<uint64_t[]>(kLen / 8);
+  Mr* other_mr = rnic().reg_mr(other_pd, other_mem.get(), kLen, reinterpret_cast<uint64_t>(other_mem.get()),
+                               kRemoteAll, &err);
+  ASSERT_NE(other_mr, nullptr);
+
+  Buffer full = buffer(kLen, kRemoteAll, 0x5A);
+  Buffer ro = buffer(kLen, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ, 0x5A);
+  Buffer wo = buffer(kLen, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE, 0x5A);
+  Buffer gone = buffer(kLen, kRemoteAll, 0x5A);
+  const uint32_t gone_rkey = gone.rkey();
+  ASSERT_EQ(rnic().dereg_mr(gone.mr), 0);
+
+  enum Kind { kRead, kWrite, kAtomic };
+  struct Case {
+    const char* what;
+    Kind kind;
+    uint64_t va;
+    uint32_t rkey;
+    uint32_t len;
+  };
+  const uint32_t bad = full.rkey() ^ 0x00ABCD00;
+  const Case cases[] = {
+      {"read: bad rkey", kRead, full.addr(), bad, 16},
+      {"read: offset past the end", kRead, full.addr(kLen), full.rkey(), 8},
+      {"read: length past the end", kRead, full.addr(8), full.rkey(), kLen},
+      {"read: va wraps 2^64", kRead, ~uint64_t{0} - 7, full.rkey(), 64},
+      {"read: va below the MR", kRead, full.addr() - 8, full.rkey(), 16},
+      {"read: no REMOTE_READ", kRead, wo.addr(), wo.rkey(), 16},
+      {"read: deregistered", kRead, gone.addr(), gone_rkey, 16},
+      {"read: another PD", kRead, reinterpret_cast<uint64_t>(other_mem.get()), other_mr->rkey.value(), 16},
+      {"write: bad rkey", kWrite, full.addr(), bad, 16},
+      {"write: offset past the end", kWrite, full.addr(kLen - 8), full.rkey(), 16},
+      {"write: va wraps 2^64", kWrite, ~uint64_t{0} - 7, full.rkey(), 16},
+      {"write: no REMOTE_WRITE", kWrite, ro.addr(), ro.rkey(), 16},
+      {"write: deregistered", kWrite, gone.addr(), gone_rkey, 16},
+      {"write: another PD", kWrite, reinterpret_cast<uint64_t>(other_mem.get()), other_mr->rkey.value(), 16},
+      {"atomic: bad rkey", kAtomic, full.addr(), bad, 8},
+      {"atomic: past the end", kAtomic, full.addr(kLen), full.rkey(), 8},
+      {"atomic: no REMOTE_ATOMIC", kAtomic, wo.addr(), wo.rkey(), 8},
+      {"atomic: deregistered", kAtomic, gone.addr(), gone_rkey, 8},
+      {"atomic: another PD", kAtomic, reinterpret_cast<uint64_t>(other_mem.get()), other_mr->rkey.value(), 8},
+  };
+  const std::vector<uint8_t> before(full.data(), full.data() + kLen);
+  uint64_t naks = 0;
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.what);
+    Qp* q = make_qp(IBV_QPT_RC);  // each violation ends its QP
+    ASSERT_NE(q, nullptr);
+    switch (c.kind) {
+      case kRead: inject(read(q, kRqPsn, c.va, c.rkey, c.len)); break;
+      case kWrite:
+        inject(write(q, op::RC_WRITE_ONLY, kRqPsn, c.va, c.rkey, c.len, std::vector<uint8_t>(c.len, 0xFF), true));
+        break;
+      case kAtomic: inject(atomic(q, op::RC_FETCH_ADD, kRqPsn, c.va, c.rkey, 1)); break;
+    }
+    expect_ack(nak(NakCode::RemoteAccessError), kRqPsn);
+    EXPECT_EQ(ctr(RnicCtr::rem_access_naks), ++naks);
+    EXPECT_EQ(q->state(), IBV_QPS_ERR);
+    for (const Buffer* b : {&full, &ro, &wo, &gone}) {
+      EXPECT_EQ(first_diff(b->bytes(0, kLen), before), -1);
+    }
+    EXPECT_EQ(std::count(reinterpret_cast<uint8_t*>(other_mem.get()),
+                         reinterpret_cast<uint8_t*>(other_mem.get()) + kLen, 0), static_cast<long>(kLen));
+  }
+}
+
+// ---- WRITE -------------------------------------------------------------------------------------
+
+TEST_F(Responder, WriteWithImmediateWaitsForAReceiveAndWritesOnce) {
+  ConnOpts o;
+  o.mtu = IBV_MTU_256;
+  Qp* q = make_qp(IBV_QPT_RC, o);
+  ASSERT_NE(q, nullptr);
+  Buffer mem = buffer(512, kRemoteAll);
+  const auto data = pattern(300, 12);
+  inject(write(q, op::RC_WRITE_FIRST, kRqPsn, mem.addr(100), mem.rkey(), 300, {data.begin(), data.begin() + 256}));
+  const std::vector<uint8_t> tail(data.begin() + 256, data.end());  // outlives `last`'s span
+  auto last = send(q, op::RC_WRITE_LAST_IMM, kRqPsn + 1, tail, true);
+  last.imm = 0x01020304;
+  inject(last);
+  expect_ack(wire::make_syndrome(AckType::RnrNak, 1), kRqPsn + 1, 0);
+  EXPECT_EQ(first_diff(mem.bytes(100, 256), {data.data(), 256}), -1);
+  EXPECT_EQ(mem.data()[356], 0) << "the LAST's bytes were written before the RNR NAK";
+
+  Buffer rb = buffer(16, IBV_ACCESS_LOCAL_WRITE);
+  const ibv_sge s = rb.sge(0, 16);
+  ASSERT_EQ(post_recv(q, 77, {&s, 1}), 0);
+  inject(last);
+  expect_ack(kAckUnlimited, kRqPsn + 1, 1);
+  EXPECT_EQ(first_diff(mem.bytes(100, 300), data), -1);
+  auto wcs = cqes();
+  ASSERT_EQ(wcs.size(), 1u);
+  EXPECT_EQ(wcs[0].wr_id, 77u);
+  EXPECT_EQ(wcs[0].opcode, IBV_WC_RECV_RDMA_WITH_IMM);
+  EXPECT_EQ(wcs[0].byte_len, 300u);
+  EXPECT_TRUE(wcs[0].wc_flags & IBV_WC_WITH_IMM);
+  EXPECT_EQ(be32toh(wcs[0].imm_data), 0x01020304u);
+}
+
+TEST_F(Responder, WritePayloadLongerThanRethIsInvalidRequest) {
+  Qp* q = make_qp(IBV_QPT_RC);
+  ASSERT_NE(q, nullptr);
+  Buffer mem = buffer(64, kRemoteAll);
+  inject(write(q, op::RC_WRITE_ONLY, kRqPsn, mem.addr(), mem.rkey(), 8, std::vector<uint8_t>(12, 1), true));
+  expect_ack(nak(NakCode::InvalidRequest), kRqPsn);
+  EXPECT_EQ(std::count(mem.data(), mem.data() + 64, 0), 64);
+}
+
+// ---- UC ----------------------------------------------------------------------------------------
+
+TEST_F(Responder, UcGapDropsTheRestOfTheMessage) {
+  ConnOpts o;
+  o.mtu = IBV_MTU_256;
+  Qp* q = make_qp(IBV_QPT_UC, o);
+  ASSERT_NE(q, nullptr);
+  Buffer buf = buffer(1024, IBV_ACCESS_LOCAL_WRITE);
+  const ibv_sge s = buf.sge(0, 1024);
+  ASSERT_EQ(post_recv(q, 5, {&s, 1}), 0);
+  const auto d = pattern(256, 13);
+  inject(send(q, op::UC_SEND_FIRST, kRqPsn, d));
+  // kRqPsn+1 lost.
+  inject(send(q, op::UC_SEND_MIDDLE, kRqPsn + 2, d));
+  inject(send(q, op::UC_SEND_LAST, kRqPsn + 3, {d.begin(), d.begin() + 10}));
+  EXPECT_EQ(ctr(RnicCtr::drop_uc_gap), 2u);
+  EXPECT_TRUE(cqes().empty());
+  EXPECT_TRUE(responses().empty()) << "UC sends no ACK";
+
+  const auto e = pattern(40, 14);
+  inject(send(q, op::UC_SEND_ONLY, kRqPsn + 4, e));
+  auto wcs = cqes();
+  ASSERT_EQ(wcs.size(), 1u);
+  EXPECT_EQ(wcs[0].wr_id, 5u);
+  EXPECT_EQ(wcs[0].byte_len, 40u);
+  EXPECT_EQ(first_diff(buf.bytes(0, 40), e), -1);
+  EXPECT_EQ(q->state(), IBV_QPS_RTS);
+}
+
+TEST_F(Responder, UcRefusedWriteDropsTheMessageOnly) {
+  ConnOpts o;
+  o.mtu = IBV_MTU_256;
+  Qp* q = make_qp(IBV_QPT_UC, o);
+  ASSERT_NE(q, nullptr);
+  Buffer mem = buffer(1024, kRemoteAll, 0x33);
+  const auto d = pattern(256, 16);
+  inject(write(q, op::UC_WRITE_FIRST, kRqPsn, mem.addr(), mem.rkey() ^ 0x100, 512, d));
+  inject(send(q, op::UC_WRITE_LAST, kRqPsn + 1, d));
+  EXPECT_EQ(ctr(RnicCtr::drop_uc_access), 1u);
+  EXPECT_EQ(ctr(RnicCtr::drop_uc_gap), 1u);
+  EXPECT_EQ(std::count(mem.data(), mem.data() + 1024, 0x33), 1024);
+  EXPECT_TRUE(responses().empty());
+  EXPECT_EQ(q->state(), IBV_QPS_RTS);
+  inject(write(q, op::UC_WRITE_ONLY, kRqPsn + 2, mem.addr(8), mem.rkey(), 100, {d.begin(), d.begin() + 100}));
+  EXPECT_EQ(first_diff(mem.bytes(8, 100), {d.data(), 100}), -1);
+}
+
+TEST_F(Responder, UcNewFirstAbandonsTheUnfinishedMessage) {
+  ConnOpts o;
+  o.mtu = IBV_MTU_256;
+  Qp* q = make_qp(IBV_QPT_UC, o);
+  ASSERT_NE(q, nullptr);
+  Buffer buf = buffer(1024, IBV_ACCESS_LOCAL_WRITE);
+  const ibv_sge s = buf.sge(0, 1024);
+  ASSERT_EQ(post_recv(q, 1, {&s, 1}), 0);
+  inject(send(q, op::UC_SEND_FIRST, kRqPsn, pattern(256, 17)));
+  const auto e = pattern(30, 18);
+  inject(send(q, op::UC_SEND_ONLY, kRqPsn + 1, e));
+  EXPECT_EQ(ctr(RnicCtr::drop_bad_opcode_seq), 1u);
+  auto wcs = cqes();
+  ASSERT_EQ(wcs.size(), 1u);
+  EXPECT_EQ(wcs[0].byte_len, 30u);
+  EXPECT_EQ(first_diff(buf.bytes(0, 30), e), -1);
+}
+
+// ---- SRQ ---------------------------------------------------------------------------------------
+
+TEST_F(Responder, SrqMessagesOfTwoQpsInterleave) {
+  ibv_srq_init_attr sa{};
+  sa.attr.max_wr = 8;
+  sa.attr.max_sge = 2;
+  int err = 0;
+  Srq* srq = rnic().create_srq(pd_, sa, &err);
+  ASSERT_NE(srq, nullptr);
+  ConnOpts o;
+  o.mtu = IBV_MTU_256;
+  Qp* q1 = make_qp(IBV_QPT_RC, o, kRqPsn, srq);
+  Cq* rcq1 = rcq_;
+  Qp* q2 = make_qp(IBV_QPT_RC, o, kRqPsn, srq);
+  Cq* rcq2 = rcq_;
+  ASSERT_TRUE(q1 && q2);
+  Buffer buf = buffer(2048, IBV_ACCESS_LOCAL_WRITE);
+  const ibv_sge s1 = buf.sge(0, 1024), s2 = buf.sge(1024, 1024);
+  ASSERT_EQ(post_srq_recv(srq, 1, {&s1, 1}), 0);
+  ASSERT_EQ(post_srq_recv(srq, 2, {&s2, 1}), 0);
+  const auto a = pattern(300, 19), b = pattern(20, 20);
+  const std::vector<uint8_t> a0(a.begin(), a.begin() + 256), a1(a.begin() + 256, a.end());
+  inject(send(q1, op::RC_SEND_FIRST, kRqPsn, a0));
+  inject(send(q2, op::RC_SEND_ONLY, kRqPsn, b, true));  // takes the next SRQ WQE
+  inject(send(q1, op::RC_SEND_LAST, kRqPsn + 1, a1, true));
+  auto w1 = cqes(rcq1), w2 = cqes(rcq2);
+  ASSERT_EQ(w1.size(), 1u);
+  ASSERT_EQ(w2.size(), 1u);
+  EXPECT_EQ(w1[0].wr_id, 1u);
+  EXPECT_EQ(w1[0].byte_len, 300u);
+  EXPECT_EQ(w2[0].wr_id, 2u);
+  EXPECT_EQ(first_diff(buf.bytes(0, 300), a), -1);
+  EXPECT_EQ(first_diff(buf.bytes(1024, 20), b), -1);
+}
+
+// ---- UD ----------------------------------------------------------------------------------------
+
+class ResponderUd : public Responder, public ::testing::WithParamInterface<bool> {};
+
+TEST_P(ResponderUd, GrhSrcQpAndQkey) {
+  ConnOpts o;
+  o.ipv6 = GetParam();
+  Qp* q = make_qp(IBV_QPT_UD, o);
+  ASSERT_NE(q, nullptr);
+  Buffer buf = buffer(512, IBV_ACCESS_LOCAL_WRITE, 0xEE);
+  const ibv_sge s1 = buf.sge(0, 200), s2 = buf.sge(256, 100);
+  ASSERT_EQ(post_recv(q, 1, {&s1, 1}), 0);
+  ASSERT_EQ(post_recv(q, 2, {&s2, 1}), 0);
+  const auto data = pattern(100, 15);
+
+  auto ud = [&](uint32_t qkey) {
+    auto d = send(q, op::UD_SEND_ONLY, 0x33, data);
+    d.deth_qkey = Qkey(qkey);
+    d.deth_src_qp = Qpn(0x55);
+    return d;
+  };
+  inject(ud(kUdQkey ^ 1));  // wrong Q_Key (IBA 10.2.5): dropped
+  EXPECT_EQ(ctr(RnicCtr::drop_qkey), 1u);
+  EXPECT_TRUE(cqes().empty());
+
+  const auto frame = inject(ud(kUdQkey));
+  const wire::PktInfo pi = wire::parse(frame);
+  auto wcs = cqes();
+  ASSERT_EQ(wcs.size(), 1u);
+  EXPECT_EQ(wcs[0].status, IBV_WC_SUCCESS);
+  EXPECT_EQ(wcs[0].wr_id, 1u);
+  EXPECT_EQ(wcs[0].byte_len, 140u);
+  EXPECT_EQ(wcs[0].src_qp, 0x55u);
+  EXPECT_TRUE(wcs[0].wc_flags & IBV_WC_GRH);
+  if (GetParam()) {
+    EXPECT_EQ(first_diff(buf.bytes(0, 40), {frame.data() + pi.l3_off, 40}), -1);
+  } else {
+    EXPECT_EQ(std::count(buf.data(), buf.data() + 20, 0), 20);
+    EXPECT_EQ(first_diff(buf.bytes(20, 20), {frame.data() + pi.l3_off, 20}), -1);
+  }
+  EXPECT_EQ(first_diff(buf.bytes(40, 100), data), -1);
+  EXPECT_EQ(buf.data()[140], 0xEE);
+
+  // 100 bytes + the GRH area do not fit 100 bytes: LOC_LEN_ERR, dropped.
+  inject(ud(kUdQkey));
+  wcs = cqes();
+  ASSERT_EQ(wcs.size(), 1u);
+  EXPECT_EQ(wcs[0].wr_id, 2u);
+  EXPECT_EQ(wcs[0].status, IBV_WC_LOC_LEN_ERR);
+  EXPECT_EQ(ctr(RnicCtr::drop_ud_too_long), 1u);
+  EXPECT_EQ(buf.data()[256 + 40], 0xEE);
+  EXPECT_EQ(q->state(), IBV_QPS_RTS);
+  EXPECT_TRUE(responses().empty());
+}
+
+INSTANTIATE_TEST_SUITE_P(Ip, ResponderUd, ::testing::Values(false, true),
+                         [](const ::testing::TestParamInfo<bool>& p) { return p.param ? "IPv6" : "IPv4"; });
+
+TEST_F(Responder, GsiTakesOnlyTheGsiQkey) {
+  Qp* q = make_qp(IBV_QPT_UD, {}, 0, nullptr, true);
+  ASSERT_NE(q, nullptr);
+  ASSERT_EQ(q->qpn(), kQp1);
+  Buffer buf = buffer(512, IBV_ACCESS_LOCAL_WRITE);
+  const ibv_sge s = buf.sge(0, 512);
+  ASSERT_EQ(post_recv(q, 1, {&s, 1}), 0);
+  const auto mad = pattern(256, 21);
+  auto d = send(q, op::UD_SEND_ONLY, 0, mad);
+  d.deth_src_qp = Qpn(1);
+  d.deth_qkey = Qkey(kUdQkey);
+  inject(d);
+  EXPECT_EQ(ctr(RnicCtr::drop_qkey), 1u);
+  EXPECT_TRUE(cqes().empty());
+  d.deth_qkey = uroce::kGsiQkey;  // 0x80010000 (IBA 13.4.6.1)
+  inject(d);
+  auto wcs = cqes();
+  ASSERT_EQ(wcs.size(), 1u);
+  EXPECT_EQ(wcs[0].byte_len, 256u + 40u);
+  EXPECT_EQ(wcs[0].src_qp, 1u);
+  EXPECT_EQ(first_diff(buf.bytes(40, 256), mad), -1);
+}
+
+}  // namespace
+}  // namespace uroce::rnic::testing

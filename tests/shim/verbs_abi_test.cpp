@@ -1,0 +1,513 @@
+// The drop-in libibverbs.so.1 through its C ABI, as a program built
+// against rdma-core 44's headers uses it: the header's inline code (the
+// ibv_query_port macro, ibv_poll_cq, ibv_post_send, ibv_wr_*, ibv_start_poll
+// ...) calls into our objects.  Two sim devices in this process
+// (sim2.toml, UROCE_CONFIG set by meson) share one in-memory wire, so RC and
+// UD traffic flows between them.
+#include <endian.h>
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <infiniband/verbs.h>
+#include <poll.h>
+
+#include <array>
+#include <cerrno>
+#include <cstring>
+#include <vector>
+
+// rdma-core's private ABI (driver.h is not installed).
+extern "C" int ibv_query_gid_type(ibv_context*, uint8_t, unsigned int, int*);
+
+namespace {
+
+constexpr uint8_t kPort = 1;
+constexpr int kGidIndex = 0;  // ::ffff:10.9.0.x (sim devices have no link-local)
+constexpr int kCqe = 64;
+constexpr size_t kBuf = 8192;
+
+class VerbsAbi : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    int n = 0;
+    list_ = ibv_get_device_list(&n);
+    ASSERT_NE(list_, nullptr);
+    ASSERT_EQ(n, 2) << "sim2.toml configures two sim devices";
+    for (int i = 0; i < 2; ++i) {
+      ctx_[i] = ibv_open_device(list_[i]);
+      ASSERT_NE(ctx_[i], nullptr);
+    }
+  }
+  static void TearDownTestSuite() {
+    for (ibv_context*& c : ctx_) {
+      if (c != nullptr) ibv_close_device(c);
+      c = nullptr;
+    }
+    ibv_free_device_list(list_);
+  }
+  static ibv_device** list_;
+  static std::array<ibv_context*, 2> ctx_;
+};
+ibv_device** VerbsAbi::list_ = nullptr;
+std::array<ibv_context*, 2> VerbsAbi::ctx_{};
+
+TEST_F(VerbsAbi, DevicesAreTheConfiguredOnes) {
+  EXPECT_STREQ(ibv_get_device_name(list_[0]), "uroce0");
+  EXPECT_STREQ(ibv_get_device_name(list_[1]), "uroce1");
+  EXPECT_EQ(list_[2], nullptr);
+  EXPECT_EQ(list_[0]->node_type, IBV_NODE_CA);
+  EXPECT_EQ(list_[0]->transport_type, IBV_TRANSPORT_IB);
+  EXPECT_EQ(ibv_get_device_index(list_[1]), 1);
+  // EUI-64 of 02:00:00:00:09:01, universal/local bit flipped.
+  EXPECT_EQ(be64toh(ibv_get_device_guid(list_[0])), 0x000000fffe000901ULL);
+  ibv_device_attr attr{};
+  ASSERT_EQ(ibv_query_device(ctx_[0], &attr), 0);
+  EXPECT_EQ(attr.vendor_id, 0xFFFFFFu);
+  EXPECT_EQ(attr.vendor_part_id, 0u);
+  EXPECT_EQ(attr.phys_port_cnt, 1);
+  EXPECT_GT(attr.max_qp_rd_atom, 0);
+  EXPECT_EQ(attr.node_guid, ibv_get_device_guid(list_[0]));
+}
+
+TEST_F(VerbsAbi, ContextIsAFullVerbsContext) {
+  ibv_context* c = ctx_[0];
+  verbs_context* v = verbs_get_ctx(c);
+  ASSERT_NE(v, nullptr) << "abi_compat must be __VERBS_ABI_IS_EXTENDED";
+  EXPECT_EQ(v->sz, sizeof(verbs_context));
+  EXPECT_NE(verbs_get_ctx_op(c, query_port), nullptr);
+  EXPECT_NE(verbs_get_ctx_op(c, query_device_ex), nullptr);
+  EXPECT_NE(verbs_get_ctx_op(c, create_cq_ex), nullptr);
+  EXPECT_NE(verbs_get_ctx_op(c, create_qp_ex), nullptr);
+  EXPECT_EQ(verbs_get_ctx_op(c, open_xrcd), nullptr);
+  for (auto* op : {reinterpret_cast<void*>(c->ops.poll_cq), reinterpret_cast<void*>(c->ops.req_notify_cq),
+                   reinterpret_cast<void*>(c->ops.post_send), reinterpret_cast<void*>(c->ops.post_recv),
+                   reinterpret_cast<void*>(c->ops.post_srq_recv)}) {
+    EXPECT_NE(op, nullptr);
+  }
+  EXPECT_EQ(c->ops.alloc_mw, nullptr);
+  EXPECT_GE(c->num_comp_vectors, 1);
+  EXPECT_GE(fcntl(c->async_fd, F_GETFL), 0) << "the async fd is a real fd";
+}
+
+TEST_F(VerbsAbi, PortQueryHonoursTheCallersSize) {
+  ibv_port_attr pa{};
+  ASSERT_EQ(ibv_query_port(ctx_[0], kPort, &pa), 0);  // the header's inline: 52 bytes
+  EXPECT_EQ(pa.state, IBV_PORT_ACTIVE);
+  EXPECT_EQ(pa.link_layer, IBV_LINK_LAYER_ETHERNET);
+  EXPECT_EQ(pa.phys_state, 5);
+  EXPECT_GE(pa.gid_tbl_len, 1);
+  EXPECT_EQ(pa.pkey_tbl_len, 1);
+  EXPECT_EQ(pa.active_mtu, IBV_MTU_1024);
+  // The exported compat entry point writes 48 bytes, never more.
+  std::array<uint8_t, 64> buf;
+  buf.fill(0xAA);
+  ASSERT_EQ((ibv_query_port)(ctx_[0], kPort, reinterpret_cast<_compat_ibv_port_attr*>(buf.data())), 0);
+  ibv_port_attr compat{};
+  std::memcpy(&compat, buf.data(), 48);
+  EXPECT_EQ(compat.state, IBV_PORT_ACTIVE);
+  for (size_t i = 48; i < buf.size(); ++i) EXPECT_EQ(buf[i], 0xAA) << "byte " << i;
+  // The op with a smaller size (an older caller) writes exactly that much.
+  buf.fill(0xAA);
+  verbs_context* v = verbs_get_ctx(ctx_[0]);
+  ASSERT_EQ(v->query_port(ctx_[0], kPort, reinterpret_cast<ibv_port_attr*>(buf.data()), 20), 0);
+  for (size_t i = 20; i < buf.size(); ++i) EXPECT_EQ(buf[i], 0xAA) << "byte " << i;
+  EXPECT_NE(ibv_query_port(ctx_[0], 2, &pa), 0) << "one port";
+}
+
+TEST_F(VerbsAbi, GidTableAndBothTypeEnums) {
+  ibv_gid gid{};
+  ASSERT_EQ(ibv_query_gid(ctx_[0], kPort, kGidIndex, &gid), 0);
+  const uint8_t v4[16] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 10, 9, 0, 1};
+  EXPECT_EQ(std::memcmp(gid.raw, v4, 16), 0);
+  ibv_gid_entry e{};
+  ASSERT_EQ(ibv_query_gid_ex(ctx_[0], kPort, kGidIndex, &e, 0), 0);
+  EXPECT_EQ(e.gid_type, IBV_GID_TYPE_ROCE_V2);  // enum ibv_gid_type: 2
+  EXPECT_EQ(e.gid_index, 0u);
+  EXPECT_EQ(e.port_num, kPort);
+  int sysfs_type = -1;
+  ASSERT_EQ(ibv_query_gid_type(ctx_[0], kPort, kGidIndex, &sysfs_type), 0);
+  EXPECT_EQ(sysfs_type, 1);  // IBV_GID_TYPE_SYSFS_ROCE_V2
+  // An empty slot: a zero GID from ibv_query_gid, ENODATA from the _ex form.
+  const unsigned empty = 5;
+  ASSERT_EQ(ibv_query_gid(ctx_[0], kPort, empty, &gid), 0);
+  const uint8_t zero[16] = {};
+  EXPECT_EQ(std::memcmp(gid.raw, zero, 16), 0);
+  EXPECT_EQ(ibv_query_gid_ex(ctx_[0], kPort, empty, &e, 0), ENODATA);
+  ibv_port_attr pa{};
+  ASSERT_EQ(ibv_query_port(ctx_[0], kPort, &pa), 0);
+  EXPECT_EQ(ibv_query_gid(ctx_[0], kPort, pa.gid_tbl_len, &gid), -1) << "past the table";
+  std::array<ibv_gid_entry, 16> table{};
+  EXPECT_EQ(ibv_query_gid_table(ctx_[0], table.data(), table.size(), 0), 2) << "IPv4 and fd09::1";
+  __be16 pkey = 0;
+  ASSERT_EQ(ibv_query_pkey(ctx_[0], kPort, 0, &pkey), 0);
+  EXPECT_EQ(be16toh(pkey), 0xFFFF);
+}
+
+TEST_F(VerbsAbi, DeviceQueryExHonoursTheCallersSize) {
+  std::array<uint8_t, sizeof(ibv_device_attr_ex) + 16> buf;
+  buf.fill(0xAA);
+  verbs_context* v = verbs_get_ctx(ctx_[0]);
+  const size_t len = sizeof(ibv_device_attr) + 8;
+  ASSERT_EQ(v->query_device_ex(ctx_[0], nullptr, reinterpret_cast<ibv_device_attr_ex*>(buf.data()), len), 0);
+  for (size_t i = len; i < buf.size(); ++i) EXPECT_EQ(buf[i], 0xAA) << "byte " << i;
+  ibv_device_attr_ex ex{};
+  ASSERT_EQ(ibv_query_device_ex(ctx_[0], nullptr, &ex), 0);
+  EXPECT_EQ(ex.orig_attr.vendor_id, 0xFFFFFFu);
+  ibv_query_device_ex_input in{};
+  in.comp_mask = 1;
+  EXPECT_EQ(ibv_query_device_ex(ctx_[0], &in, &ex), EINVAL);
+}
+
+TEST_F(VerbsAbi, UnsupportedVerbsFailCleanly) {
+  ibv_pd* pd = ibv_alloc_pd(ctx_[0]);
+  ASSERT_NE(pd, nullptr);
+  errno = 0;
+  EXPECT_EQ(ibv_alloc_mw(pd, IBV_MW_TYPE_1), nullptr);
+  EXPECT_EQ(errno, EOPNOTSUPP);
+  ibv_xrcd_init_attr xa{};
+  xa.comp_mask = IBV_XRCD_INIT_ATTR_FD | IBV_XRCD_INIT_ATTR_OFLAGS;
+  xa.fd = -1;
+  errno = 0;
+  EXPECT_EQ(ibv_open_xrcd(ctx_[0], &xa), nullptr);
+  EXPECT_EQ(errno, EOPNOTSUPP);
+  ibv_alloc_dm_attr dma{};
+  dma.length = 64;
+  EXPECT_EQ(ibv_alloc_dm(ctx_[0], &dma), nullptr);
+  errno = 0;
+  EXPECT_EQ(ibv_reg_dmabuf_mr(pd, 0, 4096, 0, -1, IBV_ACCESS_LOCAL_WRITE), nullptr);
+  EXPECT_EQ(errno, EOPNOTSUPP);
+  EXPECT_EQ(ibv_attach_mcast(nullptr, nullptr, 0), EOPNOTSUPP);
+  ibv_cq_init_attr_ex cqa{};
+  cqa.cqe = kCqe;
+  cqa.wc_flags = IBV_WC_EX_WITH_COMPLETION_TIMESTAMP;
+  errno = 0;
+  EXPECT_EQ(ibv_create_cq_ex(ctx_[0], &cqa), nullptr);
+  EXPECT_EQ(errno, EOPNOTSUPP);
+  errno = 0;
+  EXPECT_EQ(ibv_import_device(3), nullptr);
+  EXPECT_EQ(errno, EOPNOTSUPP);
+  EXPECT_EQ(ibv_is_fork_initialized(), IBV_FORK_UNNEEDED);
+  EXPECT_EQ(ibv_dealloc_pd(pd), 0);
+}
+
+TEST_F(VerbsAbi, RegMrIgnoresOptionalAccessBits) {
+  ibv_pd* pd = ibv_alloc_pd(ctx_[0]);
+  ASSERT_NE(pd, nullptr);
+  std::vector<uint8_t> buf(kBuf);
+  volatile unsigned extra = IBV_ACCESS_RELAXED_ORDERING;  // not a constant: the iova2 path, as perftest
+  ibv_mr* mr = ibv_reg_mr(pd, buf.data(), buf.size(), IBV_ACCESS_LOCAL_WRITE | extra);
+  ASSERT_NE(mr, nullptr) << std::strerror(errno);
+  EXPECT_EQ(mr->addr, buf.data());
+  EXPECT_EQ(mr->length, buf.size());
+  EXPECT_EQ(mr->pd, pd);
+  EXPECT_EQ(ibv_dealloc_pd(pd), EBUSY) << "an MR still uses it";
+  EXPECT_EQ(ibv_dereg_mr(mr), 0);
+  EXPECT_EQ(ibv_dealloc_pd(pd), 0);
+}
+
+// ---- traffic between the two sim devices --------------------------------------------
+
+struct Side {
+  ibv_context* ctx = nullptr;
+  ibv_pd* pd = nullptr;
+  ibv_comp_channel* ch = nullptr;
+  ibv_cq* cq = nullptr;
+  ibv_cq_ex* cqx = nullptr;
+  ibv_qp* qp = nullptr;
+  ibv_mr* mr = nullptr;
+  std::vector<uint8_t> buf = std::vector<uint8_t>(kBuf);
+
+  void open(ibv_context* c, ibv_qp_type type, bool extended) {
+    ctx = c;
+    pd = ibv_alloc_pd(c);
+    ASSERT_NE(pd, nullptr);
+    ch = ibv_create_comp_channel(c);
+    ASSERT_NE(ch, nullptr);
+    if (extended) {
+      ibv_cq_init_attr_ex a{};
+      a.cqe = kCqe;
+      a.channel = ch;
+      a.cq_context = this;
+      a.wc_flags = IBV_WC_EX_WITH_BYTE_LEN | IBV_WC_EX_WITH_QP_NUM;
+      cqx = ibv_create_cq_ex(c, &a);
+      ASSERT_NE(cqx, nullptr);
+      cq = ibv_cq_ex_to_cq(cqx);
+    } else {
+      cq = ibv_create_cq(c, kCqe, this, ch, 0);
+      ASSERT_NE(cq, nullptr);
+    }
+    mr = ibv_reg_mr(pd, buf.data(), buf.size(), IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+    ASSERT_NE(mr, nullptr);
+    ibv_qp_init_attr_ex ia{};
+    ia.send_cq = cq;
+    ia.recv_cq = cq;
+    ia.qp_type = type;
+    ia.cap = {16, 16, 1, 1, extended ? 64u : 0u};
+    ia.pd = pd;
+    ia.comp_mask = IBV_QP_INIT_ATTR_PD;
+    if (extended) {
+      ia.comp_mask |= IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
+      ia.send_ops_flags = IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_RDMA_WRITE;
+    }
+    qp = ibv_create_qp_ex(c, &ia);
+    ASSERT_NE(qp, nullptr) << std::strerror(errno);
+    EXPECT_EQ(ibv_qp_to_qp_ex(qp) != nullptr, extended);
+    ibv_qp_attr a{};
+    a.qp_state = IBV_QPS_INIT;
+    a.port_num = kPort;
+    int mask = IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT;
+    if (type == IBV_QPT_UD) {
+      a.qkey = 0x11111111;
+      mask |= IBV_QP_QKEY;
+    } else {
+      a.qp_access_flags = IBV_ACCESS_REMOTE_WRITE;
+      mask |= IBV_QP_ACCESS_FLAGS;
+    }
+    ASSERT_EQ(ibv_modify_qp(qp, &a, mask), 0);
+    EXPECT_EQ(qp->state, IBV_QPS_INIT);
+  }
+
+  ibv_gid gid() const {
+    ibv_gid g{};
+    EXPECT_EQ(ibv_query_gid(ctx, kPort, kGidIndex, &g), 0);
+    return g;
+  }
+
+  void connect(const Side& peer) {
+    ibv_qp_attr a{};
+    a.qp_state = IBV_QPS_RTR;
+    int mask = IBV_QP_STATE;
+    if (qp->qp_type != IBV_QPT_UD) {
+      a.path_mtu = IBV_MTU_1024;
+      a.dest_qp_num = peer.qp->qp_num;
+      a.rq_psn = 0x100;
+      a.max_dest_rd_atomic = 1;
+      a.min_rnr_timer = 12;
+      a.ah_attr.is_global = 1;
+      a.ah_attr.grh.dgid = peer.gid();
+      a.ah_attr.grh.sgid_index = kGidIndex;
+      a.ah_attr.grh.hop_limit = 64;
+      a.ah_attr.port_num = kPort;
+      mask |= IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC |
+              IBV_QP_MIN_RNR_TIMER;
+    }
+    ASSERT_EQ(ibv_modify_qp(qp, &a, mask), 0);
+    a = {};
+    a.qp_state = IBV_QPS_RTS;
+    a.sq_psn = 0x100;
+    mask = IBV_QP_STATE | IBV_QP_SQ_PSN;
+    if (qp->qp_type != IBV_QPT_UD) {
+      a.timeout = 14;
+      a.retry_cnt = 7;
+      a.rnr_retry = 7;
+      a.max_rd_atomic = 1;
+      mask |= IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_MAX_QP_RD_ATOMIC;
+    }
+    ASSERT_EQ(ibv_modify_qp(qp, &a, mask), 0);
+    EXPECT_EQ(qp->state, IBV_QPS_RTS);
+  }
+
+  void post_recv(uint64_t id, uint32_t len) {
+    ibv_sge sge{reinterpret_cast<uintptr_t>(buf.data()), len, mr->lkey};
+    ibv_recv_wr wr{};
+    wr.wr_id = id;
+    wr.sg_list = &sge;
+    wr.num_sge = 1;
+    ibv_recv_wr* bad = nullptr;
+    ASSERT_EQ(ibv_post_recv(qp, &wr, &bad), 0);
+  }
+
+  // Waits on the completion channel (a real fd, poll()ed) for one completion.
+  ibv_wc wait_one() {
+    ibv_wc wc{};
+    for (int round = 0; round < 2; ++round) {
+      if (ibv_poll_cq(cq, 1, &wc) == 1) return wc;
+      EXPECT_EQ(ibv_req_notify_cq(cq, 0), 0);
+      if (ibv_poll_cq(cq, 1, &wc) == 1) return wc;
+      pollfd pfd{ch->fd, POLLIN, 0};
+      EXPECT_EQ(poll(&pfd, 1, 5000), 1) << "no completion event within 5 s";
+      ibv_cq* ev_cq = nullptr;
+      void* ev_ctx = nullptr;
+      EXPECT_EQ(ibv_get_cq_event(ch, &ev_cq, &ev_ctx), 0);
+      EXPECT_EQ(ev_cq, cq);
+      EXPECT_EQ(ev_ctx, this);
+      ibv_ack_cq_events(cq, 1);
+    }
+    ADD_FAILURE() << "event without a completion";
+    return wc;
+  }
+
+  void close() {
+    if (qp != nullptr) {
+      EXPECT_EQ(ibv_destroy_qp(qp), 0);
+    }
+    if (mr != nullptr) {
+      EXPECT_EQ(ibv_dereg_mr(mr), 0);
+    }
+    if (cq != nullptr) {
+      EXPECT_EQ(ibv_destroy_cq(cq), 0);
+    }
+    if (ch != nullptr) {
+      EXPECT_EQ(ibv_destroy_comp_channel(ch), 0);
+    }
+    if (pd != nullptr) {
+      EXPECT_EQ(ibv_dealloc_pd(pd), 0);
+    }
+  }
+};
+
+TEST_F(VerbsAbi, RcSendAndWriteThroughTheInlineOps) {
+  Side a, b;
+  ASSERT_NO_FATAL_FAILURE(a.open(ctx_[0], IBV_QPT_RC, false));
+  ASSERT_NO_FATAL_FAILURE(b.open(ctx_[1], IBV_QPT_RC, false));
+  ASSERT_NO_FATAL_FAILURE(a.connect(b));
+  ASSERT_NO_FATAL_FAILURE(b.connect(a));
+  EXPECT_EQ(ibv_destroy_comp_channel(a.ch), EBUSY) << "a CQ uses it";
+
+  const uint32_t len = 3000;  // three packets at MTU 1024
+  for (uint32_t i = 0; i < len; ++i) a.buf[i] = static_cast<uint8_t>(i * 7);
+  b.post_recv(77, kBuf);
+  ibv_sge sge{reinterpret_cast<uintptr_t>(a.buf.data()), len, a.mr->lkey};
+  ibv_send_wr wr{};
+  wr.wr_id = 5;
+  wr.sg_list = &sge;
+  wr.num_sge = 1;
+  wr.opcode = IBV_WR_SEND;
+  wr.send_flags = IBV_SEND_SIGNALED;
+  ibv_send_wr* bad = nullptr;
+  ASSERT_EQ(ibv_post_send(a.qp, &wr, &bad), 0);
+  const ibv_wc rwc = b.wait_one();
+  EXPECT_EQ(rwc.status, IBV_WC_SUCCESS) << ibv_wc_status_str(rwc.status);
+  EXPECT_EQ(rwc.wr_id, 77u);
+  EXPECT_EQ(rwc.opcode, IBV_WC_RECV);
+  EXPECT_EQ(rwc.byte_len, len);
+  EXPECT_EQ(rwc.qp_num, b.qp->qp_num);
+  EXPECT_EQ(std::memcmp(a.buf.data(), b.buf.data(), len), 0);
+  const ibv_wc swc = a.wait_one();
+  EXPECT_EQ(swc.status, IBV_WC_SUCCESS);
+  EXPECT_EQ(swc.wr_id, 5u);
+  EXPECT_EQ(swc.opcode, IBV_WC_SEND);
+
+  // RDMA WRITE into b's buffer at an offset; a bad WR comes back in bad_wr.
+  std::memset(a.buf.data(), 0x5C, 512);
+  wr.wr_id = 6;
+  wr.opcode = IBV_WR_RDMA_WRITE;
+  sge.length = 512;
+  wr.wr.rdma.remote_addr = reinterpret_cast<uintptr_t>(b.buf.data()) + 4096;
+  wr.wr.rdma.rkey = b.mr->rkey;
+  ibv_send_wr broken = wr;
+  broken.num_sge = 1000;  // more than max_send_sge
+  wr.next = &broken;
+  ASSERT_EQ(ibv_post_send(a.qp, &wr, &bad), EINVAL);
+  EXPECT_EQ(bad, &broken);
+  const ibv_wc wwc = a.wait_one();
+  EXPECT_EQ(wwc.status, IBV_WC_SUCCESS);
+  EXPECT_EQ(wwc.opcode, IBV_WC_RDMA_WRITE);
+  EXPECT_EQ(b.buf[4096], 0x5C);
+  EXPECT_EQ(b.buf[4096 + 511], 0x5C);
+
+  ibv_qp_attr qa{};
+  ibv_qp_init_attr qi{};
+  ASSERT_EQ(ibv_query_qp(a.qp, &qa, IBV_QP_STATE | IBV_QP_CAP, &qi), 0);
+  EXPECT_EQ(qa.qp_state, IBV_QPS_RTS);
+  EXPECT_EQ(qi.send_cq, a.cq) << "the application's CQ, not the RNIC's";
+  a.close();
+  b.close();
+}
+
+TEST_F(VerbsAbi, QpExBuildersAndCqExPolling) {
+  Side a, b;
+  ASSERT_NO_FATAL_FAILURE(a.open(ctx_[0], IBV_QPT_RC, true));
+  ASSERT_NO_FATAL_FAILURE(b.open(ctx_[1], IBV_QPT_RC, true));
+  ASSERT_NO_FATAL_FAILURE(a.connect(b));
+  ASSERT_NO_FATAL_FAILURE(b.connect(a));
+  b.post_recv(91, kBuf);
+  const char msg[] = "inline through ibv_wr_set_inline_data";
+  ibv_qp_ex* qx = ibv_qp_to_qp_ex(a.qp);
+  ASSERT_NE(qx, nullptr);
+  ibv_wr_start(qx);
+  qx->wr_id = 42;
+  qx->wr_flags = IBV_SEND_SIGNALED;
+  ibv_wr_send(qx);
+  char scratch[sizeof msg];
+  std::memcpy(scratch, msg, sizeof msg);
+  ibv_wr_set_inline_data(qx, scratch, sizeof msg);
+  std::memset(scratch, 0, sizeof scratch);  // copied at the call
+  ASSERT_EQ(ibv_wr_complete(qx), 0);
+
+  ibv_poll_cq_attr pa{};
+  int rc = ENOENT;
+  for (int i = 0; i < 500000 && rc == ENOENT; ++i) rc = ibv_start_poll(b.cqx, &pa);
+  ASSERT_EQ(rc, 0);
+  EXPECT_EQ(b.cqx->status, IBV_WC_SUCCESS);  // read directly from the ibv_cq_ex
+  EXPECT_EQ(b.cqx->wr_id, 91u);
+  EXPECT_EQ(ibv_wc_read_opcode(b.cqx), IBV_WC_RECV);
+  EXPECT_EQ(ibv_wc_read_byte_len(b.cqx), sizeof msg);
+  EXPECT_EQ(ibv_wc_read_qp_num(b.cqx), b.qp->qp_num);
+  EXPECT_EQ(ibv_next_poll(b.cqx), ENOENT);
+  ibv_end_poll(b.cqx);
+  EXPECT_STREQ(reinterpret_cast<const char*>(b.buf.data()), msg);
+
+  rc = ENOENT;
+  for (int i = 0; i < 500000 && rc == ENOENT; ++i) rc = ibv_start_poll(a.cqx, &pa);
+  ASSERT_EQ(rc, 0);
+  EXPECT_EQ(a.cqx->wr_id, 42u);
+  EXPECT_EQ(ibv_wc_read_opcode(a.cqx), IBV_WC_SEND);
+  ibv_end_poll(a.cqx);
+  // A setter with no WR started is reported by wr_complete.
+  ibv_wr_start(qx);
+  ibv_wr_set_sge(qx, a.mr->lkey, reinterpret_cast<uintptr_t>(a.buf.data()), 8);
+  EXPECT_EQ(ibv_wr_complete(qx), EINVAL);
+  a.close();
+  b.close();
+}
+
+TEST_F(VerbsAbi, UdWithGrhAndAhFromWc) {
+  Side a, b;
+  ASSERT_NO_FATAL_FAILURE(a.open(ctx_[0], IBV_QPT_UD, false));
+  ASSERT_NO_FATAL_FAILURE(b.open(ctx_[1], IBV_QPT_UD, false));
+  ASSERT_NO_FATAL_FAILURE(a.connect(b));
+  ASSERT_NO_FATAL_FAILURE(b.connect(a));
+  constexpr uint32_t kGrh = 40, kLen = 256;
+  b.post_recv(3, kGrh + kLen);
+  ibv_ah_attr aa{};
+  aa.is_global = 1;
+  aa.grh.dgid = b.gid();
+  aa.grh.sgid_index = kGidIndex;
+  aa.grh.hop_limit = 64;
+  aa.port_num = kPort;
+  ibv_ah* ah = ibv_create_ah(a.pd, &aa);
+  ASSERT_NE(ah, nullptr) << std::strerror(errno);
+  for (uint32_t i = 0; i < kLen; ++i) a.buf[i] = static_cast<uint8_t>(255 - i);
+  ibv_sge sge{reinterpret_cast<uintptr_t>(a.buf.data()), kLen, a.mr->lkey};
+  ibv_send_wr wr{};
+  wr.wr_id = 9;
+  wr.sg_list = &sge;
+  wr.num_sge = 1;
+  wr.opcode = IBV_WR_SEND;
+  wr.send_flags = IBV_SEND_SIGNALED;
+  wr.wr.ud = {ah, b.qp->qp_num, 0x11111111};
+  ibv_send_wr* bad = nullptr;
+  ASSERT_EQ(ibv_post_send(a.qp, &wr, &bad), 0);
+  ibv_wc wc = b.wait_one();
+  ASSERT_EQ(wc.status, IBV_WC_SUCCESS) << ibv_wc_status_str(wc.status);
+  EXPECT_TRUE(wc.wc_flags & IBV_WC_GRH);
+  EXPECT_EQ(wc.byte_len, kGrh + kLen);
+  EXPECT_EQ(wc.src_qp, a.qp->qp_num);
+  EXPECT_EQ(std::memcmp(b.buf.data() + kGrh, a.buf.data(), kLen), 0);
+  // The reply address, from the GRH area (IPv4 header in its last 20 bytes).
+  ibv_ah_attr back{};
+  ASSERT_EQ(ibv_init_ah_from_wc(b.ctx, kPort, &wc, reinterpret_cast<ibv_grh*>(b.buf.data()), &back), 0);
+  EXPECT_EQ(back.is_global, 1);
+  EXPECT_EQ(std::memcmp(back.grh.dgid.raw, a.gid().raw, 16), 0);
+  EXPECT_EQ(back.grh.sgid_index, kGidIndex);
+  ibv_ah* reply = ibv_create_ah_from_wc(b.pd, &wc, reinterpret_cast<ibv_grh*>(b.buf.data()), kPort);
+  ASSERT_NE(reply, nullptr);
+  EXPECT_EQ(ibv_destroy_ah(reply), 0);
+  const ibv_wc swc = a.wait_one();
+  EXPECT_EQ(swc.status, IBV_WC_SUCCESS);
+  EXPECT_EQ(ibv_destroy_ah(ah), 0);
+  a.close();
+  b.close();
+}
+
+}  // namespace

@@ -1,0 +1,166 @@
+#!/usr/bin/env bash
+# Unmodified Debian ibverbs-utils over the drop-in libibverbs.so.1, run
+# through scripts/uroce-run:
+#
+#   utils     ibv_devices and ibv_devinfo -v on a net_null device (the
+#             device, port and GID table as a program sees them); a program
+#             that asks for an unsupported verb (ibv_xsrq_pingpong: XRC)
+#             gets a clean error, not a crash
+#   afpacket  ibv_rc_pingpong (also -e, and -s 16384), ibv_uc_pingpong,
+#             ibv_ud_pingpong and ibv_srq_pingpong: server in one network
+#             namespace, client in the other (scripts/netns-up --veth), one
+#             net_af_packet port each, the TCP exchange over the same veth
+#   memif     the same programs over a memif pair; the two processes share
+#             a namespace (memif has no kernel link for their TCP exchange,
+#             which goes over loopback)
+#
+#   verbs_apps_test.sh MODE SHIM_BUILD_DIR SCRIPTS_DIR
+#
+# Each program must exit 0 on both sides and print its iteration report.
+# Exit 0 pass, 1 fail, 77 skip (not root, programs not installed).
+set -u
+
+readonly EXIT_SKIP=77
+readonly RUN_TIMEOUT_S=60
+readonly ITERS=50
+[ $# -eq 3 ] || { echo "usage: $0 utils|afpacket|memif SHIM_BUILD_DIR SCRIPTS_DIR" >&2; exit 2; }
+MODE=$1 BUILD=$2 SCRIPTS=$3
+
+skip() { echo "SKIP: $*"; exit $EXIT_SKIP; }
+[ "$(id -u)" -eq 0 ] || skip "needs root (DPDK ports, network namespaces)"
+for p in ibv_devices ibv_devinfo ibv_rc_pingpong ibv_uc_pingpong ibv_ud_pingpong ibv_srq_pingpong; do
+  command -v $p >/dev/null || skip "needs $p (scripts/setup installs ibverbs-utils)"
+done
+
+PREFIX=$(printf 'us%x' $$)
+TMP=$(mktemp -d "/tmp/uroce-shim-$MODE.XXXXXX")
+PIDS=()
+failed=0
+CONFIG=$TMP/empty.toml
+: >"$CONFIG"
+RUN=("$SCRIPTS/uroce-run" --build "$BUILD" --config "$CONFIG")
+
+cleanup() {
+  local pid
+  for pid in "${PIDS[@]}"; do kill -TERM "$pid" 2>/dev/null; done
+  for pid in "${PIDS[@]}"; do wait "$pid" 2>/dev/null; done
+  "$SCRIPTS/netns-down" "$PREFIX" >/dev/null 2>&1
+  if [ $failed -eq 0 ]; then rm -rf "$TMP"; else echo "logs kept in $TMP"; fi
+}
+trap cleanup EXIT
+trap 'exit 1' INT TERM
+
+pass() { echo "PASS $*"; }
+fail() { echo "FAIL $*"; failed=$((failed + 1)); }
+show() { echo "---- $1"; sed 's/^/    /' "$1"; }
+
+# expect LOG PATTERN LABEL
+expect() {
+  if grep -qE -- "$2" "$1"; then pass "$3"; else
+    fail "$3: no /$2/"
+    show "$1"
+  fi
+}
+
+run_utils() {
+  local dev=(env UROCE_DEVICE=net_null0 UROCE_IP=10.0.0.1/24,fd00::1/64)
+  "${dev[@]}" timeout $RUN_TIMEOUT_S "${RUN[@]}" ibv_devices >"$TMP/devices.log" 2>&1
+  local rc=$?
+  [ $rc -eq 0 ] && pass "ibv_devices exit 0" || fail "ibv_devices exit $rc"
+  expect "$TMP/devices.log" '^[[:space:]]+uroce0[[:space:]]+[0-9a-f]{16}$' "ibv_devices lists uroce0 with its node GUID"
+  "${dev[@]}" timeout $RUN_TIMEOUT_S "${RUN[@]}" ibv_devinfo -v >"$TMP/devinfo.log" 2>&1
+  rc=$?
+  [ $rc -eq 0 ] && pass "ibv_devinfo -v exit 0" || { fail "ibv_devinfo -v exit $rc"; show "$TMP/devinfo.log"; }
+  expect "$TMP/devinfo.log" 'hca_id:.uroce0' "devinfo: hca_id uroce0"
+  expect "$TMP/devinfo.log" 'transport:.*InfiniBand \(0\)' "devinfo: transport InfiniBand"
+  expect "$TMP/devinfo.log" 'vendor_id:.*0xffffff' "devinfo: vendor_id 0xffffff, as rxe"
+  expect "$TMP/devinfo.log" 'state:.*PORT_ACTIVE \(4\)' "devinfo: port ACTIVE"
+  expect "$TMP/devinfo.log" 'link_layer:.*Ethernet' "devinfo: Ethernet link layer"
+  expect "$TMP/devinfo.log" 'active_mtu:.*1024 \(3\)' "devinfo: active MTU 1024 on a 1500-byte port"
+  expect "$TMP/devinfo.log" 'GID\[ *[0-9]+\]:.*::ffff:10\.0\.0\.1, RoCE v2' "devinfo: IPv4-mapped GID, RoCE v2"
+  expect "$TMP/devinfo.log" 'GID\[ *[0-9]+\]:.*fd00::1, RoCE v2' "devinfo: IPv6 GID, RoCE v2"
+  expect "$TMP/devinfo.log" 'num_comp_vectors:.*1' "devinfo -v: query_device_ex answered"
+  # No configured device: an empty list, not a failure to load.
+  timeout $RUN_TIMEOUT_S "${RUN[@]}" ibv_devinfo >"$TMP/none.log" 2>&1
+  expect "$TMP/none.log" 'No IB devices found' "no device configured: 'No IB devices found'"
+  # XRC is not offered: ibv_xsrq_pingpong must fail with a message, not a signal.
+  if command -v ibv_xsrq_pingpong >/dev/null; then
+    "${dev[@]}" timeout $RUN_TIMEOUT_S "${RUN[@]}" ibv_xsrq_pingpong -g 0 >"$TMP/xsrq.log" 2>&1
+    rc=$?
+    if [ $rc -ne 0 ] && [ $rc -lt 124 ] && grep -qi 'XRC\|xrcd\|couldn' "$TMP/xsrq.log"; then
+      pass "ibv_xsrq_pingpong: a clean error (exit $rc: $(head -1 "$TMP/xsrq.log"))"
+    else
+      fail "ibv_xsrq_pingpong: exit $rc"
+      show "$TMP/xsrq.log"
+    fi
+  fi
+}
+
+# pair NAME SERVER_PREFIX CLIENT_PREFIX SERVER_ADDR -- PROGRAM ARGS...: the
+# program as server (its prefix command first), then as client.
+pair() {
+  local name=$1 srv_pre=$2 cli_pre=$3 addr=$4
+  shift 5
+  : >"$TMP/$name-server.log"
+  $srv_pre timeout $RUN_TIMEOUT_S "${RUN[@]}" "$@" >"$TMP/$name-server.log" 2>&1 &
+  local spid=$!
+  PIDS+=("$spid")
+  sleep 1.5  # the server starts its device (and a memif server its socket) and listens
+  $cli_pre timeout $RUN_TIMEOUT_S "${RUN[@]}" "$@" "$addr" >"$TMP/$name-client.log" 2>&1
+  local crc=$?
+  wait "$spid"
+  local src=$?
+  if [ $crc -eq 0 ] && [ $src -eq 0 ] && grep -q "$ITERS iters in" "$TMP/$name-client.log" &&
+    grep -q "$ITERS iters in" "$TMP/$name-server.log"; then
+    pass "$name: $(grep 'iters in' "$TMP/$name-client.log")"
+  else
+    fail "$name: client exit $crc, server exit $src"
+    show "$TMP/$name-server.log"
+    show "$TMP/$name-client.log"
+  fi
+}
+
+# The programs: name, progress mode, arguments.
+PROGRAMS=(
+  "rc thread ibv_rc_pingpong -g 0 -n $ITERS"
+  "rc-inline inline ibv_rc_pingpong -g 0 -n $ITERS"
+  "rc-events thread ibv_rc_pingpong -g 0 -n $ITERS -e"
+  "rc-16k inline ibv_rc_pingpong -g 0 -n $ITERS -s 16384"
+  "uc inline ibv_uc_pingpong -g 0 -n $ITERS"
+  "ud inline ibv_ud_pingpong -g 0 -n $ITERS"
+  "srq inline ibv_srq_pingpong -g 0 -n $ITERS"
+)
+
+run_programs() {  # SERVER_ENV CLIENT_ENV SERVER_ADDR (env prefixes as words)
+  local entry name progress
+  for entry in "${PROGRAMS[@]}"; do
+    read -r name progress cmd <<<"$entry"
+    pair "$name" "$1 UROCE_PROGRESS=$progress" "$2 UROCE_PROGRESS=$progress" "$3" -- $cmd
+  done
+}
+
+run_afpacket() {
+  local out
+  out=$("$SCRIPTS/netns-up" --veth "$PREFIX" 2>"$TMP/netns.err") || {
+    [ $? -eq $EXIT_SKIP ] && skip "$(cat "$TMP/netns.err")"
+    fail "netns-up"; show "$TMP/netns.err"; return
+  }
+  eval "$out"
+  run_programs "ip netns exec $NS_B env UROCE_DEVICE=$DEVARGS_B" "ip netns exec $NS_A env UROCE_DEVICE=$DEVARGS_A" "$IP_B"
+}
+
+run_memif() {
+  local sock=$TMP/memif.sock
+  # A fresh socket per program: the server side of each pair owns it.
+  run_programs "env UROCE_DEVICE=net_memif0,role=server,socket=$sock,socket-abstract=no UROCE_IP=10.48.0.1/24" \
+    "env UROCE_DEVICE=net_memif0,role=client,socket=$sock,socket-abstract=no UROCE_IP=10.48.0.2/24" 127.0.0.1
+}
+
+echo "shim-$MODE: work in $TMP"
+"run_$MODE"
+if [ $failed -eq 0 ]; then
+  echo "shim-$MODE: all checks passed"
+  exit 0
+fi
+echo "shim-$MODE: $failed checks failed"
+exit 1

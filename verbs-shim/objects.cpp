@@ -1,0 +1,467 @@
+// PD, MR, completion channel, CQ (always ibv_cq_ex-headed), SRQ and AH:
+// libibverbs' conventions around the RNIC's objects.  The CQ's poll and
+// notify and the SRQ's post are context ops that inline code calls.
+#include <endian.h>
+#include <fcntl.h>
+#include <poll.h>
+
+#include <cerrno>
+#include <cstring>
+#include <new>
+
+#include "lib/wire/ipv6.hpp"
+#include "transport/device.hpp"
+#include "verbs-shim/shim.hpp"
+
+#undef ibv_reg_mr
+#undef ibv_reg_mr_iova
+
+namespace uroce::shim {
+namespace {
+
+Device* dev_of(ibv_context* ctx) noexcept { return to_ctx(ctx)->dev; }
+rnic::Rnic& rnic_of(ibv_context* ctx) noexcept { return *dev_of(ctx)->rnic; }
+
+// The man page's access bits; IBV_ACCESS_OPTIONAL_RANGE (bits 20-29, e.g.
+// RELAXED_ORDERING) are hints a device may ignore, and uroce does.
+int mr_access(unsigned int access) noexcept { return static_cast<int>(access & ~IBV_ACCESS_OPTIONAL_RANGE); }
+
+// ---- ibv_cq_ex polling -------------------------------------------------------------
+// The current completion is in Cq::cur; status and wr_id are also stored in
+// the ibv_cq_ex, where the application reads them directly.
+int cq_poll_one(Cq* cq) noexcept {
+  kick(cq->ctx->dev);
+  const int n = cq->impl->poll(1, &cq->cur);
+  if (n < 0) return -n;
+  if (n == 0) return ENOENT;
+  cq->ex.status = cq->cur.status;
+  cq->ex.wr_id = cq->cur.wr_id;
+  return 0;
+}
+
+int cq_start_poll(ibv_cq_ex* ex, ibv_poll_cq_attr* attr) noexcept {
+  if (attr != nullptr && attr->comp_mask != 0) return EINVAL;
+  return cq_poll_one(to_cq(ex));
+}
+int cq_next_poll(ibv_cq_ex* ex) noexcept { return cq_poll_one(to_cq(ex)); }
+void cq_end_poll(ibv_cq_ex*) noexcept {}
+ibv_wc_opcode cq_read_opcode(ibv_cq_ex* ex) noexcept { return to_cq(ex)->cur.opcode; }
+uint32_t cq_read_vendor_err(ibv_cq_ex* ex) noexcept { return to_cq(ex)->cur.vendor_err; }
+uint32_t cq_read_byte_len(ibv_cq_ex* ex) noexcept { return to_cq(ex)->cur.byte_len; }
+__be32 cq_read_imm_data(ibv_cq_ex* ex) noexcept { return to_cq(ex)->cur.imm_data; }
+uint32_t cq_read_qp_num(ibv_cq_ex* ex) noexcept { return to_cq(ex)->cur.qp_num; }
+uint32_t cq_read_src_qp(ibv_cq_ex* ex) noexcept { return to_cq(ex)->cur.src_qp; }
+unsigned int cq_read_wc_flags(ibv_cq_ex* ex) noexcept { return to_cq(ex)->cur.wc_flags; }
+uint32_t cq_read_slid(ibv_cq_ex* ex) noexcept { return to_cq(ex)->cur.slid; }
+uint8_t cq_read_sl(ibv_cq_ex* ex) noexcept { return to_cq(ex)->cur.sl; }
+uint8_t cq_read_dlid_path_bits(ibv_cq_ex* ex) noexcept { return to_cq(ex)->cur.dlid_path_bits; }
+
+// The completion fields an ibv_cq_ex can report here: everything in ibv_wc.
+constexpr uint64_t kSupportedWcFlags = IBV_WC_STANDARD_FLAGS;
+
+Cq* make_cq(ibv_context* ctx, int cqe, void* cq_context, ibv_comp_channel* channel, uint32_t comp_vector,
+            uint64_t wc_flags, int* err) noexcept {
+  if (ctx == nullptr || cqe <= 0 || comp_vector >= static_cast<uint32_t>(ctx->num_comp_vectors)) {
+    *err = EINVAL;
+    return nullptr;
+  }
+  auto* cq = new (std::nothrow) Cq{};
+  if (cq == nullptr) {
+    *err = ENOMEM;
+    return nullptr;
+  }
+  rnic::CompChannel* ch = channel == nullptr ? nullptr : to_channel(channel)->impl;
+  cq->impl = rnic_of(ctx).create_cq(cqe, cq, ch, static_cast<int>(comp_vector), err);
+  if (cq->impl == nullptr) {
+    delete cq;
+    return nullptr;
+  }
+  cq->ctx = to_ctx(ctx);
+  cq->wc_flags = wc_flags;
+  ibv_cq_ex& ex = cq->ex;
+  ex.context = ctx;
+  ex.channel = channel;
+  ex.cq_context = cq_context;
+  ex.cqe = static_cast<int>(cq->impl->capacity());
+  pthread_mutex_init(&ex.mutex, nullptr);
+  pthread_cond_init(&ex.cond, nullptr);
+  ex.start_poll = cq_start_poll;
+  ex.next_poll = cq_next_poll;
+  ex.end_poll = cq_end_poll;
+  ex.read_opcode = cq_read_opcode;
+  ex.read_vendor_err = cq_read_vendor_err;
+  ex.read_byte_len = cq_read_byte_len;
+  ex.read_imm_data = cq_read_imm_data;
+  ex.read_qp_num = cq_read_qp_num;
+  ex.read_src_qp = cq_read_src_qp;
+  ex.read_wc_flags = cq_read_wc_flags;
+  ex.read_slid = cq_read_slid;
+  ex.read_sl = cq_read_sl;
+  ex.read_dlid_path_bits = cq_read_dlid_path_bits;
+  if (channel != nullptr) {
+    pthread_mutex_lock(&ctx->mutex);
+    ++channel->refcnt;
+    pthread_mutex_unlock(&ctx->mutex);
+  }
+  return cq;
+}
+
+}  // namespace
+
+// ---- context ops -------------------------------------------------------------------
+
+int poll_cq_op(ibv_cq* ibcq, int n, ibv_wc* wc) noexcept {
+  Cq* cq = to_cq(ibcq);
+  kick(cq->ctx->dev);
+  return cq->impl->poll(n, wc);
+}
+
+int req_notify_cq_op(ibv_cq* ibcq, int solicited_only) noexcept {
+  return to_cq(ibcq)->impl->req_notify(solicited_only != 0);
+}
+
+ibv_cq_ex* create_cq_ex_op(ibv_context* ctx, ibv_cq_init_attr_ex* attr) noexcept {
+  if (attr == nullptr) return fail(EINVAL, static_cast<ibv_cq_ex*>(nullptr));
+  if ((attr->comp_mask & ~(IBV_CQ_INIT_ATTR_MASK_FLAGS | IBV_CQ_INIT_ATTR_MASK_PD)) != 0) {
+    return fail(EINVAL, static_cast<ibv_cq_ex*>(nullptr));
+  }
+  if ((attr->wc_flags & ~kSupportedWcFlags) != 0) {
+    return fail(EOPNOTSUPP, static_cast<ibv_cq_ex*>(nullptr));  // no completion timestamps, CVLAN, flow tag
+  }
+  if ((attr->comp_mask & IBV_CQ_INIT_ATTR_MASK_FLAGS) != 0 &&
+      (attr->flags & ~static_cast<uint32_t>(IBV_CREATE_CQ_ATTR_SINGLE_THREADED)) != 0) {
+    return fail(EOPNOTSUPP, static_cast<ibv_cq_ex*>(nullptr));
+  }
+  int err = 0;
+  Cq* cq = make_cq(ctx, static_cast<int>(attr->cqe), attr->cq_context, attr->channel, attr->comp_vector,
+                   attr->wc_flags, &err);
+  if (cq == nullptr) return fail(err, static_cast<ibv_cq_ex*>(nullptr));
+  return &cq->ex;
+}
+
+int post_srq_recv_op(ibv_srq* ibsrq, ibv_recv_wr* wr, ibv_recv_wr** bad) noexcept {
+  const ibv_recv_wr* bad_c = nullptr;
+  const int rc = to_srq(ibsrq)->impl->post_recv(wr, &bad_c);
+  if (rc != 0 && bad != nullptr) *bad = const_cast<ibv_recv_wr*>(bad_c);
+  return rc;
+}
+
+}  // namespace uroce::shim
+
+using namespace uroce;
+using namespace uroce::shim;
+
+// ---- PD --------------------------------------------------------------------------------
+
+UROCE_EXPORT ibv_pd* ibv_alloc_pd(ibv_context* context) noexcept {
+  if (context == nullptr) return fail(EINVAL, static_cast<ibv_pd*>(nullptr));
+  auto* pd = new (std::nothrow) Pd{};
+  if (pd == nullptr) return fail(ENOMEM, static_cast<ibv_pd*>(nullptr));
+  int err = 0;
+  pd->impl = rnic_of(context).alloc_pd(&err);
+  if (pd->impl == nullptr) {
+    delete pd;
+    return fail(err, static_cast<ibv_pd*>(nullptr));
+  }
+  pd->base.context = context;
+  pd->base.handle = pd->impl->handle();
+  return &pd->base;
+}
+
+UROCE_EXPORT int ibv_dealloc_pd(ibv_pd* ibpd) noexcept {
+  if (ibpd == nullptr) return EINVAL;
+  Pd* pd = to_pd(ibpd);
+  const int rc = rnic_of(ibpd->context).dealloc_pd(pd->impl);
+  if (rc == 0) delete pd;
+  return rc;
+}
+
+// ---- MR --------------------------------------------------------------------------------
+
+UROCE_EXPORT ibv_mr* ibv_reg_mr_iova2(ibv_pd* ibpd, void* addr, size_t length, uint64_t iova,
+                                      unsigned int access) noexcept {
+  if (ibpd == nullptr) return fail(EINVAL, static_cast<ibv_mr*>(nullptr));
+  auto* mr = new (std::nothrow) Mr{};
+  if (mr == nullptr) return fail(ENOMEM, static_cast<ibv_mr*>(nullptr));
+  int err = 0;
+  Pd* pd = to_pd(ibpd);
+  mr->impl = rnic_of(ibpd->context).reg_mr(pd->impl, addr, length, iova, mr_access(access), &err);
+  if (mr->impl == nullptr) {
+    delete mr;
+    return fail(err, static_cast<ibv_mr*>(nullptr));
+  }
+  mr->base.context = ibpd->context;
+  mr->base.pd = ibpd;
+  mr->base.addr = addr;
+  mr->base.length = length;
+  mr->base.handle = mr->impl->lkey.value();
+  mr->base.lkey = mr->impl->lkey.value();
+  mr->base.rkey = mr->impl->rkey.value();
+  return &mr->base;
+}
+
+UROCE_EXPORT ibv_mr* ibv_reg_mr(ibv_pd* pd, void* addr, size_t length, int access) noexcept {
+  return ibv_reg_mr_iova2(pd, addr, length, reinterpret_cast<uintptr_t>(addr), static_cast<unsigned int>(access));
+}
+
+UROCE_EXPORT ibv_mr* ibv_reg_mr_iova(ibv_pd* pd, void* addr, size_t length, uint64_t iova, int access) noexcept {
+  return ibv_reg_mr_iova2(pd, addr, length, iova, static_cast<unsigned int>(access));
+}
+
+// dma-buf memory belongs to a kernel device: nothing here can map it.
+UROCE_EXPORT ibv_mr* ibv_reg_dmabuf_mr(ibv_pd*, uint64_t, size_t, uint64_t, int, int) noexcept {
+  return fail(EOPNOTSUPP, static_cast<ibv_mr*>(nullptr));
+}
+
+UROCE_EXPORT int ibv_rereg_mr(ibv_mr* ibmr, int flags, ibv_pd* ibpd, void* addr, size_t length,
+                              int access) noexcept {
+  if (ibmr == nullptr || flags == 0 || (flags & ~(IBV_REREG_MR_CHANGE_TRANSLATION | IBV_REREG_MR_CHANGE_PD |
+                                                  IBV_REREG_MR_CHANGE_ACCESS)) != 0) {
+    return IBV_REREG_MR_ERR_INPUT;
+  }
+  if ((flags & IBV_REREG_MR_CHANGE_PD) != 0 && ibpd == nullptr) return IBV_REREG_MR_ERR_INPUT;
+  Mr* mr = to_mr(ibmr);
+  rnic::Pd* pd = (flags & IBV_REREG_MR_CHANGE_PD) != 0 ? to_pd(ibpd)->impl : nullptr;
+  const int rc = rnic_of(ibmr->context).rereg_mr(mr->impl, flags, pd, addr, length, mr_access(static_cast<unsigned>(access)));
+  if (rc != 0) {
+    errno = rc;
+    return IBV_REREG_MR_ERR_INPUT;
+  }
+  if ((flags & IBV_REREG_MR_CHANGE_PD) != 0) ibmr->pd = ibpd;
+  if ((flags & IBV_REREG_MR_CHANGE_TRANSLATION) != 0) {
+    ibmr->addr = addr;
+    ibmr->length = length;
+  }
+  ibmr->lkey = mr->impl->lkey.value();
+  ibmr->rkey = mr->impl->rkey.value();
+  return 0;
+}
+
+UROCE_EXPORT int ibv_dereg_mr(ibv_mr* ibmr) noexcept {
+  if (ibmr == nullptr) return EINVAL;
+  Mr* mr = to_mr(ibmr);
+  const int rc = rnic_of(ibmr->context).dereg_mr(mr->impl);
+  if (rc == 0) delete mr;
+  return rc;
+}
+
+// ---- completion channel ---------------------------------------------------------------
+
+UROCE_EXPORT ibv_comp_channel* ibv_create_comp_channel(ibv_context* context) noexcept {
+  if (context == nullptr) return fail(EINVAL, static_cast<ibv_comp_channel*>(nullptr));
+  auto* ch = new (std::nothrow) Channel{};
+  if (ch == nullptr) return fail(ENOMEM, static_cast<ibv_comp_channel*>(nullptr));
+  int err = 0;
+  ch->impl = rnic_of(context).create_comp_channel(&err);
+  if (ch->impl == nullptr) {
+    delete ch;
+    return fail(err, static_cast<ibv_comp_channel*>(nullptr));
+  }
+  ch->base.context = context;
+  ch->base.fd = ch->impl->fd();
+  ch->base.refcnt = 0;
+  return &ch->base;
+}
+
+UROCE_EXPORT int ibv_destroy_comp_channel(ibv_comp_channel* channel) noexcept {
+  if (channel == nullptr) return EINVAL;
+  ibv_context* context = channel->context;
+  pthread_mutex_lock(&context->mutex);
+  const bool busy = channel->refcnt != 0;
+  pthread_mutex_unlock(&context->mutex);
+  if (busy) return EBUSY;
+  Channel* ch = to_channel(channel);
+  const int rc = rnic_of(context).destroy_comp_channel(ch->impl);
+  if (rc == 0) delete ch;
+  return rc;
+}
+
+// ---- CQ --------------------------------------------------------------------------------
+
+UROCE_EXPORT ibv_cq* ibv_create_cq(ibv_context* context, int cqe, void* cq_context, ibv_comp_channel* channel,
+                                   int comp_vector) noexcept {
+  if (comp_vector < 0) return fail(EINVAL, static_cast<ibv_cq*>(nullptr));
+  int err = 0;
+  Cq* cq = make_cq(context, cqe, cq_context, channel, static_cast<uint32_t>(comp_vector), IBV_WC_STANDARD_FLAGS,
+                   &err);
+  if (cq == nullptr) return fail(err, static_cast<ibv_cq*>(nullptr));
+  return abi(cq);
+}
+
+UROCE_EXPORT int ibv_resize_cq(ibv_cq* ibcq, int cqe) noexcept {
+  if (ibcq == nullptr || cqe <= 0) return EINVAL;
+  Cq* cq = to_cq(ibcq);
+  const int rc = cq->impl->resize(static_cast<uint32_t>(cqe));
+  if (rc == 0) ibcq->cqe = static_cast<int>(cq->impl->capacity());
+  return rc;
+}
+
+UROCE_EXPORT int ibv_destroy_cq(ibv_cq* ibcq) noexcept {
+  if (ibcq == nullptr) return EINVAL;
+  Cq* cq = to_cq(ibcq);
+  ibv_comp_channel* channel = ibcq->channel;
+  ibv_context* context = ibcq->context;
+  const int rc = rnic_of(context).destroy_cq(cq->impl);
+  if (rc != 0) return rc;
+  if (channel != nullptr) {
+    pthread_mutex_lock(&context->mutex);
+    --channel->refcnt;
+    pthread_mutex_unlock(&context->mutex);
+  }
+  pthread_cond_destroy(&ibcq->cond);
+  pthread_mutex_destroy(&ibcq->mutex);
+  delete cq;
+  return 0;
+}
+
+UROCE_EXPORT int ibv_get_cq_event(ibv_comp_channel* channel, ibv_cq** cq_out, void** cq_context) noexcept {
+  if (channel == nullptr || cq_out == nullptr || cq_context == nullptr) return fail(EINVAL, -1);
+  Channel* ch = to_channel(channel);
+  Device* dev = dev_of(channel->context);
+  if (dev->inline_progress && (fcntl(channel->fd, F_GETFL) & O_NONBLOCK) == 0) {
+    // Nobody else drives the loop: do it until the channel has an event.
+    pollfd pfd{channel->fd, POLLIN, 0};
+    while (poll(&pfd, 1, 0) == 0) kick(dev);
+  }
+  rnic::Cq* rcq = nullptr;
+  const int rc = ch->impl->get_event(&rcq);
+  if (rc != 0) return fail(rc, -1);
+  Cq* cq = static_cast<Cq*>(rcq->context());
+  *cq_out = abi(cq);
+  *cq_context = cq->ex.cq_context;
+  return 0;
+}
+
+// Upstream's event accounting: applications ack every event they got
+// before destroying the CQ.
+UROCE_EXPORT void ibv_ack_cq_events(ibv_cq* cq, unsigned int nevents) noexcept {
+  if (cq == nullptr) return;
+  pthread_mutex_lock(&cq->mutex);
+  cq->comp_events_completed += nevents;
+  pthread_cond_signal(&cq->cond);
+  pthread_mutex_unlock(&cq->mutex);
+}
+
+// ---- SRQ -------------------------------------------------------------------------------
+
+UROCE_EXPORT ibv_srq* ibv_create_srq(ibv_pd* ibpd, ibv_srq_init_attr* init) noexcept {
+  if (ibpd == nullptr || init == nullptr) return fail(EINVAL, static_cast<ibv_srq*>(nullptr));
+  auto* srq = new (std::nothrow) Srq{};
+  if (srq == nullptr) return fail(ENOMEM, static_cast<ibv_srq*>(nullptr));
+  ibv_srq_init_attr ours = *init;
+  ours.srq_context = srq;  // the RNIC's context is ours; the application's stays in ibv_srq
+  int err = 0;
+  srq->impl = rnic_of(ibpd->context).create_srq(to_pd(ibpd)->impl, ours, &err);
+  if (srq->impl == nullptr) {
+    delete srq;
+    return fail(err, static_cast<ibv_srq*>(nullptr));
+  }
+  srq->ctx = to_ctx(ibpd->context);
+  ibv_srq& s = srq->base;
+  s.context = ibpd->context;
+  s.srq_context = init->srq_context;
+  s.pd = ibpd;
+  pthread_mutex_init(&s.mutex, nullptr);
+  pthread_cond_init(&s.cond, nullptr);
+  // The man page: the actual sizes are written back.
+  ibv_srq_attr actual{};
+  if (srq->impl->query(&actual) == 0) {
+    init->attr.max_wr = actual.max_wr;
+    init->attr.max_sge = actual.max_sge;
+  }
+  return &s;
+}
+
+UROCE_EXPORT int ibv_modify_srq(ibv_srq* ibsrq, ibv_srq_attr* attr, int mask) noexcept {
+  if (ibsrq == nullptr || attr == nullptr) return EINVAL;
+  return to_srq(ibsrq)->impl->modify(*attr, mask);
+}
+
+UROCE_EXPORT int ibv_query_srq(ibv_srq* ibsrq, ibv_srq_attr* attr) noexcept {
+  if (ibsrq == nullptr || attr == nullptr) return EINVAL;
+  return to_srq(ibsrq)->impl->query(attr);
+}
+
+UROCE_EXPORT int ibv_destroy_srq(ibv_srq* ibsrq) noexcept {
+  if (ibsrq == nullptr) return EINVAL;
+  Srq* srq = to_srq(ibsrq);
+  const int rc = rnic_of(ibsrq->context).destroy_srq(srq->impl);
+  if (rc != 0) return rc;
+  pthread_cond_destroy(&ibsrq->cond);
+  pthread_mutex_destroy(&ibsrq->mutex);
+  delete srq;
+  return 0;
+}
+
+// ---- AH --------------------------------------------------------------------------------
+
+UROCE_EXPORT ibv_ah* ibv_create_ah(ibv_pd* ibpd, ibv_ah_attr* attr) noexcept {
+  if (ibpd == nullptr || attr == nullptr) return fail(EINVAL, static_cast<ibv_ah*>(nullptr));
+  int err = 0;
+  rnic::Ah* ah = rnic_of(ibpd->context).create_ah(to_pd(ibpd)->impl, *attr, &err);
+  if (ah == nullptr) return fail(err, static_cast<ibv_ah*>(nullptr));
+  ah->ibv.context = ibpd->context;
+  ah->ibv.pd = ibpd;
+  return &ah->ibv;
+}
+
+UROCE_EXPORT int ibv_destroy_ah(ibv_ah* ah) noexcept {
+  if (ah == nullptr) return EINVAL;
+  return rnic_of(ah->context).destroy_ah(rnic::Ah::from_ibv(ah));
+}
+
+// The address of the sender of a UD completion, from the 40-byte GRH area
+// at the head of its receive buffer (IBV_WC_GRH).  On RoCEv2 that area
+// holds an IPv6 header, or 20 unused bytes and then the IPv4 header
+// (research/abi-shim.md §8).
+UROCE_EXPORT int ibv_init_ah_from_wc(ibv_context* context, uint8_t port_num, ibv_wc* wc, ibv_grh* grh,
+                                     ibv_ah_attr* ah_attr) noexcept {
+  if (context == nullptr || wc == nullptr || ah_attr == nullptr) return fail(EINVAL, -1);
+  std::memset(ah_attr, 0, sizeof *ah_attr);
+  ah_attr->dlid = wc->slid;
+  ah_attr->sl = wc->sl;
+  ah_attr->src_path_bits = wc->dlid_path_bits;
+  ah_attr->port_num = port_num;
+  if ((wc->wc_flags & IBV_WC_GRH) == 0 || grh == nullptr) return 0;  // no GRH: a local-only address
+  constexpr size_t kIpv4Offset = 20;        // the IPv4 header sits in the GRH area's last 20 bytes
+  constexpr uint8_t kIpVersion4 = 4, kIpVersion6 = 6;
+  constexpr size_t kIpv4Tos = 1, kIpv4Src = 12, kIpv4Dst = 16;
+  constexpr uint8_t kMappedPrefix[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
+  const auto* raw = reinterpret_cast<const uint8_t*>(grh);
+  wire::Ipv6Addr local{};
+  ah_attr->is_global = 1;
+  ah_attr->grh.hop_limit = 0xFF;
+  if ((raw[0] >> 4) == kIpVersion6) {
+    const uint32_t vtf = be32toh(grh->version_tclass_flow);
+    std::memcpy(ah_attr->grh.dgid.raw, grh->sgid.raw, sizeof grh->sgid.raw);
+    std::memcpy(local.data(), grh->dgid.raw, local.size());
+    ah_attr->grh.traffic_class = static_cast<uint8_t>(vtf >> 20);
+    ah_attr->grh.flow_label = vtf & 0xFFFFF;
+  } else if ((raw[kIpv4Offset] >> 4) == kIpVersion4) {
+    const uint8_t* ip = raw + kIpv4Offset;
+    std::memcpy(ah_attr->grh.dgid.raw, kMappedPrefix, sizeof kMappedPrefix);
+    std::memcpy(ah_attr->grh.dgid.raw + sizeof kMappedPrefix, ip + kIpv4Src, 4);
+    std::memcpy(local.data(), kMappedPrefix, sizeof kMappedPrefix);
+    std::memcpy(local.data() + sizeof kMappedPrefix, ip + kIpv4Dst, 4);
+    ah_attr->grh.traffic_class = ip[kIpv4Tos];
+  } else {
+    return fail(EINVAL, -1);
+  }
+  const int idx = rnic_of(context).find_gid(local);
+  if (idx < 0) return fail(ENOENT, -1);  // addressed to a GID we do not hold
+  ah_attr->grh.sgid_index = static_cast<uint8_t>(idx);
+  return 0;
+}
+
+UROCE_EXPORT ibv_ah* ibv_create_ah_from_wc(ibv_pd* pd, ibv_wc* wc, ibv_grh* grh, uint8_t port_num) noexcept {
+  if (pd == nullptr) return fail(EINVAL, static_cast<ibv_ah*>(nullptr));
+  ibv_ah_attr attr{};
+  if (ibv_init_ah_from_wc(pd->context, port_num, wc, grh, &attr) != 0) return nullptr;
+  return ibv_create_ah(pd, &attr);
+}
+
+// The Ethernet address behind a GID comes from the engine's neighbour
+// table when a packet is sent; there is no synchronous lookup to offer.
+UROCE_EXPORT int ibv_resolve_eth_l2_from_gid(ibv_context*, ibv_ah_attr*, uint8_t*, uint16_t*) noexcept {
+  return EOPNOTSUPP;
+}

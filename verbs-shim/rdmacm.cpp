@@ -1,0 +1,820 @@
+// The drop-in librdmacm.so.1: the C ABI of rdma-core 44's librdmacm
+// (rdma/rdma_cma.h, rdma/rdma_verbs.h, rdma/rsocket.h) over the rdma_cm
+// model (cm/rdma_cm.hpp), which runs inside our libibverbs.so.1 next to
+// the engines.  This library calls the model only through its vtable
+// (uroce_rdmacm() hands it out), and the verbs only through libibverbs'
+// exported functions, so it carries no engine code of its own.
+//
+// What lives here is what librdmacm itself does in user space: the
+// structures applications read (rdma_cm_id, rdma_cm_event,
+// rdma_event_channel, rdma_addrinfo, laid out as the 44 headers say:
+// static_asserts below), synchronous ids (a NULL channel: each call waits
+// for its own event and leaves it in id->event), rdma_create_ep /
+// rdma_get_request, rdma_create_qp's CQs and default PD, rdma_getaddrinfo.
+// rsockets are not provided (ENOSYS), except rpoll/rselect which pass
+// through to poll/select (rping, ucmatose and udaddy import them).
+#include <netdb.h>
+#include <poll.h>
+#include <rdma/rdma_cma.h>
+#include <rdma/rdma_verbs.h>
+#include <rdma/rsocket.h>
+#include <sys/select.h>
+
+#include <cerrno>
+#include <cstddef>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <new>
+
+#include "cm/rdma_cm.hpp"
+#include "verbs-shim/shim.hpp"
+
+using uroce::cm::RdmaCm;
+using uroce::cm::RdmaEvent;
+
+// The model, from libibverbs.so.1 (UROCE_PRIVATE_1).
+extern "C" RdmaCm* uroce_rdmacm() noexcept;
+
+// ---- layouts applications compile in (rdma-core 44, x86-64) ------------------------
+static_assert(sizeof(rdma_cm_id) == 416);
+static_assert(offsetof(rdma_cm_id, verbs) == 0 && offsetof(rdma_cm_id, channel) == 8);
+static_assert(offsetof(rdma_cm_id, context) == 16 && offsetof(rdma_cm_id, qp) == 24);
+static_assert(offsetof(rdma_cm_id, route) == 32 && sizeof(rdma_route) == 312);
+static_assert(offsetof(rdma_cm_id, ps) == 344 && offsetof(rdma_cm_id, port_num) == 348);
+static_assert(offsetof(rdma_cm_id, event) == 352 && offsetof(rdma_cm_id, send_cq_channel) == 360);
+static_assert(offsetof(rdma_cm_id, send_cq) == 368 && offsetof(rdma_cm_id, recv_cq_channel) == 376);
+static_assert(offsetof(rdma_cm_id, recv_cq) == 384 && offsetof(rdma_cm_id, srq) == 392);
+static_assert(offsetof(rdma_cm_id, pd) == 400 && offsetof(rdma_cm_id, qp_type) == 408);
+static_assert(sizeof(rdma_cm_event) == 80 && offsetof(rdma_cm_event, param) == 24);
+static_assert(offsetof(rdma_cm_event, event) == 16 && offsetof(rdma_cm_event, status) == 20);
+static_assert(sizeof(rdma_event_channel) == sizeof(int));
+static_assert(sizeof(rdma_addrinfo) == 96);
+
+namespace {
+
+#define RDMACM_EXPORT extern "C" __attribute__((visibility("default")))
+
+struct Channel {
+  rdma_event_channel ch;  // first: what the application holds
+  uroce::cm::RdmaChannel* impl = nullptr;
+};
+
+struct Id {
+  rdma_cm_id id;          // first
+  uroce::cm::RdmaId* impl = nullptr;
+  Channel* own = nullptr; // a synchronous id's private channel
+  ibv_sa_path_rec path{};
+  bool own_cqs = false;   // rdma_create_qp made the CQs and channels
+  // rdma_create_ep(RAI_PASSIVE) with QP attributes: rdma_get_request
+  // creates each new id's QP with them.
+  bool ep_qp = false;
+  ibv_qp_init_attr ep_attr{};
+  ibv_pd* ep_pd = nullptr;
+};
+
+struct Event {
+  rdma_cm_event ev;       // first
+  RdmaEvent impl;
+};
+
+Id* to_id(rdma_cm_id* id) { return reinterpret_cast<Id*>(id); }
+Channel* to_ch(rdma_event_channel* c) { return reinterpret_cast<Channel*>(c); }
+Event* to_ev(rdma_cm_event* e) { return reinterpret_cast<Event*>(e); }
+
+template <class T>
+T fail(int err, T ret) {
+  errno = err;
+  return ret;
+}
+int result(int rc) { return rc == 0 ? 0 : fail(rc, -1); }
+
+RdmaCm* model() {
+  static RdmaCm* m = uroce_rdmacm();
+  return m;
+}
+
+// One PD per device for QPs created without one (librdmacm: cma_dev->pd).
+ibv_pd* default_pd(ibv_context* verbs) {
+  static std::mutex mu;
+  static std::map<ibv_context*, ibv_pd*> pds;
+  std::lock_guard lock(mu);
+  ibv_pd*& pd = pds[verbs];
+  if (pd == nullptr) pd = ibv_alloc_pd(verbs);
+  return pd;
+}
+
+socklen_t addr_len(const sockaddr* s) {
+  if (s == nullptr) return 0;
+  return s->sa_family == AF_INET6 ? sizeof(sockaddr_in6) : s->sa_family == AF_INET ? sizeof(sockaddr_in) : 0;
+}
+
+// The fields applications read, from the model's id.
+void sync_fields(Id* x) {
+  uroce::cm::RdmaId* m = x->impl;
+  rdma_cm_id& id = x->id;
+  id.verbs = m->verbs;
+  id.port_num = m->verbs != nullptr ? 1 : 0;
+  id.ps = m->ps;
+  id.qp_type = m->qp_type;
+  std::memcpy(&id.route.addr.src_storage, &m->src, sizeof m->src);
+  std::memcpy(&id.route.addr.dst_storage, &m->dst, sizeof m->dst);
+  if (m->route_valid) {
+    ibv_sa_path_rec& p = x->path;
+    p = ibv_sa_path_rec{};
+    std::memcpy(p.sgid.raw, m->path.local_gid.data(), 16);
+    std::memcpy(p.dgid.raw, m->path.remote_gid.data(), 16);
+    p.slid = htons(m->path.local_lid);
+    p.dlid = htons(m->path.remote_lid);
+    p.flow_label = htonl(m->path.flow_label);
+    p.hop_limit = m->path.hop_limit;
+    p.traffic_class = m->path.traffic_class;
+    p.reversible = 1;
+    p.numb_path = 1;
+    p.pkey = htons(m->path.pkey);
+    p.sl = m->path.sl;
+    p.mtu_selector = 2;  // exactly
+    p.mtu = m->path.mtu;
+    p.rate_selector = 2;
+    p.rate = 3;          // IBV_RATE_10_GBPS: RoCE reports no rate
+    p.packet_life_time_selector = 2;
+    p.packet_life_time = 16;
+    id.route.path_rec = &p;
+    id.route.num_paths = 1;
+    std::memcpy(id.route.addr.addr.ibaddr.sgid.raw, p.sgid.raw, 16);
+    std::memcpy(id.route.addr.addr.ibaddr.dgid.raw, p.dgid.raw, 16);
+    id.route.addr.addr.ibaddr.pkey = p.pkey;
+  }
+}
+
+Channel* new_channel() {
+  RdmaCm* m = model();
+  if (m == nullptr) return fail(ENODEV, static_cast<Channel*>(nullptr));
+  auto* c = new (std::nothrow) Channel;
+  if (c == nullptr) return fail(ENOMEM, static_cast<Channel*>(nullptr));
+  c->impl = m->create_channel();
+  if (c->impl == nullptr) {
+    delete c;
+    return fail(ENOMEM, static_cast<Channel*>(nullptr));
+  }
+  c->ch.fd = c->impl->fd;
+  return c;
+}
+
+void free_channel(Channel* c) {
+  if (c == nullptr) return;
+  model()->destroy_channel(c->impl);
+  delete c;
+}
+
+Id* new_id(Channel* ch, void* context, rdma_port_space ps, ibv_qp_type qpt) {
+  RdmaCm* m = model();
+  if (m == nullptr) return fail(ENODEV, static_cast<Id*>(nullptr));
+  auto* x = new (std::nothrow) Id{};
+  if (x == nullptr) return fail(ENOMEM, static_cast<Id*>(nullptr));
+  if (ch == nullptr) {  // synchronous: a private channel
+    x->own = new_channel();
+    if (x->own == nullptr) {
+      delete x;
+      return nullptr;
+    }
+    ch = x->own;
+  }
+  const int rc = m->create_id(ch->impl, x, ps, qpt, &x->impl);
+  if (rc != 0) {
+    free_channel(x->own);
+    delete x;
+    return fail(rc, static_cast<Id*>(nullptr));
+  }
+  x->id.channel = &ch->ch;
+  x->id.context = context;
+  x->id.ps = ps;
+  x->id.qp_type = qpt;
+  return x;
+}
+
+// Turns a model event into the application's rdma_cm_event.
+rdma_cm_event* wrap_event(Channel* ch, const RdmaEvent& re) {
+  auto* e = new (std::nothrow) Event{};
+  if (e == nullptr) return nullptr;
+  e->impl = re;
+  auto* x = static_cast<Id*>(re.id->user);
+  Id* lx = re.listen_id != nullptr ? static_cast<Id*>(re.listen_id->user) : nullptr;
+  if (x == nullptr) {  // a passive id the application has not seen yet
+    x = new (std::nothrow) Id{};
+    if (x == nullptr) {
+      delete e;
+      return nullptr;
+    }
+    x->impl = re.id;
+    re.id->user = x;
+    x->id.channel = &ch->ch;
+    if (lx != nullptr) {
+      x->id.context = lx->id.context;  // librdmacm: the listener's context
+      if (lx->own != nullptr) {        // a synchronous listener makes synchronous ids
+        x->own = new_channel();
+        if (x->own != nullptr) {
+          model()->migrate_id(x->impl, x->own->impl);
+          x->id.channel = &x->own->ch;
+        }
+      }
+    }
+  }
+  sync_fields(x);
+  if (lx != nullptr) sync_fields(lx);
+  rdma_cm_event& ev = e->ev;
+  ev.id = &x->id;
+  ev.listen_id = lx != nullptr ? &lx->id : nullptr;
+  ev.event = re.type;
+  ev.status = re.status;
+  const void* pd = e->impl.pdata_len > 0 ? e->impl.pdata.data() : nullptr;
+  if (re.ud) {
+    ev.param.ud = re.ud_param;
+    ev.param.ud.private_data = pd;
+    ev.param.ud.private_data_len = e->impl.pdata_len;
+  } else {
+    ev.param.conn = re.conn;
+    ev.param.conn.private_data = pd;
+    ev.param.conn.private_data_len = e->impl.pdata_len;
+  }
+  return &ev;
+}
+
+// A synchronous id: wait for the event the call produced and keep it in
+// id->event (librdmacm's ucma_complete); its status becomes errno.
+int complete(Id* x) {
+  if (x->own == nullptr) return 0;
+  if (x->id.event != nullptr) {
+    rdma_ack_cm_event(x->id.event);
+    x->id.event = nullptr;
+  }
+  rdma_cm_event* ev = nullptr;
+  if (rdma_get_cm_event(&x->own->ch, &ev) != 0) return -1;
+  x->id.event = ev;
+  if (ev->status != 0) {
+    if (ev->event == RDMA_CM_EVENT_REJECTED) return fail(ECONNREFUSED, -1);
+    return fail(ev->status < 0 ? -ev->status : ev->status, -1);
+  }
+  switch (ev->event) {
+    case RDMA_CM_EVENT_ADDR_ERROR: case RDMA_CM_EVENT_ROUTE_ERROR: case RDMA_CM_EVENT_CONNECT_ERROR:
+    case RDMA_CM_EVENT_UNREACHABLE: case RDMA_CM_EVENT_DEVICE_REMOVAL:
+      return fail(EIO, -1);
+    case RDMA_CM_EVENT_REJECTED:
+      return fail(ECONNREFUSED, -1);
+    case RDMA_CM_EVENT_ADDR_RESOLVED: case RDMA_CM_EVENT_ROUTE_RESOLVED: case RDMA_CM_EVENT_CONNECT_REQUEST:
+    case RDMA_CM_EVENT_CONNECT_RESPONSE: case RDMA_CM_EVENT_ESTABLISHED: case RDMA_CM_EVENT_DISCONNECTED:
+    case RDMA_CM_EVENT_MULTICAST_JOIN: case RDMA_CM_EVENT_MULTICAST_ERROR: case RDMA_CM_EVENT_ADDR_CHANGE:
+    case RDMA_CM_EVENT_TIMEWAIT_EXIT:
+      break;
+  }
+  return 0;
+}
+
+void destroy_cqs(Id* x) {
+  if (!x->own_cqs) return;
+  rdma_cm_id& id = x->id;
+  if (id.send_cq != nullptr && id.send_cq != id.recv_cq) ibv_destroy_cq(id.send_cq);
+  if (id.recv_cq != nullptr) ibv_destroy_cq(id.recv_cq);
+  if (id.send_cq_channel != nullptr && id.send_cq_channel != id.recv_cq_channel)
+    ibv_destroy_comp_channel(id.send_cq_channel);
+  if (id.recv_cq_channel != nullptr) ibv_destroy_comp_channel(id.recv_cq_channel);
+  id.send_cq = id.recv_cq = nullptr;
+  id.send_cq_channel = id.recv_cq_channel = nullptr;
+  x->own_cqs = false;
+}
+
+// librdmacm's ucma_create_cqs: a channel and a CQ for each side the
+// attributes leave open, sized by the work requests.
+int create_cqs(Id* x, uint32_t send_size, uint32_t recv_size) {
+  rdma_cm_id& id = x->id;
+  if (recv_size != 0) {
+    id.recv_cq_channel = ibv_create_comp_channel(id.verbs);
+    if (id.recv_cq_channel == nullptr) return -1;
+    id.recv_cq = ibv_create_cq(id.verbs, static_cast<int>(recv_size), &id, id.recv_cq_channel, 0);
+    x->own_cqs = true;
+    if (id.recv_cq == nullptr) return destroy_cqs(x), -1;
+  }
+  if (send_size != 0) {
+    id.send_cq_channel = ibv_create_comp_channel(id.verbs);
+    x->own_cqs = true;
+    if (id.send_cq_channel == nullptr) return destroy_cqs(x), -1;
+    id.send_cq = ibv_create_cq(id.verbs, static_cast<int>(send_size), &id, id.send_cq_channel, 0);
+    if (id.send_cq == nullptr) return destroy_cqs(x), -1;
+  }
+  return 0;
+}
+
+int attach(Id* x, ibv_qp* qp, ibv_pd* pd) {
+  const int rc = model()->attach_qp(x->impl, uroce::shim::to_qp(qp)->impl);
+  if (rc != 0) {
+    ibv_destroy_qp(qp);
+    destroy_cqs(x);
+    return fail(rc, -1);
+  }
+  x->id.qp = qp;
+  x->id.pd = pd;
+  return 0;
+}
+
+}  // namespace
+
+// ---- channels and events --------------------------------------------------------------
+
+RDMACM_EXPORT rdma_event_channel* rdma_create_event_channel() noexcept {
+  Channel* c = new_channel();
+  return c != nullptr ? &c->ch : nullptr;
+}
+
+RDMACM_EXPORT void rdma_destroy_event_channel(rdma_event_channel* channel) noexcept {
+  if (channel == nullptr) return;
+  free_channel(to_ch(channel));
+}
+
+RDMACM_EXPORT int rdma_get_cm_event(rdma_event_channel* channel, rdma_cm_event** event) noexcept {
+  if (channel == nullptr || event == nullptr) return fail(EINVAL, -1);
+  Channel* c = to_ch(channel);
+  RdmaEvent re;
+  const int rc = model()->get_event(c->impl, &re);
+  if (rc != 0) return fail(rc, -1);
+  *event = wrap_event(c, re);
+  if (*event == nullptr) {
+    model()->ack_event(re);
+    return fail(ENOMEM, -1);
+  }
+  return 0;
+}
+
+RDMACM_EXPORT int rdma_ack_cm_event(rdma_cm_event* event) noexcept {
+  if (event == nullptr) return fail(EINVAL, -1);
+  Event* e = to_ev(event);
+  model()->ack_event(e->impl);
+  delete e;
+  return 0;
+}
+
+RDMACM_EXPORT const char* rdma_event_str(rdma_cm_event_type event) noexcept {
+  switch (event) {
+    case RDMA_CM_EVENT_ADDR_RESOLVED: return "RDMA_CM_EVENT_ADDR_RESOLVED";
+    case RDMA_CM_EVENT_ADDR_ERROR: return "RDMA_CM_EVENT_ADDR_ERROR";
+    case RDMA_CM_EVENT_ROUTE_RESOLVED: return "RDMA_CM_EVENT_ROUTE_RESOLVED";
+    case RDMA_CM_EVENT_ROUTE_ERROR: return "RDMA_CM_EVENT_ROUTE_ERROR";
+    case RDMA_CM_EVENT_CONNECT_REQUEST: return "RDMA_CM_EVENT_CONNECT_REQUEST";
+    case RDMA_CM_EVENT_CONNECT_RESPONSE: return "RDMA_CM_EVENT_CONNECT_RESPONSE";
+    case RDMA_CM_EVENT_CONNECT_ERROR: return "RDMA_CM_EVENT_CONNECT_ERROR";
+    case RDMA_CM_EVENT_UNREACHABLE: return "RDMA_CM_EVENT_UNREACHABLE";
+    case RDMA_CM_EVENT_REJECTED: return "RDMA_CM_EVENT_REJECTED";
+    case RDMA_CM_EVENT_ESTABLISHED: return "RDMA_CM_EVENT_ESTABLISHED";
+    case RDMA_CM_EVENT_DISCONNECTED: return "RDMA_CM_EVENT_DISCONNECTED";
+    case RDMA_CM_EVENT_DEVICE_REMOVAL: return "RDMA_CM_EVENT_DEVICE_REMOVAL";
+    case RDMA_CM_EVENT_MULTICAST_JOIN: return "RDMA_CM_EVENT_MULTICAST_JOIN";
+    case RDMA_CM_EVENT_MULTICAST_ERROR: return "RDMA_CM_EVENT_MULTICAST_ERROR";
+    case RDMA_CM_EVENT_ADDR_CHANGE: return "RDMA_CM_EVENT_ADDR_CHANGE";
+    case RDMA_CM_EVENT_TIMEWAIT_EXIT: return "RDMA_CM_EVENT_TIMEWAIT_EXIT";
+  }
+  return "UNKNOWN EVENT";
+}
+
+// ---- ids --------------------------------------------------------------------------------
+
+RDMACM_EXPORT int rdma_create_id(rdma_event_channel* channel, rdma_cm_id** id, void* context,
+                                 rdma_port_space ps) noexcept {
+  if (id == nullptr) return fail(EINVAL, -1);
+  // librdmacm: TCP and IB are connected (RC), UDP and IPoIB datagram (UD).
+  const ibv_qp_type qpt = (ps == RDMA_PS_TCP || ps == RDMA_PS_IB) ? IBV_QPT_RC : IBV_QPT_UD;
+  Id* x = new_id(channel != nullptr ? to_ch(channel) : nullptr, context, ps, qpt);
+  if (x == nullptr) return -1;
+  *id = &x->id;
+  return 0;
+}
+
+RDMACM_EXPORT int rdma_destroy_id(rdma_cm_id* id) noexcept {
+  if (id == nullptr) return fail(EINVAL, -1);
+  Id* x = to_id(id);
+  if (id->event != nullptr) {
+    rdma_ack_cm_event(id->event);
+    id->event = nullptr;
+  }
+  const int rc = model()->destroy_id(x->impl);
+  if (rc != 0) return fail(rc, -1);
+  destroy_cqs(x);
+  free_channel(x->own);
+  delete x;
+  return 0;
+}
+
+RDMACM_EXPORT int rdma_migrate_id(rdma_cm_id* id, rdma_event_channel* channel) noexcept {
+  if (id == nullptr) return fail(EINVAL, -1);
+  Id* x = to_id(id);
+  Channel* old_own = x->own;
+  Channel* to = nullptr;
+  if (channel == nullptr) {  // becomes synchronous
+    if (x->own != nullptr) return 0;
+    to = new_channel();
+    if (to == nullptr) return -1;
+  } else {
+    to = to_ch(channel);
+  }
+  const int rc = model()->migrate_id(x->impl, to->impl);
+  if (rc != 0) {
+    if (channel == nullptr) free_channel(to);
+    return fail(rc, -1);
+  }
+  x->own = channel == nullptr ? to : nullptr;
+  id->channel = &to->ch;
+  if (old_own != nullptr && old_own != x->own) free_channel(old_own);
+  return 0;
+}
+
+RDMACM_EXPORT int rdma_bind_addr(rdma_cm_id* id, sockaddr* addr) noexcept {
+  if (id == nullptr || addr == nullptr) return fail(EINVAL, -1);
+  const int rc = model()->bind_addr(to_id(id)->impl, addr);
+  sync_fields(to_id(id));
+  return result(rc);
+}
+
+RDMACM_EXPORT int rdma_resolve_addr(rdma_cm_id* id, sockaddr* src_addr, sockaddr* dst_addr,
+                                    int timeout_ms) noexcept {
+  if (id == nullptr || dst_addr == nullptr) return fail(EINVAL, -1);
+  Id* x = to_id(id);
+  const int rc = model()->resolve_addr(x->impl, src_addr, dst_addr, timeout_ms);
+  sync_fields(x);
+  if (rc != 0) return fail(rc, -1);
+  const int c = complete(x);
+  sync_fields(x);
+  return c;
+}
+
+RDMACM_EXPORT int rdma_resolve_route(rdma_cm_id* id, int timeout_ms) noexcept {
+  if (id == nullptr) return fail(EINVAL, -1);
+  Id* x = to_id(id);
+  const int rc = model()->resolve_route(x->impl, timeout_ms);
+  if (rc != 0) return fail(rc, -1);
+  const int c = complete(x);
+  sync_fields(x);
+  return c;
+}
+
+RDMACM_EXPORT int rdma_listen(rdma_cm_id* id, int backlog) noexcept {
+  if (id == nullptr) return fail(EINVAL, -1);
+  const int rc = model()->listen(to_id(id)->impl, backlog);
+  sync_fields(to_id(id));
+  return result(rc);
+}
+
+RDMACM_EXPORT int rdma_connect(rdma_cm_id* id, rdma_conn_param* conn_param) noexcept {
+  if (id == nullptr) return fail(EINVAL, -1);
+  Id* x = to_id(id);
+  const int rc = model()->connect(x->impl, conn_param);
+  if (rc != 0) return fail(rc, -1);
+  return complete(x);
+}
+
+RDMACM_EXPORT int rdma_accept(rdma_cm_id* id, rdma_conn_param* conn_param) noexcept {
+  if (id == nullptr) return fail(EINVAL, -1);
+  Id* x = to_id(id);
+  const int rc = model()->accept(x->impl, conn_param);
+  if (rc != 0) return fail(rc, -1);
+  if (id->qp_type == IBV_QPT_UD) {  // SIDR: nothing more will come
+    if (x->own != nullptr && id->event != nullptr) {
+      rdma_ack_cm_event(id->event);
+      id->event = nullptr;
+    }
+    return 0;
+  }
+  return complete(x);
+}
+
+RDMACM_EXPORT int rdma_reject(rdma_cm_id* id, const void* private_data, uint8_t private_data_len) noexcept {
+  if (id == nullptr) return fail(EINVAL, -1);
+  return result(model()->reject(to_id(id)->impl, private_data, private_data_len));
+}
+
+RDMACM_EXPORT int rdma_reject_ece(rdma_cm_id* id, const void* private_data, uint8_t private_data_len) noexcept {
+  return rdma_reject(id, private_data, private_data_len);
+}
+
+RDMACM_EXPORT int rdma_disconnect(rdma_cm_id* id) noexcept {
+  if (id == nullptr) return fail(EINVAL, -1);
+  Id* x = to_id(id);
+  const int rc = model()->disconnect(x->impl);
+  if (rc != 0) return fail(rc, -1);
+  return complete(x);
+}
+
+RDMACM_EXPORT int rdma_establish(rdma_cm_id* id) noexcept {
+  if (id == nullptr) return fail(EINVAL, -1);
+  return result(model()->establish(to_id(id)->impl));
+}
+
+RDMACM_EXPORT int rdma_notify(rdma_cm_id* id, ibv_event_type event) noexcept {
+  if (id == nullptr) return fail(EINVAL, -1);
+  return result(model()->notify(to_id(id)->impl, event));
+}
+
+RDMACM_EXPORT int rdma_set_option(rdma_cm_id* id, int level, int optname, void* optval, size_t optlen) noexcept {
+  if (id == nullptr) return fail(EINVAL, -1);
+  return result(model()->set_option(to_id(id)->impl, level, optname, optval, optlen));
+}
+
+RDMACM_EXPORT int rdma_init_qp_attr(rdma_cm_id* id, ibv_qp_attr* qp_attr, int* qp_attr_mask) noexcept {
+  if (id == nullptr) return fail(EINVAL, -1);
+  return result(model()->init_qp_attr(to_id(id)->impl, qp_attr, qp_attr_mask));
+}
+
+RDMACM_EXPORT uint16_t rdma_get_src_port(rdma_cm_id* id) noexcept {
+  if (id == nullptr) return 0;
+  const sockaddr* s = &id->route.addr.src_addr;
+  return s->sa_family == AF_INET6 ? id->route.addr.src_sin6.sin6_port
+         : s->sa_family == AF_INET ? id->route.addr.src_sin.sin_port
+                                   : 0;
+}
+
+RDMACM_EXPORT uint16_t rdma_get_dst_port(rdma_cm_id* id) noexcept {
+  if (id == nullptr) return 0;
+  const sockaddr* s = &id->route.addr.dst_addr;
+  return s->sa_family == AF_INET6 ? id->route.addr.dst_sin6.sin6_port
+         : s->sa_family == AF_INET ? id->route.addr.dst_sin.sin_port
+                                   : 0;
+}
+
+RDMACM_EXPORT ibv_context** rdma_get_devices(int* num_devices) noexcept {
+  RdmaCm* m = model();
+  if (m == nullptr) return fail(ENODEV, static_cast<ibv_context**>(nullptr));
+  const std::vector<ibv_context*> v = m->contexts();
+  auto** out = static_cast<ibv_context**>(std::calloc(v.size() + 1, sizeof(ibv_context*)));
+  if (out == nullptr) return fail(ENOMEM, static_cast<ibv_context**>(nullptr));
+  for (size_t i = 0; i < v.size(); ++i) out[i] = v[i];
+  if (num_devices != nullptr) *num_devices = static_cast<int>(v.size());
+  return out;
+}
+
+RDMACM_EXPORT void rdma_free_devices(ibv_context** list) noexcept { std::free(list); }
+
+// ---- QPs and SRQs -------------------------------------------------------------------------
+
+RDMACM_EXPORT int rdma_create_qp(rdma_cm_id* id, ibv_pd* pd, ibv_qp_init_attr* qp_init_attr) noexcept {
+  if (id == nullptr || qp_init_attr == nullptr || id->verbs == nullptr || id->qp != nullptr) return fail(EINVAL, -1);
+  Id* x = to_id(id);
+  if (pd == nullptr) pd = id->pd != nullptr ? id->pd : default_pd(id->verbs);
+  if (pd == nullptr || pd->context != id->verbs) return fail(EINVAL, -1);
+  ibv_qp_init_attr a = *qp_init_attr;
+  if (create_cqs(x, a.send_cq != nullptr ? 0 : a.cap.max_send_wr, a.recv_cq != nullptr ? 0 : a.cap.max_recv_wr) != 0)
+    return -1;
+  if (a.send_cq == nullptr) a.send_cq = id->send_cq;
+  if (a.recv_cq == nullptr) a.recv_cq = id->recv_cq;
+  if (a.srq == nullptr && id->srq != nullptr) a.srq = id->srq;
+  ibv_qp* qp = ibv_create_qp(pd, &a);
+  if (qp == nullptr) {
+    const int e = errno;
+    destroy_cqs(x);
+    return fail(e != 0 ? e : ENOMEM, -1);
+  }
+  if (attach(x, qp, pd) != 0) return -1;
+  *qp_init_attr = a;  // as librdmacm: the CQs it made and the caps granted
+  return 0;
+}
+
+RDMACM_EXPORT int rdma_create_qp_ex(rdma_cm_id* id, ibv_qp_init_attr_ex* attr) noexcept {
+  if (id == nullptr || attr == nullptr || id->verbs == nullptr || id->qp != nullptr) return fail(EINVAL, -1);
+  Id* x = to_id(id);
+  ibv_pd* pd = (attr->comp_mask & IBV_QP_INIT_ATTR_PD) != 0 ? attr->pd : nullptr;
+  if (pd == nullptr) pd = id->pd != nullptr ? id->pd : default_pd(id->verbs);
+  if (pd == nullptr || pd->context != id->verbs) return fail(EINVAL, -1);
+  attr->pd = pd;
+  attr->comp_mask |= IBV_QP_INIT_ATTR_PD;
+  if (create_cqs(x, attr->send_cq != nullptr ? 0 : attr->cap.max_send_wr,
+                 attr->recv_cq != nullptr ? 0 : attr->cap.max_recv_wr) != 0)
+    return -1;
+  if (attr->send_cq == nullptr) attr->send_cq = id->send_cq;
+  if (attr->recv_cq == nullptr) attr->recv_cq = id->recv_cq;
+  if (attr->srq == nullptr && id->srq != nullptr) attr->srq = id->srq;
+  ibv_qp* qp = ibv_create_qp_ex(id->verbs, attr);
+  if (qp == nullptr) {
+    const int e = errno;
+    destroy_cqs(x);
+    return fail(e != 0 ? e : ENOMEM, -1);
+  }
+  return attach(x, qp, pd);
+}
+
+RDMACM_EXPORT void rdma_destroy_qp(rdma_cm_id* id) noexcept {
+  if (id == nullptr || id->qp == nullptr) return;
+  Id* x = to_id(id);
+  model()->detach_qp(x->impl);
+  ibv_destroy_qp(id->qp);
+  id->qp = nullptr;
+  destroy_cqs(x);
+}
+
+RDMACM_EXPORT int rdma_create_srq(rdma_cm_id* id, ibv_pd* pd, ibv_srq_init_attr* attr) noexcept {
+  if (id == nullptr || attr == nullptr || id->verbs == nullptr) return fail(EINVAL, -1);
+  if (pd == nullptr) pd = id->pd != nullptr ? id->pd : default_pd(id->verbs);
+  if (pd == nullptr) return fail(EINVAL, -1);
+  ibv_srq* srq = ibv_create_srq(pd, attr);
+  if (srq == nullptr) return -1;
+  id->srq = srq;
+  id->pd = pd;
+  return 0;
+}
+
+RDMACM_EXPORT int rdma_create_srq_ex(rdma_cm_id* id, ibv_srq_init_attr_ex* attr) noexcept {
+  if (id == nullptr || attr == nullptr) return fail(EINVAL, -1);
+  if ((attr->comp_mask & IBV_SRQ_INIT_ATTR_TYPE) != 0 && attr->srq_type != IBV_SRQT_BASIC)
+    return fail(EOPNOTSUPP, -1);
+  ibv_srq_init_attr a{};
+  a.srq_context = attr->srq_context;
+  a.attr = attr->attr;
+  return rdma_create_srq(id, (attr->comp_mask & IBV_SRQ_INIT_ATTR_PD) != 0 ? attr->pd : nullptr, &a);
+}
+
+RDMACM_EXPORT void rdma_destroy_srq(rdma_cm_id* id) noexcept {
+  if (id == nullptr || id->srq == nullptr) return;
+  ibv_destroy_srq(id->srq);
+  id->srq = nullptr;
+}
+
+// ---- endpoints (synchronous ids) ----------------------------------------------------------
+
+RDMACM_EXPORT int rdma_create_ep(rdma_cm_id** id, rdma_addrinfo* res, ibv_pd* pd,
+                                 ibv_qp_init_attr* qp_init_attr) noexcept {
+  if (id == nullptr || res == nullptr) return fail(EINVAL, -1);
+  const auto qpt = static_cast<ibv_qp_type>(res->ai_qp_type != 0 ? res->ai_qp_type
+                                            : qp_init_attr != nullptr ? qp_init_attr->qp_type
+                                                                      : IBV_QPT_RC);
+  auto ps = static_cast<rdma_port_space>(res->ai_port_space);
+  if (ps == 0) ps = qpt == IBV_QPT_UD ? RDMA_PS_UDP : RDMA_PS_TCP;
+  Id* x = new_id(nullptr, nullptr, ps, qpt);
+  if (x == nullptr) return -1;
+  rdma_cm_id* cid = &x->id;
+  int rc = 0;
+  if ((res->ai_flags & RAI_PASSIVE) != 0) {
+    rc = rdma_bind_addr(cid, res->ai_src_addr);
+    if (rc == 0 && qp_init_attr != nullptr) {
+      x->ep_qp = true;
+      x->ep_attr = *qp_init_attr;
+      x->ep_pd = pd;
+    }
+  } else {
+    rc = rdma_resolve_addr(cid, res->ai_src_addr, res->ai_dst_addr, 2000);
+    if (rc == 0) rc = rdma_resolve_route(cid, 2000);
+    if (rc == 0 && qp_init_attr != nullptr) rc = rdma_create_qp(cid, pd, qp_init_attr);
+  }
+  if (rc != 0) {
+    const int e = errno;
+    rdma_destroy_id(cid);
+    return fail(e, -1);
+  }
+  *id = cid;
+  return 0;
+}
+
+RDMACM_EXPORT void rdma_destroy_ep(rdma_cm_id* id) noexcept {
+  if (id == nullptr) return;
+  if (id->qp != nullptr) rdma_destroy_qp(id);
+  if (id->srq != nullptr) rdma_destroy_srq(id);
+  rdma_destroy_id(id);
+}
+
+RDMACM_EXPORT int rdma_get_request(rdma_cm_id* listen, rdma_cm_id** id) noexcept {
+  if (listen == nullptr || id == nullptr) return fail(EINVAL, -1);
+  Id* l = to_id(listen);
+  if (l->own == nullptr) return fail(EINVAL, -1);  // only synchronous listeners
+  if (listen->event != nullptr) {
+    rdma_ack_cm_event(listen->event);
+    listen->event = nullptr;
+  }
+  rdma_cm_event* ev = nullptr;
+  if (rdma_get_cm_event(listen->channel, &ev) != 0) return -1;
+  if (ev->status != 0) {
+    const int e = ev->status < 0 ? -ev->status : ev->status;
+    rdma_ack_cm_event(ev);
+    return fail(e, -1);
+  }
+  if (ev->event != RDMA_CM_EVENT_CONNECT_REQUEST) {
+    rdma_ack_cm_event(ev);
+    return fail(EINVAL, -1);
+  }
+  rdma_cm_id* nid = ev->id;
+  if (l->ep_qp) {
+    ibv_qp_init_attr a = l->ep_attr;
+    if (rdma_create_qp(nid, l->ep_pd, &a) != 0) {
+      const int e = errno;
+      rdma_reject(nid, nullptr, 0);
+      rdma_ack_cm_event(ev);
+      rdma_destroy_id(nid);
+      return fail(e, -1);
+    }
+  }
+  nid->event = ev;
+  *id = nid;
+  return 0;
+}
+
+// ---- multicast, ECE: not supported ---------------------------------------------------------
+
+RDMACM_EXPORT int rdma_join_multicast(rdma_cm_id*, sockaddr*, void*) noexcept { return fail(EOPNOTSUPP, -1); }
+RDMACM_EXPORT int rdma_join_multicast_ex(rdma_cm_id*, rdma_cm_join_mc_attr_ex*, void*) noexcept {
+  return fail(EOPNOTSUPP, -1);
+}
+RDMACM_EXPORT int rdma_leave_multicast(rdma_cm_id*, sockaddr*) noexcept { return fail(EADDRNOTAVAIL, -1); }
+RDMACM_EXPORT int rdma_set_local_ece(rdma_cm_id*, ibv_ece*) noexcept { return fail(EOPNOTSUPP, -1); }
+RDMACM_EXPORT int rdma_get_remote_ece(rdma_cm_id*, ibv_ece*) noexcept { return fail(EOPNOTSUPP, -1); }
+
+// ---- rdma_getaddrinfo --------------------------------------------------------------------------
+
+RDMACM_EXPORT void rdma_freeaddrinfo(rdma_addrinfo* res) noexcept {
+  while (res != nullptr) {
+    rdma_addrinfo* next = res->ai_next;
+    std::free(res->ai_src_addr);
+    std::free(res->ai_dst_addr);
+    std::free(res->ai_src_canonname);
+    std::free(res->ai_dst_canonname);
+    std::free(res->ai_route);
+    std::free(res->ai_connect);
+    std::free(res);
+    res = next;
+  }
+}
+
+// Numeric or named hosts and service ports through getaddrinfo(3); one
+// result, as librdmacm gives for IP addresses.  Returns 0 or an EAI_*
+// code (what librdmacm returns from getaddrinfo).
+RDMACM_EXPORT int rdma_getaddrinfo(const char* node, const char* service, const rdma_addrinfo* hints,
+                                   rdma_addrinfo** res) noexcept {
+  if (res == nullptr || (node == nullptr && service == nullptr)) return fail(EINVAL, -1);
+  addrinfo h{};
+  const int flags = hints != nullptr ? hints->ai_flags : 0;
+  h.ai_flags = ((flags & RAI_PASSIVE) != 0 ? AI_PASSIVE : 0) | ((flags & RAI_NUMERICHOST) != 0 ? AI_NUMERICHOST : 0);
+  h.ai_family = hints != nullptr ? hints->ai_family : AF_UNSPEC;
+  if (h.ai_family != AF_UNSPEC && h.ai_family != AF_INET && h.ai_family != AF_INET6) return EAI_FAMILY;
+  h.ai_socktype = SOCK_STREAM;
+  addrinfo* ai = nullptr;
+  if (const int rc = getaddrinfo(node, service, &h, &ai); rc != 0) return rc;
+  auto* r = static_cast<rdma_addrinfo*>(std::calloc(1, sizeof(rdma_addrinfo)));
+  auto* addr = static_cast<sockaddr*>(std::calloc(1, sizeof(sockaddr_storage)));
+  if (r == nullptr || addr == nullptr) {
+    std::free(r);
+    std::free(addr);
+    freeaddrinfo(ai);
+    return EAI_MEMORY;
+  }
+  std::memcpy(addr, ai->ai_addr, ai->ai_addrlen);
+  r->ai_flags = flags;
+  r->ai_family = ai->ai_family;
+  r->ai_qp_type = hints != nullptr && hints->ai_qp_type != 0 ? hints->ai_qp_type : IBV_QPT_RC;
+  r->ai_port_space = hints != nullptr && hints->ai_port_space != 0 ? hints->ai_port_space
+                     : r->ai_qp_type == IBV_QPT_UD                   ? RDMA_PS_UDP
+                                                                      : RDMA_PS_TCP;
+  if ((flags & RAI_PASSIVE) != 0) {
+    r->ai_src_addr = addr;
+    r->ai_src_len = static_cast<socklen_t>(ai->ai_addrlen);
+  } else {
+    r->ai_dst_addr = addr;
+    r->ai_dst_len = static_cast<socklen_t>(ai->ai_addrlen);
+    if (hints != nullptr && hints->ai_src_addr != nullptr && addr_len(hints->ai_src_addr) != 0) {
+      r->ai_src_len = addr_len(hints->ai_src_addr);
+      r->ai_src_addr = static_cast<sockaddr*>(std::calloc(1, sizeof(sockaddr_storage)));
+      if (r->ai_src_addr != nullptr) std::memcpy(r->ai_src_addr, hints->ai_src_addr, r->ai_src_len);
+    }
+  }
+  freeaddrinfo(ai);
+  *res = r;
+  return 0;
+}
+
+// ---- rsockets: not provided; rpoll/rselect pass through -----------------------------------------
+
+RDMACM_EXPORT int rpoll(pollfd* fds, nfds_t nfds, int timeout) noexcept { return poll(fds, nfds, timeout); }
+RDMACM_EXPORT int rselect(int nfds, fd_set* r, fd_set* w, fd_set* e, timeval* t) noexcept {
+  return select(nfds, r, w, e, t);
+}
+RDMACM_EXPORT int rsocket(int, int, int) noexcept { return fail(ENOSYS, -1); }
+RDMACM_EXPORT int rbind(int, const sockaddr*, socklen_t) noexcept { return fail(ENOSYS, -1); }
+RDMACM_EXPORT int rlisten(int, int) noexcept { return fail(ENOSYS, -1); }
+RDMACM_EXPORT int raccept(int, sockaddr*, socklen_t*) noexcept { return fail(ENOSYS, -1); }
+RDMACM_EXPORT int rconnect(int, const sockaddr*, socklen_t) noexcept { return fail(ENOSYS, -1); }
+RDMACM_EXPORT int rshutdown(int, int) noexcept { return fail(ENOSYS, -1); }
+RDMACM_EXPORT int rclose(int) noexcept { return fail(ENOSYS, -1); }
+RDMACM_EXPORT ssize_t rrecv(int, void*, size_t, int) noexcept { return fail(ENOSYS, ssize_t{-1}); }
+RDMACM_EXPORT ssize_t rrecvfrom(int, void*, size_t, int, sockaddr*, socklen_t*) noexcept {
+  return fail(ENOSYS, ssize_t{-1});
+}
+RDMACM_EXPORT ssize_t rrecvmsg(int, msghdr*, int) noexcept { return fail(ENOSYS, ssize_t{-1}); }
+RDMACM_EXPORT ssize_t rsend(int, const void*, size_t, int) noexcept { return fail(ENOSYS, ssize_t{-1}); }
+RDMACM_EXPORT ssize_t rsendto(int, const void*, size_t, int, const sockaddr*, socklen_t) noexcept {
+  return fail(ENOSYS, ssize_t{-1});
+}
+RDMACM_EXPORT ssize_t rsendmsg(int, const msghdr*, int) noexcept { return fail(ENOSYS, ssize_t{-1}); }
+RDMACM_EXPORT ssize_t rread(int, void*, size_t) noexcept { return fail(ENOSYS, ssize_t{-1}); }
+RDMACM_EXPORT ssize_t rreadv(int, const iovec*, int) noexcept { return fail(ENOSYS, ssize_t{-1}); }
+RDMACM_EXPORT ssize_t rwrite(int, const void*, size_t) noexcept { return fail(ENOSYS, ssize_t{-1}); }
+RDMACM_EXPORT ssize_t rwritev(int, const iovec*, int) noexcept { return fail(ENOSYS, ssize_t{-1}); }
+RDMACM_EXPORT int rgetpeername(int, sockaddr*, socklen_t*) noexcept { return fail(ENOSYS, -1); }
+RDMACM_EXPORT int rgetsockname(int, sockaddr*, socklen_t*) noexcept { return fail(ENOSYS, -1); }
+RDMACM_EXPORT int rsetsockopt(int, int, int, const void*, socklen_t) noexcept { return fail(ENOSYS, -1); }
+RDMACM_EXPORT int rgetsockopt(int, int, int, void*, socklen_t*) noexcept { return fail(ENOSYS, -1); }
+RDMACM_EXPORT int rfcntl(int, int, ...) noexcept { return fail(ENOSYS, -1); }
+RDMACM_EXPORT off_t riomap(int, void*, size_t, int, int, off_t) noexcept { return fail(ENOSYS, off_t{-1}); }
+RDMACM_EXPORT int riounmap(int, void*, size_t) noexcept { return fail(ENOSYS, -1); }
+RDMACM_EXPORT size_t riowrite(int, const void*, size_t, off_t, int) noexcept { return fail(ENOSYS, size_t{0}); }

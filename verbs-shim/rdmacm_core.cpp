@@ -1,0 +1,68 @@
+// The rdma_cm model's home inside libibverbs.so.1: it needs the engines and
+// RNICs, which live here (one static DPDK per process: DESIGN.md "Linking").
+// librdmacm.so.1 asks for it through uroce_rdmacm() (UROCE_PRIVATE_1) and
+// calls it only through its vtable, so nothing else crosses the boundary.
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+
+#include "cm/rdma_cm.hpp"
+#include "transport/device.hpp"
+#include "verbs-shim/shim.hpp"
+
+namespace uroce::shim {
+namespace {
+
+uint8_t env_u8(const char* name, uint8_t dflt, uint8_t max) {
+  const char* v = std::getenv(name);
+  if (v == nullptr || *v == '\0') return dflt;
+  char* end = nullptr;
+  const unsigned long n = std::strtoul(v, &end, 10);
+  return (end != nullptr && *end == '\0' && n <= max) ? static_cast<uint8_t>(n) : dflt;
+}
+
+}  // namespace
+}  // namespace uroce::shim
+
+using namespace uroce;
+
+// The process's rdma_cm model over every device that came up (started on
+// first use, never destroyed: engines may call into it until exit).
+// UROCE_CM_RESPONSE_TIMEOUT (0..31, 4.096 us * 2^t) and UROCE_CM_RETRIES
+// (0..15) override Linux's 20 and 15.
+UROCE_EXPORT cm::RdmaCm* uroce_rdmacm() noexcept {
+  static std::once_flag once;
+  static cm::RdmaCm* model = nullptr;
+  std::call_once(once, [] {
+    int n = 0;
+    ibv_device** list = ibv_get_device_list(&n);  // starts the devices
+    if (list == nullptr) return;
+    ibv_free_device_list(list);
+    std::vector<cm::RdmaCmDevice> devs;
+    for (shim::Device* d : shim::devices()) {
+      cm::RdmaCmDevice c;
+      c.rnic = d->rnic;
+      c.verbs = ibv_open_device(&d->dev);
+      c.inline_progress = d->inline_progress;
+      for (const config::IpPrefix& p : d->tdev->info().addresses) {
+        cm::RdmaCmAddr a;
+        a.ip.bytes = p.addr.bytes;
+        a.prefix_len = p.prefix_len;
+        c.addresses.push_back(a);
+      }
+      devs.push_back(std::move(c));
+    }
+    cm::RdmaCmOptions opt;
+    opt.cm_response_timeout = shim::env_u8("UROCE_CM_RESPONSE_TIMEOUT", opt.cm_response_timeout, 31);
+    opt.max_cm_retries = shim::env_u8("UROCE_CM_RETRIES", opt.max_cm_retries, 15);
+    auto* m = new (std::nothrow) cm::RdmaCm(std::move(devs), opt);
+    if (m == nullptr) return;
+    if (const int rc = m->start(); rc != 0) {
+      std::fprintf(stderr, "uroce: the connection manager did not start: %s\n", std::strerror(rc));
+      return;  // leaked on purpose: half-started engines may still refer to it
+    }
+    model = m;
+  });
+  return model;
+}

@@ -1,0 +1,175 @@
+// The drop-in libibverbs.so.1: the objects it hands to applications.
+//
+// Every object embeds the libibverbs ABI structure first (DESIGN.md, STYLE 9:
+// `struct Qp { ibv_qp_ex ex; ... }`), so the pointer the application holds
+// and ours are the same address and one helper per type converts between
+// them.  Compiled-in inline code of the application reads these structures
+// at fixed offsets (research/abi-shim.md §4); abi_layout.cpp asserts every
+// offset against the installed rdma-core 44 headers.
+//
+// What each object wraps is the software RNIC's (transport/rnic/): the shim
+// is a one-to-one translation, with libibverbs' conventions (errno, NULL,
+// bad_wr) at the boundary.  Nothing here throws: every export is noexcept.
+#pragma once
+
+#include <infiniband/verbs.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <type_traits>
+#include <vector>
+
+#include "transport/rnic/rnic.hpp"
+
+namespace uroce::transport {
+class Device;
+}
+
+// Every exported function: C linkage, default visibility (the version
+// scripts decide what is really exported, and under which node).
+#define UROCE_EXPORT extern "C" __attribute__((visibility("default")))
+
+namespace uroce::shim {
+
+// ---- device ------------------------------------------------------------------------
+// One per configured uroce device that came up, for the life of the process
+// (ibv_free_device_list frees only the array, as upstream).
+struct Device {
+  ibv_device dev;                        // first: what the application holds
+  transport::Device* tdev = nullptr;     // the engine and its port
+  rnic::Rnic* rnic = nullptr;            // never destroyed: the engine may deliver to it until exit
+  bool inline_progress = false;          // UROCE_PROGRESS=inline: callers drive the loop
+};
+
+// ---- context -----------------------------------------------------------------------
+// The verbs_context ends with the ibv_context the application holds; the
+// extended ops are found by going back from it (verbs_get_ctx).
+struct Context {
+  verbs_context vctx;
+  Device* dev = nullptr;
+};
+
+// ---- objects -----------------------------------------------------------------------
+struct Pd {
+  ibv_pd base;
+  rnic::Pd* impl = nullptr;
+};
+
+struct Mr {
+  ibv_mr base;
+  rnic::Mr* impl = nullptr;
+};
+
+struct Channel {
+  ibv_comp_channel base;
+  rnic::CompChannel* impl = nullptr;
+};
+
+// Every CQ has the extended layout (ibv_cq_ex begins with ibv_cq's fields):
+// ibv_start_poll / ibv_next_poll store status and wr_id in the ibv_cq_ex,
+// and the read_* callbacks read `cur`.
+struct Cq {
+  ibv_cq_ex ex;
+  rnic::Cq* impl = nullptr;
+  Context* ctx = nullptr;
+  uint64_t wc_flags = 0;      // IBV_WC_EX_WITH_* asked at creation
+  ibv_wc cur{};               // the completion start_poll/next_poll made current
+};
+
+struct Srq {
+  ibv_srq base;
+  rnic::Srq* impl = nullptr;
+  Context* ctx = nullptr;
+};
+
+// AHs need no wrapper: rnic::Ah begins with the ibv_ah that UD work
+// requests name (wr.ud.ah), and the shim hands out exactly that.
+
+// The work requests an ibv_wr_* batch builds between wr_start and
+// wr_complete.  Storage grows with the largest batch and is then reused:
+// SGE lists and inline bytes live in side arrays, referenced by index until
+// wr_complete links them into a chain for Qp::post_send.
+struct WrBatch {
+  struct Entry {
+    ibv_send_wr wr{};
+    size_t sge_first = 0;     // into sges
+    size_t inline_first = 0;  // into inline_bytes
+    size_t inline_len = 0;
+    bool is_inline = false;
+  };
+  std::vector<Entry> wrs;
+  std::vector<ibv_sge> sges;
+  std::vector<uint8_t> inline_bytes;
+  std::vector<ibv_send_wr> chain;   // built at wr_complete
+  std::vector<ibv_sge> inline_sges; // one per inline WR at wr_complete
+  bool open = false;
+  int error = 0;                    // the first builder error (EINVAL/ENOMEM), reported by wr_complete
+};
+
+// Every QP has the extended layout, so ibv_qp_to_qp_ex works on any QP
+// created with send_ops_flags (upstream: NULL for the others).
+struct Qp {
+  ibv_qp_ex ex;
+  rnic::Qp* impl = nullptr;
+  Context* ctx = nullptr;
+  bool extended = false;            // created by ibv_create_qp_ex with send ops
+  uint64_t send_ops = 0;            // IBV_QP_EX_WITH_* allowed
+  WrBatch* batch = nullptr;         // ibv_wr_* state (extended QPs)
+};
+
+// ---- downcasts ---------------------------------------------------------------------
+// Each object begins with its ABI structure, so the conversion is the
+// identity on the address (pointer-interconvertible, standard layout).
+template <class Obj, class Abi>
+Obj* from_abi(Abi* p) noexcept {
+  static_assert(std::is_standard_layout_v<Obj>);
+  return reinterpret_cast<Obj*>(p);
+}
+
+inline Device* to_dev(ibv_device* d) noexcept { return from_abi<Device>(d); }
+inline Pd* to_pd(ibv_pd* p) noexcept { return from_abi<Pd>(p); }
+inline Mr* to_mr(ibv_mr* m) noexcept { return from_abi<Mr>(m); }
+inline Channel* to_channel(ibv_comp_channel* c) noexcept { return from_abi<Channel>(c); }
+inline Cq* to_cq(ibv_cq* c) noexcept { return from_abi<Cq>(c); }
+inline Cq* to_cq(ibv_cq_ex* c) noexcept { return from_abi<Cq>(c); }
+inline Srq* to_srq(ibv_srq* s) noexcept { return from_abi<Srq>(s); }
+inline Qp* to_qp(ibv_qp* q) noexcept { return from_abi<Qp>(q); }
+inline Qp* to_qp(ibv_qp_ex* q) noexcept { return from_abi<Qp>(q); }
+
+// The context: back from the embedded ibv_context (container_of).
+inline Context* to_ctx(ibv_context* c) noexcept {
+  auto* vctx = reinterpret_cast<verbs_context*>(reinterpret_cast<uint8_t*>(c) - offsetof(verbs_context, context));
+  return from_abi<Context>(vctx);
+}
+
+inline ibv_cq* abi(Cq* c) noexcept { return reinterpret_cast<ibv_cq*>(&c->ex); }
+inline ibv_qp* abi(Qp* q) noexcept { return &q->ex.qp_base; }
+
+// ---- helpers shared by the files -------------------------------------------------
+// errno = err, then `ret` (the man pages' "NULL and errno" convention).
+template <class T>
+T fail(int err, T ret) noexcept {
+  errno = err;
+  return ret;
+}
+
+// Inline progress (UROCE_PROGRESS=inline): one iteration of the device's
+// loop from the caller's thread; nothing with an engine thread.
+void kick(Device* dev) noexcept;
+
+// The devices that came up (ibv_get_device_list starts them on first use).
+std::vector<Device*>& devices() noexcept;
+
+// Context ops (device.cpp, objects.cpp, qp.cpp) that open_device installs.
+int query_port_op(ibv_context* ctx, uint8_t port, ibv_port_attr* attr, size_t len) noexcept;
+int query_device_ex_op(ibv_context* ctx, const ibv_query_device_ex_input* in, ibv_device_attr_ex* attr,
+                       size_t attr_size) noexcept;
+int poll_cq_op(ibv_cq* cq, int n, ibv_wc* wc) noexcept;
+int req_notify_cq_op(ibv_cq* cq, int solicited_only) noexcept;
+ibv_cq_ex* create_cq_ex_op(ibv_context* ctx, ibv_cq_init_attr_ex* attr) noexcept;
+int post_srq_recv_op(ibv_srq* srq, ibv_recv_wr* wr, ibv_recv_wr** bad) noexcept;
+int post_send_op(ibv_qp* qp, ibv_send_wr* wr, ibv_send_wr** bad) noexcept;
+int post_recv_op(ibv_qp* qp, ibv_recv_wr* wr, ibv_recv_wr** bad) noexcept;
+ibv_qp* create_qp_ex_op(ibv_context* ctx, ibv_qp_init_attr_ex* attr) noexcept;
+
+}  // namespace uroce::shim
