@@ -143,7 +143,7 @@ Device::~Device() {
   dpdk_port_.reset();
 }
 
-bool Device::progress() { return info_.progress == Progress::Inline && engine_->try_progress(); }
+bool Device::progress() { return engine_->try_progress(); }
 
 void Device::stop() {
   if (engine_lcore_ != kNoLcore) {

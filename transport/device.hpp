@@ -129,8 +129,9 @@ class Device {
   // The FaultPort, or null when the device has no faults.
   drivers::FaultPort* fault_port() noexcept { return fault_port_.get(); }
 
-  // Inline progress: one iteration of the loop if no other thread is
-  // running it.  With an engine thread, false and nothing happens.
+  // One iteration of the loop if no other thread is running it (false
+  // otherwise): inline progress, or an application thread assisting the
+  // engine thread (Engine::try_progress).
   bool progress();
   // Stops the engine thread (the device stays open; no more progress).
   void stop();

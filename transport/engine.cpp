@@ -110,9 +110,17 @@ void Engine::start() {
     engine_thread_.store(std::this_thread::get_id());
     uint64_t idle_since = 0;  // 0: the last iteration did work
     while (running_.load(std::memory_order_relaxed)) {
+      if (steady_ns() - assist_ns_.load(std::memory_order_relaxed) < kAssistHoldNs) {
+        // An application thread is driving the loop (try_progress from its
+        // poll/post calls): stay off the core it needs.
+        constexpr timespec kAssistNap{0, 20'000};
+        nanosleep(&kAssistNap, nullptr);
+        continue;
+      }
       unsigned work;
       {
         std::lock_guard lock(poll_mutex_);
+        engine_thread_.store(std::this_thread::get_id());
         work = poll();
       }
       if (work != 0) {
@@ -149,11 +157,15 @@ void Engine::stop() {
 }
 
 bool Engine::try_progress() {
+  // With an engine thread, this caller assists: the thread backs off while
+  // callers keep coming (lowest latency on few cores, DESIGN.md "Progress").
+  if (running_.load(std::memory_order_relaxed)) assist_ns_.store(steady_ns(), std::memory_order_relaxed);
   std::unique_lock lock(poll_mutex_, std::try_to_lock);
   if (!lock.owns_lock()) return false;
+  const std::thread::id previous = engine_thread_.load();
   engine_thread_.store(std::this_thread::get_id());
   poll();
-  engine_thread_.store(std::thread::id{});
+  engine_thread_.store(previous);
   return true;
 }
 
@@ -190,11 +202,7 @@ void Engine::run_sync(const std::function<void()>& fn) {
                    &call};
   while (!ring(d)) std::this_thread::yield();
   while (!call.done.load(std::memory_order_acquire)) {
-    if (!running_.load(std::memory_order_relaxed)) {
-      try_progress();
-    } else {
-      std::this_thread::yield();
-    }
+    if (!try_progress()) std::this_thread::yield();
   }
 }
 

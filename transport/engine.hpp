@@ -131,7 +131,9 @@ class Engine {
   unsigned poll();
   void start();  // a dedicated engine thread
   void stop();   // joins it; flushes TX and the capture
-  // Inline mode: poll once if no other thread is polling.
+  // Poll once if no other thread is polling.  Inline mode: how the loop
+  // runs.  With an engine thread: an application thread assisting it (the
+  // thread then backs off while such calls keep coming).
   bool try_progress();
   bool on_engine_thread() const noexcept;
 
@@ -204,6 +206,10 @@ class Engine {
   std::vector<std::pair<IpAddr, wire::MacAddr>> kernel_learned_;  // learned next iteration
 
   std::mutex poll_mutex_;              // held while polling (inline mode)
+  // When an application thread last called try_progress while the engine
+  // thread runs; the thread stays off the core kAssistHoldNs after it.
+  static constexpr uint64_t kAssistHoldNs = 200'000;
+  std::atomic<uint64_t> assist_ns_{0};
   std::atomic<bool> running_{false};
   std::thread thread_;
   std::atomic<std::thread::id> engine_thread_{};

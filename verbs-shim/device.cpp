@@ -125,7 +125,9 @@ std::vector<Device*>& devices() noexcept {
 }
 
 void kick(Device* dev) noexcept {
-  if (dev->inline_progress) dev->tdev->progress();
+  // Inline mode: the loop runs here.  With an engine thread: this caller
+  // assists it, and the thread stays off the core while calls keep coming.
+  dev->tdev->progress();
 }
 
 // ---- context ops -------------------------------------------------------------------

@@ -646,6 +646,7 @@ RDMACM_EXPORT int rdma_create_ep(rdma_cm_id** id, rdma_addrinfo* res, ibv_pd* pd
   if (ps == 0) ps = qpt == IBV_QPT_UD ? RDMA_PS_UDP : RDMA_PS_TCP;
   Id* x = new_id(nullptr, nullptr, ps, qpt);
   if (x == nullptr) return -1;
+  if (qp_init_attr != nullptr) qp_init_attr->qp_type = qpt;  // as librdmacm: the addrinfo's QP type
   rdma_cm_id* cid = &x->id;
   int rc = 0;
   if ((res->ai_flags & RAI_PASSIVE) != 0) {

@@ -153,8 +153,9 @@ T fail(int err, T ret) noexcept {
   return ret;
 }
 
-// Inline progress (UROCE_PROGRESS=inline): one iteration of the device's
-// loop from the caller's thread; nothing with an engine thread.
+// One iteration of the device's loop from the caller's thread when no other
+// thread is in it: how the loop runs with UROCE_PROGRESS=inline, and an
+// assist that keeps the engine thread off the caller's core otherwise.
 void kick(Device* dev) noexcept;
 
 // The devices that came up (ibv_get_device_list starts them on first use).

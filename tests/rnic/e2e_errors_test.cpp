@@ -246,10 +246,10 @@ TEST_P(Access, RefusedAndMemoryUnchanged) {
   ASSERT_NE(p.qa, nullptr);
 
   // The target: [kPad, kPad + kMrLen) of a larger block, registered alone.
-  std::vector<uint64_t> block((kPad * 2 + kMrLen) / 8);
-  uint8_t* base = reinterpret_cast<uint8_t*>(block.data());
-  fill_pattern({base, block.size() * 8}, 1234);
-  const std::vector<uint8_t> before(base, base + block.size() * 8);
+  constexpr size_t kBlock = kPad * 2 + kMrLen;
+  uint8_t* base = h.memory(kBlock);
+  fill_pattern({base, kBlock}, 1234);
+  const std::vector<uint8_t> before(base, base + kBlock);
   int access = kRemoteAll;
   if (bad == Bad::NoRight) access &= ~right_for(op);
   Pd* pd = h.b().pd;

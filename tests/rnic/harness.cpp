@@ -63,6 +63,7 @@ Harness::~Harness() {
   for (Node* n : {&a_, &b_}) n->rnic.reset();
   for (Node* n : {&a_, &b_}) n->engine.reset();
   wire_.reset();
+  memory_.clear();  // last: nothing can write into it any more
 }
 
 void Harness::make_node(Node& n, size_t index, uint32_t ip4, uint8_t ip6_last, const std::string& pcap) {
@@ -118,12 +119,17 @@ void Harness::run_for(Duration d) {
 
 // ---- objects -------------------------------------------------------------------------
 
+uint8_t* Harness::memory(size_t len) {
+  memory_.push_back(std::make_shared<uint64_t[]>((len + 7) / 8 + 1));
+  return reinterpret_cast<uint8_t*>(memory_.back().get());
+}
+
 Buffer Harness::buffer(Node& n, size_t len, int access, uint8_t fill) {
   Buffer b;
-  const size_t words = (len + 7) / 8 + 1;
-  b.mem = std::make_unique<uint64_t[]>(words);
+  memory(len);
+  b.mem = memory_.back();
   b.len = len;
-  std::memset(b.mem.get(), fill, words * 8);
+  std::memset(b.data(), fill, len + 8);
   int err = 0;
   b.mr = n.rnic->reg_mr(n.pd, b.data(), len, b.addr(), access, &err);
   EXPECT_NE(b.mr, nullptr) << "reg_mr(" << len << "): " << std::strerror(err);

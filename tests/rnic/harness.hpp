@@ -83,9 +83,11 @@ struct QpCaps {
   uint32_t max_inline_data = 256;
 };
 
-// Memory registered on one node.  8-byte aligned (atomics).
+// Memory registered on one node.  8-byte aligned (atomics).  The bytes
+// belong to the Harness and outlive its RNICs: a packet still in flight at
+// teardown never lands in freed memory.
 struct Buffer {
-  std::unique_ptr<uint64_t[]> mem;
+  std::shared_ptr<uint64_t[]> mem;  // shared with the Harness, which frees it last
   size_t len = 0;
   Mr* mr = nullptr;
 
@@ -127,6 +129,8 @@ class Harness {
 
   // ---- objects (they ADD_FAILURE and return null on error) ----
   Buffer buffer(Node& n, size_t len, int access, uint8_t fill = 0);
+  // `len` zeroed bytes, 8-byte aligned, freed after the RNICs.
+  uint8_t* memory(size_t len);
   Cq* cq(Node& n, int cqe = 1024, CompChannel* ch = nullptr);
   Qp* qp(Node& n, ibv_qp_type type, Cq* scq, Cq* rcq, const QpCaps& caps = {}, Srq* srq = nullptr);
   Srq* srq(Node& n, uint32_t max_wr, uint32_t max_sge = 16, uint32_t limit = 0);
@@ -163,6 +167,7 @@ class Harness {
 
   std::unique_ptr<drivers::sim::SimWire> wire_;
   Node a_, b_;
+  std::vector<std::shared_ptr<uint64_t[]>> memory_;
 };
 
 // ---- work requests -----------------------------------------------------------------

@@ -47,6 +47,17 @@ uint64_t env_u64(const char* name, uint64_t dflt) {
 
 enum class Kind : uint8_t { Send, Write, Read, CmpSwap, FetchAdd };
 
+const char* kind_name(Kind k) {
+  switch (k) {
+    case Kind::Send: return "SEND";
+    case Kind::Write: return "WRITE";
+    case Kind::Read: return "READ";
+    case Kind::CmpSwap: return "CMP_SWAP";
+    case Kind::FetchAdd: return "FETCH_ADD";
+  }
+  return "?";
+}
+
 struct Op {
   uint64_t id = 0;
   Kind kind = Kind::Send;
@@ -73,7 +84,8 @@ struct QpRun {
 
 class Soak {
  public:
-  Soak(double loss, uint64_t seed, uint64_t ops) : seed_(seed), ops_(ops), rng_(seed) {
+  Soak(double loss, uint64_t seed, uint64_t ops)
+      : seed_(seed), ops_(ops), no_read_(env_u64("UROCE_SOAK_NO_READ", 0) != 0), rng_(seed) {
     drivers::FaultSpec f;
     f.drop = loss;
     f.dup = 0.005;
@@ -235,7 +247,8 @@ class Soak {
     Op op;
     op.id = (uint64_t{static_cast<uint32_t>(&q - qps_)} << 56) | q.next_id++;
     op.slot = static_cast<uint32_t>(q.posted % kWindow);
-    const uint64_t r = rnd(100);
+    uint64_t r = rnd(100);
+    if (no_read_ && r >= 60 && r < 85) r = rnd(60);  // READ's share goes to SEND/WRITE
     op.kind = r < 30 ? Kind::Send : r < 60 ? Kind::Write : r < 85 ? Kind::Read : r < 93 ? Kind::FetchAdd : Kind::CmpSwap;
     ibv_send_wr wr{};
     std::vector<ibv_sge> sges;
@@ -328,7 +341,8 @@ class Soak {
         const Op& op = q.outstanding.front();
         EXPECT_EQ(wc[i].wr_id, op.id) << "completions out of order or repeated (seed " << seed_ << ")";
         EXPECT_EQ(wc[i].status, IBV_WC_SUCCESS)
-            << wc_status_name(wc[i].status) << " for op " << op.id << " (seed " << seed_ << ")";
+            << wc_status_name(wc[i].status) << " for QP " << (op.id >> 56) << " op " << (op.id & 0xFFFFFFFFFFFFFFull)
+            << " (" << kind_name(op.kind) << ", " << op.len << " bytes) (seed " << seed_ << ")";
         if (wc[i].status == IBV_WC_SUCCESS && wc[i].wr_id == op.id) check_done(q, op);
         q.outstanding.pop_front();
         ++n_done;
@@ -389,6 +403,7 @@ class Soak {
 
   uint64_t seed_;
   uint64_t ops_;
+  bool no_read_;  // UROCE_SOAK_NO_READ=1: leave READs out (to tell a READ problem from the rest)
   double loss_ = 0;
   std::mt19937_64 rng_;
   std::unique_ptr<Harness> h_;

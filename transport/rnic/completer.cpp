@@ -82,7 +82,6 @@ void retire(Qp& qp, SendWqe& w) noexcept {
   ++c.wqe_idx;
   if (distance(w.last_psn + 1, c.psn) > 0) c.psn = w.last_psn + 1;
   c.in_read_resp = false;
-  c.rerequested = false;
   if (wqe_is_rd_atomic(w) && qp.req.rd_atomic_inflight > 0) --qp.req.rd_atomic_inflight;
 }
 
@@ -169,8 +168,6 @@ Step on_read_resp(Ctx& x) {
     // A gap inside the READ's responses: re-request from the first missing
     // PSN, once per gap (later packets of the gap are dropped).
     ctr(x).inc(RnicCtr::drop_resp_out_of_seq);
-    if (c.rerequested) return Step::Drop;
-    c.rerequested = true;
     return Step::Retry;
   }
   if ((!op.first && !c.in_read_resp) || (op.has(wire::kHdrAeth) && aeth(x).type() != wire::AckType::Ack)) {
@@ -191,7 +188,6 @@ Step on_read_resp(Ctx& x) {
   }
   w.read_done = off + want;
   c.psn = x.psn + 1;
-  c.rerequested = false;
   c.in_read_resp = !op.last;
   if (last) retire(qp, w);
   return Step::Done;
@@ -262,6 +258,10 @@ Step on_error_nak(Ctx& x) {
 // rnr_retry.
 Step retry(Ctx& x) {
   CompState& c = x.qp.comp;
+  // One retry sequence per PSN: the responses still in flight from before
+  // the rewind (later ACKs, the rest of a READ) must not each start
+  // another one (rxe's started_retry).  The ACK timer still can.
+  if (c.retry_started && c.retry_psn == c.psn) return Step::Drop;
   if (c.retry_left == 0) {
     ctr(x).inc(RnicCtr::retry_exceeded);
     x.status = IBV_WC_RETRY_EXC_ERR;
@@ -269,6 +269,8 @@ Step retry(Ctx& x) {
   }
   --c.retry_left;
   c.in_read_resp = false;
+  c.retry_started = true;
+  c.retry_psn = c.psn;
   requester_rewind(x.qp);
   return Step::Done;
 }
@@ -279,6 +281,7 @@ void after(transport::Engine& engine, Qp& qp, Psn before_psn) {
   ReqState& r = qp.req;
   const bool progress = distance(c.psn, before_psn) > 0;
   if (progress) {
+    c.retry_started = false;
     c.retry_left = qp.attrs().retry_cnt;
     if (!c.rnr_wait) c.rnr_left = qp.attrs().rnr_retry;
   }
@@ -350,7 +353,8 @@ void completer_ack_timeout(Timer& t, uint64_t) {
   }
   --c.retry_left;
   c.in_read_resp = false;
-  c.rerequested = false;
+  c.retry_started = true;
+  c.retry_psn = c.psn;
   requester_rewind(qp);
   requester_run(engine, qp);  // re-arms the timer
 }

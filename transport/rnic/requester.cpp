@@ -427,7 +427,7 @@ void sender_reset(Qp& qp, transport::Engine& engine) noexcept {
   c.rnr_left = qp.attrs().rnr_retry;
   c.rnr_wait = false;
   c.in_read_resp = false;
-  c.rerequested = false;
+  c.retry_started = false;
   c.ack_timer.cb = completer_ack_timeout;
   c.ack_timer.owner = &qp;
   c.rnr_timer.cb = completer_rnr_timeout;

@@ -45,7 +45,8 @@ struct CompState {
   bool rnr_wait = false;
   // completer.cpp's own:
   bool in_read_resp = false;      // a READ response message is under way (MIDDLE/LAST may follow)
-  bool rerequested = false;       // a READ gap at `psn` was already re-requested (once per gap)
+  bool retry_started = false;     // a go-back-N from retry_psn is under way: later implied
+  Psn retry_psn{};                //   NAKs for the same PSN do not start another (as rxe)
 };
 
 // Unacknowledged PSNs the requester keeps outstanding at most (far below
