@@ -209,6 +209,30 @@ TEST_F(Completer, RnrRetrySevenIsInfinite) {
   EXPECT_EQ(wcs[0].status, IBV_WC_SUCCESS);
 }
 
+// retry_cnt 7 never gives up (rxe's rule, DESIGN.md): more timeouts than
+// any finite count allows, then an ACK completes the WQE successfully.
+TEST_F(Completer, RetryCountSevenIsInfinite) {
+  ConnOpts o;
+  o.timeout = 8;  // ~1 ms
+  o.retry_cnt = 7;
+  make(0x70, o);
+  Buffer b = p.buffer(64);
+  send(b, 1, 0, 64);
+  ASSERT_EQ(p.wait_frames(1).size(), 1u);
+  for (int i = 0; i < 10; ++i) {
+    auto fs = p.wait_frames(1, milliseconds(500));
+    ASSERT_EQ(fs.size(), 1u) << "retransmission " << i;
+    EXPECT_EQ(fs[0].psn(), Psn(0x70));
+  }
+  EXPECT_GE(p.ctr(RnicCtr::ack_timeouts), 10u);
+  EXPECT_EQ(p.ctr(RnicCtr::retry_exceeded), 0u);
+  EXPECT_EQ(q->state(), IBV_QPS_RTS);
+  p.inject(p.ack(me(), Psn(0x70)));
+  auto wcs = p.wait_wcs(scq, 1);
+  ASSERT_EQ(wcs.size(), 1u);
+  EXPECT_EQ(wcs[0].status, IBV_WC_SUCCESS) << wc_status_name(wcs[0].status);
+}
+
 TEST_F(Completer, ReadResponsePlacedAndGapReRequested) {
   make(0x700);
   const size_t len = 2500;
@@ -237,6 +261,61 @@ TEST_F(Completer, ReadResponsePlacedAndGapReRequested) {
   EXPECT_EQ(wcs[0].status, IBV_WC_SUCCESS);
   EXPECT_EQ(wcs[0].opcode, IBV_WC_RDMA_READ);
   EXPECT_EQ(first_diff(dst.bytes(0, len), data), -1);
+}
+
+// rxe replays a READ re-requested from its middle by continuing the
+// message (MIDDLE/LAST at the re-request's PSN), not with a new FIRST.
+TEST_F(Completer, ReadReplayMayContinueWithMiddleAndLast) {
+  make(0x7F0);
+  const size_t len = 3 * 1024;
+  Buffer dst = p.buffer(len);
+  std::vector<uint8_t> data(len);
+  fill_pattern(data, 12);
+  std::span<const uint8_t> d(data);
+  read(dst, 1, 0, len);
+  ASSERT_EQ(p.wait_frames(1).size(), 1u);
+  p.inject(p.read_resp(op::RC_READ_RESPONSE_FIRST, me(), Psn(0x7F0), d.subspan(0, 1024)));
+  p.inject(p.read_resp(op::RC_READ_RESPONSE_LAST, me(), Psn(0x7F2), d.subspan(2048)));  // 0x7F1 lost
+  auto fs = p.wait_frames(1);
+  ASSERT_EQ(fs.size(), 1u);
+  EXPECT_EQ(fs[0].psn(), Psn(0x7F1));
+  p.inject(p.read_resp(op::RC_READ_RESPONSE_MIDDLE, me(), Psn(0x7F1), d.subspan(1024, 1024)));
+  p.inject(p.read_resp(op::RC_READ_RESPONSE_LAST, me(), Psn(0x7F2), d.subspan(2048)));
+  auto wcs = p.wait_wcs(scq, 1);
+  ASSERT_EQ(wcs.size(), 1u);
+  EXPECT_EQ(wcs[0].status, IBV_WC_SUCCESS);
+  EXPECT_EQ(first_diff(dst.bytes(0, len), data), -1);
+  EXPECT_EQ(p.ctr(RnicCtr::drop_bad_opcode_seq), 0u);
+}
+
+// Responses already in flight when a go-back-N starts (later ACKs past a
+// READ whose response was lost) must not start one retry each.
+TEST_F(Completer, OneGoBackNPerPsn) {
+  ConnOpts o;
+  o.timeout = 0;
+  o.retry_cnt = 1;
+  make(0x800, o);
+  Buffer b = p.buffer(64);
+  read(b, 1, 0, 8);     // 0x800
+  send(b, 2, 16, 8);    // 0x801
+  send(b, 3, 24, 8);    // 0x802
+  send(b, 4, 32, 8);    // 0x803
+  ASSERT_EQ(p.wait_frames(4).size(), 4u);
+  p.inject(p.ack(me(), Psn(0x801)));  // the READ response was lost: go back to 0x800
+  auto re = p.wait_frames(4);
+  ASSERT_EQ(re.size(), 4u);
+  EXPECT_EQ(re[0].opcode(), op::RC_READ_REQUEST);
+  p.inject(p.ack(me(), Psn(0x802)));  // still from before the rewind
+  p.inject(p.ack(me(), Psn(0x803)));
+  p.run_for(milliseconds(2));
+  EXPECT_TRUE(p.take().empty()) << "a second go-back-N for the same PSN";
+  EXPECT_EQ(q->state(), IBV_QPS_RTS);  // and no retry consumed: retry_cnt 1 would have failed it
+  std::vector<uint8_t> data(8, 9);
+  p.inject(p.read_resp(op::RC_READ_RESPONSE_ONLY, me(), Psn(0x800), data));
+  p.inject(p.ack(me(), Psn(0x803)));
+  auto wcs = p.wait_wcs(scq, 4);
+  EXPECT_EQ(ids(wcs), (std::vector<uint64_t>{1, 2, 3, 4}));
+  for (auto& w : wcs) EXPECT_EQ(w.status, IBV_WC_SUCCESS) << wc_status_name(w.status);
 }
 
 TEST_F(Completer, AtomicAckWritesTheOriginalValue) {

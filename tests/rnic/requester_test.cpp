@@ -307,3 +307,43 @@ TEST(Timers, AckTimeoutAndRnrTables) {
 
 }  // namespace
 }  // namespace uroce::rnic::testing
+
+namespace uroce::rnic::testing {
+namespace {
+
+// A figure, not a check (run with --gtest_also_run_disabled_tests): RC
+// WRITE goodput between two engines on the sim wire, one thread polling
+// both, and the requester's share of the packets.
+TEST(RequesterFigure, DISABLED_RcWriteGoodput) {
+  Harness h;
+  ConnOpts o;
+  o.mtu = IBV_MTU_4096;
+  Pair pr = h.pair(IBV_QPT_RC, o);
+  ASSERT_NE(pr.qa, nullptr);
+  constexpr size_t kMsg = 1 << 20;
+  constexpr int kMsgs = 256;
+  Buffer src = h.buffer(h.a(), kMsg, IBV_ACCESS_LOCAL_WRITE);
+  Buffer dst = h.buffer(h.b(), kMsg, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+  const auto t0 = Clock::now();
+  int posted = 0, done = 0;
+  while (done < kMsgs) {
+    while (posted < kMsgs && posted - done < 8) {
+      ibv_sge s = src.sge(0, kMsg);
+      ibv_send_wr wr = rdma_wr(IBV_WR_RDMA_WRITE, static_cast<uint64_t>(posted), {&s, 1}, dst.addr(), dst.rkey());
+      ASSERT_EQ(post_send(pr.qa, wr), 0);
+      ++posted;
+    }
+    for (const ibv_wc& wc : h.poll_cq(pr.scq_a)) {
+      ASSERT_EQ(wc.status, IBV_WC_SUCCESS);
+      ++done;
+    }
+  }
+  const double s = std::chrono::duration<double>(Clock::now() - t0).count();
+  std::printf("RC WRITE 1 MiB x %d, MTU 4096: %.2f Gbit/s goodput, %.0f us per MiB\n", kMsgs,
+              kMsgs * kMsg * 8 / s / 1e9, s / kMsgs * 1e6);
+  std::printf("req_pkts %lu retrans %lu\n", static_cast<unsigned long>(h.a().rnic->counters().get(RnicCtr::req_pkts)),
+              static_cast<unsigned long>(h.a().rnic->counters().get(RnicCtr::req_retrans_pkts)));
+}
+
+}  // namespace
+}  // namespace uroce::rnic::testing

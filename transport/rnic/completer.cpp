@@ -30,6 +30,10 @@
 namespace uroce::rnic {
 namespace {
 
+// retry_cnt / rnr_retry 7: retry for ever (IBA 9.7.6.1.3 for rnr_retry; rxe
+// applies it to retry_cnt too).
+constexpr uint8_t kInfiniteRetry = 7;
+
 enum class Step : uint8_t {
   CheckPsn,
   ImpliedAcks,
@@ -81,7 +85,6 @@ void retire(Qp& qp, SendWqe& w) noexcept {
   w.state = WqeState::Done;
   ++c.wqe_idx;
   if (distance(w.last_psn + 1, c.psn) > 0) c.psn = w.last_psn + 1;
-  c.in_read_resp = false;
   if (wqe_is_rd_atomic(w) && qp.req.rd_atomic_inflight > 0) --qp.req.rd_atomic_inflight;
 }
 
@@ -170,7 +173,11 @@ Step on_read_resp(Ctx& x) {
     ctr(x).inc(RnicCtr::drop_resp_out_of_seq);
     return Step::Retry;
   }
-  if ((!op.first && !c.in_read_resp) || (op.has(wire::kHdrAeth) && aeth(x).type() != wire::AckType::Ack)) {
+  // The first PSN starts the response (FIRST/ONLY).  Past it a re-request
+  // is answered either by continuing the message (MIDDLE/LAST, as rxe
+  // replays) or by a new one (FIRST/ONLY): both are taken; the length
+  // checks below decide.
+  if ((x.psn == w.first_psn && !op.first) || (op.has(wire::kHdrAeth) && aeth(x).type() != wire::AckType::Ack)) {
     ctr(x).inc(RnicCtr::drop_bad_opcode_seq);
     return Step::Drop;
   }
@@ -188,7 +195,6 @@ Step on_read_resp(Ctx& x) {
   }
   w.read_done = off + want;
   c.psn = x.psn + 1;
-  c.in_read_resp = !op.last;
   if (last) retire(qp, w);
   return Step::Done;
 }
@@ -212,7 +218,7 @@ Step on_atomic_ack(Ctx& x) {
 }
 
 // RNR NAK (9.7.5.2.8): wait the time the responder asks, then resend from
-// the NAK's PSN; rnr_retry 7 retries for ever (C9-??? / the man page).
+// the NAK's PSN; rnr_retry 7 retries for ever (ibv_modify_qp(3)).
 Step on_rnr_nak(Ctx& x) {
   CompState& c = x.qp.comp;
   ctr(x).inc(RnicCtr::rnr_naks_rcvd);
@@ -223,7 +229,7 @@ Step on_rnr_nak(Ctx& x) {
     x.status = IBV_WC_RNR_RETRY_EXC_ERR;
     return Step::Error;
   }
-  if (c.rnr_left != 7) --c.rnr_left;
+  if (c.rnr_left != kInfiniteRetry) --c.rnr_left;
   c.rnr_wait = true;
   x.engine.timers().cancel(c.ack_timer);
   c.rnr_timer.cb = completer_rnr_timeout;
@@ -253,9 +259,9 @@ Step on_error_nak(Ctx& x) {
   return Step::Error;
 }
 
-// Go back N (9.7.5.2.2 / C9-???): one transport retry is consumed; progress
-// since restores them.  retry_cnt is a count (7 = seven retries), unlike
-// rnr_retry.
+// Go back N (9.7.5.2): one transport retry is consumed; progress
+// since restores them.  retry_cnt 7 retries for ever, as rnr_retry 7 does
+// (rxe's rule, which programs written for it rely on; DESIGN.md).
 Step retry(Ctx& x) {
   CompState& c = x.qp.comp;
   // One retry sequence per PSN: the responses still in flight from before
@@ -267,8 +273,7 @@ Step retry(Ctx& x) {
     x.status = IBV_WC_RETRY_EXC_ERR;
     return Step::Error;
   }
-  --c.retry_left;
-  c.in_read_resp = false;
+  if (c.retry_left != kInfiniteRetry) --c.retry_left;
   c.retry_started = true;
   c.retry_psn = c.psn;
   requester_rewind(x.qp);
@@ -281,7 +286,7 @@ void after(transport::Engine& engine, Qp& qp, Psn before_psn) {
   ReqState& r = qp.req;
   const bool progress = distance(c.psn, before_psn) > 0;
   if (progress) {
-    c.retry_started = false;
+    if (c.psn != c.retry_psn) c.retry_started = false;  // past where the go-back-N began
     c.retry_left = qp.attrs().retry_cnt;
     if (!c.rnr_wait) c.rnr_left = qp.attrs().rnr_retry;
   }
@@ -335,7 +340,8 @@ void completer_rx(transport::Engine& engine, Qp& qp, transport::RoceRx& pkt) noe
 }
 
 // Local ACK timeout (9.7.6.1.3): nothing came back in time for the oldest
-// outstanding PSN.  Retry from it, or give up after retry_cnt retries.
+// outstanding PSN.  Retry from it, or give up after retry_cnt retries
+// (7: never).
 void completer_ack_timeout(Timer& t, uint64_t) {
   Qp& qp = t.owner_as<Qp>();
   transport::Engine& engine = qp.rnic().engine();
@@ -351,8 +357,7 @@ void completer_ack_timeout(Timer& t, uint64_t) {
     sender_fail(qp, *w, IBV_WC_RETRY_EXC_ERR);
     return;
   }
-  --c.retry_left;
-  c.in_read_resp = false;
+  if (c.retry_left != kInfiniteRetry) --c.retry_left;
   c.retry_started = true;
   c.retry_psn = c.psn;
   requester_rewind(qp);
@@ -365,7 +370,6 @@ void completer_rnr_timeout(Timer& t, uint64_t) {
   qp.comp.rnr_wait = false;
   const ibv_qp_state st = qp.state();
   if (st != IBV_QPS_RTS && st != IBV_QPS_SQD) return;
-  qp.comp.in_read_resp = false;
   requester_rewind(qp);
   requester_run(qp.rnic().engine(), qp);
 }

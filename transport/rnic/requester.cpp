@@ -173,8 +173,8 @@ uint32_t psn_count(const Qp& qp, const SendWqe& w) noexcept {
   return static_cast<uint32_t>(std::max<uint64_t>(1, (w.length + mtu - 1) / mtu));
 }
 
-// Every SGE's L_Key once per WQE (IBA 10.7.2.? local access checks,
-// C10-??): the MR exists, belongs to the QP's PD, covers the SGE, and
+// Every SGE's L_Key once per WQE (the local access checks of IBA 10.6):
+// the MR exists, belongs to the QP's PD, covers the SGE, and
 // grants local write where the WQE writes (READ and atomic results).
 bool check_local_keys(Qp& qp, const SendWqe& w) noexcept {
   if ((w.send_flags & IBV_SEND_INLINE) != 0) return true;
@@ -212,7 +212,7 @@ Start start_wqe(Qp& qp, SendWqe& w) noexcept {
     sender_fail(qp, w, IBV_WC_LOC_QP_OP_ERR);
     return Start::Failed;
   }
-  if (is_ud(qp) && w.length > qp.rnic().active_mtu_bytes()) {  // C9-?? a UD message is one packet
+  if (is_ud(qp) && w.length > qp.rnic().active_mtu_bytes()) {  // IBA 9.9: a UD message is one packet
     sender_fail(qp, w, IBV_WC_LOC_LEN_ERR);
     return Start::Failed;
   }
@@ -220,15 +220,15 @@ Start start_wqe(Qp& qp, SendWqe& w) noexcept {
     sender_fail(qp, w, IBV_WC_LOC_PROT_ERR);
     return Start::Failed;
   }
-  // IBV_SEND_FENCE: wait until every earlier READ/atomic completed (IBA
-  // 10.8.3.3, fence indicator).
+  // IBV_SEND_FENCE (the fence indicator of IBA chapter 10): wait until
+  // every earlier READ/atomic completed.
   if ((w.send_flags & IBV_SEND_FENCE) != 0 && r.rd_atomic_inflight > 0) {
     r.fence_wait = true;
     return Start::Wait;
   }
   r.fence_wait = false;
-  // At most max_rd_atomic READ/atomics outstanding (the initiator depth,
-  // IBA 9.7.7.?; 0 is taken as 1 so that a READ can ever go).
+  // At most max_rd_atomic READ/atomics outstanding (the initiator depth;
+  // 0 is taken as 1 so that a READ can ever go).
   if (ops.rd_atomic && r.rd_atomic_inflight >= std::max<uint32_t>(1, qp.attrs().max_rd_atomic)) return Start::Wait;
 
   w.first_psn = r.next_psn;
@@ -267,7 +267,7 @@ Emit emit(transport::Engine& engine, Qp& qp, SendWqe& w, Seg seg, uint64_t off, 
   d.ack_req = ack_req;
   d.se = info.last && (w.send_flags & IBV_SEND_SOLICITED) != 0;
   d.dest_qp = Qpn(ud ? w.remote_qpn : qp.attrs().dest_qp_num);
-  if (qp.is_gsi()) d.pkey = kDefaultPkey;  // GSI MADs use the default P_Key (IBA 13.5.1)
+  if (qp.is_gsi()) d.pkey = kDefaultPkey;  // GSI MADs go with the default P_Key (IBA chapter 13)
   if (info.has(wire::kHdrDeth)) {
     // C10-15: a Q_Key with the high bit set means "use the QP's own".
     const uint32_t own = qp.is_gsi() ? kGsiQkey : qp.attrs().qkey;
@@ -347,16 +347,14 @@ void requester_run(transport::Engine& engine, Qp& qp) noexcept {
       len = static_cast<uint32_t>(w.length);  // UD: the whole message in one packet
     }
     const bool last_pkt = seg == Seg::Only || seg == Seg::Last;
-    bool ack_req = false;
-    if (rc) {  // IBA 9.7.3.1.4: AckReq on the last packet, and every kMaxPktsPerAckReq
-      ack_req = last_pkt || ++r.pkts_since_ackreq >= kMaxPktsPerAckReq;
-      if (ack_req) r.pkts_since_ackreq = 0;
-    }
+    // The BTH AckReq bit: on the last packet of every RC message, and at
+    // least every kMaxPktsPerAckReq packets within a long one.
+    const bool ack_req = rc && (last_pkt || r.pkts_since_ackreq + 1 >= kMaxPktsPerAckReq);
     if (emit(engine, qp, w, seg, off, len, ack_req) == Emit::NoMbuf) {
-      if (rc && ack_req && !last_pkt) r.pkts_since_ackreq = kMaxPktsPerAckReq - 1;
       kick_soon(engine, qp, 10'000);  // buffers come back as the port sends
       break;
     }
+    if (rc) r.pkts_since_ackreq = ack_req ? 0 : r.pkts_since_ackreq + 1;
     --budget;
     if (ops.multi && !is_ud(qp)) {
       w.sent = off + len;
@@ -426,7 +424,6 @@ void sender_reset(Qp& qp, transport::Engine& engine) noexcept {
   c.retry_left = qp.attrs().retry_cnt;
   c.rnr_left = qp.attrs().rnr_retry;
   c.rnr_wait = false;
-  c.in_read_resp = false;
   c.retry_started = false;
   c.ack_timer.cb = completer_ack_timeout;
   c.ack_timer.owner = &qp;

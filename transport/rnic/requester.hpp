@@ -44,7 +44,6 @@ struct CompState {
   Timer rnr_timer{};              // RNR wait before the retry
   bool rnr_wait = false;
   // completer.cpp's own:
-  bool in_read_resp = false;      // a READ response message is under way (MIDDLE/LAST may follow)
   bool retry_started = false;     // a go-back-N from retry_psn is under way: later implied
   Psn retry_psn{};                //   NAKs for the same PSN do not start another (as rxe)
 };
@@ -54,8 +53,8 @@ struct CompState {
 inline constexpr uint32_t kMaxUnackedPsns = 512;
 // Packets one requester_run sends before it yields to the poll loop.
 inline constexpr uint32_t kReqBudget = 64;
-// AckReq at least every this many packets (IBA 9.7.3.1.4 leaves the
-// cadence to the requester; rxe uses 64).
+// AckReq at least every this many packets of a long message (the IBA
+// leaves the cadence to the requester; rxe uses 64).
 inline constexpr uint32_t kMaxPktsPerAckReq = 64;
 
 // [engine] The requester: send what the SQ and the window allow.  Called on
