@@ -1,0 +1,1432 @@
+// The rdma_cm model (rdma_cm.hpp).  What Linux's rdma_cm (cma.c) and
+// librdmacm (cma.c) do is the behaviour matched: which CM event becomes
+// which rdma_cm event with which status and private data, how the QP is
+// moved, how conn params are negotiated.  IBA rule numbers are chapter 12's.
+#include "cm/rdma_cm.hpp"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <random>
+
+namespace uroce::cm {
+namespace {
+
+using transport::IpAddr;
+
+constexpr uint16_t kEphemeralLow = 32768;   // as Linux's ip_local_port_range
+constexpr uint16_t kEphemeralHigh = 60999;
+constexpr int kDefaultBacklog = 1024;
+
+constexpr std::string_view kStateNames[] = {
+    "Idle", "AddrBound", "AddrQuery", "AddrResolved", "RouteQuery", "RouteResolved", "Connect",
+    "Listen", "ConnectRequest", "Accepting", "Connected", "Disconnected", "Failed"};
+
+bool is_wildcard(const IpAddr& ip) {
+  static const IpAddr v4any = IpAddr::v4(0);
+  return ip == v4any || ip == IpAddr{};
+}
+
+bool in_subnet(const IpAddr& a, const RdmaCmAddr& net) {
+  if (a.is_v4() != net.ip.is_v4()) return false;
+  // IPv4 prefixes count the last 32 of the 128 bits.
+  unsigned bits = net.ip.is_v4() ? 96u + net.prefix_len : net.prefix_len;
+  for (unsigned i = 0; i < 16 && bits > 0; ++i) {
+    const unsigned take = std::min(bits, 8u);
+    const auto mask = static_cast<uint8_t>(0xFF00u >> take);
+    if ((a.bytes[i] & mask) != (net.ip.bytes[i] & mask)) return false;
+    bits -= take;
+  }
+  return true;
+}
+
+void set_sockaddr(sockaddr_storage& ss, const IpAddr& ip, uint16_t port_host) {
+  std::memset(&ss, 0, sizeof ss);
+  if (ip.is_v4()) {
+    auto* sin = reinterpret_cast<sockaddr_in*>(&ss);
+    sin->sin_family = AF_INET;
+    sin->sin_port = htons(port_host);
+    std::memcpy(&sin->sin_addr, ip.bytes.data() + 12, 4);
+  } else {
+    auto* sin6 = reinterpret_cast<sockaddr_in6*>(&ss);
+    sin6->sin6_family = AF_INET6;
+    sin6->sin6_port = htons(port_host);
+    std::memcpy(&sin6->sin6_addr, ip.bytes.data(), 16);
+  }
+}
+
+const sockaddr* sa(const sockaddr_storage& ss) { return reinterpret_cast<const sockaddr*>(&ss); }
+
+// The IB MTU enum for a byte count (the largest that fits).
+uint8_t ib_mtu(uint32_t bytes) {
+  if (bytes >= 4096) return IBV_MTU_4096;
+  if (bytes >= 2048) return IBV_MTU_2048;
+  if (bytes >= 1024) return IBV_MTU_1024;
+  if (bytes >= 512) return IBV_MTU_512;
+  return IBV_MTU_256;
+}
+
+uint32_t random_psn() {
+  static thread_local std::mt19937 rng{std::random_device{}()};
+  return rng() & 0xFFFFFF;
+}
+
+template <size_t N>
+void set_pdata(RdmaEvent& ev, const std::array<uint8_t, N>& src, size_t offset) {
+  const size_t n = N > offset ? N - offset : 0;
+  static_assert(N <= sizeof(RdmaEvent{}.pdata));
+  std::memcpy(ev.pdata.data(), src.data() + offset, n);
+  ev.pdata_len = static_cast<uint8_t>(n);
+}
+
+void set_pdata(RdmaEvent& ev, std::span<const uint8_t> src, size_t offset) {
+  const size_t n = src.size() > offset ? std::min(src.size() - offset, ev.pdata.size()) : 0;
+  if (n) std::memcpy(ev.pdata.data(), src.data() + offset, n);
+  ev.pdata_len = static_cast<uint8_t>(n);
+}
+
+// Capped by what the device does (librdmacm: 0xFF means "the maximum").
+uint8_t rd_atomic(uint8_t asked, const rnic::Rnic& r) {
+  const auto max = static_cast<uint8_t>(std::min(r.device_attr().max_qp_rd_atom, 255));
+  return asked == RDMA_MAX_RESP_RES ? max : std::min(asked, max);
+}
+
+}  // namespace
+
+std::string_view rdma_id_state_name(RdmaIdState s) noexcept { return kStateNames[static_cast<size_t>(s)]; }
+
+std::optional<IpAddr> ip_of(const sockaddr* s) {
+  if (s == nullptr) return std::nullopt;
+  if (s->sa_family == AF_INET) {
+    uint32_t a;
+    std::memcpy(&a, &reinterpret_cast<const sockaddr_in*>(s)->sin_addr, 4);
+    return IpAddr::v4(ntohl(a));
+  }
+  if (s->sa_family == AF_INET6) {
+    IpAddr ip;
+    std::memcpy(ip.bytes.data(), &reinterpret_cast<const sockaddr_in6*>(s)->sin6_addr, 16);
+    return ip;
+  }
+  return std::nullopt;
+}
+
+uint16_t port_of(const sockaddr* s) {
+  if (s == nullptr) return 0;
+  if (s->sa_family == AF_INET) return ntohs(reinterpret_cast<const sockaddr_in*>(s)->sin_port);
+  if (s->sa_family == AF_INET6) return ntohs(reinterpret_cast<const sockaddr_in6*>(s)->sin6_port);
+  return 0;
+}
+
+socklen_t sockaddr_len(const sockaddr* s) {
+  if (s == nullptr) return 0;
+  return s->sa_family == AF_INET6 ? sizeof(sockaddr_in6) : s->sa_family == AF_INET ? sizeof(sockaddr_in) : 0;
+}
+
+const char* rdma_event_name(rdma_cm_event_type t) noexcept {
+  switch (t) {
+    case RDMA_CM_EVENT_ADDR_RESOLVED: return "RDMA_CM_EVENT_ADDR_RESOLVED";
+    case RDMA_CM_EVENT_ADDR_ERROR: return "RDMA_CM_EVENT_ADDR_ERROR";
+    case RDMA_CM_EVENT_ROUTE_RESOLVED: return "RDMA_CM_EVENT_ROUTE_RESOLVED";
+    case RDMA_CM_EVENT_ROUTE_ERROR: return "RDMA_CM_EVENT_ROUTE_ERROR";
+    case RDMA_CM_EVENT_CONNECT_REQUEST: return "RDMA_CM_EVENT_CONNECT_REQUEST";
+    case RDMA_CM_EVENT_CONNECT_RESPONSE: return "RDMA_CM_EVENT_CONNECT_RESPONSE";
+    case RDMA_CM_EVENT_CONNECT_ERROR: return "RDMA_CM_EVENT_CONNECT_ERROR";
+    case RDMA_CM_EVENT_UNREACHABLE: return "RDMA_CM_EVENT_UNREACHABLE";
+    case RDMA_CM_EVENT_REJECTED: return "RDMA_CM_EVENT_REJECTED";
+    case RDMA_CM_EVENT_ESTABLISHED: return "RDMA_CM_EVENT_ESTABLISHED";
+    case RDMA_CM_EVENT_DISCONNECTED: return "RDMA_CM_EVENT_DISCONNECTED";
+    case RDMA_CM_EVENT_DEVICE_REMOVAL: return "RDMA_CM_EVENT_DEVICE_REMOVAL";
+    case RDMA_CM_EVENT_MULTICAST_JOIN: return "RDMA_CM_EVENT_MULTICAST_JOIN";
+    case RDMA_CM_EVENT_MULTICAST_ERROR: return "RDMA_CM_EVENT_MULTICAST_ERROR";
+    case RDMA_CM_EVENT_ADDR_CHANGE: return "RDMA_CM_EVENT_ADDR_CHANGE";
+    case RDMA_CM_EVENT_TIMEWAIT_EXIT: return "RDMA_CM_EVENT_TIMEWAIT_EXIT";
+  }
+  return "UNKNOWN EVENT";
+}
+
+// ---- construction --------------------------------------------------------------
+
+RdmaCm::RdmaCm(std::vector<RdmaCmDevice> devices, RdmaCmOptions options) : opt_(options) {
+  for (size_t i = 0; i < devices.size(); ++i) {
+    auto d = std::make_unique<RdmaDev>();
+    d->model = this;
+    d->index = i;
+    d->cfg = std::move(devices[i]);
+    d->poll_timer.cb = &RdmaCm::on_poll_timer;
+    d->poll_timer.owner = d.get();
+    devs_.push_back(std::move(d));
+  }
+  next_port_ = kEphemeralLow + std::random_device{}() % (kEphemeralHigh - kEphemeralLow);
+}
+
+RdmaCm::~RdmaCm() {
+  for (auto& dp : devs_) {
+    RdmaDev& d = *dp;
+    if (!d.cm) continue;
+    d.engine().run_sync([&] {
+      d.engine().timers().cancel(d.poll_timer);
+      d.engine().set_resolve_hook(nullptr);
+      std::lock_guard lock(mu_);
+      for (RdmaId* id : ids_) d.engine().timers().cancel(id->addr_timer);
+      d.cm.reset();
+    });
+    d.gsi->close();
+  }
+  for (RdmaId* id : ids_) delete id;
+  for (RdmaChannel* ch : channels_) {
+    ::close(ch->fd);
+    delete ch;
+  }
+}
+
+template <class F>
+void RdmaCm::on_engine(RdmaDev& d, F&& f) {
+  d.engine().run_sync([&] {
+    std::lock_guard lock(mu_);
+    f();
+  });
+}
+
+int RdmaCm::start() {
+  for (auto& dp : devs_) {
+    RdmaDev& d = *dp;
+    if (d.cm) continue;
+    d.gsi = std::make_unique<GsiPort>(*d.cfg.rnic);
+    if (const int rc = d.gsi->open(); rc != 0) return rc;
+    CmConfig cc = opt_.cm;
+    cc.ca_guid = d.cfg.rnic->node_guid();
+    transport::Engine* e = &d.engine();
+    RdmaDev* dev = &d;
+    d.engine().run_sync([&] {
+      d.cm = std::make_unique<Cm>(*d.gsi, e->timers(), [e] { return e->now(); }, cc,
+                                  [this, dev](const CmEvent& ev) { on_cm_event(*dev, ev); });
+      e->set_resolve_hook([this, dev](const IpAddr& ip, bool ok) { on_resolved(*dev, ip, ok); });
+      e->timers().arm(d.poll_timer, e->now() + opt_.gsi_poll_ns);
+    });
+  }
+  return 0;
+}
+
+const CmCounters* RdmaCm::cm_counters(size_t dev) const {
+  return dev < devs_.size() && devs_[dev]->cm ? &devs_[dev]->cm->counters() : nullptr;
+}
+const GsiCounters* RdmaCm::gsi_counters(size_t dev) const {
+  return dev < devs_.size() && devs_[dev]->gsi ? &devs_[dev]->gsi->counters() : nullptr;
+}
+
+void RdmaCm::on_poll_timer(Timer& t, uint64_t now_ns) {
+  RdmaDev& d = t.owner_as<RdmaDev>();
+  RdmaCm& m = *d.model;
+  {
+    std::lock_guard lock(m.mu_);
+    d.gsi->poll([&](const MadAddr& from, std::span<const uint8_t> mad) { d.cm->on_mad(from, mad); });
+    m.check_first_data(d);
+  }
+  d.engine().timers().arm(t, now_ns + m.opt_.gsi_poll_ns);
+}
+
+void RdmaCm::progress() {
+  for (auto& d : devs_)
+    if (d->cfg.inline_progress) d->engine().try_progress();
+}
+
+rnic::Rnic* RdmaCm::rnic_of(ibv_context* verbs) {
+  for (auto& d : devs_)
+    if (d->cfg.verbs == verbs) return d->cfg.rnic;
+  return nullptr;
+}
+
+std::vector<ibv_context*> RdmaCm::contexts() {
+  std::vector<ibv_context*> v;
+  for (auto& d : devs_) v.push_back(d->cfg.verbs);
+  return v;
+}
+
+// ---- channels and events -------------------------------------------------------------
+
+RdmaChannel* RdmaCm::create_channel() {
+  const int fd = ::eventfd(0, EFD_CLOEXEC | EFD_SEMAPHORE);
+  if (fd < 0) return nullptr;
+  auto* ch = new RdmaChannel;
+  ch->fd = fd;
+  std::lock_guard lock(mu_);
+  channels_.insert(ch);
+  return ch;
+}
+
+int RdmaCm::destroy_channel(RdmaChannel* ch) {
+  std::lock_guard lock(mu_);
+  if (channels_.count(ch) == 0) return EINVAL;
+  for (RdmaId* id : ids_)
+    if (id->channel == ch && !id->destroyed) return EBUSY;
+  channels_.erase(ch);
+  ::close(ch->fd);
+  delete ch;
+  return 0;
+}
+
+// Events taken off a channel's queue take their counts off its eventfd
+// when that cannot block (an O_NONBLOCK fd); on a blocking one a reader may
+// hold a count already, so the extra counts stay: a reader that finds the
+// queue empty waits again (get_event).
+void RdmaCm::drain_counts(RdmaChannel& ch, size_t n) {
+  if ((::fcntl(ch.fd, F_GETFL) & O_NONBLOCK) == 0) return;
+  for (size_t i = 0; i < n; ++i) {
+    pollfd p{ch.fd, POLLIN, 0};
+    uint64_t v;
+    if (::poll(&p, 1, 0) != 1 || ::read(ch.fd, &v, sizeof v) < 0) break;
+  }
+}
+
+void RdmaCm::queue_event(RdmaId* id, RdmaEvent ev) {
+  if (id == nullptr || id->destroyed || id->channel == nullptr) return;
+  ev.id = id;
+  RdmaChannel* ch = id->channel;
+  {
+    std::lock_guard lock(ch->mu);
+    ch->q.push_back(ev);
+  }
+  const uint64_t one = 1;
+  while (::write(ch->fd, &one, sizeof one) < 0 && errno == EINTR) {
+  }
+}
+
+int RdmaCm::get_event(RdmaChannel* ch, RdmaEvent* out) {
+  if (ch == nullptr || out == nullptr) return EINVAL;
+  {
+    std::lock_guard lock(mu_);
+    if (channels_.count(ch) == 0) return EINVAL;
+  }
+  const bool nonblock = (::fcntl(ch->fd, F_GETFL) & O_NONBLOCK) != 0;
+  const bool drive = std::any_of(devs_.begin(), devs_.end(), [](auto& d) { return d->cfg.inline_progress; });
+  for (;;) {
+    if (drive && !nonblock) {  // nobody else runs the engine: poll it while waiting
+      pollfd p{ch->fd, POLLIN, 0};
+      while (::poll(&p, 1, 0) == 0) progress();
+    }
+    uint64_t v = 0;
+    const ssize_t n = ::read(ch->fd, &v, sizeof v);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return errno;
+    }
+    std::unique_lock lock(mu_);
+    // The application destroyed the channel while a thread of its own
+    // was waiting on it (rping does, at exit).  A read blocked on a closed
+    // fd stays blocked; so does this thread, holding nothing.
+    if (channels_.count(ch) == 0) {
+      lock.unlock();
+      for (;;) ::pause();
+    }
+    std::lock_guard qlock(ch->mu);
+    if (ch->q.empty()) {  // its id was destroyed or migrated meanwhile
+      if (nonblock) return EAGAIN;
+      continue;
+    }
+    *out = ch->q.front();
+    ch->q.pop_front();
+    RdmaId* owner = out->type == RDMA_CM_EVENT_CONNECT_REQUEST && out->listen_id ? out->listen_id : out->id;
+    ++owner->events_reported;
+    return 0;
+  }
+}
+
+void RdmaCm::ack_event(const RdmaEvent& ev) {
+  std::lock_guard lock(mu_);
+  RdmaId* owner = ev.type == RDMA_CM_EVENT_CONNECT_REQUEST && ev.listen_id ? ev.listen_id : ev.id;
+  if (owner != nullptr && ids_.count(owner)) ++owner->events_acked;
+  acked_.notify_all();
+}
+
+// ---- ids -----------------------------------------------------------------------------
+
+int RdmaCm::create_id(RdmaChannel* ch, void* user, rdma_port_space ps, ibv_qp_type qp_type, RdmaId** out) {
+  if (out == nullptr) return EINVAL;
+  if (ps != RDMA_PS_TCP && ps != RDMA_PS_UDP && ps != RDMA_PS_IB && ps != RDMA_PS_IPOIB) return EINVAL;
+  if (qp_type != IBV_QPT_RC && qp_type != IBV_QPT_UC && qp_type != IBV_QPT_UD) return EINVAL;
+  auto* id = new RdmaId;
+  id->user = user;
+  id->channel = ch;
+  id->ps = ps;
+  id->qp_type = qp_type;
+  id->addr_timer.cb = &RdmaCm::on_addr_timer;
+  id->addr_timer.owner = id;
+  std::lock_guard lock(mu_);
+  ids_.insert(id);
+  *out = id;
+  return 0;
+}
+
+int RdmaCm::migrate_id(RdmaId* id, RdmaChannel* ch) {
+  if (id == nullptr || ch == nullptr) return EINVAL;
+  std::lock_guard lock(mu_);
+  RdmaChannel* old = id->channel;
+  if (old == ch) return 0;
+  std::vector<RdmaEvent> moved;
+  if (old != nullptr) {
+    std::lock_guard q(old->mu);
+    for (auto it = old->q.begin(); it != old->q.end();) {
+      if (it->id == id) {
+        moved.push_back(*it);
+        it = old->q.erase(it);
+      } else {
+        ++it;
+      }
+    }
+  }
+  if (old != nullptr) drain_counts(*old, moved.size());
+  id->channel = ch;
+  for (RdmaEvent& ev : moved) queue_event(id, ev);
+  return 0;
+}
+
+int RdmaCm::destroy_id(RdmaId* id) {
+  std::vector<RdmaDev*> devs;
+  std::vector<RdmaId*> orphans;  // requests a listener had queued, never retrieved
+  {
+    std::lock_guard lock(mu_);
+    if (id == nullptr || ids_.count(id) == 0 || id->destroyed) return EINVAL;
+    id->destroyed = true;
+    if (id->dev != nullptr) {
+      devs.push_back(id->dev);
+    } else if (id->state == RdmaIdState::Listen) {
+      for (auto& d : devs_) devs.push_back(d.get());
+    }
+    // Events not yet retrieved go with the id (and the requests a listener
+    // had queued: their ids are rejected below).
+    if (id->channel != nullptr) {
+      std::lock_guard q(id->channel->mu);
+      const size_t removed = std::erase_if(id->channel->q, [&](const RdmaEvent& ev) {
+        if (ev.listen_id == id && ev.id != id) orphans.push_back(ev.id);
+        return ev.id == id || ev.listen_id == id;
+      });
+      drain_counts(*id->channel, removed);
+    }
+    for (RdmaId* o : orphans) o->listen_parent = nullptr;
+  }
+  for (RdmaId* o : orphans) destroy_id(o);  // their REQs get a REJ
+  const bool was_listening = id->state == RdmaIdState::Listen;
+  const auto port = static_cast<uint16_t>(port_of(sa(id->src)));
+  for (RdmaDev* d : devs) {
+    on_engine(*d, [&] {
+      d->engine().timers().cancel(id->addr_timer);
+      for (auto it = d->resolving.begin(); it != d->resolving.end();) {
+        it = it->second == id ? d->resolving.erase(it) : std::next(it);
+      }
+      std::erase(d->accepting, id);
+      if (id->cm_id != nullptr) {
+        id->cm_id->context = nullptr;
+        d->cm->destroy_id(id->cm_id);  // rejects, or sends a DREQ, as the CM's state says
+        id->cm_id = nullptr;
+      }
+    });
+  }
+  {
+    std::unique_lock lock(mu_);
+    unbind_locked(id);
+  }
+  if (was_listening) {
+    for (RdmaDev* d : devs) on_engine(*d, [&] { update_cm_listens(*d, id->ps, port); });
+  }
+  std::unique_lock lock(mu_);
+  // rdma_destroy_id(3): blocks until every event reported on the id is acked.
+  acked_.wait(lock, [id] { return id->events_acked >= id->events_reported; });
+  for (RdmaId* other : ids_)
+    if (other->listen_parent == id) other->listen_parent = nullptr;
+  if (id->listen_parent != nullptr && id->state == RdmaIdState::ConnectRequest) --id->listen_parent->pending_requests;
+  ids_.erase(id);
+  delete id;
+  return 0;
+}
+
+// ---- addresses -------------------------------------------------------------------------
+
+RdmaDev* RdmaCm::dev_for_addr(const IpAddr& ip) {
+  for (auto& d : devs_)
+    for (const RdmaCmAddr& a : d->cfg.addresses)
+      if (a.ip == ip) return d.get();
+  return nullptr;
+}
+
+// The device that reaches `dst`: one with an address in its subnet
+// (preferring one that does not own dst itself, so two devices of one
+// process talk over their wire), else the first with an address of its
+// family.
+RdmaDev* RdmaCm::dev_for_dst(const IpAddr& dst, const RdmaDev* prefer_not_owner) {
+  RdmaDev* owner = nullptr;
+  for (auto& d : devs_) {
+    for (const RdmaCmAddr& a : d->cfg.addresses) {
+      if (!in_subnet(dst, a)) continue;
+      if (d.get() == prefer_not_owner || std::any_of(d->cfg.addresses.begin(), d->cfg.addresses.end(),
+                                                      [&](const RdmaCmAddr& x) { return x.ip == dst; })) {
+        if (owner == nullptr) owner = d.get();
+        continue;
+      }
+      return d.get();
+    }
+  }
+  if (owner != nullptr) return owner;
+  for (auto& d : devs_)
+    for (const RdmaCmAddr& a : d->cfg.addresses)
+      if (a.ip.is_v4() == dst.is_v4()) return d.get();
+  return nullptr;
+}
+
+int RdmaCm::bind_locked(RdmaId* id, const sockaddr* addr) {
+  const auto ip = ip_of(addr);
+  if (!ip) return addr == nullptr ? EINVAL : EAFNOSUPPORT;
+  const bool wild = is_wildcard(*ip);
+  RdmaDev* d = nullptr;
+  if (!wild && (d = dev_for_addr(*ip)) == nullptr) return EADDRNOTAVAIL;
+  uint16_t port = port_of(addr);
+  const int ps = id->ps;
+  auto covers = [](const RdmaId* a, const IpAddr& aip, const IpAddr& bip) {
+    // a's binding overlaps b's address: same address, or a is a wildcard
+    // of b's family (an IPv6 wildcard covers IPv4 unless AFONLY).
+    if (aip == bip) return true;
+    if (!is_wildcard(aip)) return false;
+    if (aip.is_v4() == bip.is_v4()) return true;
+    return !aip.is_v4() && !a->afonly;
+  };
+  auto conflicts = [&](uint16_t p) {
+    auto it = ports_.find({ps, p});
+    if (it == ports_.end()) return false;
+    for (const RdmaId* o : it->second) {
+      const auto oip = ip_of(sa(o->src));
+      if (!oip) continue;
+      const bool overlap = covers(o, *oip, *ip) || covers(id, *ip, *oip);
+      if (!overlap) continue;
+      // SO_REUSEADDR-like: two non-listening ids may share a port.
+      if (id->reuseaddr && o->reuseaddr && o->state != RdmaIdState::Listen) continue;
+      return true;
+    }
+    return false;
+  };
+  if (port == 0) {
+    const uint32_t span = kEphemeralHigh - kEphemeralLow + 1;
+    uint32_t tries = 0;
+    do {
+      port = static_cast<uint16_t>(kEphemeralLow + (next_port_++ % span));
+    } while (ports_.count({ps, port}) != 0 && ++tries < span);
+    if (tries >= span) return EADDRINUSE;
+  } else if (conflicts(port)) {
+    return EADDRINUSE;
+  }
+  ports_[{ps, port}].push_back(id);
+  set_sockaddr(id->src, *ip, port);
+  id->bound = true;
+  id->dev = d;
+  id->verbs = d != nullptr ? d->cfg.verbs : nullptr;
+  id->state = RdmaIdState::AddrBound;
+  return 0;
+}
+
+void RdmaCm::unbind_locked(RdmaId* id) {
+  if (!id->bound) return;
+  const uint16_t port = port_of(sa(id->src));
+  auto it = ports_.find({id->ps, port});
+  if (it != ports_.end()) {
+    std::erase(it->second, id);
+    if (it->second.empty()) ports_.erase(it);
+  }
+  id->bound = false;
+}
+
+int RdmaCm::bind_addr(RdmaId* id, const sockaddr* addr) {
+  std::lock_guard lock(mu_);
+  if (id == nullptr || ids_.count(id) == 0) return EINVAL;
+  if (id->state != RdmaIdState::Idle) return EINVAL;
+  return bind_locked(id, addr);
+}
+
+int RdmaCm::resolve_addr(RdmaId* id, const sockaddr* src, const sockaddr* dst, int timeout_ms) {
+  const auto dip = ip_of(dst);
+  if (!dip) return dst == nullptr ? EINVAL : EAFNOSUPPORT;
+  RdmaDev* d = nullptr;
+  {
+    std::lock_guard lock(mu_);
+    if (id == nullptr || ids_.count(id) == 0) return EINVAL;
+    if (id->state == RdmaIdState::Idle) {
+      sockaddr_storage any{};
+      if (src == nullptr || src->sa_family == AF_UNSPEC) {
+        set_sockaddr(any, dip->is_v4() ? IpAddr::v4(0) : IpAddr{}, 0);
+        src = sa(any);
+      }
+      if (const int rc = bind_locked(id, src); rc != 0) return rc;
+    } else if (id->state != RdmaIdState::AddrBound && id->state != RdmaIdState::AddrResolved &&
+               id->state != RdmaIdState::RouteResolved) {
+      return EINVAL;
+    }
+    d = id->dev != nullptr ? id->dev : dev_for_dst(*dip, nullptr);
+    const uint16_t sport = port_of(sa(id->src));
+    id->dst = {};
+    std::memcpy(&id->dst, dst, sockaddr_len(dst));
+    id->route_valid = false;
+    if (d == nullptr) {  // no device reaches that family
+      RdmaEvent ev;
+      ev.type = RDMA_CM_EVENT_ADDR_ERROR;
+      ev.status = -ENETUNREACH;
+      id->state = RdmaIdState::AddrBound;
+      queue_event(id, ev);
+      return 0;
+    }
+    // Our source address: the bound one, else the device's address in the
+    // destination's subnet, else its first of that family.
+    auto sip = ip_of(sa(id->src));
+    if (!sip || is_wildcard(*sip) || sip->is_v4() != dip->is_v4()) {
+      std::optional<IpAddr> pick;
+      for (const RdmaCmAddr& a : d->cfg.addresses)
+        if (in_subnet(*dip, a)) {
+          pick = a.ip;
+          break;
+        }
+      if (!pick)
+        for (const RdmaCmAddr& a : d->cfg.addresses)
+          if (a.ip.is_v4() == dip->is_v4()) {
+            pick = a.ip;
+            break;
+          }
+      if (!pick) return EADDRNOTAVAIL;
+      set_sockaddr(id->src, *pick, sport);
+    }
+    id->dev = d;
+    id->verbs = d->cfg.verbs;
+    id->state = RdmaIdState::AddrQuery;
+  }
+  const uint64_t timeout_ns = uint64_t(timeout_ms > 0 ? timeout_ms : 2000) * 1'000'000;
+  on_engine(*d, [&] {
+    if (id->destroyed || id->state != RdmaIdState::AddrQuery) return;
+    transport::Engine& e = d->engine();
+    const bool local = e.config().local.owns(*dip);
+    if (local || e.neighbours().lookup(*dip, e.now()) != nullptr) {
+      addr_done(*id, true, 0);
+      return;
+    }
+    d->resolving.emplace(dip->bytes, id);
+    e.timers().arm(id->addr_timer, e.now() + timeout_ns);
+    e.neighbours().resolve(*dip, e.now());
+  });
+  return 0;
+}
+
+void RdmaCm::addr_done(RdmaId& id, bool ok, int status) {
+  if (id.dev != nullptr) id.dev->engine().timers().cancel(id.addr_timer);
+  RdmaEvent ev;
+  ev.type = ok ? RDMA_CM_EVENT_ADDR_RESOLVED : RDMA_CM_EVENT_ADDR_ERROR;
+  ev.status = status;
+  id.state = ok ? RdmaIdState::AddrResolved : RdmaIdState::AddrBound;
+  queue_event(&id, ev);
+}
+
+void RdmaCm::on_resolved(RdmaDev& d, const IpAddr& ip, bool ok) {
+  std::lock_guard lock(mu_);
+  auto [lo, hi] = d.resolving.equal_range(ip.bytes);
+  std::vector<RdmaId*> done;
+  for (auto it = lo; it != hi; ++it) done.push_back(it->second);
+  d.resolving.erase(lo, hi);
+  for (RdmaId* id : done) addr_done(*id, ok, ok ? 0 : -EHOSTUNREACH);
+}
+
+void RdmaCm::on_addr_timer(Timer& t, uint64_t /*now_ns*/) {
+  RdmaId& id = t.owner_as<RdmaId>();
+  RdmaDev& d = *id.dev;
+  RdmaCm& m = *d.model;
+  std::lock_guard lock(m.mu_);
+  for (auto it = d.resolving.begin(); it != d.resolving.end();) {
+    it = it->second == &id ? d.resolving.erase(it) : std::next(it);
+  }
+  m.addr_done(id, false, -ETIMEDOUT);
+}
+
+int RdmaCm::resolve_route(RdmaId* id, int /*timeout_ms*/) {
+  std::lock_guard lock(mu_);
+  if (id == nullptr || ids_.count(id) == 0) return EINVAL;
+  if (id->state != RdmaIdState::AddrResolved && id->state != RdmaIdState::RouteResolved) return EINVAL;
+  const auto sip = ip_of(sa(id->src));
+  const auto dip = ip_of(sa(id->dst));
+  rnic::Rnic& r = *id->dev->cfg.rnic;
+  RdmaEvent ev;
+  id->sgid_index = sip ? r.find_gid(sip->bytes) : -1;
+  if (!sip || !dip || id->sgid_index < 0) {
+    ev.type = RDMA_CM_EVENT_ROUTE_ERROR;
+    ev.status = -EADDRNOTAVAIL;
+    queue_event(id, ev);
+    return 0;
+  }
+  // RoCE has no SA: the path is the two GIDs, the port's MTU, the TOS
+  // as traffic class (Linux: cma_resolve_iboe_route).
+  CmPath p;
+  p.local_gid = sip->bytes;
+  p.remote_gid = dip->bytes;
+  p.mtu = ib_mtu(r.active_mtu_bytes());
+  p.traffic_class = id->tos;
+  p.hop_limit = 64;
+  if (id->ack_timeout) p.local_ack_timeout = *id->ack_timeout;
+  id->path = p;
+  id->route_valid = true;
+  id->state = RdmaIdState::RouteResolved;
+  ev.type = RDMA_CM_EVENT_ROUTE_RESOLVED;
+  queue_event(id, ev);
+  return 0;
+}
+
+// ---- listening -----------------------------------------------------------------------------
+
+int RdmaCm::listen(RdmaId* id, int backlog) {
+  std::vector<RdmaDev*> devs;
+  {
+    std::lock_guard lock(mu_);
+    if (id == nullptr || ids_.count(id) == 0) return EINVAL;
+    if (id->state == RdmaIdState::Idle) {  // rdma_listen(3) on an unbound id: any address, any port
+      sockaddr_in any{};
+      any.sin_family = AF_INET;
+      if (const int rc = bind_locked(id, reinterpret_cast<const sockaddr*>(&any)); rc != 0) return rc;
+    }
+    if (id->state == RdmaIdState::Listen) {
+      id->backlog = backlog > 0 ? backlog : kDefaultBacklog;
+      return 0;
+    }
+    if (id->state != RdmaIdState::AddrBound) return EINVAL;
+    // Another listener on an overlapping address and this port?
+    auto it = ports_.find({id->ps, port_of(sa(id->src))});
+    if (it != ports_.end()) {
+      const auto ip = ip_of(sa(id->src));
+      for (const RdmaId* o : it->second) {
+        if (o == id || o->state != RdmaIdState::Listen) continue;
+        const auto oip = ip_of(sa(o->src));
+        if (oip && (*oip == *ip || is_wildcard(*oip) || is_wildcard(*ip)) && oip->is_v4() == ip->is_v4())
+          return EADDRINUSE;
+      }
+    }
+    id->state = RdmaIdState::Listen;
+    id->backlog = backlog > 0 ? backlog : kDefaultBacklog;
+    if (id->dev != nullptr) {
+      devs.push_back(id->dev);
+    } else {
+      for (auto& d : devs_) devs.push_back(d.get());
+    }
+  }
+  const uint16_t port = port_of(sa(id->src));
+  for (RdmaDev* d : devs) on_engine(*d, [&] { update_cm_listens(*d, id->ps, port); });
+  return 0;
+}
+
+// One CM listen per (device, service ID) while some id listens there.
+void RdmaCm::update_cm_listens(RdmaDev& d, rdma_port_space ps, uint16_t port) {
+  const uint64_t sid = cma_service_id(static_cast<PortSpace>(ps), port);
+  bool wanted = false;
+  if (auto it = ports_.find({ps, port}); it != ports_.end()) {
+    for (const RdmaId* o : it->second)
+      if (o->state == RdmaIdState::Listen && !o->destroyed && (o->dev == nullptr || o->dev == &d)) wanted = true;
+  }
+  auto have = d.cm_listens.find(sid);
+  if (wanted && have == d.cm_listens.end()) {
+    CmId* l = d.cm->create_id(nullptr);
+    if (d.cm->listen(l, sid) == 0) {
+      d.cm_listens.emplace(sid, l);
+    } else {
+      d.cm->destroy_id(l);
+    }
+  } else if (!wanted && have != d.cm_listens.end()) {
+    d.cm->destroy_id(have->second);
+    d.cm_listens.erase(have);
+  }
+}
+
+// The listening id for a request on `d`: bound to the header's destination
+// address (or a wildcard of its family) on the service's port.
+RdmaId* RdmaCm::listener_for(RdmaDev& d, uint64_t service_id, const std::optional<CmaHdr>& hdr) {
+  if (!is_cma_service_id(service_id)) return nullptr;
+  const auto ps = static_cast<int>(cma_port_space(service_id));
+  auto it = ports_.find({ps, cma_port(service_id)});
+  if (it == ports_.end()) return nullptr;
+  std::optional<IpAddr> dst;
+  if (hdr) {
+    IpAddr a;
+    a.bytes = hdr->dst;
+    if (hdr->ip_version == 4) a = IpAddr::v4(hdr->dst_ipv4());
+    dst = a;
+  }
+  RdmaId* wild = nullptr;
+  for (RdmaId* o : it->second) {
+    if (o->state != RdmaIdState::Listen || o->destroyed || (o->dev != nullptr && o->dev != &d)) continue;
+    const auto oip = ip_of(sa(o->src));
+    if (!oip) continue;
+    if (dst && *oip == *dst) return o;
+    if (is_wildcard(*oip) && (!dst || oip->is_v4() == dst->is_v4() || (!oip->is_v4() && !o->afonly))) wild = o;
+  }
+  return wild;
+}
+
+// ---- the CM's events ---------------------------------------------------------------------------
+
+void RdmaCm::on_cm_event(RdmaDev& d, const CmEvent& ev) {
+  std::lock_guard lock(mu_);
+  if (ev.type == CmEventType::ReqReceived || ev.type == CmEventType::SidrReqReceived) {
+    on_req(d, ev, ev.type == CmEventType::SidrReqReceived);
+    return;
+  }
+  auto* id = ev.id != nullptr ? static_cast<RdmaId*>(ev.id->context) : nullptr;
+  if (id == nullptr || id->destroyed) return;
+  RdmaEvent out;
+  switch (ev.type) {
+    case CmEventType::ReqReceived:
+    case CmEventType::SidrReqReceived:
+    case CmEventType::MraReceived:
+      return;
+    case CmEventType::RepReceived:
+      on_rep(*id, ev);
+      return;
+    case CmEventType::Established:
+      std::erase(d.accepting, id);
+      if (ev.id->active || id->state == RdmaIdState::Connected) return;  // the active side reported at the REP
+      id->state = RdmaIdState::Connected;
+      out.type = RDMA_CM_EVENT_ESTABLISHED;
+      out.conn.responder_resources = id->responder_resources;
+      out.conn.initiator_depth = id->initiator_depth;
+      queue_event(id, out);
+      return;
+    case CmEventType::RejReceived:
+      // cma_ib_handler: the QP to ERR, REJECTED with the REJ's reason as
+      // status and its whole private-data field.
+      qp_to_error(*id);
+      std::erase(d.accepting, id);
+      if (id->state == RdmaIdState::ConnectRequest && id->listen_parent) --id->listen_parent->pending_requests;
+      id->state = RdmaIdState::Failed;
+      out.type = RDMA_CM_EVENT_REJECTED;
+      out.status = ev.reason;
+      set_pdata(out, ev.private_data(), 0);
+      out.pdata_len = static_cast<uint8_t>(std::min<size_t>(out.pdata_len, sizeof(RejMsg{}.private_data)));
+      queue_event(id, out);
+      return;
+    case CmEventType::DreqReceived:
+    case CmEventType::DrepReceived:
+    case CmEventType::DreqTimeout:
+      qp_to_error(*id);  // outstanding work requests flush
+      if (id->disconnect_reported) return;
+      id->disconnect_reported = true;
+      id->state = RdmaIdState::Disconnected;
+      out.type = RDMA_CM_EVENT_DISCONNECTED;
+      queue_event(id, out);
+      return;
+    case CmEventType::TimewaitExit:
+      out.type = RDMA_CM_EVENT_TIMEWAIT_EXIT;
+      queue_event(id, out);
+      return;
+    case CmEventType::ReqTimeout:
+    case CmEventType::RepTimeout:
+    case CmEventType::SidrTimeout:
+      qp_to_error(*id);
+      std::erase(d.accepting, id);
+      id->state = RdmaIdState::Failed;
+      out.type = RDMA_CM_EVENT_UNREACHABLE;
+      out.status = -ETIMEDOUT;
+      out.ud = ev.type == CmEventType::SidrTimeout;
+      queue_event(id, out);
+      return;
+    case CmEventType::SidrRepReceived: {
+      out.ud = true;
+      if (ev.sidr_status != SidrStatus::Success) {
+        id->state = RdmaIdState::Failed;
+        out.type = RDMA_CM_EVENT_UNREACHABLE;
+        out.status = static_cast<int>(ev.sidr_status);
+      } else {
+        id->state = RdmaIdState::Connected;
+        out.type = RDMA_CM_EVENT_ESTABLISHED;
+        ibv_ah_attr& ah = out.ud_param.ah_attr;
+        ah.is_global = 1;
+        ah.port_num = 1;
+        ah.dlid = 0xFFFF;
+        ah.grh.sgid_index = static_cast<uint8_t>(std::max(id->sgid_index, 0));
+        ah.grh.hop_limit = id->path.hop_limit;
+        ah.grh.traffic_class = id->tos;
+        std::memcpy(ah.grh.dgid.raw, id->path.remote_gid.data(), 16);
+        out.ud_param.qp_num = ev.sidr_qpn.value();
+        out.ud_param.qkey = ev.sidr_qkey;
+      }
+      set_pdata(out, ev.private_data(), 0);
+      out.pdata_len = static_cast<uint8_t>(std::min<size_t>(out.pdata_len, sizeof(SidrRepMsg{}.private_data)));
+      queue_event(id, out);
+      return;
+    }
+  }
+}
+
+void RdmaCm::on_req(RdmaDev& d, const CmEvent& ev, bool sidr) {
+  RdmaId* l = listener_for(d, ev.service_id, ev.cma);
+  if (l == nullptr || !ev.cma) {
+    // No listener for that address (the CM listened for the service ID):
+    // as Linux, a REJ "invalid service ID" / SIDR_REP "unsupported".
+    if (sidr) {
+      SidrReplyParams p;
+      p.status = SidrStatus::Unsupported;
+      d.cm->sidr_reply(ev.id, p);
+    } else {
+      d.cm->reject(ev.id, RejReason::InvalidServiceId);
+    }
+    d.cm->destroy_id(ev.id);
+    return;
+  }
+  if (l->pending_requests >= l->backlog) {  // the listen backlog is full
+    if (sidr) {
+      SidrReplyParams p;
+      p.status = SidrStatus::Reject;
+      d.cm->sidr_reply(ev.id, p);
+    } else {
+      d.cm->reject(ev.id, RejReason::NoResources);
+    }
+    d.cm->destroy_id(ev.id);
+    return;
+  }
+  auto* id = new RdmaId;
+  id->channel = l->channel;
+  id->ps = l->ps;
+  id->qp_type = sidr ? IBV_QPT_UD : (ev.req->transport_service_type == static_cast<uint8_t>(CmTransport::UC)
+                                         ? IBV_QPT_UC
+                                         : IBV_QPT_RC);
+  id->addr_timer.cb = &RdmaCm::on_addr_timer;
+  id->addr_timer.owner = id;
+  id->dev = &d;
+  id->verbs = d.cfg.verbs;
+  id->cm_id = ev.id;
+  id->listen_parent = l;
+  id->tos = l->tos;
+  id->ack_timeout = l->ack_timeout;
+  id->qkey = l->qkey;
+  ev.id->context = id;
+  const CmaHdr& h = *ev.cma;
+  const uint16_t lport = port_of(sa(l->src));
+  IpAddr our, peer;
+  if (h.ip_version == 4) {
+    our = IpAddr::v4(h.dst_ipv4());
+    peer = IpAddr::v4(h.src_ipv4());
+  } else {
+    our.bytes = h.dst;
+    peer.bytes = h.src;
+  }
+  set_sockaddr(id->src, our, lport);
+  set_sockaddr(id->dst, peer, h.port);
+  id->sgid_index = d.cfg.rnic->find_gid(our.bytes);
+  CmPath& p = id->path;
+  p.local_gid = our.bytes;
+  p.remote_gid = ev.id->peer.gid;
+  if (!sidr) {
+    const ReqMsg& r = *ev.req;
+    p.mtu = r.path_mtu;
+    p.flow_label = r.primary_flow_label;
+    p.traffic_class = r.primary_traffic_class;
+    p.hop_limit = r.primary_hop_limit;
+    p.sl = r.primary_sl;
+    p.local_ack_timeout = r.primary_local_ack_timeout;
+    p.pkey = r.partition_key;
+    // librdmacm keeps the request's values for an accept that asks for
+    // "the maximum" (RDMA_MAX_RESP_RES / RDMA_MAX_INIT_DEPTH).
+    id->responder_resources = r.initiator_depth;
+    id->initiator_depth = r.responder_resources;
+  } else {
+    p.mtu = ib_mtu(d.cfg.rnic->active_mtu_bytes());
+  }
+  id->route_valid = true;
+  id->state = RdmaIdState::ConnectRequest;
+  ids_.insert(id);
+  ++l->pending_requests;
+
+  RdmaEvent out;
+  out.type = RDMA_CM_EVENT_CONNECT_REQUEST;
+  out.listen_id = l;
+  // cma_set_req_event_data: the user's bytes after the rdma_cm header; the
+  // REQ's values as they came.
+  if (sidr) {
+    out.ud = true;
+    set_pdata(out, ev.private_data(), kCmaHdrSize);
+    out.pdata_len = static_cast<uint8_t>(std::min<size_t>(out.pdata_len, kSidrReqUserDataMax));
+  } else {
+    const ReqMsg& r = *ev.req;
+    set_pdata(out, r.private_data, kCmaHdrSize);
+    out.conn.responder_resources = r.responder_resources;
+    out.conn.initiator_depth = r.initiator_depth;
+    out.conn.flow_control = r.end_to_end_flow_control;
+    out.conn.retry_count = r.retry_count;
+    out.conn.rnr_retry_count = r.rnr_retry_count;
+    out.conn.srq = r.srq;
+    out.conn.qp_num = r.local_qpn;
+  }
+  queue_event(id, out);
+}
+
+void RdmaCm::on_rep(RdmaId& id, const CmEvent& ev) {
+  RdmaDev& d = *id.dev;
+  const RepMsg& rep = *ev.rep;
+  RdmaEvent out;
+  out.conn.responder_resources = rep.responder_resources;
+  out.conn.initiator_depth = rep.initiator_depth;
+  out.conn.flow_control = rep.end_to_end_flow_control;
+  out.conn.rnr_retry_count = rep.rnr_retry_count;
+  out.conn.srq = rep.srq;
+  out.conn.qp_num = rep.local_qpn;
+  set_pdata(out, rep.private_data, 0);
+  id.responder_resources = id.cm_id->responder_resources;
+  id.initiator_depth = id.cm_id->initiator_depth;
+  if (id.qp == nullptr) {  // the application moves its own QP, then rdma_establish
+    out.type = RDMA_CM_EVENT_CONNECT_RESPONSE;
+    queue_event(&id, out);
+    return;
+  }
+  if (const int rc = modify_connected_qp(id); rc != 0) {
+    d.cm->reject(id.cm_id, RejReason::ConsumerReject);
+    qp_to_error(id);
+    id.state = RdmaIdState::Failed;
+    RdmaEvent err;
+    err.type = RDMA_CM_EVENT_CONNECT_ERROR;
+    err.status = -rc;
+    queue_event(&id, err);
+    return;
+  }
+  d.cm->send_rtu(id.cm_id);
+  id.state = RdmaIdState::Connected;
+  out.type = RDMA_CM_EVENT_ESTABLISHED;
+  queue_event(&id, out);
+}
+
+// ---- QPs ---------------------------------------------------------------------------------------
+
+int RdmaCm::fill_attr(RdmaId& id, ibv_qp_state st, ibv_qp_attr& attr, int& mask) {
+  if (id.cm_id == nullptr || id.qp_type == IBV_QPT_UD) {
+    // No connection yet (or UD): librdmacm's defaults (cma_ib_init_qp_attr).
+    attr = ibv_qp_attr{};
+    attr.qp_state = st;
+    switch (st) {
+      case IBV_QPS_INIT:
+        attr.pkey_index = 0;
+        attr.port_num = 1;
+        mask = IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT;
+        if (id.qp_type == IBV_QPT_UD) {
+          attr.qkey = id.qkey;
+          mask |= IBV_QP_QKEY;
+        } else {
+          attr.qp_access_flags = 0;
+          mask |= IBV_QP_ACCESS_FLAGS;
+        }
+        return 0;
+      case IBV_QPS_RTR:
+        if (id.qp_type != IBV_QPT_UD) return EINVAL;
+        mask = IBV_QP_STATE;
+        return 0;
+      case IBV_QPS_RTS:
+        if (id.qp_type != IBV_QPT_UD) return EINVAL;
+        attr.sq_psn = 0;
+        mask = IBV_QP_STATE | IBV_QP_SQ_PSN;
+        return 0;
+      case IBV_QPS_RESET: case IBV_QPS_SQD: case IBV_QPS_SQE: case IBV_QPS_ERR: case IBV_QPS_UNKNOWN:
+        return EINVAL;
+    }
+    return EINVAL;
+  }
+  const int rc = id.dev->cm->init_qp_attr(id.cm_id, st, attr, mask);
+  if (rc != 0) return -rc;
+  if (st == IBV_QPS_RTR) {
+    attr.ah_attr.grh.sgid_index = static_cast<uint8_t>(std::max(id.sgid_index, 0));
+    if (id.tos != 0) attr.ah_attr.grh.traffic_class = id.tos;
+  }
+  if (st == IBV_QPS_RTS && id.ack_timeout && (mask & IBV_QP_TIMEOUT)) attr.timeout = *id.ack_timeout;
+  return 0;
+}
+
+// INIT -> INIT (the CM's access flags: READ/atomic only with responder
+// resources), RTR, RTS: librdmacm's ucma_modify_qp_rtr / _rts.
+int RdmaCm::modify_connected_qp(RdmaId& id) {
+  for (ibv_qp_state st : {IBV_QPS_INIT, IBV_QPS_RTR, IBV_QPS_RTS}) {
+    ibv_qp_attr a{};
+    int mask = 0;
+    if (const int rc = fill_attr(id, st, a, mask); rc != 0) return rc;
+    if (st == IBV_QPS_RTR) a.max_dest_rd_atomic = id.responder_resources;
+    if (st == IBV_QPS_RTS) a.max_rd_atomic = id.initiator_depth;
+    if (const int rc = id.qp->modify(a, mask); rc != 0) return rc;
+  }
+  return 0;
+}
+
+void RdmaCm::qp_to_error(RdmaId& id) {
+  if (id.qp == nullptr) return;
+  const ibv_qp_state s = id.qp->state();
+  if (s == IBV_QPS_ERR || s == IBV_QPS_RESET) return;
+  ibv_qp_attr a{};
+  a.qp_state = IBV_QPS_ERR;
+  id.qp->modify(a, IBV_QP_STATE);
+}
+
+int RdmaCm::attach_qp(RdmaId* id, rnic::Qp* qp) {
+  {
+    std::lock_guard lock(mu_);
+    if (id == nullptr || ids_.count(id) == 0 || qp == nullptr) return EINVAL;
+    if (id->qp != nullptr) return EINVAL;
+    if (id->dev == nullptr || &qp->rnic() != id->dev->cfg.rnic) return EINVAL;
+    id->qp = qp;
+    id->qp_type = qp->type();
+  }
+  int rc = 0;
+  for (ibv_qp_state st : {IBV_QPS_INIT, IBV_QPS_RTR, IBV_QPS_RTS}) {
+    if (st != IBV_QPS_INIT && qp->type() != IBV_QPT_UD) break;  // RC/UC wait for the connection
+    ibv_qp_attr a{};
+    int mask = 0;
+    RdmaId tmp;  // the defaults, whatever the id's connection state
+    tmp.qp_type = qp->type();
+    tmp.qkey = id->qkey;
+    if ((rc = fill_attr(tmp, st, a, mask)) != 0) break;
+    if ((rc = qp->modify(a, mask)) != 0) break;
+  }
+  if (rc != 0) {
+    std::lock_guard lock(mu_);
+    id->qp = nullptr;
+  }
+  return rc;
+}
+
+void RdmaCm::detach_qp(RdmaId* id) {
+  std::vector<RdmaDev*> devs;
+  {
+    std::lock_guard lock(mu_);
+    if (id == nullptr || ids_.count(id) == 0) return;
+    if (id->dev != nullptr) devs.push_back(id->dev);
+  }
+  for (RdmaDev* d : devs) on_engine(*d, [&] {
+      std::erase(d->accepting, id);
+      id->qp = nullptr;
+    });
+  std::lock_guard lock(mu_);
+  id->qp = nullptr;
+}
+
+int RdmaCm::init_qp_attr(RdmaId* id, ibv_qp_attr* attr, int* mask) {
+  if (attr == nullptr || mask == nullptr) return EINVAL;
+  RdmaDev* d = nullptr;
+  {
+    std::lock_guard lock(mu_);
+    if (id == nullptr || ids_.count(id) == 0) return EINVAL;
+    d = id->dev;
+  }
+  if (d == nullptr) return EINVAL;
+  int rc = 0;
+  const ibv_qp_state st = attr->qp_state;
+  on_engine(*d, [&] {
+    rc = fill_attr(*id, st, *attr, *mask);
+    if (rc == 0 && st == IBV_QPS_RTR && id->cm_id != nullptr && id->qp_type != IBV_QPT_UD)
+      attr->max_dest_rd_atomic = id->responder_resources;
+    if (rc == 0 && st == IBV_QPS_RTS && id->cm_id != nullptr && id->qp_type != IBV_QPT_UD)
+      attr->max_rd_atomic = id->initiator_depth;
+  });
+  return rc;
+}
+
+void RdmaCm::check_first_data(RdmaDev& d) {
+  if (d.accepting.empty()) return;
+  const std::vector<RdmaId*> ids = d.accepting;
+  for (RdmaId* id : ids) {
+    // IBA 12.9.6 (communication established): a packet on the QP before the
+    // RTU stands for it; the responder has moved its expected PSN.
+    if (id->qp != nullptr && id->cm_id != nullptr && id->qp->resp.epsn.value() != id->rq_psn_at_accept)
+      d.cm->established(id->cm_id);
+  }
+}
+
+// ---- connections -------------------------------------------------------------------------------
+
+int RdmaCm::connect(RdmaId* id, const rdma_conn_param* param) {
+  RdmaDev* d = nullptr;
+  {
+    std::lock_guard lock(mu_);
+    if (id == nullptr || ids_.count(id) == 0) return EINVAL;
+    const bool ud = id->qp_type == IBV_QPT_UD || id->ps == RDMA_PS_UDP;
+    if (id->state != RdmaIdState::RouteResolved && !(ud && id->state == RdmaIdState::AddrResolved)) return EINVAL;
+    if (param == nullptr && id->qp == nullptr && !ud) return EINVAL;
+    const size_t max = ud ? kSidrReqUserDataMax : kReqUserDataMax;
+    if (param != nullptr && param->private_data_len > max) return EINVAL;
+    if (param != nullptr && param->private_data_len > 0 && param->private_data == nullptr) return EINVAL;
+    d = id->dev;
+  }
+  int rc = 0;
+  on_engine(*d, [&] {
+    if (id->destroyed) {
+      rc = EINVAL;
+      return;
+    }
+    const bool ud = id->qp_type == IBV_QPT_UD || id->ps == RDMA_PS_UDP;
+    const auto sip = ip_of(sa(id->src));
+    const auto dip = ip_of(sa(id->dst));
+    const uint16_t sport = port_of(sa(id->src));
+    const uint16_t dport = port_of(sa(id->dst));
+    if (id->sgid_index < 0) id->sgid_index = d->cfg.rnic->find_gid(sip->bytes);
+    if (!id->route_valid) {  // UD without rdma_resolve_route
+      id->path.local_gid = sip->bytes;
+      id->path.remote_gid = dip->bytes;
+    }
+    const CmaHdr h = sip->is_v4() ? CmaHdr::ipv4(sip->as_v4(), dip->as_v4(), sport)
+                                  : CmaHdr::ipv6(sip->bytes, dip->bytes, sport);
+    std::array<uint8_t, sizeof(SidrReqMsg{}.private_data)> pd{};
+    const std::span<const uint8_t> user =
+        param != nullptr && param->private_data_len > 0
+            ? std::span<const uint8_t>(static_cast<const uint8_t*>(param->private_data), param->private_data_len)
+            : std::span<const uint8_t>{};
+    const size_t pd_len = kCmaHdrSize + (ud ? kSidrReqUserDataMax : kReqUserDataMax);
+    format_cma_private_data(h, user, std::span<uint8_t>(pd.data(), pd_len));
+    MadAddr dest;
+    dest.gid = dip->bytes;
+    const uint64_t sid = cma_service_id(static_cast<PortSpace>(id->ps), dport);
+    if (id->cm_id != nullptr) d->cm->destroy_id(id->cm_id);
+    id->cm_id = d->cm->create_id(id);
+    if (ud) {
+      SidrParams p;
+      p.dest = dest;
+      p.service_id = sid;
+      p.timeout = opt_.cm_response_timeout;
+      p.max_retries = opt_.max_cm_retries;
+      p.private_data = std::span<const uint8_t>(pd.data(), pd_len);
+      rc = -d->cm->sidr_resolve(id->cm_id, p);
+    } else {
+      rnic::Rnic& r = *d->cfg.rnic;
+      ConnectParams p;
+      p.dest = dest;
+      p.service_id = sid;
+      p.path = id->path;
+      p.transport = id->qp_type == IBV_QPT_UC ? CmTransport::UC : CmTransport::RC;
+      p.qpn = Qpn(id->qp != nullptr ? id->qp->qpn().value() : param->qp_num);
+      p.starting_psn = Psn(random_psn());
+      const rdma_conn_param none{};
+      const rdma_conn_param& c = param != nullptr ? *param : none;
+      p.responder_resources = rd_atomic(c.responder_resources, r);
+      p.initiator_depth = rd_atomic(c.initiator_depth, r);
+      p.retry_count = c.retry_count & 7;
+      p.rnr_retry_count = c.rnr_retry_count & 7;
+      p.remote_cm_response_timeout = opt_.cm_response_timeout;
+      p.local_cm_response_timeout = opt_.cm_response_timeout;
+      p.max_cm_retries = opt_.max_cm_retries;
+      p.srq = id->qp != nullptr ? id->qp->srq() != nullptr : c.srq != 0;
+      p.flow_control = c.flow_control != 0;
+      p.private_data = std::span<const uint8_t>(pd.data(), pd_len);
+      id->responder_resources = p.responder_resources;
+      id->initiator_depth = p.initiator_depth;
+      rc = -d->cm->connect(id->cm_id, p);
+    }
+    if (rc == 0) id->state = RdmaIdState::Connect;
+  });
+  return rc;
+}
+
+int RdmaCm::accept(RdmaId* id, const rdma_conn_param* param) {
+  RdmaDev* d = nullptr;
+  {
+    std::lock_guard lock(mu_);
+    if (id == nullptr || ids_.count(id) == 0 || id->state != RdmaIdState::ConnectRequest) return EINVAL;
+    const bool ud = id->qp_type == IBV_QPT_UD;
+    if (param == nullptr && id->qp == nullptr) return EINVAL;
+    if (param != nullptr && param->private_data_len > (ud ? kSidrRepUserDataMax : kRepUserDataMax)) return EINVAL;
+    d = id->dev;
+  }
+  int rc = 0;
+  on_engine(*d, [&] {
+    if (id->destroyed || id->cm_id == nullptr) {
+      rc = EINVAL;
+      return;
+    }
+    const rdma_conn_param none{};
+    const rdma_conn_param& c = param != nullptr ? *param : none;
+    const std::span<const uint8_t> user =
+        c.private_data_len > 0 && c.private_data != nullptr
+            ? std::span<const uint8_t>(static_cast<const uint8_t*>(c.private_data), c.private_data_len)
+            : std::span<const uint8_t>{};
+    if (id->qp_type == IBV_QPT_UD) {
+      SidrReplyParams p;
+      p.status = SidrStatus::Success;
+      p.qpn = Qpn(id->qp != nullptr ? id->qp->qpn().value() : c.qp_num);
+      p.qkey = id->qkey;
+      p.private_data = user;
+      rc = -d->cm->sidr_reply(id->cm_id, p);
+      if (rc == 0) id->state = RdmaIdState::Connected;
+    } else {
+      rnic::Rnic& r = *d->cfg.rnic;
+      // librdmacm's rdma_accept: the asked values, or the request's when
+      // the application asks for "the maximum".
+      id->responder_resources = param == nullptr || c.responder_resources == RDMA_MAX_RESP_RES
+                                    ? rd_atomic(id->responder_resources, r)
+                                    : rd_atomic(c.responder_resources, r);
+      id->initiator_depth = param == nullptr || c.initiator_depth == RDMA_MAX_INIT_DEPTH
+                                ? rd_atomic(id->initiator_depth, r)
+                                : rd_atomic(c.initiator_depth, r);
+      id->cm_id->responder_resources = id->responder_resources;
+      id->cm_id->initiator_depth = id->initiator_depth;
+      const uint32_t psn = random_psn();
+      if (id->qp != nullptr) {
+        // The passive QP goes RTR and RTS before the REP leaves (cma_accept_ib).
+        for (ibv_qp_state st : {IBV_QPS_INIT, IBV_QPS_RTR, IBV_QPS_RTS}) {
+          ibv_qp_attr a{};
+          int mask = 0;
+          if ((rc = fill_attr(*id, st, a, mask)) != 0) break;
+          if (st == IBV_QPS_RTR) {
+            a.max_dest_rd_atomic = id->responder_resources;
+            id->rq_psn_at_accept = a.rq_psn;
+          }
+          if (st == IBV_QPS_RTS) {
+            a.sq_psn = psn;
+            a.max_rd_atomic = id->initiator_depth;
+          }
+          if ((rc = id->qp->modify(a, mask)) != 0) break;
+        }
+        if (rc != 0) {
+          d->cm->reject(id->cm_id, RejReason::ConsumerReject);
+          qp_to_error(*id);
+          id->state = RdmaIdState::Failed;
+          return;
+        }
+      }
+      AcceptParams p;
+      p.qpn = Qpn(id->qp != nullptr ? id->qp->qpn().value() : c.qp_num);
+      p.starting_psn = Psn(psn);
+      p.responder_resources = id->responder_resources;
+      p.initiator_depth = id->initiator_depth;
+      p.target_ack_delay = 15;
+      p.rnr_retry_count = c.rnr_retry_count & 7;
+      p.srq = id->qp != nullptr ? id->qp->srq() != nullptr : c.srq != 0;
+      p.flow_control = c.flow_control != 0;
+      p.private_data = user;
+      rc = -d->cm->accept(id->cm_id, p);
+      if (rc == 0) {
+        id->state = RdmaIdState::Accepting;
+        if (id->qp != nullptr) d->accepting.push_back(id);
+      }
+    }
+    if (rc == 0 && id->listen_parent != nullptr) --id->listen_parent->pending_requests;
+  });
+  return rc;
+}
+
+int RdmaCm::reject(RdmaId* id, const void* pdata, uint8_t len) {
+  RdmaDev* d = nullptr;
+  {
+    std::lock_guard lock(mu_);
+    if (id == nullptr || ids_.count(id) == 0 || id->state != RdmaIdState::ConnectRequest) return EINVAL;
+    if (len > (id->qp_type == IBV_QPT_UD ? kSidrRepUserDataMax : kRejUserDataMax)) return EINVAL;
+    d = id->dev;
+  }
+  int rc = 0;
+  on_engine(*d, [&] {
+    const std::span<const uint8_t> user =
+        len > 0 && pdata != nullptr ? std::span<const uint8_t>(static_cast<const uint8_t*>(pdata), len)
+                                    : std::span<const uint8_t>{};
+    if (id->qp_type == IBV_QPT_UD) {
+      SidrReplyParams p;
+      p.status = SidrStatus::Reject;
+      p.private_data = user;
+      rc = -d->cm->sidr_reply(id->cm_id, p);
+    } else {
+      rc = -d->cm->reject(id->cm_id, RejReason::ConsumerReject, user);  // reason 28 (IBA table 109)
+    }
+    if (rc == 0) {
+      id->state = RdmaIdState::Failed;
+      if (id->listen_parent != nullptr) --id->listen_parent->pending_requests;
+    }
+  });
+  return rc;
+}
+
+int RdmaCm::disconnect(RdmaId* id) {
+  RdmaDev* d = nullptr;
+  {
+    std::lock_guard lock(mu_);
+    if (id == nullptr || ids_.count(id) == 0 || id->dev == nullptr || id->cm_id == nullptr) return EINVAL;
+    if (id->state != RdmaIdState::Connected && id->state != RdmaIdState::Accepting &&
+        id->state != RdmaIdState::Disconnected && id->state != RdmaIdState::Connect) {
+      return EINVAL;
+    }
+    d = id->dev;
+  }
+  int rc = 0;
+  on_engine(*d, [&] {
+    if (id->cm_id == nullptr) return;
+    // rdma_disconnect: the QP to ERR (its work requests flush), then a
+    // DREQ, or the DREP when the peer's DREQ came first.
+    qp_to_error(*id);
+    std::erase(d->accepting, id);
+    if (id->qp_type == IBV_QPT_UD) return;
+    const CmState s = id->cm_id->state;
+    if (s == CmState::Established || s == CmState::DreqRcvd) {
+      rc = -d->cm->disconnect(id->cm_id);
+    } else if (s == CmState::RepSent || s == CmState::MraRepRcvd) {
+      d->cm->established(id->cm_id);  // 12.9.6: what the RTU would have done
+      rc = -d->cm->disconnect(id->cm_id);
+    } else if (s == CmState::ReqSent || s == CmState::MraReqRcvd || s == CmState::RepRcvd) {
+      rc = -d->cm->reject(id->cm_id, RejReason::ConsumerReject);
+    }
+  });
+  return rc;
+}
+
+int RdmaCm::establish(RdmaId* id) {
+  RdmaDev* d = nullptr;
+  {
+    std::lock_guard lock(mu_);
+    if (id == nullptr || ids_.count(id) == 0 || id->cm_id == nullptr || id->state != RdmaIdState::Connect)
+      return EINVAL;
+    d = id->dev;
+  }
+  int rc = 0;
+  on_engine(*d, [&] {
+    rc = -d->cm->send_rtu(id->cm_id);
+    if (rc == 0) id->state = RdmaIdState::Connected;
+  });
+  return rc;
+}
+
+int RdmaCm::notify(RdmaId* id, ibv_event_type ev) {
+  RdmaDev* d = nullptr;
+  {
+    std::lock_guard lock(mu_);
+    if (id == nullptr || ids_.count(id) == 0 || id->cm_id == nullptr) return EINVAL;
+    d = id->dev;
+  }
+  if (ev == IBV_EVENT_LID_CHANGE || ev == IBV_EVENT_PATH_MIG) return 0;
+  if (ev != IBV_EVENT_COMM_EST) return EINVAL;
+  int rc = 0;
+  on_engine(*d, [&] { rc = -d->cm->established(id->cm_id); });
+  return rc;
+}
+
+int RdmaCm::set_option(RdmaId* id, int level, int name, const void* val, size_t len) {
+  std::lock_guard lock(mu_);
+  if (id == nullptr || ids_.count(id) == 0 || val == nullptr) return EINVAL;
+  if (level == RDMA_OPTION_ID) {
+    switch (name) {
+      case RDMA_OPTION_ID_TOS:
+        if (len != sizeof(uint8_t)) return EINVAL;
+        id->tos = *static_cast<const uint8_t*>(val);
+        if (id->route_valid) id->path.traffic_class = id->tos;
+        return 0;
+      case RDMA_OPTION_ID_REUSEADDR:
+        if (len != sizeof(int)) return EINVAL;
+        if (id->state != RdmaIdState::Idle) return EINVAL;
+        id->reuseaddr = *static_cast<const int*>(val) != 0;
+        return 0;
+      case RDMA_OPTION_ID_AFONLY:
+        if (len != sizeof(int)) return EINVAL;
+        if (id->state != RdmaIdState::Idle) return EINVAL;
+        id->afonly = *static_cast<const int*>(val) != 0;
+        return 0;
+      case RDMA_OPTION_ID_ACK_TIMEOUT:
+        if (len != sizeof(uint8_t)) return EINVAL;
+        id->ack_timeout = static_cast<uint8_t>(*static_cast<const uint8_t*>(val) & 0x1F);
+        if (id->route_valid) id->path.local_ack_timeout = *id->ack_timeout;
+        return 0;
+      default:
+        return ENOSYS;
+    }
+  }
+  if (level == RDMA_OPTION_IB && name == RDMA_OPTION_IB_PATH) return 0;  // RoCE: the path is the GIDs
+  return ENOSYS;
+}
+
+}  // namespace uroce::cm

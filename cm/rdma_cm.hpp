@@ -1,0 +1,275 @@
+// The rdma_cm model: librdmacm's behaviour (the rdma_cm(7) man pages) over
+// the IB CM (cm.hpp) on each device's GSI QP (gsi_port.hpp), as Linux's
+// rdma_cm does it over RoCEv2, so that kernel peers and uroce peers connect
+// to each other.
+//
+//   ids          RdmaId: one per rdma_cm_id; port spaces TCP, UDP, IB; bound
+//                to an address and port (port 0 picks one), to a device once
+//                an address says which
+//   addresses    the device by subnet from its configured addresses; the
+//                neighbour through the engine's ARP/ND (ADDR_RESOLVED, or
+//                ADDR_ERROR when it does not answer in time)
+//   route        the path from the two GIDs (ROUTE_RESOLVED at once)
+//   connections  REQ/REP/RTU/DREQ/DREP with the rdma_cm service ID and
+//                private-data header; the attached QP moved INIT -> RTR ->
+//                RTS from the CM's attributes; UD ids through SIDR
+//   events       per channel: a queue and an eventfd the application polls
+//                (blocking, or EAGAIN when it set O_NONBLOCK)
+//
+// The drop-in librdmacm.so.1 (verbs-shim/rdmacm.cpp) is this class's C ABI;
+// it runs inside libibverbs.so.1 next to the engines and the library reaches
+// it through its vtable: every public member function is virtual for that
+// reason (control path only; nothing here is per packet).
+//
+// Threads.  Application threads call the public functions.  Each device's
+// CM runs in its engine's loop (the MADs, its timers, a poll timer for QP 1);
+// calls reach it through Engine::run_sync.  One mutex (`mu_`) guards the
+// model's tables; it is never held across run_sync, so an engine thread may
+// take it from its callbacks.
+#pragma once
+
+#include <infiniband/verbs.h>
+#include <netinet/in.h>
+#include <rdma/rdma_cma.h>
+#include <sys/socket.h>
+
+#include <array>
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <set>
+#include <span>
+#include <string_view>
+#include <vector>
+
+#include "cm/cm.hpp"
+#include "cm/gsi_port.hpp"
+#include "transport/neigh.hpp"
+#include "transport/rnic/rnic.hpp"
+
+namespace uroce::cm {
+
+class RdmaCm;
+struct RdmaDev;
+
+// One address of a device, with its prefix (which subnet it reaches).
+struct RdmaCmAddr {
+  transport::IpAddr ip;
+  uint8_t prefix_len = 0;  // of the 32 bits of IPv4, of the 128 of IPv6
+};
+
+// A device as the model needs it.
+struct RdmaCmDevice {
+  rnic::Rnic* rnic = nullptr;
+  ibv_context* verbs = nullptr;   // what id->verbs shows (the drop-in's context); opaque here
+  std::vector<RdmaCmAddr> addresses;
+  bool inline_progress = false;   // UROCE_PROGRESS=inline: waits drive the engine
+};
+
+struct RdmaCmOptions {
+  // CM response timeout (4.096 us * 2^t) and retries on every connection;
+  // Linux's rdma_cm: 20 (4.3 s) and 15.
+  uint8_t cm_response_timeout = kDefaultCmResponseTimeout;
+  uint8_t max_cm_retries = kDefaultMaxCmRetries;
+  uint64_t gsi_poll_ns = 20'000;     // how often the engine looks at QP 1's CQ
+  CmConfig cm;                        // ca_guid is each device's node GUID
+};
+
+// rdma_cm_event with its private data kept inside.
+struct RdmaEvent {
+  rdma_cm_event_type type = RDMA_CM_EVENT_ADDR_RESOLVED;
+  int status = 0;
+  struct RdmaId* id = nullptr;
+  struct RdmaId* listen_id = nullptr;
+  bool ud = false;                    // which of `conn` / `ud_param` applies
+  rdma_conn_param conn{};             // private_data: null (point it at pdata)
+  rdma_ud_param ud_param{};           // private_data: null (point it at pdata)
+  std::array<uint8_t, 256> pdata{};
+  uint8_t pdata_len = 0;
+};
+
+// An event channel: events queued in order, one eventfd count per event.
+struct RdmaChannel {
+  int fd = -1;
+  std::mutex mu;
+  std::deque<RdmaEvent> q;
+};
+
+enum class RdmaIdState : uint8_t {
+  Idle,           // created
+  AddrBound,      // rdma_bind_addr
+  AddrQuery,      // rdma_resolve_addr under way
+  AddrResolved,
+  RouteQuery,
+  RouteResolved,
+  Connect,        // REQ / SIDR_REQ sent
+  Listen,
+  ConnectRequest, // passive: CONNECT_REQUEST reported, not yet accepted
+  Accepting,      // passive: REP / SIDR_REP sent
+  Connected,      // ESTABLISHED
+  Disconnected,   // DISCONNECTED reported
+  Failed,         // REJECTED / UNREACHABLE / CONNECT_ERROR / ADDR_ERROR reported
+};
+std::string_view rdma_id_state_name(RdmaIdState s) noexcept;
+
+// One rdma_cm_id.  Fields the C layer reads directly (it has no other way
+// across the library boundary than the vtable) are public; the model
+// writes them before it reports the event that makes them valid.
+struct RdmaId {
+  void* user = nullptr;               // the C layer's rdma_cm_id (null until it sees the id)
+  RdmaChannel* channel = nullptr;
+  rdma_port_space ps = RDMA_PS_TCP;
+  ibv_qp_type qp_type = IBV_QPT_RC;
+  RdmaIdState state = RdmaIdState::Idle;
+  sockaddr_storage src{};             // our address and port (port in network order)
+  sockaddr_storage dst{};
+  ibv_context* verbs = nullptr;       // the bound device's, once there is one
+  bool route_valid = false;
+  CmPath path;                        // valid from ROUTE_RESOLVED (and on passive ids)
+  int sgid_index = -1;
+  RdmaId* listen_parent = nullptr;    // a passive id: the listener it came from
+
+  // ---- the model's own (under RdmaCm::mu_) ----
+  RdmaDev* dev = nullptr;
+  rnic::Qp* qp = nullptr;
+  CmId* cm_id = nullptr;
+  bool bound = false;                 // holds (ps, port) in the port table
+  uint8_t tos = 0;
+  std::optional<uint8_t> ack_timeout;
+  bool reuseaddr = false;
+  bool afonly = false;
+  int backlog = 0;
+  int pending_requests = 0;           // listener: CONNECT_REQUESTs not yet accepted or rejected
+  uint32_t qkey = RDMA_UDP_QKEY;      // UD ids
+  uint8_t responder_resources = 0;    // negotiated (conn params)
+  uint8_t initiator_depth = 0;
+  uint8_t retry_count = 7;
+  uint8_t rnr_retry_count = 7;
+  uint32_t rq_psn_at_accept = 0;      // passive: to see the first data packet (RTU lost)
+  bool disconnect_reported = false;
+  bool destroyed = false;
+  uint64_t addr_deadline_ns = 0;
+  Timer addr_timer;
+  // Accounting for rdma_destroy_id: events handed out vs acknowledged.
+  uint32_t events_reported = 0;
+  uint32_t events_acked = 0;
+};
+
+class RdmaCm {
+ public:
+  RdmaCm(std::vector<RdmaCmDevice> devices, RdmaCmOptions options = {});
+  virtual ~RdmaCm();
+  RdmaCm(const RdmaCm&) = delete;
+  RdmaCm& operator=(const RdmaCm&) = delete;
+
+  // Opens QP 1 and starts the CM on every device; 0 or an errno.
+  virtual int start();
+
+  // ---- channels ----
+  virtual RdmaChannel* create_channel();               // null and errno
+  virtual int destroy_channel(RdmaChannel* ch);        // EBUSY while ids use it
+  // The next event (blocking unless the fd is O_NONBLOCK: EAGAIN).  Counts
+  // as reported on its id (CONNECT_REQUEST: on the listener).
+  virtual int get_event(RdmaChannel* ch, RdmaEvent* out);
+  virtual void ack_event(const RdmaEvent& ev);
+
+  // ---- ids (0 or an errno, as the man pages name them) ----
+  virtual int create_id(RdmaChannel* ch, void* user, rdma_port_space ps, ibv_qp_type qp_type, RdmaId** out);
+  // Blocks until every reported event of the id has been acknowledged.
+  virtual int destroy_id(RdmaId* id);
+  virtual int migrate_id(RdmaId* id, RdmaChannel* ch);
+  virtual int bind_addr(RdmaId* id, const sockaddr* addr);
+  virtual int resolve_addr(RdmaId* id, const sockaddr* src, const sockaddr* dst, int timeout_ms);
+  virtual int resolve_route(RdmaId* id, int timeout_ms);
+  virtual int listen(RdmaId* id, int backlog);
+  virtual int connect(RdmaId* id, const rdma_conn_param* param);
+  virtual int accept(RdmaId* id, const rdma_conn_param* param);
+  virtual int reject(RdmaId* id, const void* pdata, uint8_t len);
+  virtual int disconnect(RdmaId* id);
+  virtual int establish(RdmaId* id);                   // rdma_establish: the RTU after CONNECT_RESPONSE
+  virtual int notify(RdmaId* id, ibv_event_type ev);   // IBV_EVENT_COMM_EST
+  virtual int set_option(RdmaId* id, int level, int name, const void* val, size_t len);
+  virtual int init_qp_attr(RdmaId* id, ibv_qp_attr* attr, int* mask);
+
+  // The QP an application created on the id's device (rdma_create_qp):
+  // moved to INIT (RC/UC) or to RTS with the id's Q_Key (UD), then used by
+  // connect/accept.  detach_qp before the QP is destroyed.
+  virtual int attach_qp(RdmaId* id, rnic::Qp* qp);
+  virtual void detach_qp(RdmaId* id);
+
+  // The device behind a verbs context (null: none of ours).
+  virtual rnic::Rnic* rnic_of(ibv_context* verbs);
+  virtual std::vector<ibv_context*> contexts();
+
+  // Drives inline-progress engines once (blocking waits call it).
+  virtual void progress();
+
+  // Counters of one device's CM and GSI port, for tests and tools.
+  const CmCounters* cm_counters(size_t dev) const;
+  const GsiCounters* gsi_counters(size_t dev) const;
+
+ private:
+  friend struct RdmaDev;
+  RdmaDev* dev_for_addr(const transport::IpAddr& ip);
+  RdmaDev* dev_for_dst(const transport::IpAddr& dst, const RdmaDev* prefer_not_owner);
+  int bind_locked(RdmaId* id, const sockaddr* addr);
+  void unbind_locked(RdmaId* id);
+  void queue_event(RdmaId* id, RdmaEvent ev);          // under mu_
+  static void drain_counts(RdmaChannel& ch, size_t n);
+  void on_cm_event(RdmaDev& d, const CmEvent& ev);     // [engine]
+  void on_req(RdmaDev& d, const CmEvent& ev, bool sidr);
+  RdmaId* listener_for(RdmaDev& d, uint64_t service_id, const std::optional<CmaHdr>& hdr);
+  void update_cm_listens(RdmaDev& d, rdma_port_space ps, uint16_t port);  // [engine]
+  void on_rep(RdmaId& id, const CmEvent& ev);
+  void on_resolved(RdmaDev& d, const transport::IpAddr& ip, bool ok);  // [engine]
+  void addr_done(RdmaId& id, bool ok, int status);
+  void qp_to_error(RdmaId& id);
+  int modify_connected_qp(RdmaId& id);                 // INIT -> INIT -> RTR -> RTS from the CM
+  int fill_attr(RdmaId& id, ibv_qp_state st, ibv_qp_attr& attr, int& mask);
+  void check_first_data(RdmaDev& d);                   // [engine] passive ids whose RTU was lost
+  // Runs f() in d's engine loop with mu_ held (never call with mu_ held:
+  // the engine thread may be waiting for it).
+  template <class F>
+  void on_engine(RdmaDev& d, F&& f);
+  static void on_addr_timer(Timer& t, uint64_t now_ns);
+  static void on_poll_timer(Timer& t, uint64_t now_ns);
+
+  std::vector<std::unique_ptr<RdmaDev>> devs_;
+  RdmaCmOptions opt_;
+  std::recursive_mutex mu_;             // recursive: CM callbacks run inside CM calls made under it
+  std::condition_variable_any acked_;
+  std::set<RdmaId*> ids_;
+  std::set<RdmaChannel*> channels_;
+  std::map<std::pair<int, uint16_t>, std::vector<RdmaId*>> ports_;  // (ps, port) -> bound ids
+  uint32_t next_port_ = 0;
+};
+
+// Per device: QP 1, the CM and the timers that run them in the engine.
+struct RdmaDev {
+  RdmaCm* model = nullptr;
+  size_t index = 0;
+  RdmaCmDevice cfg;
+  std::unique_ptr<GsiPort> gsi;
+  std::unique_ptr<Cm> cm;
+  Timer poll_timer;
+  std::vector<RdmaId*> accepting;     // passive ids waiting for the RTU (first data counts)
+  // One CM listen per service ID; the listening RdmaId for a REQ is found
+  // from the port table by the destination address in its rdma_cm header
+  // (several ids may listen on one port with different addresses).
+  std::map<uint64_t, CmId*> cm_listens;
+  std::multimap<std::array<uint8_t, 16>, RdmaId*> resolving;  // neighbour -> ids waiting
+  transport::Engine& engine() const { return cfg.rnic->engine(); }
+};
+
+// Helpers shared with the C layer and tests.
+std::optional<transport::IpAddr> ip_of(const sockaddr* sa);
+uint16_t port_of(const sockaddr* sa);  // host order
+socklen_t sockaddr_len(const sockaddr* sa);
+const char* rdma_event_name(rdma_cm_event_type t) noexcept;
+
+}  // namespace uroce::cm
