@@ -146,7 +146,9 @@ check_pcap() {
     fail "$what: uroce pcap-check"
     show "$log"
   fi
-  bad=$(tshark_count "$f" '_ws.malformed || icmp.type == 3 || icmpv6.type == 1')
+  # RPCoRDMA's heuristic claims small RC SENDs (perftest's 2-byte ones) and
+  # reports them malformed: not ours to judge, so it is disabled here.
+  bad=$(tshark -r "$f" --disable-protocol rpcordma -Y '_ws.malformed || icmp.type == 3 || icmpv6.type == 1' 2>/dev/null | wc -l)
   [ "$bad" -eq 0 ] || fail "$what: tshark: $bad malformed or ICMP-unreachable frames"
 }
 

@@ -7,11 +7,9 @@
 # bridge (scripts/rxe-vm start --host-veth); each case is captured on peer0
 # and every capture must pass `uroce pcap-check`.
 #
-# NOT REGISTERED in meson yet: it needs the drop-in libraries (verbs-shim/)
-# to work end to end.  When they do, add to tests/interop/meson.build:
-#   {'name': 'rxe-apps', 'script': 'rxe_apps_test.sh', 'timeout': 900},
-# with args [uroce_exe, scripts dir, build dir] (the build dir holds
-# verbs-shim/libibverbs.so.1), and `depends` on the shim targets.
+# Registered in tests/interop/meson.build as `rxe-apps` with the cases that
+# need no librdmacm; the rdma_cm cases (rping, ucmatose, udaddy, reject,
+# *-R, loss-rping) are to be added there once the drop-in librdmacm works.
 #
 #   rxe_apps_test.sh UROCE SCRIPTS_DIR BUILD_DIR [CASE...]   run (all cases, or those named)
 #   rxe_apps_test.sh --list                                   print every case's commands
@@ -102,10 +100,12 @@ vm_up --vms a --host-veth
 U_DEV=uroce0 U_IP=$PEER_IP
 
 # on_uroce LOG PCAP FAULTS CMD...: CMD over uroce in the namespace, in the background.
+# qdisc_bypass=0: DPDK's af_packet bypasses the qdisc by default, and frames
+# sent that way skip the taps, so the peer0 capture would miss uroce's side.
 on_uroce() {
   local log=$1 pcap=$2 faults=$3
   shift 3
-  bg "$log" env UROCE_CONFIG="$CONFIG" UROCE_DEVICE="net_af_packet0,iface=$PEER_IF" UROCE_IP= \
+  bg "$log" env UROCE_CONFIG="$CONFIG" UROCE_DEVICE="net_af_packet0,iface=$PEER_IF,qdisc_bypass=0" UROCE_IP= \
     UROCE_PCAP="$pcap" UROCE_FAULTS="$faults" \
     "$SCRIPTS/uroce-run" --build "$BUILD" timeout $CASE_TIMEOUT_S "$@"
 }
