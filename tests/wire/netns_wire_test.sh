@@ -344,19 +344,36 @@ run_afpacket_jumbo() {
   expect_echo_exit $JUMBO_COUNT
 }
 
+# attach_when_up NAME TAP: once node NAME has brought its device up (the
+# tap PMD sets the tap's kernel-side MAC while it starts the port), give the
+# tap a MAC of its own and put it on the bridge.  Attached earlier, the
+# start could undo the MAC and the bridge would drop the node's frames.
+attach_when_up() {
+  wait_line "$TMP/$1.log" "uroce node: uroce0 on" || { fail "$1: the device never came up"; show "$TMP/$1.log"; return; }
+  # A tap being torn down and made again under the same name (the previous
+  # node's) can refuse the first `ip link set`: try again briefly.
+  local try
+  for try in 1 2 3; do
+    "$SCRIPTS/netns-up" --attach-tap "$PREFIX" "$2" 2>"$TMP/attach.err" && return
+    sleep 0.5
+  done
+  fail "attach $2 for $1"
+  show "$TMP/attach.err"
+}
+
 run_tap() {
   setup --tap
   record_unreach "$NS_A" "$NS_B" "$NS_T"
   tcp_server "$NS_B" "$HOST_B"
   start_echo echo "$NS_T" "$DEVARGS_B" "$IP_B/$PREFIX_LEN" "$TMP/b.pcap"
-  "$SCRIPTS/netns-up" --attach-tap "$PREFIX" "$TAP_B" || fail "attach $TAP_B"
+  attach_when_up echo "$TAP_B"
   wait_line "$TMP/echo.log" "echo ready" || { fail "echo side never got ready"; show "$TMP/echo.log"; return; }
   tcp_client "$NS_A" "$HOST_B"
   bg ping4 "$NS_T" env UROCE_CONFIG="$CONFIG" UROCE_DEVICE="$DEVARGS_A" UROCE_IP="$IP_A/$PREFIX_LEN" \
     UROCE_PCAP="$TMP/a.pcap" "$UROCE" node --seconds $NODE_BOUND_S --ping "$IP_B" --count $ROCE_COUNT \
     --interval-ms $ROCE_INTERVAL_MS --resolve-tries $TAP_RESOLVE_TRIES
   local ping_pid=$LAST_PID
-  "$SCRIPTS/netns-up" --attach-tap "$PREFIX" "$TAP_A" || fail "attach $TAP_A"
+  attach_when_up ping4 "$TAP_A"
   wait "$ping_pid"
   rc=$?
   expect_ping ping4 $ROCE_COUNT
@@ -369,7 +386,7 @@ run_tap() {
     UROCE_PCAP="$TMP/icmp.pcap" "$UROCE" node --seconds $NODE_BOUND_S --ping "$HOST_B" --icmp --count $ICMP_COUNT \
     --resolve-tries $TAP_RESOLVE_TRIES
   ping_pid=$LAST_PID
-  "$SCRIPTS/netns-up" --attach-tap "$PREFIX" "$TAP_A" || fail "attach $TAP_A again"
+  attach_when_up icmp "$TAP_A"
   wait "$ping_pid"
   rc=$?
   expect_ping icmp $ICMP_COUNT
