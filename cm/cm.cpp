@@ -1197,6 +1197,15 @@ namespace {
 bool live(const CmId* id) { return id != nullptr && !id->destroyed; }
 }  // namespace
 
+// A consumer call on a live id: one input through the state machine, then
+// the events it raised; the input's return code (-EINVAL for a dead id).
+int Cm::consumer_call(CmId* id, Input& in) {
+  if (!live(id)) return -EINVAL;
+  step(*id, in);
+  deliver();
+  return in.rc;
+}
+
 void Cm::destroy_id(CmId* id) {
   if (!live(id)) return;
   Input in{CmInput::Destroy};
@@ -1214,92 +1223,63 @@ int Cm::listen(CmId* id, uint64_t service_id, uint64_t service_mask) {
   Input in{CmInput::Listen};
   in.service_id = service_id;
   in.service_mask = service_mask;
-  step(*id, in);
-  deliver();
-  return in.rc;
+  return consumer_call(id, in);
 }
 
 int Cm::connect(CmId* id, const ConnectParams& p) {
-  if (!live(id)) return -EINVAL;
   Input in{CmInput::Connect};
   in.params = &p;
-  step(*id, in);
-  deliver();
-  return in.rc;
+  return consumer_call(id, in);
 }
 
 int Cm::accept(CmId* id, const AcceptParams& p) {
-  if (!live(id)) return -EINVAL;
   Input in{CmInput::Accept};
   in.params = &p;
-  step(*id, in);
-  deliver();
-  return in.rc;
+  return consumer_call(id, in);
 }
 
 int Cm::reject(CmId* id, RejReason reason, std::span<const uint8_t> private_data, std::span<const uint8_t> ari) {
-  if (!live(id)) return -EINVAL;
   Input in{CmInput::Reject};
   in.reason = reason;
   in.pdata = private_data;
   in.ari = ari;
-  step(*id, in);
-  deliver();
-  return in.rc;
+  return consumer_call(id, in);
 }
 
 int Cm::send_mra(CmId* id, uint8_t service_timeout, std::span<const uint8_t> private_data) {
-  if (!live(id)) return -EINVAL;
   Input in{CmInput::SendMra};
   in.service_timeout = service_timeout;
   in.pdata = private_data;
-  step(*id, in);
-  deliver();
-  return in.rc;
+  return consumer_call(id, in);
 }
 
 int Cm::send_rtu(CmId* id, std::span<const uint8_t> private_data) {
-  if (!live(id)) return -EINVAL;
   Input in{CmInput::SendRtu};
   in.pdata = private_data;
-  step(*id, in);
-  deliver();
-  return in.rc;
+  return consumer_call(id, in);
 }
 
 int Cm::established(CmId* id) {
-  if (!live(id)) return -EINVAL;
   Input in{CmInput::CommEst};
-  step(*id, in);
-  deliver();
-  return in.rc;
+  return consumer_call(id, in);
 }
 
 int Cm::disconnect(CmId* id, std::span<const uint8_t> private_data) {
-  if (!live(id)) return -EINVAL;
   Input in{CmInput::Disconnect};
   in.pdata = private_data;
-  step(*id, in);
-  deliver();
-  return in.rc;
+  return consumer_call(id, in);
 }
 
 int Cm::sidr_resolve(CmId* id, const SidrParams& p) {
-  if (!live(id)) return -EINVAL;
   Input in{CmInput::SidrResolve};
   in.params = &p;
-  step(*id, in);
-  deliver();
-  return in.rc;
+  return consumer_call(id, in);
 }
 
 int Cm::sidr_reply(CmId* id, const SidrReplyParams& p) {
-  if (!live(id)) return -EINVAL;
   Input in{CmInput::SidrReply};
   in.params = &p;
-  step(*id, in);
-  deliver();
-  return in.rc;
+  return consumer_call(id, in);
 }
 
 // ---- QP attributes -----------------------------------------------------------------

@@ -344,6 +344,7 @@ class Cm {
 
   // The driver and one handler per state.
   void step(CmId& id, Input& in);
+  int consumer_call(CmId* id, Input& in);
   CmState st_idle(CmId& id, Input& in);
   CmState st_listen(CmId& id, Input& in);
   CmState st_req_sent(CmId& id, Input& in);
