@@ -194,41 +194,7 @@ Ah* Harness::ah(Node& local, Node& remote, bool ipv6) {
 
 int Harness::to_rts(Qp* q, Node& local, Node& remote, Qpn remote_qpn, uint32_t sq_psn, uint32_t rq_psn,
                     const ConnOpts& o) {
-  ibv_qp_attr at{};
-  at.qp_state = IBV_QPS_INIT;
-  at.pkey_index = 0;
-  at.port_num = kPortNum;
-  at.qp_access_flags = o.access;
-  int rc = q->modify(at, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS);
-  if (rc) return rc;
-
-  at = {};
-  at.qp_state = IBV_QPS_RTR;
-  at.path_mtu = o.mtu;
-  at.dest_qp_num = remote_qpn.value();
-  at.rq_psn = rq_psn;
-  at.ah_attr = ah_attr(local, remote, o.ipv6);
-  int mask = IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN;
-  if (q->type() == IBV_QPT_RC) {
-    at.max_dest_rd_atomic = o.max_dest_rd_atomic;
-    at.min_rnr_timer = o.min_rnr_timer;
-    mask |= IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER;
-  }
-  rc = q->modify(at, mask);
-  if (rc) return rc;
-
-  at = {};
-  at.qp_state = IBV_QPS_RTS;
-  at.sq_psn = sq_psn;
-  mask = IBV_QP_STATE | IBV_QP_SQ_PSN;
-  if (q->type() == IBV_QPT_RC) {
-    at.timeout = o.timeout;
-    at.retry_cnt = o.retry_cnt;
-    at.rnr_retry = o.rnr_retry;
-    at.max_rd_atomic = o.max_rd_atomic;
-    mask |= IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_MAX_QP_RD_ATOMIC;
-  }
-  return q->modify(at, mask);
+  return qp_to_rts(q, ah_attr(local, remote, o.ipv6), remote_qpn.value(), sq_psn, rq_psn, o);
 }
 
 int Harness::connect(Qp* qa, Qp* qb, const ConnOpts& o) {
@@ -253,23 +219,7 @@ Pair Harness::pair(ibv_qp_type type, const ConnOpts& o, const QpCaps& caps, int 
   return p;
 }
 
-int Harness::ud_ready(Qp* q, uint32_t qkey, uint32_t sq_psn) {
-  ibv_qp_attr at{};
-  at.qp_state = IBV_QPS_INIT;
-  at.pkey_index = 0;
-  at.port_num = kPortNum;
-  at.qkey = qkey;
-  int rc = q->modify(at, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_QKEY);
-  if (rc) return rc;
-  at = {};
-  at.qp_state = IBV_QPS_RTR;
-  rc = q->modify(at, IBV_QP_STATE);
-  if (rc) return rc;
-  at = {};
-  at.qp_state = IBV_QPS_RTS;
-  at.sq_psn = sq_psn;
-  return q->modify(at, IBV_QP_STATE | IBV_QP_SQ_PSN);
-}
+int Harness::ud_ready(Qp* q, uint32_t qkey, uint32_t sq_psn) { return qp_ud_ready(q, qkey, sq_psn); }
 
 // ---- completions ------------------------------------------------------------------------
 
@@ -350,6 +300,66 @@ std::string Harness::counters() const {
     if (w.n[i]) out += " " + std::string(drivers::kFaultCounterNames[i]) + "=" + std::to_string(w.n[i]);
   }
   return out + "\n";
+}
+
+// ---- QP state ---------------------------------------------------------------------------
+
+int qp_to_rts(Qp* q, const ibv_ah_attr& path, uint32_t dest_qpn, uint32_t sq_psn, uint32_t rq_psn,
+              const ConnOpts& o) {
+  ibv_qp_attr at{};
+  at.qp_state = IBV_QPS_INIT;
+  at.pkey_index = 0;
+  at.port_num = kPortNum;
+  at.qp_access_flags = o.access;
+  int rc = q->modify(at, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS);
+  if (rc) return rc;
+
+  at = {};
+  at.qp_state = IBV_QPS_RTR;
+  at.path_mtu = o.mtu;
+  at.dest_qp_num = dest_qpn;
+  at.rq_psn = rq_psn;
+  at.ah_attr = path;
+  int mask = IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN;
+  if (q->type() == IBV_QPT_RC) {
+    at.max_dest_rd_atomic = o.max_dest_rd_atomic;
+    at.min_rnr_timer = o.min_rnr_timer;
+    mask |= IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER;
+  }
+  rc = q->modify(at, mask);
+  if (rc) return rc;
+
+  at = {};
+  at.qp_state = IBV_QPS_RTS;
+  at.sq_psn = sq_psn;
+  mask = IBV_QP_STATE | IBV_QP_SQ_PSN;
+  if (q->type() == IBV_QPT_RC) {
+    at.timeout = o.timeout;
+    at.retry_cnt = o.retry_cnt;
+    at.rnr_retry = o.rnr_retry;
+    at.max_rd_atomic = o.max_rd_atomic;
+    mask |= IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_MAX_QP_RD_ATOMIC;
+  }
+  return q->modify(at, mask);
+}
+
+
+int qp_ud_ready(Qp* q, uint32_t qkey, uint32_t sq_psn) {
+  ibv_qp_attr at{};
+  at.qp_state = IBV_QPS_INIT;
+  at.pkey_index = 0;
+  at.port_num = kPortNum;
+  at.qkey = qkey;
+  int rc = q->modify(at, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_QKEY);
+  if (rc) return rc;
+  at = {};
+  at.qp_state = IBV_QPS_RTR;
+  rc = q->modify(at, IBV_QP_STATE);
+  if (rc) return rc;
+  at = {};
+  at.qp_state = IBV_QPS_RTS;
+  at.sq_psn = sq_psn;
+  return q->modify(at, IBV_QP_STATE | IBV_QP_SQ_PSN);
 }
 
 // ---- work requests ----------------------------------------------------------------------

@@ -170,6 +170,14 @@ class Harness {
   std::vector<std::shared_ptr<uint64_t[]>> memory_;
 };
 
+// ---- QP state ----------------------------------------------------------------------
+// RESET -> INIT -> RTR -> RTS of one RC/UC QP towards `dest_qpn` over
+// `path`; returns the first modify's error.
+int qp_to_rts(Qp* q, const ibv_ah_attr& path, uint32_t dest_qpn, uint32_t sq_psn, uint32_t rq_psn,
+              const ConnOpts& o);
+// A UD QP to RTS with this Q_Key.
+int qp_ud_ready(Qp* q, uint32_t qkey, uint32_t sq_psn);
+
 // ---- work requests -----------------------------------------------------------------
 
 int post_send(Qp* q, ibv_send_wr& wr);

@@ -261,55 +261,9 @@ class RawPeer {
   }
   // RESET -> INIT -> RTR -> RTS of an RC/UC QP connected to the peer's kPeerQpn.
   int to_rts(Qp* q, uint32_t sq_psn, uint32_t rq_psn, const ConnOpts& o = {}) {
-    ibv_qp_attr at{};
-    at.qp_state = IBV_QPS_INIT;
-    at.port_num = kPortNum;
-    at.qp_access_flags = o.access;
-    int rc = q->modify(at, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS);
-    if (rc) return rc;
-    at = {};
-    at.qp_state = IBV_QPS_RTR;
-    at.path_mtu = o.mtu;
-    at.dest_qp_num = kPeerQpn;
-    at.rq_psn = rq_psn;
-    at.ah_attr = ah_attr();
-    int mask = IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN;
-    if (q->type() == IBV_QPT_RC) {
-      at.max_dest_rd_atomic = o.max_dest_rd_atomic;
-      at.min_rnr_timer = o.min_rnr_timer;
-      mask |= IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER;
-    }
-    rc = q->modify(at, mask);
-    if (rc) return rc;
-    at = {};
-    at.qp_state = IBV_QPS_RTS;
-    at.sq_psn = sq_psn;
-    mask = IBV_QP_STATE | IBV_QP_SQ_PSN;
-    if (q->type() == IBV_QPT_RC) {
-      at.timeout = o.timeout;
-      at.retry_cnt = o.retry_cnt;
-      at.rnr_retry = o.rnr_retry;
-      at.max_rd_atomic = o.max_rd_atomic;
-      mask |= IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_MAX_QP_RD_ATOMIC;
-    }
-    return q->modify(at, mask);
+    return qp_to_rts(q, ah_attr(), kPeerQpn, sq_psn, rq_psn, o);
   }
-  int ud_ready(Qp* q, uint32_t qkey = kUdQkey, uint32_t sq_psn = 0) {
-    ibv_qp_attr at{};
-    at.qp_state = IBV_QPS_INIT;
-    at.port_num = kPortNum;
-    at.qkey = qkey;
-    int rc = q->modify(at, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_QKEY);
-    if (rc) return rc;
-    at = {};
-    at.qp_state = IBV_QPS_RTR;
-    rc = q->modify(at, IBV_QP_STATE);
-    if (rc) return rc;
-    at = {};
-    at.qp_state = IBV_QPS_RTS;
-    at.sq_psn = sq_psn;
-    return q->modify(at, IBV_QP_STATE | IBV_QP_SQ_PSN);
-  }
+  int ud_ready(Qp* q, uint32_t qkey = kUdQkey, uint32_t sq_psn = 0) { return qp_ud_ready(q, qkey, sq_psn); }
 
   // ---- completions ----
   std::vector<ibv_wc> poll_cq(Cq* c) {
