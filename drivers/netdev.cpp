@@ -145,11 +145,6 @@ void Udp4791Claim::close_all() noexcept {
 
 namespace {
 
-bool is_v4_mapped(const wire::Ipv6Addr& a) {
-  static constexpr uint8_t kPrefix[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
-  return std::memcmp(a.data(), kPrefix, sizeof kPrefix) == 0;
-}
-
 constexpr uint16_t kUsableNud = NUD_REACHABLE | NUD_STALE | NUD_DELAY | NUD_PROBE | NUD_PERMANENT | NUD_NOARP;
 constexpr size_t kNetlinkBuf = 32 * 1024;
 
@@ -178,7 +173,7 @@ std::optional<wire::MacAddr> match_neigh(const nlmsghdr* h, int ifindex, const w
 }  // namespace
 
 std::optional<wire::MacAddr> kernel_neighbour(int ifindex, const wire::Ipv6Addr& ip) {
-  const bool v4 = is_v4_mapped(ip);
+  const bool v4 = wire::is_ipv4_mapped(ip);
   const int fd = ::socket(AF_NETLINK, SOCK_RAW | SOCK_CLOEXEC, NETLINK_ROUTE);
   if (fd < 0) return std::nullopt;
   struct {
@@ -214,7 +209,7 @@ std::optional<wire::MacAddr> kernel_neighbour(int ifindex, const wire::Ipv6Addr&
 }
 
 bool kernel_solicit(int ifindex, const wire::Ipv6Addr& ip) {
-  const bool v4 = is_v4_mapped(ip);
+  const bool v4 = wire::is_ipv4_mapped(ip);
   const int fd = ::socket(v4 ? AF_INET : AF_INET6, SOCK_DGRAM | SOCK_CLOEXEC, 0);
   if (fd < 0) return false;
   char name[IF_NAMESIZE] = {};

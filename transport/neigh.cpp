@@ -16,10 +16,7 @@ IpAddr IpAddr::v4(uint32_t a) noexcept {
   return r;
 }
 
-bool IpAddr::is_v4() const noexcept {
-  static constexpr uint8_t kPrefix[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
-  return std::memcmp(bytes.data(), kPrefix, sizeof kPrefix) == 0;
-}
+bool IpAddr::is_v4() const noexcept { return wire::is_ipv4_mapped(bytes); }
 
 uint32_t IpAddr::as_v4() const noexcept { return wire::load_be<uint32_t>(bytes.data() + 12); }
 

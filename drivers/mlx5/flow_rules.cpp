@@ -22,8 +22,6 @@ constexpr uint32_t kFull32 = 0xFFFFFFFF;
 constexpr wire::Ipv6Addr kFullIpv6 = {0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff,
                                       0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff};
 // ::ffff:0:0/96 (RFC 4291 2.5.5.2): an IPv4 address written as IPv6.
-constexpr size_t kIpv4MappedPrefixLen = 12;
-constexpr wire::Ipv6Addr kIpv4MappedPrefix = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
 
 // ---- items -----------------------------------------------------------------------
 
@@ -244,7 +242,7 @@ Status check_policy(const FlowPolicy& p) {
     return Error{EINVAL, "no address to match: match_dst_ip needs an IPv4 or IPv6 address"};
   }
   for (const auto& a : p.ipv6) {
-    if (std::equal(kIpv4MappedPrefix.begin(), kIpv4MappedPrefix.begin() + kIpv4MappedPrefixLen, a.begin())) {
+    if (wire::is_ipv4_mapped(a)) {
       return Error{EINVAL, "ipv6: " + ipv6_to_string(a) + " is IPv4-mapped: list it as IPv4"};
     }
   }

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "lib/config/text.hpp"
+#include "lib/wire/ipv6.hpp"
 
 namespace uroce::config {
 
@@ -16,8 +17,8 @@ constexpr unsigned kMaxOctet = 255;
 constexpr size_t kMaxOctetDigits = 3;
 constexpr size_t kMaxPrefixDigits = 3;
 // ::ffff:0:0/96 (RFC 4291 2.5.5.2): the first 10 bytes zero, then 0xffff.
-constexpr size_t kMappedPrefixBytes = 12;
-constexpr std::array<uint8_t, kMappedPrefixBytes> kMappedPrefix{0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
+constexpr size_t kMappedPrefixBytes = wire::kIpv4MappedPrefix.size();
+constexpr const auto& kMappedPrefix = wire::kIpv4MappedPrefix;
 constexpr uint8_t kIpv4MulticastTop = 0xE0;  // 224.0.0.0/4
 constexpr uint8_t kIpv4MulticastMask = 0xF0;
 constexpr uint8_t kIpv4LoopbackFirst = 127;  // 127.0.0.0/8
@@ -68,7 +69,7 @@ Result<IpAddr, std::string> parse_ipv4(std::string_view text) {
 }
 
 bool is_ipv4_mapped(const std::array<uint8_t, kIpBytes>& b) noexcept {
-  return std::equal(kMappedPrefix.begin(), kMappedPrefix.end(), b.begin());
+  return wire::is_ipv4_mapped(b);
 }
 
 Result<IpAddr, std::string> parse_ipv6(std::string_view text) {

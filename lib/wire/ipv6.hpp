@@ -11,6 +11,15 @@ namespace uroce::wire {
 
 using Ipv6Addr = std::array<uint8_t, 16>;
 
+// IPv4 addresses as IPv6 (::ffff:a.b.c.d, RFC 4291 2.5.5.2), as GIDs carry them.
+inline constexpr std::array<uint8_t, 12> kIpv4MappedPrefix{0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
+inline constexpr bool is_ipv4_mapped(const Ipv6Addr& a) noexcept {
+  for (size_t i = 0; i < kIpv4MappedPrefix.size(); ++i) {
+    if (a[i] != kIpv4MappedPrefix[i]) return false;
+  }
+  return true;
+}
+
 template <class Byte>
 class Ipv6T : public ByteView<Byte> {
  public:
