@@ -108,13 +108,17 @@ void Engine::start() {
   if (running_.exchange(true)) return;
   thread_ = std::thread([this] {
     engine_thread_.store(std::this_thread::get_id());
-    uint64_t idle_since = 0;  // 0: the last iteration did work
+    uint64_t idle_since = 0;    // 0: the last iteration did work
+    uint64_t clock = steady_ns();  // this thread's latest clock sample
     while (running_.load(std::memory_order_relaxed)) {
-      if (steady_ns() - assist_ns_.load(std::memory_order_relaxed) < kAssistHoldNs) {
+      // Signed: an application thread may have stamped after our sample.
+      if (static_cast<int64_t>(clock - assist_ns_.load(std::memory_order_relaxed)) <
+          static_cast<int64_t>(kAssistHoldNs)) {
         // An application thread is driving the loop (try_progress from its
         // poll/post calls): stay off the core it needs.
         constexpr timespec kAssistNap{0, 20'000};
         nanosleep(&kAssistNap, nullptr);
+        clock = steady_ns();
         continue;
       }
       unsigned work;
@@ -122,13 +126,14 @@ void Engine::start() {
         std::lock_guard lock(poll_mutex_);
         engine_thread_.store(std::this_thread::get_id());
         work = poll();
+        clock = now_ns_;  // read under the lock: callers' polls write it too
       }
       if (work != 0) {
         idle_since = 0;
         continue;
       }
-      if (idle_since == 0) idle_since = now_ns_;
-      idle_backoff(now_ns_ - idle_since);
+      if (idle_since == 0) idle_since = clock;
+      idle_backoff(clock - idle_since);
     }
     engine_thread_.store(std::thread::id{});
   });
@@ -159,13 +164,17 @@ void Engine::stop() {
 bool Engine::try_progress() {
   // With an engine thread, this caller assists: the thread backs off while
   // callers keep coming (lowest latency on few cores, DESIGN.md "Progress").
-  if (running_.load(std::memory_order_relaxed)) assist_ns_.store(steady_ns(), std::memory_order_relaxed);
+  const bool assist = running_.load(std::memory_order_relaxed);
   std::unique_lock lock(poll_mutex_, std::try_to_lock);
-  if (!lock.owns_lock()) return false;
+  if (!lock.owns_lock()) {
+    if (assist) assist_ns_.store(steady_ns(), std::memory_order_relaxed);
+    return false;
+  }
   const std::thread::id previous = engine_thread_.load();
   engine_thread_.store(std::this_thread::get_id());
   poll();
   engine_thread_.store(previous);
+  if (assist) assist_ns_.store(now_ns_, std::memory_order_relaxed);  // the poll's own clock sample
   return true;
 }
 
