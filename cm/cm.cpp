@@ -461,6 +461,34 @@ CmState Cm::do_send_drep(CmId& id, Input& in) {
 
 CmState Cm::rx_rep(CmId& id, Input& in) {
   const RepMsg rep = decode(RepViewC(body_of(in.mad)));
+  // 12.9.8.3 (stale connections): a REP whose sender's communication ID or
+  // QPN another connection of ours still holds means that connection is
+  // stale.  The REP is rejected with "stale connection" (as ib_cm's
+  // cm_rep_handler), the old connection is released (DREQ, as ib_cm), and
+  // this attempt ends: its consumer sees the rejection (reason 10) now
+  // rather than after the REQ's retries.
+  CmId* by_id = by_remote(rep.local_ca_guid, rep.local_comm_id);
+  CmId* by_qpn = by_remote_qpn(rep.local_ca_guid, Qpn(rep.local_qpn));
+  if ((by_id != nullptr && by_id != &id) || (by_qpn != nullptr && by_qpn != &id)) {
+    ctr_.inc(CmCtr::rej_stale_rep);
+    RejMsg j;
+    j.local_comm_id = id.local_id;
+    j.remote_comm_id = rep.local_comm_id;
+    j.message_rejected = static_cast<uint8_t>(CmMsgRef::Rep);
+    j.reason = static_cast<uint16_t>(RejReason::StaleConn);
+    send_mad(*in.from, build_mad(j, tid_of(in.mad)));
+    for (CmId* old : {by_id, by_qpn}) {
+      if (old == nullptr || old == &id) continue;
+      Input st{CmInput::Stale};
+      step(*old, st);
+      if (by_qpn == by_id) break;
+    }
+    disarm(id);
+    CmEvent& ev = post(id, CmEventType::RejReceived);
+    ev.reason = j.reason;
+    ev.message_rejected = j.message_rejected;
+    return CmState::Idle;
+  }
   id.rep = rep;
   id.remote_id = rep.local_comm_id;
   id.remote_ca_guid = rep.local_ca_guid;
@@ -1070,9 +1098,12 @@ void Cm::on_mad(const MadAddr& from, std::span<const uint8_t> mad) {
       break;
     case wire::CmAttr::Drep: rx_to_id(from, m, CmInput::RecvDrep, DrepViewC(b).remote_comm_id()); break;
     case wire::CmAttr::SidrRep: rx_to_id(from, m, CmInput::RecvSidrRep, SidrRepViewC(b).request_id()); break;
+    // Alternate paths do not exist on RoCE: Linux's ib_cm drops a LAP or an
+    // APR on a RoCE port (cm_lap_handler / cm_apr_handler) without an
+    // answer, whatever the connection's state; so do we, counted.
+    case wire::CmAttr::Lap: ctr_.inc(CmCtr::rx_lap_dropped); break;
+    case wire::CmAttr::Apr: ctr_.inc(CmCtr::rx_apr_dropped); break;
     case wire::CmAttr::ClassPortInfo:
-    case wire::CmAttr::Lap:
-    case wire::CmAttr::Apr:
       ctr_.inc(CmCtr::rx_unsupported_attr);
       break;
   }
@@ -1307,9 +1338,14 @@ int Cm::init_qp_attr(const CmId* id, ibv_qp_state state, ibv_qp_attr& attr, int&
       const ReqMsg& r = id->req;
       attr.path_mtu = static_cast<ibv_mtu>(r.path_mtu);
       attr.dest_qp_num = id->remote_qpn.value();
-      // The peer's first PSN: the REP's for the active side, the REQ's for
-      // the passive one.
-      attr.rq_psn = id->active ? id->rep.starting_psn : r.starting_psn;
+      // A REQ's or REP's Starting PSN is its sender's receive PSN: the first
+      // PSN the other side sends.  So the active side expects its own REQ's,
+      // the passive side its own REP's.  That is Linux's CM (ib_send_cm_req
+      // sets the active rq_psn from its REQ, cm_req_handler the passive
+      // sq_psn) and every RoCE peer with it: in
+      // tests/data/vectors/rxe-vm/rxe-ucmatose.pcap the passive side's first
+      // SEND carries the REQ's Starting PSN.
+      attr.rq_psn = id->active ? r.starting_psn : id->rep.starting_psn;
       attr.ah_attr.is_global = 1;
       attr.ah_attr.port_num = 1;
       attr.ah_attr.dlid = id->active ? r.primary_remote_lid : r.primary_local_lid;
@@ -1331,7 +1367,7 @@ int Cm::init_qp_attr(const CmId* id, ibv_qp_state state, ibv_qp_attr& attr, int&
     case IBV_QPS_RTS: {
       if (!have_rep) return -EINVAL;
       const ReqMsg& r = id->req;
-      attr.sq_psn = id->active ? r.starting_psn : id->rep.starting_psn;
+      attr.sq_psn = id->active ? id->rep.starting_psn : r.starting_psn;  // the peer's receive PSN
       mask = IBV_QP_STATE | IBV_QP_SQ_PSN;
       if (rc) {
         attr.timeout = r.primary_local_ack_timeout;

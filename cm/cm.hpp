@@ -132,7 +132,9 @@ std::string_view cm_event_name(CmEventType e) noexcept;
   X(rx_not_cm, "dropped: management class other than CM (0x07)")                  \
   X(rx_bad_class_version, "dropped: CM class version other than 2")                \
   X(rx_bad_method, "dropped: MAD method other than Send")                          \
-  X(rx_unsupported_attr, "dropped: CM attribute not handled (LAP, APR, ...)")      \
+  X(rx_unsupported_attr, "dropped: CM attribute not handled (ClassPortInfo, ...)")  \
+  X(rx_lap_dropped, "dropped: LAP (no alternate path on RoCE, as Linux's ib_cm)")  \
+  X(rx_apr_dropped, "dropped: APR (no alternate path on RoCE, as Linux's ib_cm)")  \
   X(rx_unknown_id, "dropped: no connection with that communication ID")            \
   X(rx_unexpected, "dropped: message not expected in the connection's state")      \
   X(rx_bad_qpn, "dropped: DREQ naming another QPN")                                \
@@ -144,6 +146,7 @@ std::string_view cm_event_name(CmEventType e) noexcept;
   X(rej_no_listener, "REJ sent: invalid service ID")                               \
   X(rej_transport, "REJ sent: unsupported transport service type")                 \
   X(rej_stale, "REJ sent: stale connection")                                       \
+  X(rej_stale_rep, "REJ sent to a REP: stale connection (its ID or QPN in use)")    \
   X(drep_unknown, "DREP sent for a DREQ of an unknown connection")                 \
   X(sidr_no_listener, "SIDR_REP sent: service ID not supported")
 
@@ -337,6 +340,9 @@ class Cm {
   const CmCounters& counters() const noexcept { return ctr_; }
   const CmConfig& config() const noexcept { return cfg_; }
   size_t id_count() const noexcept { return ids_.size(); }
+  // Connections indexed by their peer (CA GUID + comm ID, CA GUID + QPN):
+  // 0 once every connection has ended (a leak check for tests).
+  size_t remote_index_size() const noexcept { return by_remote_id_.size() + by_remote_qpn_.size(); }
   CmId* find(uint32_t local_id) const noexcept;
 
  private:

@@ -198,6 +198,26 @@ const GsiCounters* RdmaCm::gsi_counters(size_t dev) const {
   return dev < devs_.size() && devs_[dev]->gsi ? &devs_[dev]->gsi->counters() : nullptr;
 }
 
+RdmaCm::Usage RdmaCm::usage() {
+  Usage u;
+  for (auto& dp : devs_) {
+    RdmaDev& d = *dp;
+    if (!d.cm) continue;
+    on_engine(d, [&] {  // the CM's tables are the engine's
+      u.cm_ids += d.cm->id_count();
+      u.cm_peers += d.cm->remote_index_size();
+      u.cm_listens += d.cm_listens.size();
+      u.accepting += d.accepting.size();
+      u.resolving += d.resolving.size();
+    });
+  }
+  std::lock_guard lock(mu_);
+  u.ids = ids_.size();
+  u.channels = channels_.size();
+  u.bound_ports = ports_.size();
+  return u;
+}
+
 void RdmaCm::on_poll_timer(Timer& t, uint64_t now_ns) {
   RdmaDev& d = t.owner_as<RdmaDev>();
   RdmaCm& m = *d.model;
@@ -367,10 +387,18 @@ int RdmaCm::migrate_id(RdmaId* id, RdmaChannel* ch) {
 int RdmaCm::destroy_id(RdmaId* id) {
   std::vector<RdmaDev*> devs;
   std::vector<RdmaId*> orphans;  // requests a listener had queued, never retrieved
+  std::vector<wire::Ipv6Addr> mc_leaves;
+  rnic::Rnic* mc_rnic = nullptr;
+  rnic::Qp* mc_qp = nullptr;
   {
     std::lock_guard lock(mu_);
     if (id == nullptr || ids_.count(id) == 0 || id->destroyed) return EINVAL;
     id->destroyed = true;
+    for (const RdmaMcast& mc : id->mcasts)  // rdma_destroy_id leaves the id's groups
+      if (mc.attached && id->qp != nullptr) mc_leaves.push_back(mc.mgid);
+    id->mcasts.clear();
+    if (id->dev != nullptr) mc_rnic = id->dev->cfg.rnic;
+    mc_qp = id->qp;
     if (id->dev != nullptr) {
       devs.push_back(id->dev);
     } else if (id->state == RdmaIdState::Listen) {
@@ -389,6 +417,8 @@ int RdmaCm::destroy_id(RdmaId* id) {
     for (RdmaId* o : orphans) o->listen_parent = nullptr;
   }
   for (RdmaId* o : orphans) destroy_id(o);  // their REQs get a REJ
+  if (mc_rnic != nullptr)
+    for (const wire::Ipv6Addr& g : mc_leaves) mc_rnic->detach_mcast(mc_qp, g);
   const bool was_listening = id->state == RdmaIdState::Listen;
   const auto port = static_cast<uint16_t>(port_of(sa(id->src)));
   for (RdmaDev* d : devs) {
@@ -582,7 +612,8 @@ int RdmaCm::resolve_addr(RdmaId* id, const sockaddr* src, const sockaddr* dst, i
     if (id->destroyed || id->state != RdmaIdState::AddrQuery) return;
     transport::Engine& e = d->engine();
     const bool local = e.config().local.owns(*dip);
-    if (local || e.neighbours().lookup(*dip, e.now()) != nullptr) {
+    // A multicast group maps to its MAC without ARP/ND (mcast.hpp).
+    if (local || rnic::is_multicast_gid(dip->bytes) || e.neighbours().lookup(*dip, e.now()) != nullptr) {
       addr_done(*id, true, 0);
       return;
     }
@@ -1079,6 +1110,7 @@ void RdmaCm::detach_qp(RdmaId* id) {
     });
   std::lock_guard lock(mu_);
   id->qp = nullptr;
+  for (RdmaMcast& mc : id->mcasts) mc.attached = false;  // the QP goes: destroy_qp detaches it
 }
 
 int RdmaCm::init_qp_attr(RdmaId* id, ibv_qp_attr* attr, int* mask) {
@@ -1246,13 +1278,13 @@ int RdmaCm::accept(RdmaId* id, const rdma_conn_param* param) {
           int mask = 0;
           if ((rc = fill_attr(*id, st, a, mask)) != 0) break;
           if (st == IBV_QPS_RTR) {
+            // The REP's Starting PSN is our receive PSN (Cm::init_qp_attr);
+            // the REP is not built yet, so set it here.
+            a.rq_psn = psn;
             a.max_dest_rd_atomic = id->responder_resources;
             id->rq_psn_at_accept = a.rq_psn;
           }
-          if (st == IBV_QPS_RTS) {
-            a.sq_psn = psn;
-            a.max_rd_atomic = id->initiator_depth;
-          }
+          if (st == IBV_QPS_RTS) a.max_rd_atomic = id->initiator_depth;
           if ((rc = id->qp->modify(a, mask)) != 0) break;
         }
         if (rc != 0) {
@@ -1405,6 +1437,100 @@ int RdmaCm::set_option(RdmaId* id, int level, int name, const void* val, size_t 
   }
   if (level == RDMA_OPTION_IB && name == RDMA_OPTION_IB_PATH) return 0;  // RoCE: the path is the GIDs
   return ENOSYS;
+}
+
+// ---- multicast ------------------------------------------------------------------------------
+// Linux's rdma_cm for RoCEv2 (cma_iboe_join_multicast): no SA and no
+// IGMP here; the group is the IP address itself, the join completes at
+// once, and librdmacm's part (attach the id's QP unless send-only, then
+// report) is done here too.
+
+int RdmaCm::join_multicast(RdmaId* id, const sockaddr* addr, int join_flags, void* context) {
+  const auto ip = ip_of(addr);
+  if (!ip) return EINVAL;
+  if (join_flags != RDMA_MC_JOIN_FLAG_FULLMEMBER && join_flags != RDMA_MC_JOIN_FLAG_SENDONLY_FULLMEMBER)
+    return EINVAL;
+  RdmaMcast mc;
+  mc.group = *ip;
+  mc.mgid = ip->bytes;  // IPv4: ::ffff:a.b.c.d (RoCEv2), IPv6: the group
+  mc.context = context;
+  mc.send_only = join_flags == RDMA_MC_JOIN_FLAG_SENDONLY_FULLMEMBER;
+  rnic::Rnic* r = nullptr;
+  rnic::Qp* qp = nullptr;
+  RdmaEvent ev;
+  {
+    std::lock_guard lock(mu_);
+    if (id == nullptr || ids_.count(id) == 0 || id->destroyed) return EINVAL;
+    // Linux: a UD id bound to a device, address bound or resolved.
+    if (id->dev == nullptr || (id->state != RdmaIdState::AddrBound && id->state != RdmaIdState::AddrResolved) ||
+        id->qp_type != IBV_QPT_UD || (id->ps != RDMA_PS_UDP && id->ps != RDMA_PS_IPOIB))
+      return EINVAL;
+    const auto sip = ip_of(sa(id->src));
+    if (!rnic::is_multicast_gid(mc.mgid) || !sip || sip->is_v4() != ip->is_v4()) return EINVAL;
+    r = id->dev->cfg.rnic;
+    const int sgid = r->find_gid(sip->bytes);
+    if (sgid < 0) return EINVAL;
+    if (!mc.send_only) qp = id->qp;
+    // param.ud as Linux reports a RoCE join (cma_make_mc_event): a global
+    // AH to the MGID from the id's GID, hop limit 64 (RoCEv2), the
+    // multicast QPN and the id's Q_Key (RDMA_UDP_QKEY for RDMA_PS_UDP).
+    ev.type = RDMA_CM_EVENT_MULTICAST_JOIN;
+    ev.ud = true;
+    rdma_ud_param& u = ev.ud_param;
+    u.ah_attr.is_global = 1;
+    u.ah_attr.port_num = 1;
+    std::memcpy(u.ah_attr.grh.dgid.raw, mc.mgid.data(), 16);
+    u.ah_attr.grh.sgid_index = static_cast<uint8_t>(sgid);
+    u.ah_attr.grh.hop_limit = 64;
+    u.ah_attr.grh.traffic_class = id->tos;
+    u.qp_num = rnic::kMulticastQpn;
+    u.qkey = id->qkey;
+    u.private_data = context;
+    id->mcasts.push_back(mc);
+  }
+  // The attach runs in the engine (never under mu_).
+  const int rc = qp != nullptr ? r->attach_mcast(qp, mc.mgid) : 0;
+  std::lock_guard lock(mu_);
+  if (ids_.count(id) == 0 || id->destroyed) return 0;
+  if (rc == 0 && qp != nullptr) {
+    for (RdmaMcast& m : id->mcasts)
+      if (m.mgid == mc.mgid && m.context == context && !m.attached && !m.send_only) {
+        m.attached = true;
+        break;
+      }
+  }
+  if (rc != 0) {  // librdmacm: a failed attach turns the join into MULTICAST_ERROR
+    ev.type = RDMA_CM_EVENT_MULTICAST_ERROR;
+    ev.status = -rc;
+  }
+  queue_event(id, ev);
+  return 0;
+}
+
+int RdmaCm::leave_multicast(RdmaId* id, const sockaddr* addr) {
+  const auto ip = ip_of(addr);
+  if (!ip) return EINVAL;
+  rnic::Rnic* r = nullptr;
+  rnic::Qp* qp = nullptr;
+  wire::Ipv6Addr mgid{};
+  {
+    std::lock_guard lock(mu_);
+    if (id == nullptr || ids_.count(id) == 0 || id->destroyed) return EINVAL;
+    auto it = std::find_if(id->mcasts.begin(), id->mcasts.end(), [&](const RdmaMcast& m) { return m.group == *ip; });
+    if (it == id->mcasts.end()) return EADDRNOTAVAIL;  // rdma_leave_multicast(3)
+    const bool attached = it->attached;
+    mgid = it->mgid;
+    id->mcasts.erase(it);
+    // Detach unless another join of the same group still holds the QP.
+    const bool still = std::any_of(id->mcasts.begin(), id->mcasts.end(),
+                                   [&](const RdmaMcast& m) { return m.attached && m.mgid == mgid; });
+    if (attached && !still && id->qp != nullptr && id->dev != nullptr) {
+      r = id->dev->cfg.rnic;
+      qp = id->qp;
+    }
+  }
+  if (r != nullptr) r->detach_mcast(qp, mgid);
+  return 0;
 }
 
 }  // namespace uroce::cm

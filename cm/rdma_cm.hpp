@@ -13,8 +13,21 @@
 //   connections  REQ/REP/RTU/DREQ/DREP with the rdma_cm service ID and
 //                private-data header; the attached QP moved INIT -> RTR ->
 //                RTS from the CM's attributes; UD ids through SIDR
+//   multicast    rdma_join_multicast on UD ids as Linux does it for RoCEv2
+//                (cma_iboe_join_multicast): the MGID from the group address,
+//                Q_Key RDMA_UDP_QKEY, the id's QP attached, MULTICAST_JOIN
+//                (or MULTICAST_ERROR) at once; no IGMP, no SA
 //   events       per channel: a queue and an eventfd the application polls
-//                (blocking, or EAGAIN when it set O_NONBLOCK)
+//                (blocking, or EAGAIN when it set O_NONBLOCK).  Never
+//                raised, because the model cannot have their cause:
+//                RDMA_CM_EVENT_ADDR_CHANGE (Linux: a netdev event moves a
+//                bound address) — a device's addresses are its
+//                configuration, fixed when its engine starts, and nothing
+//                changes them while it runs; RDMA_CM_EVENT_DEVICE_REMOVAL
+//                (Linux: the ib_device unregisters under live ids) — the
+//                drop-in starts every device once and keeps it, and the
+//                model, until the process exits (rdmacm_core.cpp), and
+//                ~RdmaCm runs only when no id can receive an event
 //
 // The drop-in librdmacm.so.1 (verbs-shim/rdmacm.cpp) is this class's C ABI;
 // it runs inside libibverbs.so.1 next to the engines and the library reaches
@@ -117,6 +130,15 @@ enum class RdmaIdState : uint8_t {
 };
 std::string_view rdma_id_state_name(RdmaIdState s) noexcept;
 
+// One multicast group an id joined (rdma_join_multicast).
+struct RdmaMcast {
+  transport::IpAddr group;            // the address the application gave
+  wire::Ipv6Addr mgid{};              // ::ffff:a.b.c.d or the IPv6 group itself
+  void* context = nullptr;            // the JOIN/ERROR event's param.ud.private_data (librdmacm)
+  bool send_only = false;             // RDMA_MC_JOIN_FLAG_SENDONLY_FULLMEMBER: the QP is not attached
+  bool attached = false;              // the id's QP is attached to mgid
+};
+
 // One rdma_cm_id.  Fields the C layer reads directly (it has no other way
 // across the library boundary than the vtable) are public; the model
 // writes them before it reports the event that makes them valid.
@@ -158,6 +180,7 @@ struct RdmaId {
   // Accounting for rdma_destroy_id: events handed out vs acknowledged.
   uint32_t events_reported = 0;
   uint32_t events_acked = 0;
+  std::vector<RdmaMcast> mcasts;      // groups joined, in join order
 };
 
 class RdmaCm {
@@ -209,9 +232,36 @@ class RdmaCm {
   // Drives inline-progress engines once (blocking waits call it).
   virtual void progress();
 
+  // rdma_join_multicast_ex(3) on a UD id (RDMA_PS_UDP / RDMA_PS_IPOIB)
+  // bound to a device (ADDR_BOUND or ADDR_RESOLVED): `addr` an IPv4 or
+  // IPv6 multicast address of the id's family, `join_flags`
+  // RDMA_MC_JOIN_FLAG_*.  The id's QP (unless send-only) is attached, then
+  // MULTICAST_JOIN is queued with param.ud (AH to the MGID, QPN 0xFFFFFF,
+  // the Q_Key, private_data = context), or MULTICAST_ERROR when the attach
+  // fails.  EINVAL for a bad id, state, address or flags.
+  virtual int join_multicast(RdmaId* id, const sockaddr* addr, int join_flags, void* context);
+  // rdma_leave_multicast(3): detaches the QP; EADDRNOTAVAIL when the id
+  // did not join `addr`.  destroy_id leaves every group.
+  virtual int leave_multicast(RdmaId* id, const sockaddr* addr);
+
   // Counters of one device's CM and GSI port, for tests and tools.
   const CmCounters* cm_counters(size_t dev) const;
   const GsiCounters* gsi_counters(size_t dev) const;
+
+  // What the model's tables hold now, summed over the devices: a leak
+  // check for tests and tools (all zero once every id and channel is
+  // destroyed and every connection's TimeWait has ended).
+  struct Usage {
+    size_t ids = 0;          // RdmaIds (active, passive, listening)
+    size_t channels = 0;
+    size_t bound_ports = 0;  // (port space, port) entries of the port table
+    size_t cm_ids = 0;       // the CMs' ids (connections, listens, SIDR)
+    size_t cm_peers = 0;     // the CMs' peer indexes (Cm::remote_index_size)
+    size_t cm_listens = 0;   // one CM listen per (device, service ID)
+    size_t accepting = 0;    // passive ids waiting for the RTU
+    size_t resolving = 0;    // ids waiting for a neighbour
+  };
+  Usage usage();
 
  private:
   friend struct RdmaDev;

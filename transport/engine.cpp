@@ -22,6 +22,7 @@ uint64_t steady_ns() noexcept {
 }
 
 bool is_group(const wire::MacAddr& m) noexcept { return (m[0] & 0x01) != 0; }
+constexpr uint32_t kMulticastQpn = 0xFFFFFF;  // DestQP of a multicast packet (IBA)
 
 }  // namespace
 
@@ -297,7 +298,10 @@ void Engine::handle_rx(rte_mbuf** pkts, uint16_t n) {
       continue;
     }
     void* qp = pi.dest_qp.value() < qps_.size() ? qps_[pi.dest_qp.value()] : nullptr;
-    if (!qp || !sink_) {
+    // The multicast QPN goes to the sink with no QP: it holds the groups
+    // (and counts a packet for a group nobody joined).
+    const bool mcast = pi.dest_qp.value() == kMulticastQpn;
+    if ((!qp && !mcast) || !sink_) {
       ctr_.inc(EngineCtr::drop_unknown_qpn);
       rte_pktmbuf_free(m);
       continue;

@@ -75,7 +75,8 @@ using EngineCounters = CounterSet<EngineCtr, kEngineCtrInfo>;
 
 class Engine;
 
-// One received RoCEv2 packet that passed every check, with the QP it is for.
+// One received RoCEv2 packet that passed every check, with the QP it is for
+// (null for the multicast QPN 0xFFFFFF: the sink finds the group's QPs).
 struct RoceRx {
   rte_mbuf* m;
   void* qp;

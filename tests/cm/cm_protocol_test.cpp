@@ -246,24 +246,24 @@ TEST_F(CmPair, ConnectTransferAttrsAndDisconnect) {
   int mask = 0;
   ASSERT_EQ(cm[0]->init_qp_attr(a, IBV_QPS_RTR, qa, mask), 0);
   EXPECT_EQ(qa.dest_qp_num, 0x16u);
-  EXPECT_EQ(qa.rq_psn, 0x027852u);
+  EXPECT_EQ(qa.rq_psn, 0x64a8b2u);  // its own REQ's Starting PSN (as Linux's CM)
   EXPECT_EQ(qa.path_mtu, IBV_MTU_1024);
   EXPECT_EQ(qa.max_dest_rd_atomic, 3);  // min(our 4, B's initiator depth 3)
   EXPECT_TRUE(std::equal(w.addr(1).gid.begin(), w.addr(1).gid.end(), qa.ah_attr.grh.dgid.raw));
   EXPECT_TRUE(mask & IBV_QP_DEST_QPN);
   ASSERT_EQ(cm[0]->init_qp_attr(a, IBV_QPS_RTS, qa, mask), 0);
-  EXPECT_EQ(qa.sq_psn, 0x64a8b2u);
+  EXPECT_EQ(qa.sq_psn, 0x027852u);  // the REP's
   EXPECT_EQ(qa.max_rd_atomic, 1);  // min(our 2, B's responder resources 1)
   EXPECT_EQ(qa.retry_cnt, 5);
   EXPECT_EQ(qa.rnr_retry, 7);      // what B asked for in its REP
   EXPECT_EQ(qa.timeout, 14);
   ASSERT_EQ(cm[1]->init_qp_attr(b_id, IBV_QPS_RTR, qa, mask), 0);
   EXPECT_EQ(qa.dest_qp_num, 0x15u);
-  EXPECT_EQ(qa.rq_psn, 0x64a8b2u);
+  EXPECT_EQ(qa.rq_psn, 0x027852u);  // its own REP's
   EXPECT_EQ(qa.max_dest_rd_atomic, 1);
   EXPECT_TRUE(std::equal(w.addr(0).gid.begin(), w.addr(0).gid.end(), qa.ah_attr.grh.dgid.raw));
   ASSERT_EQ(cm[1]->init_qp_attr(b_id, IBV_QPS_RTS, qa, mask), 0);
-  EXPECT_EQ(qa.sq_psn, 0x027852u);
+  EXPECT_EQ(qa.sq_psn, 0x64a8b2u);  // the REQ's
   EXPECT_EQ(qa.rnr_retry, 6);      // what A asked for in its REQ
   EXPECT_EQ(qa.max_rd_atomic, 3);
 
@@ -626,6 +626,90 @@ TEST_F(CmConnected, StaleConnection) {
   EXPECT_EQ(b_id->state, CmState::TimeWait);
 }
 
+TEST_F(CmConnected, StaleRep) {
+  // B's side reboots its CM state and accepts a new REQ of A's with the QP
+  // the old connection still names (12.9.8.3): A rejects the REP as stale,
+  // releases its old connection (DREQ), and the new attempt fails on both
+  // sides with reason 10.
+  cm[1] = nullptr;
+  b_id = nullptr;
+  make(1, kGuidB, 0x7777);
+  listen_b();
+  CmId* a2 = cm[0]->create_id();
+  ConnectParams p = params_a();
+  p.qpn = Qpn(0x25);  // A's new QP; B's accept reuses 0x16
+  EXPECT_EQ(cm[0]->connect(a2, p), 0);
+  run(1 * kMs);
+  EXPECT_EQ(cm[0]->counters().get(CmCtr::rej_stale_rep), 1u);
+  const CmEvent* ra = last(0, CmEventType::RejReceived);
+  ASSERT_NE(ra, nullptr);
+  EXPECT_EQ(ra->id, a2);
+  EXPECT_EQ(ra->reason, static_cast<uint16_t>(RejReason::StaleConn));
+  EXPECT_EQ(ra->message_rejected, static_cast<uint8_t>(CmMsgRef::Rep));
+  EXPECT_EQ(a2->state, CmState::Idle);
+  EXPECT_EQ(n_events(0, CmEventType::Established), 0u);
+  ASSERT_NE(b_id, nullptr);
+  const CmEvent* rb = last(1, CmEventType::RejReceived);
+  ASSERT_NE(rb, nullptr);
+  EXPECT_EQ(rb->id, b_id);
+  EXPECT_EQ(rb->reason, static_cast<uint16_t>(RejReason::StaleConn));
+  EXPECT_EQ(b_id->state, CmState::Idle);
+  EXPECT_EQ(n_events(1, CmEventType::Established), 0u);
+  // The old connection: A's DREQ reaches a B that knows nothing of it (a
+  // DREP all the same), and A waits out its TimeWait.
+  EXPECT_EQ(w.count(wire::CmAttr::Dreq, 0), 1u);
+  EXPECT_EQ(cm[1]->counters().get(CmCtr::drep_unknown), 1u);
+  EXPECT_EQ(a->state, CmState::TimeWait);
+  run(kTimewaitNs + kMs);
+  EXPECT_EQ(a->state, CmState::Idle);
+  EXPECT_EQ(cm[0]->remote_index_size(), 0u);
+}
+
+TEST_F(CmConnected, RepReusingALiveCommIdIsStale) {
+  // A REP whose sender's communication ID an established connection of
+  // ours holds is stale too (12.9.8.3): B's side restarts with the same
+  // seed, so its new connection gets the old one's ID.
+  cm[1] = nullptr;
+  b_id = nullptr;
+  make(1, kGuidB);  // the seed SetUp used: the same communication IDs
+  listen_b();
+  hook[1] = [this](const CmEvent& e) {
+    if (e.type == CmEventType::ReqReceived) {
+      b_id = e.id;
+      AcceptParams ap = params_b();
+      ap.qpn = Qpn(0x36);  // another QP: only the ID repeats
+      EXPECT_EQ(cm[1]->accept(e.id, ap), 0);
+    }
+  };
+  CmId* a2 = cm[0]->create_id();
+  ConnectParams p = params_a();
+  p.qpn = Qpn(0x25);
+  EXPECT_EQ(cm[0]->connect(a2, p), 0);
+  run(1 * kMs);
+  EXPECT_EQ(cm[0]->counters().get(CmCtr::rej_stale_rep), 1u);
+  EXPECT_EQ(a2->state, CmState::Idle);
+  EXPECT_EQ(w.count(wire::CmAttr::Dreq, 0), 1u);
+}
+
+TEST_F(CmConnected, LapAndAprDroppedAsLinuxDoesOnRoce) {
+  // Linux's ib_cm drops LAP and APR on a RoCE port without an answer
+  // (cm_lap_handler / cm_apr_handler); the connection goes on.
+  MadBuf m = build_mad(RtuMsg{}, 7);
+  wire::store_be(m.data() + kMadHdrSize, b_id->local_id);  // LAP: local comm ID (the sender's)
+  wire::store_be(m.data() + kMadHdrSize + 4, a->local_id);  // remote comm ID
+  wire::MadHdr(m.data()).set_attr_id(0x0019);  // LAP
+  cm[0]->on_mad(w.addr(1), m);
+  wire::MadHdr(m.data()).set_attr_id(0x001A);  // APR
+  cm[0]->on_mad(w.addr(1), m);
+  EXPECT_EQ(cm[0]->counters().get(CmCtr::rx_lap_dropped), 1u);
+  EXPECT_EQ(cm[0]->counters().get(CmCtr::rx_apr_dropped), 1u);
+  EXPECT_EQ(cm[0]->counters().get(CmCtr::rx_unsupported_attr), 0u);
+  run(1 * kMs);
+  EXPECT_TRUE(w.log().empty());  // no APR, no REJ
+  EXPECT_TRUE(ev[0].empty());
+  EXPECT_EQ(a->state, CmState::Established);
+}
+
 TEST_F(CmConnected, DestroyEstablishedSendsDreq) {
   hook[1] = [this](const CmEvent& e) {
     if (e.type == CmEventType::DreqReceived) {
@@ -739,7 +823,7 @@ TEST_F(CmPair, BadMadsAreCountedAndDropped) {
   m[1] = 0x03;  // SA class
   cm[1]->on_mad(w.addr(0), m);
   m[1] = 0x07;
-  wire::MadHdr(m.data()).set_attr_id(0x0019);  // LAP: not handled
+  wire::MadHdr(m.data()).set_attr_id(0x0001);  // ClassPortInfo: not handled
   cm[1]->on_mad(w.addr(0), m);
   wire::MadHdr(m.data()).set_attr_id(0x0014);  // RTU for nobody
   cm[1]->on_mad(w.addr(0), m);
@@ -753,10 +837,35 @@ TEST_F(CmPair, BadMadsAreCountedAndDropped) {
 }
 
 TEST_F(CmPair, ManyConnectionsAtOnce) {
-  listen_b();
-  auto_consumers();
+  // 1,000 connections set up at once, then all torn down at once, half
+  // by A's DREQ and half by B's: every one goes through TimeWait to Idle,
+  // and once the consumers destroy their ids nothing is left (ids, the
+  // peer indexes).
+  constexpr uint32_t kN = 1000;
+  CmId* l = listen_b();
+  const size_t ids_a = cm[0]->id_count();
+  std::vector<CmId*> bs;
+  hook[1] = [this, &bs](const CmEvent& e) {
+    if (e.type == CmEventType::ReqReceived) {
+      AcceptParams p = params_b();
+      p.qpn = Qpn(0x10000 + e.req->local_qpn);  // a QP of B's own per connection
+      EXPECT_EQ(cm[1]->accept(e.id, p), 0);
+      bs.push_back(e.id);
+    }
+    if (e.type == CmEventType::DreqReceived) {
+      EXPECT_EQ(cm[1]->disconnect(e.id), 0);
+    }
+  };
+  hook[0] = [this](const CmEvent& e) {
+    if (e.type == CmEventType::RepReceived) {
+      EXPECT_EQ(cm[0]->send_rtu(e.id), 0);
+    }
+    if (e.type == CmEventType::DreqReceived) {
+      EXPECT_EQ(cm[0]->disconnect(e.id), 0);
+    }
+  };
   std::vector<CmId*> as;
-  for (uint32_t i = 0; i < 200; ++i) {
+  for (uint32_t i = 0; i < kN; ++i) {
     ConnectParams p = params_a();
     p.qpn = Qpn(0x100 + i);
     CmId* a = cm[0]->create_id();
@@ -765,16 +874,40 @@ TEST_F(CmPair, ManyConnectionsAtOnce) {
   }
   run(1 * kMs);
   for (CmId* a : as) EXPECT_EQ(a->state, CmState::Established);
-  EXPECT_EQ(n_events(1, CmEventType::Established), 200u);
-  hook[1] = [this](const CmEvent& e) {
-    if (e.type == CmEventType::DreqReceived) {
-      EXPECT_EQ(cm[1]->disconnect(e.id), 0);
+  ASSERT_EQ(bs.size(), kN);
+  for (CmId* b : bs) EXPECT_EQ(b->state, CmState::Established);
+  EXPECT_EQ(n_events(0, CmEventType::Established), kN);
+  EXPECT_EQ(n_events(1, CmEventType::Established), kN);
+  EXPECT_EQ(cm[0]->counters().get(CmCtr::rej_stale_rep), 0u);
+  EXPECT_EQ(cm[1]->counters().get(CmCtr::rej_stale), 0u);
+
+  for (uint32_t i = 0; i < kN; ++i) {
+    if (i % 2 == 0) {
+      EXPECT_EQ(cm[0]->disconnect(as[i]), 0);
+    } else {
+      EXPECT_EQ(cm[1]->disconnect(bs[i]), 0);
     }
-  };
-  for (CmId* a : as) EXPECT_EQ(cm[0]->disconnect(a), 0);
+  }
+  run(1 * kMs);
+  for (CmId* a : as) EXPECT_EQ(a->state, CmState::TimeWait);
+  for (CmId* b : bs) EXPECT_EQ(b->state, CmState::TimeWait);
+  EXPECT_EQ(w.count(wire::CmAttr::Dreq), kN);
+  EXPECT_EQ(w.count(wire::CmAttr::Drep), kN);
   run(kTimewaitNs + 2 * kMs);
-  EXPECT_EQ(n_events(0, CmEventType::TimewaitExit), 200u);
-  EXPECT_EQ(n_events(1, CmEventType::TimewaitExit), 200u);
+  EXPECT_EQ(n_events(0, CmEventType::TimewaitExit), kN);
+  EXPECT_EQ(n_events(1, CmEventType::TimewaitExit), kN);
+  for (CmId* a : as) EXPECT_EQ(a->state, CmState::Idle);
+  for (CmId* b : bs) EXPECT_EQ(b->state, CmState::Idle);
+  EXPECT_EQ(cm[0]->remote_index_size(), 0u);
+  EXPECT_EQ(cm[1]->remote_index_size(), 0u);
+  EXPECT_EQ(cm[0]->counters().get(CmCtr::timeouts), 0u);
+  EXPECT_EQ(cm[1]->counters().get(CmCtr::timeouts), 0u);
+  for (CmId* a : as) cm[0]->destroy_id(a);
+  for (CmId* b : bs) cm[1]->destroy_id(b);
+  EXPECT_EQ(cm[0]->id_count(), ids_a);
+  EXPECT_EQ(cm[1]->id_count(), 1u);  // the listener
+  cm[1]->destroy_id(l);
+  EXPECT_EQ(cm[1]->id_count(), 0u);
 }
 
 }  // namespace

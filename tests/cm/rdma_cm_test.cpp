@@ -8,12 +8,19 @@
 #include <gtest/gtest.h>
 #include <poll.h>
 
+#include <algorithm>
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <cstring>
+#include <functional>
+#include <iostream>
+#include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "cm/rdma_cm.hpp"
 #include "lib/wire/build.hpp"
@@ -397,6 +404,479 @@ TEST_F(RdmaCmTest, DestroyWaitsForAcks) {
   cm_->ack_event(*ev);
   t.join();
   EXPECT_TRUE(destroyed.load());
+}
+
+// ---- many connections at once ----------------------------------------------------------------
+
+// 1,000 connections set up and torn down at once, as a server with many
+// clients sees them: every connect posted first, then one thread services
+// both channels (each CONNECT_REQUEST accepted with a QP of its own,
+// ESTABLISHED on both sides), a SEND through every connection, then every
+// connection disconnected at once, half by each side (the other side
+// answers the DREQ with rdma_disconnect, as applications do), DISCONNECTED
+// once per id on both sides, every id destroyed at once, and nothing left
+// in the model once the connections' TimeWait is over.
+TEST_F(RdmaCmTest, ThousandConnectionsAtOnce) {
+  constexpr uint32_t kN = 1000;
+  constexpr uint16_t kPort = 7300;
+  constexpr auto kPhase = std::chrono::seconds(20);  // per phase; ~0.1 s unloaded
+  RdmaCmOptions opt;
+  opt.cm.timewait_ns = 20'000'000;  // 20 ms instead of the ACK timeout's 2.1 s: the leak check waits for it
+  start(opt);
+  RdmaChannel* sch = cm_->create_channel();
+  RdmaChannel* cch = cm_->create_channel();
+  RdmaId* l = nullptr;
+  ASSERT_EQ(cm_->create_id(sch, nullptr, RDMA_PS_TCP, IBV_QPT_RC, &l), 0);
+  const sockaddr_in laddr = sin4(h_->b().ip4, kPort);
+  ASSERT_EQ(cm_->bind_addr(l, sa(laddr)), 0);
+  ASSERT_EQ(cm_->listen(l, static_cast<int>(kN)), 0);
+
+  // Services both channels until done() or the phase's deadline; each event
+  // goes to on(ev, on_b) and is acked after.
+  auto serve = [&](const std::function<void(const RdmaEvent&, bool)>& on, const std::function<bool()>& done) {
+    const auto end = std::chrono::steady_clock::now() + kPhase;
+    while (!done() && std::chrono::steady_clock::now() < end) {
+      pollfd p[2] = {{sch->fd, POLLIN, 0}, {cch->fd, POLLIN, 0}};
+      if (::poll(p, 2, 100) <= 0) continue;
+      for (int k = 0; k < 2; ++k) {
+        if ((p[k].revents & POLLIN) == 0) continue;
+        RdmaEvent ev;
+        if (cm_->get_event(k == 0 ? sch : cch, &ev) != 0) continue;
+        on(ev, k == 0);
+        cm_->ack_event(ev);
+      }
+    }
+  };
+  auto unexpected = [](const RdmaEvent& ev, bool on_b) {
+    ADD_FAILURE() << (on_b ? "B: " : "A: ") << rdma_event_name(ev.type) << " status " << ev.status;
+  };
+
+  // The active ids, resolved (the address and route events serviced as they come).
+  std::vector<RdmaId*> cs(kN);
+  std::map<const RdmaId*, uint32_t> a_index, b_index;  // id -> connection number
+  for (uint32_t i = 0; i < kN; ++i) {
+    ASSERT_EQ(cm_->create_id(cch, nullptr, RDMA_PS_TCP, IBV_QPT_RC, &cs[i]), 0);
+    a_index[cs[i]] = i;
+    const sockaddr_in src = sin4(h_->a().ip4, 0), dst = sin4(h_->b().ip4, kPort);
+    ASSERT_EQ(cm_->resolve_addr(cs[i], sa(src), sa(dst), 2000), 0);
+  }
+  uint32_t routed = 0;
+  serve(
+      [&](const RdmaEvent& ev, bool on_b) {
+        if (!on_b && ev.type == RDMA_CM_EVENT_ADDR_RESOLVED) {
+          EXPECT_EQ(cm_->resolve_route(ev.id, 2000), 0);
+        } else if (!on_b && ev.type == RDMA_CM_EVENT_ROUTE_RESOLVED) {
+          ++routed;
+        } else {
+          unexpected(ev, on_b);
+        }
+      },
+      [&] { return routed == kN; });
+  ASSERT_EQ(routed, kN);
+
+  // A QP per id on each side, one CQ per side; 8 bytes per connection in
+  // one buffer per side.
+  const rnic::testing::QpCaps caps{
+      .max_send_wr = 2, .max_recv_wr = 2, .max_send_sge = 1, .max_recv_sge = 1, .max_inline_data = 0};
+  rnic::Cq* acq = h_->cq(h_->a(), 2 * kN);
+  rnic::Cq* bcq = h_->cq(h_->b(), 2 * kN);
+  ASSERT_NE(acq, nullptr);
+  ASSERT_NE(bcq, nullptr);
+  auto abuf = h_->buffer(h_->a(), 8 * kN, IBV_ACCESS_LOCAL_WRITE);
+  auto bbuf = h_->buffer(h_->b(), 8 * kN, IBV_ACCESS_LOCAL_WRITE);
+  std::vector<rnic::Qp*> aqp(kN), bqp(kN, nullptr);
+  std::vector<RdmaId*> ss(kN, nullptr);
+  std::map<uint32_t, uint32_t> bqpn_index;  // B's QPN -> connection number
+  for (uint32_t i = 0; i < kN; ++i) {
+    aqp[i] = h_->qp(h_->a(), IBV_QPT_RC, acq, acq, caps);
+    ASSERT_NE(aqp[i], nullptr);
+    ASSERT_EQ(cm_->attach_qp(cs[i], aqp[i]), 0);
+  }
+
+  // Every connect at once, the connection number as private data.
+  const auto t0 = std::chrono::steady_clock::now();
+  for (uint32_t i = 0; i < kN; ++i) {
+    rdma_conn_param cp{};
+    cp.private_data = &i;
+    cp.private_data_len = sizeof i;
+    cp.retry_count = 7;
+    cp.rnr_retry_count = 7;
+    ASSERT_EQ(cm_->connect(cs[i], &cp), 0) << i;
+  }
+  std::vector<int> est_a(kN, 0), est_b(kN, 0);
+  uint32_t n_est = 0;
+  serve(
+      [&](const RdmaEvent& ev, bool on_b) {
+        if (on_b && ev.type == RDMA_CM_EVENT_CONNECT_REQUEST) {
+          EXPECT_EQ(ev.listen_id, l);
+          uint32_t i = kN;
+          std::memcpy(&i, ev.pdata.data(), sizeof i);
+          if (i >= kN || ss[i] != nullptr) {
+            ADD_FAILURE() << "CONNECT_REQUEST for connection " << i << " (unknown or repeated)";
+            return;
+          }
+          ss[i] = ev.id;
+          b_index[ev.id] = i;
+          bqp[i] = h_->qp(h_->b(), IBV_QPT_RC, bcq, bcq, caps);
+          ASSERT_NE(bqp[i], nullptr);
+          bqpn_index[bqp[i]->qpn().value()] = i;
+          EXPECT_EQ(cm_->attach_qp(ev.id, bqp[i]), 0);
+          ibv_sge rs = bbuf.sge(8 * i, 8);
+          EXPECT_EQ(rnic::testing::post_recv(bqp[i], i, {&rs, 1}), 0);  // INIT takes receives
+          EXPECT_EQ(cm_->accept(ev.id, nullptr), 0);
+        } else if (ev.type == RDMA_CM_EVENT_ESTABLISHED) {
+          auto& idx = on_b ? b_index : a_index;
+          const auto it = idx.find(ev.id);
+          ASSERT_NE(it, idx.end());
+          ++(on_b ? est_b : est_a)[it->second];
+          ++n_est;
+        } else {
+          unexpected(ev, on_b);
+        }
+      },
+      [&] { return n_est == 2 * kN; });
+  const auto setup_ms =
+      std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0).count();
+  ASSERT_EQ(n_est, 2 * kN) << "ESTABLISHED events after " << setup_ms << " ms\n" << h_->counters();
+  for (uint32_t i = 0; i < kN; ++i) {
+    ASSERT_EQ(est_a[i], 1) << i;
+    ASSERT_EQ(est_b[i], 1) << i;
+    EXPECT_EQ(aqp[i]->state(), IBV_QPS_RTS) << i;
+    EXPECT_EQ(bqp[i]->state(), IBV_QPS_RTS) << i;
+    EXPECT_EQ(aqp[i]->attrs().dest_qp_num, bqp[i]->qpn().value()) << i;
+  }
+  std::cout << "[          ] " << kN << " connections established in " << setup_ms << " ms\n";
+
+  // A SEND through every connection: its number lands in B's slot for it,
+  // on the QP B accepted it with.
+  for (uint32_t i = 0; i < kN; ++i) {
+    std::memcpy(abuf.data() + 8 * i, &i, sizeof i);
+    ibv_sge sg = abuf.sge(8 * i, 8);
+    ibv_send_wr wr = rnic::testing::send_wr(IBV_WR_SEND, i, {&sg, 1});
+    ASSERT_EQ(rnic::testing::post_send(aqp[i], wr), 0) << i;
+  }
+  // (The engines run on their threads: the CQs are only polled here, never
+  // Harness::wait_wcs, which would run the engines from this thread too.)
+  auto reap = [&](rnic::Cq* cq) {
+    std::vector<ibv_wc> wcs;
+    std::array<ibv_wc, 64> batch;
+    const auto end = std::chrono::steady_clock::now() + kPhase;
+    while (wcs.size() < kN && std::chrono::steady_clock::now() < end) {
+      const int n = cq->poll(static_cast<int>(batch.size()), batch.data());
+      wcs.insert(wcs.end(), batch.begin(), batch.begin() + std::max(n, 0));
+    }
+    return wcs;
+  };
+  const std::vector<ibv_wc> sent = reap(acq);
+  const std::vector<ibv_wc> got = reap(bcq);
+  ASSERT_EQ(sent.size(), kN);
+  ASSERT_EQ(got.size(), kN);
+  for (const ibv_wc& wc : sent) EXPECT_EQ(wc.status, IBV_WC_SUCCESS) << wc.wr_id;
+  std::vector<bool> seen(kN, false);
+  for (const ibv_wc& wc : got) {
+    ASSERT_EQ(wc.status, IBV_WC_SUCCESS) << wc.wr_id;
+    ASSERT_LT(wc.wr_id, kN);
+    const auto i = static_cast<uint32_t>(wc.wr_id);
+    EXPECT_EQ(bqpn_index.at(wc.qp_num), i) << "the SEND of connection " << i << " on another QP";
+    EXPECT_EQ(wc.byte_len, 8u);
+    uint32_t v = kN;
+    std::memcpy(&v, bbuf.data() + 8 * i, sizeof v);
+    EXPECT_EQ(v, i);
+    EXPECT_FALSE(seen[i]);
+    seen[i] = true;
+  }
+
+  // Every connection disconnected at once: even ones by A, odd ones by B.
+  const auto t1 = std::chrono::steady_clock::now();
+  std::set<const RdmaId*> initiators;
+  for (uint32_t i = 0; i < kN; ++i) {
+    RdmaId* id = i % 2 == 0 ? cs[i] : ss[i];
+    initiators.insert(id);
+    ASSERT_EQ(cm_->disconnect(id), 0) << i;
+  }
+  std::vector<int> dis_a(kN, 0), dis_b(kN, 0);
+  uint32_t n_dis = 0;
+  serve(
+      [&](const RdmaEvent& ev, bool on_b) {
+        if (ev.type == RDMA_CM_EVENT_DISCONNECTED) {
+          auto& idx = on_b ? b_index : a_index;
+          const auto it = idx.find(ev.id);
+          ASSERT_NE(it, idx.end());
+          ++(on_b ? dis_b : dis_a)[it->second];
+          ++n_dis;
+          // The side that got the DREQ answers it (rdma_disconnect: the DREP).
+          if (initiators.count(ev.id) == 0) {
+            EXPECT_EQ(cm_->disconnect(ev.id), 0);
+          }
+        } else if (ev.type != RDMA_CM_EVENT_TIMEWAIT_EXIT) {
+          unexpected(ev, on_b);
+        }
+      },
+      [&] { return n_dis == 2 * kN; });
+  const auto teardown_ms =
+      std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t1).count();
+  ASSERT_EQ(n_dis, 2 * kN) << "DISCONNECTED events after " << teardown_ms << " ms\n" << h_->counters();
+  for (uint32_t i = 0; i < kN; ++i) {
+    EXPECT_EQ(dis_a[i], 1) << i;
+    EXPECT_EQ(dis_b[i], 1) << i;
+    EXPECT_EQ(aqp[i]->state(), IBV_QPS_ERR) << i;
+    EXPECT_EQ(bqp[i]->state(), IBV_QPS_ERR) << i;
+  }
+  std::cout << "[          ] " << kN << " connections disconnected in " << teardown_ms << " ms\n";
+
+  // Nothing was lost or repeated on the way: no CM message retried, none
+  // refused, no MAD dropped for want of a receive buffer or a send slot.
+  for (size_t d = 0; d < 2; ++d) {
+    const CmCounters& c = *cm_->cm_counters(d);
+    EXPECT_EQ(c.get(CmCtr::retransmits), 0u) << "device " << d;
+    EXPECT_EQ(c.get(CmCtr::timeouts), 0u) << "device " << d;
+    EXPECT_EQ(c.get(CmCtr::rej_stale), 0u) << "device " << d;
+    const GsiCounters& g = *cm_->gsi_counters(d);
+    EXPECT_EQ(g.get(GsiCtr::tx_no_slot), 0u) << "device " << d;
+    EXPECT_EQ(g.get(GsiCtr::rx_errors), 0u) << "device " << d;
+  }
+  EXPECT_EQ(h_->b().rnic->counters().get(rnic::RnicCtr::drop_no_recv_ud), 0u) << "QP 1 ran out of receives";
+  EXPECT_EQ(h_->a().rnic->counters().get(rnic::RnicCtr::drop_no_recv_ud), 0u) << "QP 1 ran out of receives";
+
+  // Every id destroyed at once (their connections still in TimeWait), then
+  // the model's tables empty once TimeWait is over.
+  for (uint32_t i = 0; i < kN; ++i) {
+    cm_->detach_qp(cs[i]);
+    cm_->detach_qp(ss[i]);
+    ASSERT_EQ(cm_->destroy_id(cs[i]), 0) << i;
+    ASSERT_EQ(cm_->destroy_id(ss[i]), 0) << i;
+  }
+  ASSERT_EQ(cm_->destroy_id(l), 0);
+  ASSERT_EQ(cm_->destroy_channel(sch), 0);
+  ASSERT_EQ(cm_->destroy_channel(cch), 0);
+  RdmaCm::Usage u = cm_->usage();
+  const auto end = std::chrono::steady_clock::now() + kPhase;
+  while (u.cm_ids != 0 && std::chrono::steady_clock::now() < end) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    u = cm_->usage();
+  }
+  EXPECT_EQ(u.ids, 0u);
+  EXPECT_EQ(u.channels, 0u);
+  EXPECT_EQ(u.bound_ports, 0u);
+  EXPECT_EQ(u.cm_ids, 0u) << "CM ids left after their TimeWait";
+  EXPECT_EQ(u.cm_peers, 0u);
+  EXPECT_EQ(u.cm_listens, 0u);
+  EXPECT_EQ(u.accepting, 0u);
+  EXPECT_EQ(u.resolving, 0u);
+}
+
+// ---- multicast (rdma_join_multicast on RoCEv2) ---------------------------------------------
+
+constexpr uint32_t kGroup4 = 0xEF010101;  // 239.1.1.1
+
+// A UD id on `n` resolved towards the group (no ARP: ADDR_RESOLVED at once)
+// with a UD QP attached.
+struct McastEnd {
+  RdmaId* id = nullptr;
+  rnic::Qp* qp = nullptr;
+  rnic::Cq* cq = nullptr;
+};
+
+class RdmaCmMcastTest : public RdmaCmTest {
+ protected:
+  McastEnd end(RdmaChannel* ch, rnic::testing::Node& n, rdma_port_space ps = RDMA_PS_UDP) {
+    McastEnd e;
+    EXPECT_EQ(cm_->create_id(ch, nullptr, ps, IBV_QPT_UD, &e.id), 0);
+    const sockaddr_in src = sin4(n.ip4, 0), group = sin4(kGroup4, 0);
+    EXPECT_EQ(cm_->resolve_addr(e.id, sa(src), sa(group), 2000), 0);
+    expect(ch, RDMA_CM_EVENT_ADDR_RESOLVED, 1000);
+    e.qp = make_qp(n, IBV_QPT_UD, &e.cq);
+    EXPECT_EQ(cm_->attach_qp(e.id, e.qp), 0);
+    return e;
+  }
+
+  static int poll_one(rnic::Cq* cq, ibv_wc* wc, int ms) {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(ms);
+    int got = 0;
+    while (got == 0 && std::chrono::steady_clock::now() < deadline) got = cq->poll(1, wc);
+    return got;
+  }
+};
+
+TEST_F(RdmaCmMcastTest, JoinSendReceiveLeave) {
+  RdmaChannel* ch = cm_->create_channel();
+  McastEnd rx = end(ch, h_->b());
+  McastEnd tx = end(ch, h_->a());
+  const sockaddr_in group = sin4(kGroup4, 0);
+  int rx_ctx = 0, tx_ctx = 0;
+
+  ASSERT_EQ(cm_->join_multicast(rx.id, sa(group), RDMA_MC_JOIN_FLAG_FULLMEMBER, &rx_ctx), 0);
+  const RdmaEvent jr = expect(ch, RDMA_CM_EVENT_MULTICAST_JOIN);
+  EXPECT_EQ(jr.id, rx.id);
+  EXPECT_EQ(jr.status, 0);
+  EXPECT_TRUE(jr.ud);
+  EXPECT_EQ(jr.ud_param.qp_num, 0xFFFFFFu);
+  EXPECT_EQ(jr.ud_param.qkey, static_cast<uint32_t>(RDMA_UDP_QKEY));
+  EXPECT_EQ(jr.ud_param.private_data, &rx_ctx) << "librdmacm hands the join's context back here";
+  const ibv_ah_attr& ah = jr.ud_param.ah_attr;
+  EXPECT_EQ(ah.is_global, 1);
+  EXPECT_EQ(ah.port_num, 1);
+  EXPECT_EQ(0, std::memcmp(ah.grh.dgid.raw, wire::PktDesc::ipv4_mapped(kGroup4).data(), 16))
+      << "the MGID of an IPv4 group on RoCEv2 is ::ffff:a.b.c.d";
+  EXPECT_EQ(ah.grh.sgid_index, h_->b().gid_v4);
+  EXPECT_EQ(ah.grh.hop_limit, 64);
+
+  // The sender joins send-only (its QP is not attached) and sends as mckey
+  // does: an AH from the event, QPN 0xFFFFFF, the event's Q_Key.
+  ASSERT_EQ(cm_->join_multicast(tx.id, sa(group), RDMA_MC_JOIN_FLAG_SENDONLY_FULLMEMBER, &tx_ctx), 0);
+  const RdmaEvent jt = expect(ch, RDMA_CM_EVENT_MULTICAST_JOIN);
+  EXPECT_EQ(jt.id, tx.id);
+  EXPECT_EQ(jt.ud_param.ah_attr.grh.sgid_index, h_->a().gid_v4);
+  int err = 0;
+  rnic::Ah* sah = h_->a().rnic->create_ah(h_->a().pd, jt.ud_param.ah_attr, &err);
+  ASSERT_NE(sah, nullptr) << err;
+
+  auto sbuf = h_->buffer(h_->a(), 64, IBV_ACCESS_LOCAL_WRITE, 0x6B);
+  auto rbuf = h_->buffer(h_->b(), 2 * (40 + 64), IBV_ACCESS_LOCAL_WRITE, 0);
+  for (uint64_t i = 0; i < 2; ++i) {
+    ibv_sge rs = rbuf.sge(i * (40 + 64), 40 + 64);
+    ASSERT_EQ(rnic::testing::post_recv(rx.qp, i, {&rs, 1}), 0);
+  }
+  ibv_sge ss = sbuf.sge(0, 64);
+  ibv_send_wr wr = rnic::testing::send_wr(IBV_WR_SEND, 7, {&ss, 1});
+  wr.wr.ud.ah = &sah->ibv;
+  wr.wr.ud.remote_qpn = jt.ud_param.qp_num;
+  wr.wr.ud.remote_qkey = jt.ud_param.qkey;
+  ASSERT_EQ(rnic::testing::post_send(tx.qp, wr), 0);
+  ibv_wc wc{};
+  ASSERT_EQ(poll_one(tx.cq, &wc, 5000), 1);
+  EXPECT_EQ(wc.status, IBV_WC_SUCCESS);
+  ASSERT_EQ(poll_one(rx.cq, &wc, 5000), 1);
+  EXPECT_EQ(wc.status, IBV_WC_SUCCESS);
+  EXPECT_EQ(wc.wr_id, 0u);
+  EXPECT_EQ(wc.byte_len, 40u + 64u);
+  EXPECT_EQ(wc.src_qp, tx.qp->qpn().value());
+  EXPECT_EQ(rbuf.data()[40 + 63], 0x6B);
+
+  // Leave: the QP is detached, the next send reaches no group on B.
+  EXPECT_EQ(cm_->leave_multicast(rx.id, sa(group)), 0);
+  EXPECT_EQ(cm_->leave_multicast(rx.id, sa(group)), EADDRNOTAVAIL);
+  const uint64_t no_group = h_->b().rnic->counters().get(rnic::RnicCtr::drop_mcast_no_group);
+  wr.wr_id = 8;
+  ASSERT_EQ(rnic::testing::post_send(tx.qp, wr), 0);
+  ASSERT_EQ(poll_one(tx.cq, &wc, 5000), 1);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  while (h_->b().rnic->counters().get(rnic::RnicCtr::drop_mcast_no_group) == no_group &&
+         std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  EXPECT_EQ(h_->b().rnic->counters().get(rnic::RnicCtr::drop_mcast_no_group), no_group + 1);
+  EXPECT_EQ(poll_one(rx.cq, &wc, 50), 0) << "nothing after the leave";
+
+  EXPECT_EQ(cm_->leave_multicast(tx.id, sa(group)), 0);
+  EXPECT_EQ(h_->a().rnic->destroy_ah(sah), 0);
+  cm_->detach_qp(rx.id);
+  cm_->detach_qp(tx.id);
+  EXPECT_EQ(cm_->destroy_id(rx.id), 0);
+  EXPECT_EQ(cm_->destroy_id(tx.id), 0);
+  EXPECT_EQ(cm_->destroy_channel(ch), 0);
+}
+
+// Destroying an id leaves its groups: its QP no longer gets the group's
+// packets.
+TEST_F(RdmaCmMcastTest, DestroyIdLeaves) {
+  RdmaChannel* ch = cm_->create_channel();
+  McastEnd rx = end(ch, h_->b());
+  const sockaddr_in group = sin4(kGroup4, 0);
+  ASSERT_EQ(cm_->join_multicast(rx.id, sa(group), RDMA_MC_JOIN_FLAG_FULLMEMBER, nullptr), 0);
+  expect(ch, RDMA_CM_EVENT_MULTICAST_JOIN);
+  EXPECT_EQ(cm_->destroy_id(rx.id), 0);
+  // The QP outlives the id here: a group packet finds no group.
+  rnic::Cq* scq = nullptr;
+  rnic::Qp* sqp = make_qp(h_->a(), IBV_QPT_UD, &scq);
+  ASSERT_EQ(h_->ud_ready(sqp, RDMA_UDP_QKEY), 0);
+  ibv_ah_attr a{};
+  a.is_global = 1;
+  a.port_num = 1;
+  a.grh.sgid_index = static_cast<uint8_t>(h_->a().gid_v4);
+  std::memcpy(a.grh.dgid.raw, wire::PktDesc::ipv4_mapped(kGroup4).data(), 16);
+  int err = 0;
+  rnic::Ah* ah = h_->a().rnic->create_ah(h_->a().pd, a, &err);
+  ASSERT_NE(ah, nullptr);
+  auto sbuf = h_->buffer(h_->a(), 16, IBV_ACCESS_LOCAL_WRITE, 1);
+  auto rbuf = h_->buffer(h_->b(), 40 + 16, IBV_ACCESS_LOCAL_WRITE, 0);
+  ibv_sge rs = rbuf.sge(0, 40 + 16);
+  ASSERT_EQ(rnic::testing::post_recv(rx.qp, 1, {&rs, 1}), 0);
+  ibv_sge ss = sbuf.sge(0, 16);
+  ibv_send_wr wr = rnic::testing::send_wr(IBV_WR_SEND, 1, {&ss, 1});
+  wr.wr.ud.ah = &ah->ibv;
+  wr.wr.ud.remote_qpn = 0xFFFFFF;
+  wr.wr.ud.remote_qkey = RDMA_UDP_QKEY;
+  ASSERT_EQ(rnic::testing::post_send(sqp, wr), 0);
+  ibv_wc wc{};
+  ASSERT_EQ(poll_one(scq, &wc, 5000), 1);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  while (h_->b().rnic->counters().get(rnic::RnicCtr::drop_mcast_no_group) == 0 &&
+         std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  EXPECT_EQ(h_->b().rnic->counters().get(rnic::RnicCtr::drop_mcast_no_group), 1u);
+  EXPECT_EQ(poll_one(rx.cq, &wc, 50), 0);
+  EXPECT_EQ(h_->a().rnic->destroy_ah(ah), 0);
+}
+
+TEST_F(RdmaCmMcastTest, JoinRules) {
+  RdmaChannel* ch = cm_->create_channel();
+  const sockaddr_in group = sin4(kGroup4, 0), unicast = sin4(h_->a().ip4, 0);
+  // Not bound to a device yet.
+  RdmaId* idle = nullptr;
+  ASSERT_EQ(cm_->create_id(ch, nullptr, RDMA_PS_UDP, IBV_QPT_UD, &idle), 0);
+  EXPECT_EQ(cm_->join_multicast(idle, sa(group), RDMA_MC_JOIN_FLAG_FULLMEMBER, nullptr), EINVAL);
+  // A connected port space.
+  RdmaId* tcp = nullptr;
+  ASSERT_EQ(cm_->create_id(ch, nullptr, RDMA_PS_TCP, IBV_QPT_RC, &tcp), 0);
+  const sockaddr_in b_addr = sin4(h_->b().ip4, 0);
+  ASSERT_EQ(cm_->bind_addr(tcp, sa(b_addr)), 0);
+  EXPECT_EQ(cm_->join_multicast(tcp, sa(group), RDMA_MC_JOIN_FLAG_FULLMEMBER, nullptr), EINVAL);
+  McastEnd e = end(ch, h_->b());
+  EXPECT_EQ(cm_->join_multicast(e.id, sa(unicast), RDMA_MC_JOIN_FLAG_FULLMEMBER, nullptr), EINVAL);
+  EXPECT_EQ(cm_->join_multicast(e.id, sa(group), RDMA_MC_JOIN_FLAG_RESERVED, nullptr), EINVAL);
+  EXPECT_EQ(cm_->leave_multicast(e.id, sa(group)), EADDRNOTAVAIL);
+  // IPoIB port space joins too (the id's Q_Key).
+  McastEnd ipoib = end(ch, h_->b(), RDMA_PS_IPOIB);
+  ASSERT_EQ(cm_->join_multicast(ipoib.id, sa(group), RDMA_MC_JOIN_FLAG_FULLMEMBER, nullptr), 0);
+  const RdmaEvent j = expect(ch, RDMA_CM_EVENT_MULTICAST_JOIN);
+  EXPECT_EQ(j.ud_param.qp_num, 0xFFFFFFu);
+  EXPECT_EQ(cm_->leave_multicast(ipoib.id, sa(group)), 0);
+  cm_->detach_qp(e.id);
+  cm_->detach_qp(ipoib.id);
+  for (RdmaId* id : {idle, tcp, e.id, ipoib.id}) EXPECT_EQ(cm_->destroy_id(id), 0);
+  EXPECT_EQ(cm_->destroy_channel(ch), 0);
+}
+
+// A join whose QP cannot be attached (the group is full) is reported as
+// MULTICAST_ERROR with the attach's errno, as librdmacm turns it.
+TEST_F(RdmaCmMcastTest, FullGroupIsMulticastError) {
+  RdmaChannel* ch = cm_->create_channel();
+  rnic::Rnic& rb = *h_->b().rnic;
+  rnic::Cq* cq = h_->cq(h_->b(), 64);
+  const wire::Ipv6Addr mgid = wire::PktDesc::ipv4_mapped(kGroup4);
+  for (uint32_t i = 0; i < rnic::kMaxMcastQpAttach; ++i) {
+    rnic::Qp* q = h_->qp(h_->b(), IBV_QPT_UD, cq, cq, rnic::testing::QpCaps{.max_send_wr = 1, .max_recv_wr = 1});
+    ASSERT_NE(q, nullptr);
+    ASSERT_EQ(rb.attach_mcast(q, mgid), 0);
+  }
+  McastEnd e = end(ch, h_->b());
+  const sockaddr_in group = sin4(kGroup4, 0);
+  int ctx = 0;
+  ASSERT_EQ(cm_->join_multicast(e.id, sa(group), RDMA_MC_JOIN_FLAG_FULLMEMBER, &ctx), 0);
+  const RdmaEvent ev = expect(ch, RDMA_CM_EVENT_MULTICAST_ERROR);
+  EXPECT_EQ(ev.status, -ENOMEM);
+  EXPECT_EQ(ev.ud_param.private_data, &ctx);
+  // A send-only join attaches nothing, so it succeeds.
+  McastEnd s = end(ch, h_->b());
+  ASSERT_EQ(cm_->join_multicast(s.id, sa(group), RDMA_MC_JOIN_FLAG_SENDONLY_FULLMEMBER, nullptr), 0);
+  expect(ch, RDMA_CM_EVENT_MULTICAST_JOIN);
+  EXPECT_EQ(cm_->leave_multicast(e.id, sa(group)), 0);
+  EXPECT_EQ(cm_->leave_multicast(s.id, sa(group)), 0);
+  cm_->detach_qp(e.id);
+  cm_->detach_qp(s.id);
+  EXPECT_EQ(cm_->destroy_id(e.id), 0);
+  EXPECT_EQ(cm_->destroy_id(s.id), 0);
+  EXPECT_EQ(cm_->destroy_channel(ch), 0);
 }
 
 }  // namespace

@@ -2,7 +2,9 @@
 // gone (retry exhausted, then every other WQE flushed), the remote access
 // table (bad keys, bounds, wrap, rights, deregistered MRs: REM_ACCESS_ERR
 // and the target memory unchanged), CQ overflow (IBV_EVENT_CQ_ERR), SRQ
-// shared by several QPs and its limit event.
+// shared by several QPs and its limit event, SEND with Invalidate of a
+// registered MR (refused, as rxe), port events on link down/up, and the
+// count of UD sends lost to an unresolved destination.
 #include <gtest/gtest.h>
 #include <fcntl.h>
 
@@ -11,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "lib/wire/build.hpp"
 #include "tests/rnic/harness.hpp"
 
 namespace uroce::rnic::testing {
@@ -579,6 +582,152 @@ TEST(Srq, EmptySrqIsRnr) {
   ASSERT_EQ(post_srq_recv(srq, 5, {&r, 1}), 0);
   EXPECT_EQ(h.wait_wc(scq_a).status, IBV_WC_SUCCESS);
   EXPECT_EQ(h.wait_wc(rcq).wr_id, 5u);
+}
+
+// ---- SEND with Invalidate ---------------------------------------------------------------
+
+// IBV_WR_SEND_WITH_INV is taken on RC (refused on UC/UD: IBA table 38 has
+// no IETH opcode for them).  The peer's MR comes from ibv_reg_mr, which
+// cannot be invalidated remotely (rxe_invalidate_mr refuses any MR but a
+// fast-register one; this device has neither those nor memory windows):
+// both ends complete with REM_INV_REQ_ERR, the receiver's QP goes to ERR,
+// and the MR named stays valid (its memory still takes a WRITE from a new
+// connection).
+TEST(SendWithInvalidate, RegisteredMrCannotBeInvalidated) {
+  Harness h;
+  Pair p = h.pair(IBV_QPT_RC);
+  ASSERT_NE(p.qa, nullptr);
+  Buffer src = h.buffer(h.a(), 256, kRemoteAll);
+  Buffer dst = h.buffer(h.b(), 256, kRemoteAll, 0xEE);
+  Buffer named = h.buffer(h.b(), 64, kRemoteAll, 0x11);
+  fill_pattern(src.bytes(0, 256), 7);
+  ibv_sge r = dst.sge(0, 256);
+  ASSERT_EQ(post_recv(p.qb, 1, {&r, 1}), 0);
+  ibv_sge s = src.sge(0, 100);
+  ibv_send_wr wr = send_wr(IBV_WR_SEND_WITH_INV, 9, {&s, 1});
+  wr.invalidate_rkey = named.rkey();
+  ASSERT_EQ(post_send(p.qa, wr), 0);
+  const ibv_wc sw = h.wait_wc(p.scq_a);
+  EXPECT_EQ(sw.wr_id, 9u);
+  EXPECT_EQ(sw.status, IBV_WC_REM_INV_REQ_ERR) << wc_status_name(sw.status);
+  const ibv_wc rw = h.wait_wc(p.rcq_b);
+  EXPECT_EQ(rw.wr_id, 1u);
+  EXPECT_EQ(rw.status, IBV_WC_REM_INV_REQ_ERR) << wc_status_name(rw.status);
+  EXPECT_EQ(p.qb->state(), IBV_QPS_ERR);
+  EXPECT_EQ(h.b().rnic->counters().get(RnicCtr::inv_rkey_refused), 1u);
+
+  // The named MR is still valid: a WRITE through a fresh pair lands.
+  Pair q = h.pair(IBV_QPT_RC);
+  ASSERT_NE(q.qa, nullptr);
+  ibv_sge ws = src.sge(0, 64);
+  ibv_send_wr w = rdma_wr(IBV_WR_RDMA_WRITE, 2, {&ws, 1}, named.addr(), named.rkey());
+  ASSERT_EQ(post_send(q.qa, w), 0);
+  EXPECT_EQ(h.wait_wc(q.scq_a).status, IBV_WC_SUCCESS);
+  EXPECT_EQ(first_diff(named.bytes(0, 64), src.bytes(0, 64)), -1);
+
+  // UC takes no SEND with Invalidate.
+  Pair u = h.pair(IBV_QPT_UC);
+  ASSERT_NE(u.qa, nullptr);
+  ibv_send_wr uw = send_wr(IBV_WR_SEND_WITH_INV, 3, {&s, 1});
+  uw.invalidate_rkey = named.rkey();
+  EXPECT_EQ(post_send(u.qa, uw), EINVAL);
+}
+
+// What the device reports matches: no memory-management extensions
+// (fast-register MRs, local invalidate), no memory windows.
+TEST(SendWithInvalidate, DeviceReportsNoMemMgtExtensions) {
+  Harness h;
+  const ibv_device_attr& a = h.a().rnic->device_attr();
+  EXPECT_EQ(a.device_cap_flags & IBV_DEVICE_MEM_MGT_EXTENSIONS, 0u);
+  EXPECT_EQ(a.device_cap_flags & (IBV_DEVICE_MEM_WINDOW | IBV_DEVICE_MEM_WINDOW_TYPE_2A |
+                                  IBV_DEVICE_MEM_WINDOW_TYPE_2B), 0u);
+  EXPECT_EQ(a.max_mw, 0);
+}
+
+// ---- port events ------------------------------------------------------------------------
+
+// The link goes down and comes back: IBV_EVENT_PORT_ERR then
+// IBV_EVENT_PORT_ACTIVE, each once, for port 1 (IBA 11.6.3.3); query_port
+// says DOWN in between and ACTIVE after.  The other node hears nothing.
+TEST(PortEvents, LinkDownThenUp) {
+  Harness h;
+  nonblocking(h.a().rnic->async_fd());
+  nonblocking(h.b().rnic->async_fd());
+  ibv_port_attr pa{};
+  ASSERT_EQ(h.a().rnic->query_port(kPortNum, &pa), 0);
+  EXPECT_EQ(pa.state, IBV_PORT_ACTIVE);
+  EXPECT_TRUE(async_events(*h.a().rnic).empty());
+
+  h.wire().set_link_up(*h.a().port, false);
+  std::vector<AsyncEvent> evs;
+  ASSERT_TRUE(h.run_until([&] {
+    for (const auto& e : async_events(*h.a().rnic)) evs.push_back(e);
+    return !evs.empty();
+  }, std::chrono::seconds(5))) << "no PORT_ERR";
+  EXPECT_EQ(evs[0].type, IBV_EVENT_PORT_ERR);
+  EXPECT_EQ(evs[0].port, kPortNum);
+  ASSERT_EQ(h.a().rnic->query_port(kPortNum, &pa), 0);
+  EXPECT_EQ(pa.state, IBV_PORT_DOWN);
+
+  h.wire().set_link_up(*h.a().port, true);
+  evs.clear();
+  ASSERT_TRUE(h.run_until([&] {
+    for (const auto& e : async_events(*h.a().rnic)) evs.push_back(e);
+    return !evs.empty();
+  }, std::chrono::seconds(5))) << "no PORT_ACTIVE";
+  EXPECT_EQ(evs[0].type, IBV_EVENT_PORT_ACTIVE);
+  EXPECT_EQ(evs[0].port, kPortNum);
+  ASSERT_EQ(h.a().rnic->query_port(kPortNum, &pa), 0);
+  EXPECT_EQ(pa.state, IBV_PORT_ACTIVE);
+
+  h.run_for(milliseconds(120));  // more than one link sample: no repeat
+  EXPECT_EQ(evs.size(), 1u);
+  EXPECT_TRUE(async_events(*h.a().rnic).empty());
+  EXPECT_TRUE(async_events(*h.b().rnic).empty());
+  EXPECT_EQ(h.a().rnic->counters().get(RnicCtr::port_events), 2u);
+}
+
+// ---- unreachable UD destination --------------------------------------------------------
+
+// A UD send to an address that does not resolve completes successfully
+// (UD is unreliable, as rxe and hardware), but the loss is counted: the
+// engine's drop_neigh for what waited on the resolution, the RNIC's
+// drop_tx_no_neigh for a send while the neighbour is known to fail; such a
+// packet is not counted as sent.
+TEST(UdUnreachable, CompletesAndCountsTheDrop) {
+  Harness h;
+  Cq* cq = h.cq(h.a());
+  Qp* q = h.qp(h.a(), IBV_QPT_UD, cq, cq);
+  ASSERT_NE(q, nullptr);
+  ASSERT_EQ(h.ud_ready(q), 0);
+  ibv_ah_attr attr = h.ah_attr(h.a(), h.b());
+  const wire::Ipv6Addr nowhere = wire::PktDesc::ipv4_mapped(0x0A000063);  // 10.0.0.99: nobody
+  std::memcpy(attr.grh.dgid.raw, nowhere.data(), nowhere.size());
+  int err = 0;
+  Ah* ah = h.a().rnic->create_ah(h.a().pd, attr, &err);
+  ASSERT_NE(ah, nullptr);
+  Buffer src = h.buffer(h.a(), 64, kRemoteAll);
+  ibv_sge s = src.sge(0, 64);
+  auto send_one = [&](uint64_t id) {
+    ibv_send_wr wr = send_wr(IBV_WR_SEND, id, {&s, 1});
+    wr.wr.ud.ah = &ah->ibv;
+    wr.wr.ud.remote_qpn = 0x123;
+    wr.wr.ud.remote_qkey = kUdQkey;
+    ASSERT_EQ(post_send(q, wr), 0);
+    const ibv_wc wc = h.wait_wc(cq);
+    EXPECT_EQ(wc.wr_id, id);
+    EXPECT_EQ(wc.status, IBV_WC_SUCCESS) << wc_status_name(wc.status);
+  };
+  RnicCounters& rc = h.a().rnic->counters();
+  send_one(1);  // waits on the resolution, then is dropped with it
+  ASSERT_TRUE(h.run_until([&] { return h.a().engine->counters().get(transport::EngineCtr::neigh_failed) >= 1; },
+                          std::chrono::seconds(5)));
+  EXPECT_GE(h.a().engine->counters().get(transport::EngineCtr::drop_neigh), 1u);
+  const uint64_t sent_before = rc.get(RnicCtr::req_pkts);
+  send_one(2);  // the neighbour is known to fail: dropped at once
+  EXPECT_EQ(rc.get(RnicCtr::drop_tx_no_neigh), 1u);
+  EXPECT_EQ(rc.get(RnicCtr::req_pkts), sent_before);
+  EXPECT_EQ(q->state(), IBV_QPS_RTS);
 }
 
 }  // namespace

@@ -74,8 +74,11 @@ void Harness::make_node(Node& n, size_t index, uint32_t ip4, uint8_t ip6_last, c
   c.local.mac = n.port->mac();
   c.local.ips = {IpAddr::v4(ip4), IpAddr::v6(n.ip6)};
   c.answer_host = true;
+  // 10 ms apart, 50 tries: half a second before "unreachable", so that a
+  // peer engine starved of CPU on a loaded machine still answers in time,
+  // and an address-resolution timer shorter than that fires first.
   c.neigh.retry_interval_ns = 10'000'000;
-  c.neigh.max_requests = 10;
+  c.neigh.max_requests = 50;
   c.pcap_path = pcap;
   c.progress = transport::Progress::Inline;
   c.rx_burst = 128;  // the receiver keeps up with a sender's full TX batch

@@ -23,8 +23,16 @@ inline constexpr uint32_t kMaxSrq = 1u << 14;
 inline constexpr uint32_t kMaxSrqWr = 16384;
 inline constexpr uint32_t kMaxSrqSge = 32;
 inline constexpr uint32_t kMaxAh = 1u << 16;
-inline constexpr uint32_t kMaxMsgSize = 1u << 31;      // bytes per message (RC/UC)
+// Bytes per message (RC/UC).  1 GiB, as mlx5 reports (rxe's 2 GiB would let
+// a READ at the 256-byte MTU take 2^23 PSNs, one past what the 24-bit
+// modular PSN compare can order, IBA 9.7.1: requester.cpp asserts it).
+inline constexpr uint32_t kMaxMsgSize = 1u << 30;
 inline constexpr uint16_t kMaxPkeys = 1;               // one P_Key, 0xFFFF
+// Multicast (ibv_attach_mcast), rxe's: groups, QPs per group, attachments
+// in all (8192 * 56: the per-group limit binds first, as in rxe).
+inline constexpr uint32_t kMaxMcastGrp = 8192;
+inline constexpr uint32_t kMaxMcastQpAttach = 56;
+inline constexpr uint32_t kMaxTotalMcastQpAttach = 0x70000;
 inline constexpr uint32_t kMaxGid = 16;                // GID table entries per port
 inline constexpr uint32_t kVendorId = 0xFFFFFF;        // as rxe
 inline constexpr uint32_t kVendorPartId = 0;

@@ -145,7 +145,10 @@ ibv_wc_opcode wc_opcode(ibv_wr_opcode op) noexcept {
 }
 
 // Which work request opcodes a service type takes (IBA 11.4.1.1 / table
-// 86 "Service types and operations"): UD sends only; UC no READ/atomics.
+// 86 "Service types and operations"): UD sends only; UC no READ/atomics;
+// SEND with Invalidate RC only (IBA table 38 has no UC/UD opcode with an
+// IETH).  LOCAL_INV and BIND_MW need memory windows or fast-register MRs,
+// which this device does not have (max_mw 0, no MEM_MGT_EXTENSIONS).
 bool opcode_ok(TypeIdx t, ibv_wr_opcode op) noexcept {
   switch (op) {
     case IBV_WR_SEND:
@@ -157,8 +160,8 @@ bool opcode_ok(TypeIdx t, ibv_wr_opcode op) noexcept {
     case IBV_WR_RDMA_READ:
     case IBV_WR_ATOMIC_CMP_AND_SWP:
     case IBV_WR_ATOMIC_FETCH_AND_ADD:
-      return t == kRC;
     case IBV_WR_SEND_WITH_INV:
+      return t == kRC;
     case IBV_WR_LOCAL_INV:
     case IBV_WR_BIND_MW:
     case IBV_WR_TSO:
@@ -504,6 +507,7 @@ int Qp::post_send(const ibv_send_wr* wr, const ibv_send_wr** bad) {
       w.sent = 0;
       w.sge_idx = 0;
       w.sge_off = 0;
+      w.sge_at = 0;
       w.read_done = 0;
       w.atomic_orig = 0;
       w.status = IBV_WC_SUCCESS;

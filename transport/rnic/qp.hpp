@@ -60,8 +60,12 @@ struct SendWqe {
   Psn first_psn{};
   Psn last_psn{};
   uint64_t sent = 0;                // payload bytes segmented so far (requester)
-  uint32_t sge_idx = 0;             // requester's gather cursor
+  // The requester's gather cursor: message offset `sge_at` is byte
+  // `sge_off` of sge[sge_idx].  Each packet continues from it (O(1) per
+  // packet, whatever num_sge); a gather elsewhere (go-back-N) seeks first.
+  uint32_t sge_idx = 0;
   uint64_t sge_off = 0;
+  uint64_t sge_at = 0;
   uint64_t read_done = 0;           // READ response bytes placed (completer)
   uint64_t atomic_orig = 0;         // the atomic ACK's original value
   ibv_wc_status status = IBV_WC_SUCCESS;

@@ -165,7 +165,11 @@ bool before(uint32_t a, uint32_t b) noexcept { return static_cast<int32_t>(a - b
 uint32_t pmtu(const Qp& qp) noexcept { return std::max<uint32_t>(qp.attrs().pmtu_bytes, 256); }
 
 // PSNs a WQE consumes: one per packet; a READ one per response packet
-// (IBA 9.7.4.1.1), at least one.
+// (IBA 9.7.4.1.1), at least one.  The largest message at the smallest path
+// MTU stays below 2^23 PSNs, so that a READ's last response PSN and the
+// next request's PSN still order after its first (IBA 9.7.1: no more than
+// 2^23 outstanding PSNs); post_send refuses longer messages.
+static_assert(uint64_t{kMaxMsgSize} / 256 < (uint64_t{1} << 23), "a READ could span 2^23 PSNs");
 uint32_t psn_count(const Qp& qp, const SendWqe& w) noexcept {
   if (is_ud(qp)) return 1;
   if (w.opcode == IBV_WR_ATOMIC_CMP_AND_SWP || w.opcode == IBV_WR_ATOMIC_FETCH_AND_ADD) return 1;
@@ -236,11 +240,60 @@ Start start_wqe(Qp& qp, SendWqe& w) noexcept {
   w.sent = 0;
   w.sge_idx = 0;
   w.sge_off = 0;
+  w.sge_at = 0;
   w.read_done = 0;
   w.state = WqeState::Sending;
   if (ops.rd_atomic) ++r.rd_atomic_inflight;
   r.wqe_hi = r.wqe_idx + 1;
   return Start::Go;
+}
+
+// Move the gather cursor to message offset `off`: a walk over the SGEs,
+// needed only when a packet does not continue where the last one ended
+// (go-back-N).
+void seek_cursor(SendWqe& w, uint64_t off) noexcept {
+  uint32_t i = 0;
+  uint64_t in = off;
+  while (i < w.num_sge && in >= w.sge[i].length) {
+    in -= w.sge[i].length;
+    ++i;
+  }
+  w.sge_idx = i;
+  w.sge_off = in;
+  w.sge_at = off;
+}
+
+// Gather `len` bytes of `w` at message offset `off` into `buf` from the
+// cursor, advancing it: each packet starts where the last one ended, so a
+// message costs O(packets + SGEs), not O(packets x SGEs).  False when an
+// SGE no longer translates (deregistered since the WQE's check).
+bool gather(Qp& qp, SendWqe& w, uint64_t off, uint8_t* buf, uint64_t len) noexcept {
+  if (len == 0) return true;
+  if ((w.send_flags & IBV_SEND_INLINE) != 0) return copy_sges(qp, w, off, buf, len, SgeDir::Gather);
+  if (off != w.sge_at) seek_cursor(w, off);
+  Rnic& rnic = qp.rnic();
+  while (len > 0) {
+    if (w.sge_idx >= w.num_sge) break;
+    const ibv_sge& s = w.sge[w.sge_idx];
+    if (w.sge_off >= s.length) {  // this SGE is done (or empty): the next
+      ++w.sge_idx;
+      w.sge_off = 0;
+      continue;
+    }
+    const uint64_t n = std::min<uint64_t>(len, s.length - w.sge_off);
+    KeyCheck why{};
+    Mr* mr = rnic.lookup_lkey(s.lkey, qp.pd(), &why);
+    const uint8_t* host = mr != nullptr ? mr->translate(s.addr + w.sge_off, n) : nullptr;
+    if (host == nullptr) break;
+    std::memcpy(buf, host, n);
+    buf += n;
+    len -= n;
+    w.sge_off += n;
+    w.sge_at += n;
+  }
+  if (len == 0) return true;
+  seek_cursor(w, off);  // a failed gather leaves the cursor where it began
+  return false;
 }
 
 enum class Emit : uint8_t { Sent, NoMbuf };
@@ -289,14 +342,27 @@ Emit emit(transport::Engine& engine, Qp& qp, SendWqe& w, Seg seg, uint64_t off, 
   if (info.immediate) d.imm = be32toh(w.imm_data);  // kept in wire order in the WQE
   if (info.invalidate) d.ieth_rkey = Rkey(w.imm_data);  // invalidate_rkey shares the field
   const uint32_t payload = info.has(wire::kHdrPayload) ? len : 0;
-  const bool ok = tx_send_mbuf(engine, m, path, d, payload, [&](uint8_t* dst) {
-    if (!copy_sges(qp, w, off, dst, payload, SgeDir::Gather)) std::memset(dst, 0, payload);
+  const TxResult sent = tx_frame(engine, m, path, d, payload, [&](uint8_t* dst) {
+    if (!gather(qp, w, off, dst, payload)) std::memset(dst, 0, payload);
   });
-  (void)ok;  // false: dropped on the way (no route, too long); RC retransmits, UC/UD lose it
 
+  // A packet lost on the way still takes its PSN: RC retransmits it after
+  // the ACK timeout; UC/UD lose it and still complete successfully (they
+  // are unreliable: rxe and hardware complete a UD send whose destination
+  // is unreachable).  Each loss is counted under its reason.
   RnicCounters& ctr = qp.rnic().counters();
-  ctr.inc(RnicCtr::req_pkts);
-  if (distance(r.next_psn, r.psn_hi) < 0) ctr.inc(RnicCtr::req_retrans_pkts);
+  switch (sent) {
+    case TxResult::Sent:
+      ctr.inc(RnicCtr::req_pkts);
+      if (distance(r.next_psn, r.psn_hi) < 0) ctr.inc(RnicCtr::req_retrans_pkts);
+      break;
+    case TxResult::TooLong:
+      ctr.inc(RnicCtr::drop_tx_too_long);
+      break;
+    case TxResult::NoNeighbour:
+      ctr.inc(RnicCtr::drop_tx_no_neigh);
+      break;
+  }
   return Emit::Sent;
 }
 
@@ -396,9 +462,7 @@ void requester_rewind(Qp& qp) noexcept {
     SendWqe& w = qp.sq.slot(i);
     const int32_t in = i == idx ? std::max(0, distance(c.psn, w.first_psn)) : 0;
     w.sent = std::min<uint64_t>(static_cast<uint64_t>(in) * mtu, w.length);
-    w.sge_idx = 0;
-    w.sge_off = 0;
-    w.state = WqeState::Sending;
+    w.state = WqeState::Sending;  // the gather cursor seeks to w.sent on the next packet
   }
 }
 

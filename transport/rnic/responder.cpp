@@ -97,6 +97,7 @@ enum class Fault : uint8_t {
   RemoteAccess,  // R_Key, bounds, rights, PD (9.7.5.1.3, C9-88)
   RecvProt,      // a receive SGE failed its L_Key check (9.7.5.2.4: remote operational error)
   RecvLength,    // the message is longer than the receive WQE (9.7.5.2.2)
+  Invalidate,    // SEND with Invalidate naming a key that cannot be invalidated (class J, as rxe)
 };
 
 struct FaultRule {
@@ -107,7 +108,7 @@ struct FaultRule {
   RnicCtr drop_ctr;          // UC/UD
 };
 
-constexpr std::array<FaultRule, 8> kFaultRules = {{
+constexpr std::array<FaultRule, 9> kFaultRules = {{
     {NakCode::InvalidRequest, RnicCtr::rem_inv_req_naks, IBV_WC_REM_INV_REQ_ERR, IBV_EVENT_QP_REQ_ERR,
      RnicCtr::drop_bad_opcode_seq},
     {NakCode::InvalidRequest, RnicCtr::rem_inv_req_naks, IBV_WC_REM_INV_REQ_ERR, IBV_EVENT_QP_REQ_ERR,
@@ -124,7 +125,10 @@ constexpr std::array<FaultRule, 8> kFaultRules = {{
      RnicCtr::drop_recv_prot},
     {NakCode::InvalidRequest, RnicCtr::rem_inv_req_naks, IBV_WC_LOC_LEN_ERR, IBV_EVENT_QP_REQ_ERR,
      RnicCtr::drop_ud_too_long},
+    {NakCode::InvalidRequest, RnicCtr::rem_inv_req_naks, IBV_WC_REM_INV_REQ_ERR, IBV_EVENT_QP_REQ_ERR,
+     RnicCtr::drop_bad_transport},  // IETH opcodes exist for RC only: UC/UD never get here
 }};
+static_assert(kFaultRules.size() == static_cast<size_t>(Fault::Invalidate) + 1);
 
 constexpr const FaultRule& rule(Fault f) noexcept { return kFaultRules[static_cast<size_t>(f)]; }
 
@@ -760,6 +764,20 @@ Step execute(Rx& r) noexcept {
 // Complete the message's receive WQE once its last packet is in.
 Step complete(Rx& r) noexcept {
   if (!r.op.last) return Step::Acknowledge;
+  if (r.op.invalidate) {
+    // SEND with Invalidate (IBA 9.4.2 / 10.6.6): the responder invalidates
+    // the IETH's R_Key before the receive completes.  Only memory windows
+    // and fast-register MRs can be invalidated remotely; an MR from
+    // ibv_reg_mr cannot, and this device has nothing else (max_mw 0, no
+    // IBV_DEVICE_MEM_MGT_EXTENSIONS).  As rxe (rxe_invalidate_mr refuses
+    // any MR not of type MEM_REG): the receive completes with
+    // REM_INV_REQ_ERR and the QP goes to ERR; the named key stays valid.
+    // rxe ACKs the packet before its QP errs; we NAK it invalid request
+    // (the responder's class C/J behaviour) so the requester learns why.
+    r.ctr.inc(RnicCtr::inv_rkey_refused);
+    r.fault = Fault::Invalidate;
+    return Step::Fault;
+  }
   uint32_t byte_len;
   if (r.op.op == Operation::Write) {
     byte_len = r.s.write_len;  // RECV_RDMA_WITH_IMM: the RDMA length, as rxe

@@ -13,6 +13,8 @@
 #include <cstring>
 #include <thread>
 
+#include "lib/wire/ipv4.hpp"
+#include "lib/wire/ipv6.hpp"
 #include "transport/rnic/tx.hpp"
 
 namespace uroce::rnic {
@@ -68,6 +70,11 @@ void set_err(int* err, int v) {
   if (err != nullptr) *err = v;
 }
 
+// How often the engine samples the port's link for the port events: a
+// link change is reported within this; rarer than the engine's idle
+// back-off horizon so that an idle engine still naps.
+constexpr uint64_t kLinkPollNs = 50'000'000;
+
 }  // namespace
 
 // ---- the device ----------------------------------------------------------------------
@@ -118,9 +125,9 @@ Rnic::Rnic(transport::Engine& engine, std::string name)
   a.max_mw = 0;
   a.max_raw_ipv6_qp = 0;
   a.max_raw_ethy_qp = 0;
-  a.max_mcast_grp = 0;
-  a.max_mcast_qp_attach = 0;
-  a.max_total_mcast_qp_attach = 0;
+  a.max_mcast_grp = static_cast<int>(kMaxMcastGrp);
+  a.max_mcast_qp_attach = static_cast<int>(kMaxMcastQpAttach);
+  a.max_total_mcast_qp_attach = static_cast<int>(kMaxTotalMcastQpAttach);
   a.max_ah = static_cast<int>(kMaxAh);
   a.max_fmr = 0;
   a.max_map_per_fmr = 0;
@@ -131,12 +138,19 @@ Rnic::Rnic(transport::Engine& engine, std::string name)
   a.local_ca_ack_delay = 15;  // as rxe
   a.phys_port_cnt = 1;
 
-  engine_.run_sync([this] { engine_.set_roce_sink(this); });
+  engine_.run_sync([this] {
+    engine_.set_roce_sink(this);
+    link_up_ = engine_.port().link_up();
+    link_timer_.cb = on_link_poll;
+    link_timer_.owner = this;
+    engine_.timers().arm(link_timer_, engine_.now() + kLinkPollNs);
+  });
 }
 
 Rnic::~Rnic() {
   engine_.run_sync([this] {
     engine_.set_roce_sink(nullptr);
+    engine_.timers().cancel(link_timer_);
     for (auto& qp : qps_) {
       engine_.detach_qp(qp->qpn());
       sender_reset(*qp, engine_);
@@ -533,6 +547,7 @@ int Rnic::destroy_qp(Qp* qp) {
   engine_.run_sync([&] {
     engine_.detach_qp(qp->qpn());
     qp_table_[qp->qpn().value()] = nullptr;
+    mcast_.detach_all(qp);  // as uverbs does for a QP destroyed while attached
     sender_reset(*qp, engine_);  // cancels the roles' timers
     responder_stop(*qp, engine_);  // a READ response still streaming
     engine_.timers().cancel(qp->comp.ack_timer);
@@ -575,6 +590,26 @@ int Rnic::destroy_ah(Ah* ah) {
   ah->pd->users.fetch_sub(1);
   erase_owned(ahs_, ah);
   return 0;
+}
+
+// ---- multicast ---------------------------------------------------------------------------------
+
+int Rnic::attach_mcast(Qp* qp, const wire::Ipv6Addr& mgid) {
+  std::lock_guard lock(ctl_mu_);
+  // Linux's ib_attach_mcast: a UD QP and a multicast GID, else EINVAL.
+  if (qp == nullptr || !owns(qps_, qp) || qp->type() != IBV_QPT_UD || qp->is_gsi()) return EINVAL;
+  int rc = 0;
+  engine_.run_sync([&] { rc = mcast_.attach(mgid, qp); });
+  return rc;
+}
+
+int Rnic::detach_mcast(Qp* qp, const wire::Ipv6Addr& mgid) {
+  std::lock_guard lock(ctl_mu_);
+  if (qp == nullptr || !owns(qps_, qp) || qp->type() != IBV_QPT_UD || qp->is_gsi() || !is_multicast_gid(mgid))
+    return EINVAL;
+  int rc = 0;
+  engine_.run_sync([&] { rc = mcast_.detach(mgid, qp); });
+  return rc;
 }
 
 // ---- [engine] lookups ---------------------------------------------------------------------------
@@ -628,6 +663,22 @@ void Rnic::raise(const AsyncEvent& ev) noexcept {
   }
 }
 
+void Rnic::on_link_poll(Timer& t, uint64_t now_ns) {
+  Rnic& rnic = t.owner_as<Rnic>();
+  const bool up = rnic.engine_.port().link_up();
+  if (up != rnic.link_up_) {
+    // The port's state follows the link (query_port): ACTIVE when it comes
+    // up, DOWN when it goes; the application hears of either once.
+    rnic.link_up_ = up;
+    AsyncEvent ev;
+    ev.type = up ? IBV_EVENT_PORT_ACTIVE : IBV_EVENT_PORT_ERR;
+    ev.port = kPortNum;
+    rnic.ctr_.inc(RnicCtr::port_events);
+    rnic.raise(ev);
+  }
+  rnic.engine_.timers().arm(t, now_ns + kLinkPollNs);
+}
+
 int Rnic::get_async_event(AsyncEvent* ev) {
   for (;;) {
     uint64_t v = 0;
@@ -671,6 +722,10 @@ void Rnic::ring_sq(Qp& qp) noexcept {
 void Rnic::rx_burst(transport::Engine& engine, transport::RoceRx* pkts, uint16_t n) {
   for (uint16_t i = 0; i < n; ++i) {
     transport::RoceRx& pkt = pkts[i];
+    if (pkt.qp == nullptr) {  // DestQP 0xFFFFFF: the engine leaves the group to us
+      mcast_rx(engine, pkt);
+      continue;
+    }
     Qp& qp = *static_cast<Qp*>(pkt.qp);
     const wire::OpcodeInfo& op = pkt.info.op();
     const ibv_qp_state st = qp.state();
@@ -692,6 +747,38 @@ void Rnic::rx_burst(transport::Engine& engine, transport::RoceRx* pkts, uint16_t
       ctr_.inc(RnicCtr::rx_resp_pkts);
       completer_rx(engine, qp, pkt);
     }
+  }
+}
+
+// A packet to the multicast QPN: one copy to every QP attached to the
+// group named by its destination IP (rxe_rcv_mcast_pkt does the same).
+// The copies share the mbuf (one reference each); each QP's responder
+// checks its state, P_Key and Q_Key and consumes its own receive WQE, so
+// the completion has src_qp and the GRH as for unicast.
+void Rnic::mcast_rx(transport::Engine& engine, transport::RoceRx& pkt) noexcept {
+  ctr_.inc(RnicCtr::rx_mcast_pkts);
+  const uint8_t* f = rte_pktmbuf_mtod(pkt.m, const uint8_t*);
+  const wire::Ipv6Addr mgid = pkt.info.l3 == wire::L3::IPv4
+                                  ? transport::IpAddr::v4(wire::Ipv4C(f + pkt.info.l3_off).dst()).bytes
+                                  : wire::Ipv6C(f + pkt.info.l3_off).dst();
+  const McastGroup* g = mcast_.find(mgid);
+  if (g == nullptr) {
+    ctr_.inc(RnicCtr::drop_mcast_no_group);
+    rte_pktmbuf_free(pkt.m);
+    return;
+  }
+  const wire::OpcodeInfo& op = pkt.info.op();
+  if (op.transport != wire::Transport::UD || !op.request) {  // only UD is multicast (IBA 10.5)
+    ctr_.inc(RnicCtr::drop_mcast_not_ud);
+    rte_pktmbuf_free(pkt.m);
+    return;
+  }
+  const auto n = static_cast<uint16_t>(g->qps.size());  // >= 1: an empty group is removed
+  if (n > 1) rte_mbuf_refcnt_update(pkt.m, static_cast<int16_t>(n - 1));
+  for (Qp* qp : g->qps) {
+    transport::RoceRx one{pkt.m, qp, pkt.info};
+    ctr_.inc(RnicCtr::rx_mcast_copies);
+    responder_rx(engine, *qp, one);  // frees its reference
   }
 }
 

@@ -21,6 +21,7 @@
 
 #include "lib/util/counters.hpp"
 #include "transport/engine.hpp"
+#include "transport/rnic/mcast.hpp"
 #include "transport/rnic/objects.hpp"
 #include "transport/rnic/qp.hpp"
 
@@ -61,6 +62,14 @@ namespace uroce::rnic {
   X(rem_access_naks, "remote access error NAKs sent")                                       \
   X(rem_inv_req_naks, "invalid request NAKs sent")                                          \
   X(rem_op_naks, "remote operational error NAKs sent")                                      \
+  X(inv_rkey_refused, "SEND with Invalidate naming a key that cannot be invalidated (NAKed)") \
+  X(drop_tx_no_neigh, "dropped: request not sent, its destination did not resolve")         \
+  X(drop_tx_too_long, "dropped: request frame larger than a buffer")                        \
+  X(port_events, "port state changes reported (IBV_EVENT_PORT_ACTIVE / PORT_ERR)")          \
+  X(rx_mcast_pkts, "multicast packets received (DestQP 0xFFFFFF)")                         \
+  X(rx_mcast_copies, "multicast packets handed to an attached QP (one per QP)")             \
+  X(drop_mcast_no_group, "dropped: multicast packet for a group no QP is attached to")      \
+  X(drop_mcast_not_ud, "dropped: DestQP 0xFFFFFF on a packet that is not a UD SEND")        \
   X(cq_overflows, "completions lost to a full CQ (CQ error raised)")
 
 UROCE_COUNTER_ENUM(RnicCtr, UROCE_RNIC_COUNTERS)
@@ -128,6 +137,12 @@ class Rnic final : public transport::RoceSink {
   int destroy_qp(Qp* qp);
   Ah* create_ah(Pd* pd, const ibv_ah_attr& attr, int* err);  // wr.ud.ah = &ah->ibv
   int destroy_ah(Ah* ah);
+  // Multicast (ibv_attach_mcast(3) / ibv_detach_mcast(3), mcast.hpp): a UD
+  // QP of ours to the group `mgid`.  EINVAL: not a UD QP of this device,
+  // not a multicast GID, or (detach) not attached; ENOMEM past the limits.
+  // destroy_qp detaches the QP from every group.
+  int attach_mcast(Qp* qp, const wire::Ipv6Addr& mgid);
+  int detach_mcast(Qp* qp, const wire::Ipv6Addr& mgid);
 
   // ---- [engine] lookups ----
   // The MR for a local key with this PD; `check` why not.
@@ -177,6 +192,8 @@ class Rnic final : public transport::RoceSink {
   uint32_t next_key_ = 1;                       // next never-used key index (0 is never a key)
   uint32_t live_mrs_ = 0;
   std::vector<Qp*> qp_table_;                   // by QPN (written under run_sync)
+  McastTable mcast_;                            // engine reads; written under run_sync
+  void mcast_rx(transport::Engine& engine, transport::RoceRx& pkt) noexcept;  // [engine]
   Qp* make_qp(Pd* pd, const ibv_qp_init_attr& init, uint32_t qpn, int* err);
   uint8_t key_gen_ = 0;
   uint32_t next_qpn_ = 2;
@@ -184,6 +201,12 @@ class Rnic final : public transport::RoceSink {
   int async_fd_ = -1;
   std::mutex async_mu_;
   std::deque<AsyncEvent> async_;
+  // [engine] The port's link as last reported: a timer samples it every
+  // kLinkPollNs and raises IBV_EVENT_PORT_ACTIVE / IBV_EVENT_PORT_ERR on a
+  // change (IBA 11.6.3.3, unaffiliated port events).
+  static void on_link_poll(Timer& t, uint64_t now_ns);
+  Timer link_timer_{};
+  bool link_up_ = false;
 };
 
 }  // namespace uroce::rnic

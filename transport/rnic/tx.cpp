@@ -3,6 +3,9 @@
 // by lib/wire's builder (tx.hpp's tx_send).
 #include "transport/rnic/tx.hpp"
 
+#include "lib/wire/eth.hpp"
+#include "transport/rnic/mcast.hpp"
+
 namespace uroce::rnic {
 
 void tx_fill_path(const transport::Engine& engine, const AhAttr& path, uint16_t sport, wire::PktDesc& d) noexcept {
@@ -21,6 +24,15 @@ void tx_fill_path(const transport::Engine& engine, const AhAttr& path, uint16_t 
   d.sport = sport;
   d.udp_checksum = 0;                 // A17.4.3
   d.pkey = kDefaultPkey;              // the one P_Key we hold (index 0)
+}
+
+bool tx_out(transport::Engine& engine, const AhAttr& path, rte_mbuf* m) noexcept {
+  if (const auto mac = multicast_mac(path.dgid)) {
+    wire::Eth(rte_pktmbuf_mtod(m, uint8_t*)).set_dst(*mac);
+    engine.send(m);
+    return true;
+  }
+  return engine.send_to(transport::IpAddr::v6(path.dgid), m);
 }
 
 }  // namespace uroce::rnic

@@ -20,6 +20,18 @@ namespace uroce::rnic {
 // The destination MAC is filled in by neighbour resolution.
 void tx_fill_path(const transport::Engine& engine, const AhAttr& path, uint16_t sport, wire::PktDesc& d) noexcept;
 
+// What became of a frame handed to tx_frame.
+enum class TxResult : uint8_t {
+  Sent,       // queued for the port, or waiting for its neighbour to resolve
+  TooLong,    // the frame would not fit a buffer (freed)
+  NoNeighbour,  // the destination did not resolve lately, or the table is full (freed; the engine's neighbour stats count it)
+};
+
+// Hand a finished frame to the engine: towards `path.dgid`'s neighbour, or
+// for a multicast GID straight to the group's MAC (mcast.hpp: no
+// neighbour resolution).  False as Engine::send_to.
+bool tx_out(transport::Engine& engine, const AhAttr& path, rte_mbuf* m) noexcept;
+
 // Allocate, write headers for `payload_len` bytes, let `copy(uint8_t* dst)`
 // write the payload, finish (pad, ICRC) and send towards `path.dgid`.
 // False when no buffer (the engine counts drop_no_mbuf) or the frame would
@@ -38,19 +50,25 @@ bool tx_send(transport::Engine& engine, const AhAttr& path, const wire::PktDesc&
 
 // tx_send with the buffer already taken from engine.alloc() (consumed
 // here), for a sender that must tell "no buffer: try again later" from
-// "sent, or lost on the way".
+// "sent, or lost on the way" (and why: the requester counts each reason).
 template <class CopyFn>
-bool tx_send_mbuf(transport::Engine& engine, rte_mbuf* m, const AhAttr& path, const wire::PktDesc& d,
+TxResult tx_frame(transport::Engine& engine, rte_mbuf* m, const AhAttr& path, const wire::PktDesc& d,
                   size_t payload_len, CopyFn&& copy) noexcept {
   if (wire::frame_len(d, payload_len) > rte_pktmbuf_tailroom(m)) {
     rte_pktmbuf_free(m);
-    return false;
+    return TxResult::TooLong;
   }
   uint8_t* frame = rte_pktmbuf_mtod(m, uint8_t*);
   const size_t hl = wire::write_headers(frame, d, payload_len);
   copy(frame + hl);
   transport::Engine::set_frame_len(m, wire::finish(frame, d, payload_len));
-  return engine.send_to(transport::IpAddr::v6(path.dgid), m);
+  return tx_out(engine, path, m) ? TxResult::Sent : TxResult::NoNeighbour;
+}
+
+template <class CopyFn>
+bool tx_send_mbuf(transport::Engine& engine, rte_mbuf* m, const AhAttr& path, const wire::PktDesc& d,
+                  size_t payload_len, CopyFn&& copy) noexcept {
+  return tx_frame(engine, m, path, d, payload_len, copy) == TxResult::Sent;
 }
 
 inline bool tx_send(transport::Engine& engine, const AhAttr& path, const wire::PktDesc& d) noexcept {
