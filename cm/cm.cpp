@@ -271,7 +271,7 @@ CmState Cm::ignore(CmId& id, const Input& in) {
   switch (in.kind) {
     case CmInput::Connect: case CmInput::Listen: case CmInput::SidrResolve: case CmInput::Accept:
     case CmInput::Reject: case CmInput::SendMra: case CmInput::SendRtu: case CmInput::CommEst:
-    case CmInput::Disconnect: case CmInput::SidrReply: case CmInput::Destroy:
+    case CmInput::Disconnect: case CmInput::SidrReply: case CmInput::Destroy: case CmInput::Drop:
       break;
     case CmInput::RecvReq: case CmInput::RecvMra: case CmInput::RecvRej: case CmInput::RecvRep:
     case CmInput::RecvRtu: case CmInput::RecvDreq: case CmInput::RecvDrep: case CmInput::RecvSidrReq:
@@ -659,7 +659,7 @@ CmState Cm::st_idle(CmId& id, Input& in) {
     }
     case CmInput::Destroy: return CmState::Idle;
     case CmInput::Accept: case CmInput::Reject: case CmInput::SendMra: case CmInput::SendRtu:
-    case CmInput::CommEst: case CmInput::Disconnect: case CmInput::SidrReply:
+    case CmInput::CommEst: case CmInput::Disconnect: case CmInput::SidrReply: case CmInput::Drop:
       return bad_call(id, in);
     case CmInput::RecvDreq:  // a DREQ repeated after our TimeWait ended
       rx_dreq_unknown(*in.from, in.mad);
@@ -679,7 +679,7 @@ CmState Cm::st_listen(CmId& id, Input& in) {
       return CmState::Idle;
     case CmInput::Connect: case CmInput::Listen: case CmInput::SidrResolve: case CmInput::Accept:
     case CmInput::Reject: case CmInput::SendMra: case CmInput::SendRtu: case CmInput::CommEst:
-    case CmInput::Disconnect: case CmInput::SidrReply:
+    case CmInput::Disconnect: case CmInput::SidrReply: case CmInput::Drop:
       return bad_call(id, in);
     case CmInput::RecvReq: case CmInput::RecvMra: case CmInput::RecvRej: case CmInput::RecvRep:
     case CmInput::RecvRtu: case CmInput::RecvDreq: case CmInput::RecvDrep: case CmInput::RecvSidrReq:
@@ -708,7 +708,7 @@ CmState Cm::st_req_sent(CmId& id, Input& in) {
     }
     case CmInput::Connect: case CmInput::Listen: case CmInput::SidrResolve: case CmInput::Accept:
     case CmInput::Reject: case CmInput::SendMra: case CmInput::SendRtu: case CmInput::CommEst:
-    case CmInput::Disconnect: case CmInput::SidrReply:
+    case CmInput::Disconnect: case CmInput::SidrReply: case CmInput::Drop:
       return bad_call(id, in);
     case CmInput::RecvReq: case CmInput::RecvRtu: case CmInput::RecvDreq: case CmInput::RecvDrep:
     case CmInput::RecvSidrReq: case CmInput::RecvSidrRep: case CmInput::Stale:
@@ -725,7 +725,7 @@ CmState Cm::st_mra_req_rcvd(CmId& id, Input& in) {
     case CmInput::Destroy: return st_req_sent(id, in);
     case CmInput::Connect: case CmInput::Listen: case CmInput::SidrResolve: case CmInput::Accept:
     case CmInput::Reject: case CmInput::SendMra: case CmInput::SendRtu: case CmInput::CommEst:
-    case CmInput::Disconnect: case CmInput::SidrReply:
+    case CmInput::Disconnect: case CmInput::SidrReply: case CmInput::Drop:
       return bad_call(id, in);
     case CmInput::RecvMra: case CmInput::RecvReq: case CmInput::RecvRtu: case CmInput::RecvDreq:
     case CmInput::RecvDrep: case CmInput::RecvSidrReq: case CmInput::RecvSidrRep: case CmInput::Stale:
@@ -744,6 +744,9 @@ CmState Cm::st_req_rcvd(CmId& id, Input& in) {
       return id.state;
     case CmInput::RecvRej: return rx_rej(id, in);  // the active side gave up
     case CmInput::Destroy: return destroy_connected(id, in);
+    case CmInput::Drop:  // nothing sent: the peer's REQ retry comes back as new
+      ctr_.inc(CmCtr::req_dropped);
+      return CmState::Idle;
     case CmInput::Connect: case CmInput::Listen: case CmInput::SidrResolve: case CmInput::SendRtu:
     case CmInput::CommEst: case CmInput::Disconnect: case CmInput::SidrReply:
       return bad_call(id, in);
@@ -766,7 +769,7 @@ CmState Cm::st_mra_req_sent(CmId& id, Input& in) {
     case CmInput::RecvRej: return rx_rej(id, in);
     case CmInput::Destroy: return destroy_connected(id, in);
     case CmInput::Connect: case CmInput::Listen: case CmInput::SidrResolve: case CmInput::SendMra:
-    case CmInput::SendRtu: case CmInput::CommEst: case CmInput::Disconnect: case CmInput::SidrReply:
+    case CmInput::SendRtu: case CmInput::CommEst: case CmInput::Disconnect: case CmInput::SidrReply: case CmInput::Drop:
       return bad_call(id, in);
     case CmInput::RecvMra: case CmInput::RecvRep: case CmInput::RecvRtu: case CmInput::RecvDreq:
     case CmInput::RecvDrep: case CmInput::RecvSidrReq: case CmInput::RecvSidrRep: case CmInput::Stale:
@@ -792,7 +795,7 @@ CmState Cm::st_rep_sent(CmId& id, Input& in) {
     case CmInput::Destroy: return destroy_connected(id, in);
     case CmInput::Connect: case CmInput::Listen: case CmInput::SidrResolve: case CmInput::Accept:
     case CmInput::Reject: case CmInput::SendMra: case CmInput::SendRtu: case CmInput::Disconnect:
-    case CmInput::SidrReply:
+    case CmInput::SidrReply: case CmInput::Drop:
       return bad_call(id, in);
     case CmInput::RecvRep: case CmInput::RecvDrep: case CmInput::RecvSidrReq: case CmInput::RecvSidrRep:
     case CmInput::Stale:
@@ -816,7 +819,7 @@ CmState Cm::st_mra_rep_rcvd(CmId& id, Input& in) {
     case CmInput::Destroy: return destroy_connected(id, in);
     case CmInput::Connect: case CmInput::Listen: case CmInput::SidrResolve: case CmInput::Accept:
     case CmInput::Reject: case CmInput::SendMra: case CmInput::SendRtu: case CmInput::Disconnect:
-    case CmInput::SidrReply:
+    case CmInput::SidrReply: case CmInput::Drop:
       return bad_call(id, in);
     case CmInput::RecvMra: case CmInput::RecvRep: case CmInput::RecvDrep: case CmInput::RecvSidrReq:
     case CmInput::RecvSidrRep: case CmInput::Stale:
@@ -844,7 +847,7 @@ CmState Cm::st_rep_rcvd(CmId& id, Input& in) {
     case CmInput::RecvRej: return rx_rej(id, in);
     case CmInput::Destroy: return destroy_connected(id, in);
     case CmInput::Connect: case CmInput::Listen: case CmInput::SidrResolve: case CmInput::Accept:
-    case CmInput::CommEst: case CmInput::Disconnect: case CmInput::SidrReply:
+    case CmInput::CommEst: case CmInput::Disconnect: case CmInput::SidrReply: case CmInput::Drop:
       return bad_call(id, in);
     case CmInput::RecvReq: case CmInput::RecvMra: case CmInput::RecvRtu: case CmInput::RecvDreq:
     case CmInput::RecvDrep: case CmInput::RecvSidrReq: case CmInput::RecvSidrRep: case CmInput::Stale:
@@ -865,7 +868,7 @@ CmState Cm::st_mra_rep_sent(CmId& id, Input& in) {
     case CmInput::RecvRej: return rx_rej(id, in);
     case CmInput::Destroy: return destroy_connected(id, in);
     case CmInput::Connect: case CmInput::Listen: case CmInput::SidrResolve: case CmInput::Accept:
-    case CmInput::SendMra: case CmInput::CommEst: case CmInput::Disconnect: case CmInput::SidrReply:
+    case CmInput::SendMra: case CmInput::CommEst: case CmInput::Disconnect: case CmInput::SidrReply: case CmInput::Drop:
       return bad_call(id, in);
     case CmInput::RecvReq: case CmInput::RecvMra: case CmInput::RecvRtu: case CmInput::RecvDreq:
     case CmInput::RecvDrep: case CmInput::RecvSidrReq: case CmInput::RecvSidrRep: case CmInput::Stale:
@@ -900,7 +903,7 @@ CmState Cm::st_established(CmId& id, Input& in) {
     case CmInput::RecvRtu:
       return id.state;
     case CmInput::Connect: case CmInput::Listen: case CmInput::SidrResolve: case CmInput::Accept:
-    case CmInput::Reject: case CmInput::SendMra: case CmInput::SendRtu: case CmInput::SidrReply:
+    case CmInput::Reject: case CmInput::SendMra: case CmInput::SendRtu: case CmInput::SidrReply: case CmInput::Drop:
       return bad_call(id, in);
     case CmInput::RecvMra: case CmInput::RecvDrep: case CmInput::RecvSidrReq: case CmInput::RecvSidrRep:
     case CmInput::Timeout:
@@ -931,7 +934,7 @@ CmState Cm::st_dreq_sent(CmId& id, Input& in) {
     case CmInput::Disconnect: case CmInput::Destroy: case CmInput::CommEst:
       return id.state;  // already disconnecting
     case CmInput::Connect: case CmInput::Listen: case CmInput::SidrResolve: case CmInput::Accept:
-    case CmInput::Reject: case CmInput::SendMra: case CmInput::SendRtu: case CmInput::SidrReply:
+    case CmInput::Reject: case CmInput::SendMra: case CmInput::SendRtu: case CmInput::SidrReply: case CmInput::Drop:
       return bad_call(id, in);
     case CmInput::RecvReq: case CmInput::RecvMra: case CmInput::RecvRej: case CmInput::RecvRep:
     case CmInput::RecvRtu: case CmInput::RecvSidrReq: case CmInput::RecvSidrRep: case CmInput::Stale:
@@ -952,7 +955,7 @@ CmState Cm::st_dreq_rcvd(CmId& id, Input& in) {
       return id.state;
     case CmInput::CommEst: return id.state;
     case CmInput::Connect: case CmInput::Listen: case CmInput::SidrResolve: case CmInput::Accept:
-    case CmInput::Reject: case CmInput::SendMra: case CmInput::SendRtu: case CmInput::SidrReply:
+    case CmInput::Reject: case CmInput::SendMra: case CmInput::SendRtu: case CmInput::SidrReply: case CmInput::Drop:
       return bad_call(id, in);
     case CmInput::RecvReq: case CmInput::RecvMra: case CmInput::RecvRej: case CmInput::RecvRep:
     case CmInput::RecvRtu: case CmInput::RecvDrep: case CmInput::RecvSidrReq: case CmInput::RecvSidrRep:
@@ -988,7 +991,7 @@ CmState Cm::st_timewait(CmId& id, Input& in) {
     case CmInput::Disconnect: case CmInput::Destroy: case CmInput::CommEst:
       return id.state;
     case CmInput::Connect: case CmInput::Listen: case CmInput::SidrResolve: case CmInput::Accept:
-    case CmInput::Reject: case CmInput::SendMra: case CmInput::SendRtu: case CmInput::SidrReply:
+    case CmInput::Reject: case CmInput::SendMra: case CmInput::SendRtu: case CmInput::SidrReply: case CmInput::Drop:
       return bad_call(id, in);
     case CmInput::RecvMra: case CmInput::RecvRej: case CmInput::RecvRep: case CmInput::RecvRtu:
     case CmInput::RecvDrep: case CmInput::RecvSidrReq: case CmInput::RecvSidrRep: case CmInput::Stale:
@@ -1016,7 +1019,7 @@ CmState Cm::st_sidr_req_sent(CmId& id, Input& in) {
     case CmInput::Destroy: return CmState::Idle;
     case CmInput::Connect: case CmInput::Listen: case CmInput::SidrResolve: case CmInput::Accept:
     case CmInput::Reject: case CmInput::SendMra: case CmInput::SendRtu: case CmInput::CommEst:
-    case CmInput::Disconnect: case CmInput::SidrReply:
+    case CmInput::Disconnect: case CmInput::SidrReply: case CmInput::Drop:
       return bad_call(id, in);
     case CmInput::RecvReq: case CmInput::RecvMra: case CmInput::RecvRej: case CmInput::RecvRep:
     case CmInput::RecvRtu: case CmInput::RecvDreq: case CmInput::RecvDrep: case CmInput::RecvSidrReq:
@@ -1053,7 +1056,7 @@ CmState Cm::st_sidr_req_rcvd(CmId& id, Input& in) {
     case CmInput::RecvSidrReq: return id.state;  // the consumer is still deciding
     case CmInput::Connect: case CmInput::Listen: case CmInput::SidrResolve: case CmInput::Accept:
     case CmInput::Reject: case CmInput::SendMra: case CmInput::SendRtu: case CmInput::CommEst:
-    case CmInput::Disconnect:
+    case CmInput::Disconnect: case CmInput::Drop:
       return bad_call(id, in);
     case CmInput::RecvReq: case CmInput::RecvMra: case CmInput::RecvRej: case CmInput::RecvRep:
     case CmInput::RecvRtu: case CmInput::RecvDreq: case CmInput::RecvDrep: case CmInput::RecvSidrRep:
@@ -1235,6 +1238,15 @@ int Cm::consumer_call(CmId* id, Input& in) {
   step(*id, in);
   deliver();
   return in.rc;
+}
+
+void Cm::drop_request(CmId* id) {
+  if (!live(id)) return;
+  Input in{id->state == CmState::ReqRcvd ? CmInput::Drop : CmInput::Destroy};
+  step(*id, in);
+  id->destroyed = true;
+  id->context = nullptr;
+  deliver();
 }
 
 void Cm::destroy_id(CmId* id) {

@@ -81,6 +81,7 @@ std::string_view cm_state_name(CmState s) noexcept;
   X(Disconnect)  /* consumer: DREQ, or DREP to a DREQ */               \
   X(SidrReply)   /* consumer: answer a SIDR_REQ */                     \
   X(Destroy)     /* consumer: the id is being destroyed */             \
+  X(Drop)        /* consumer: forget a REQ unanswered (backlog full) */ \
   X(RecvReq)                                                           \
   X(RecvMra)                                                           \
   X(RecvRej)                                                           \
@@ -136,6 +137,7 @@ std::string_view cm_event_name(CmEventType e) noexcept;
   X(rx_lap_dropped, "dropped: LAP (no alternate path on RoCE, as Linux's ib_cm)")  \
   X(rx_apr_dropped, "dropped: APR (no alternate path on RoCE, as Linux's ib_cm)")  \
   X(rx_unknown_id, "dropped: no connection with that communication ID")            \
+  X(req_dropped, "REQs forgotten unanswered (listen backlog full; the peer retries)") \
   X(rx_unexpected, "dropped: message not expected in the connection's state")      \
   X(rx_bad_qpn, "dropped: DREQ naming another QPN")                                \
   X(rx_dup_req, "duplicate REQs")                                                  \
@@ -317,6 +319,12 @@ class Cm {
   // EADDRINUSE: service ID already listened on, ENOMEM: no free ID).
   CmId* create_id(void* context = nullptr);
   void destroy_id(CmId* id);
+  // Forget a REQ the consumer cannot take (a full listen backlog) without
+  // answering it, and destroy the id: the active side's retransmitted REQ
+  // then arrives as a new one.  Linux's ib_cm does this when the rdma_cm
+  // consumer refuses a REQ with ENOMEM ("do not reject, allow future
+  // retries").  Only in REQ received; elsewhere it is destroy_id().
+  void drop_request(CmId* id);
   int listen(CmId* id, uint64_t service_id, uint64_t service_mask = ~uint64_t{0});
   int connect(CmId* id, const ConnectParams& p);
   int accept(CmId* id, const AcceptParams& p);

@@ -331,6 +331,7 @@ int RdmaCm::get_event(RdmaChannel* ch, RdmaEvent* out) {
     ch->q.pop_front();
     RdmaId* owner = out->type == RDMA_CM_EVENT_CONNECT_REQUEST && out->listen_id ? out->listen_id : out->id;
     ++owner->events_reported;
+    if (out->type == RDMA_CM_EVENT_CONNECT_REQUEST && out->listen_id != nullptr) --out->listen_id->pending_requests;
     return 0;
   }
 }
@@ -410,7 +411,10 @@ int RdmaCm::destroy_id(RdmaId* id) {
       std::lock_guard q(id->channel->mu);
       const size_t removed = std::erase_if(id->channel->q, [&](const RdmaEvent& ev) {
         if (ev.listen_id == id && ev.id != id) orphans.push_back(ev.id);
-        return ev.id == id || ev.listen_id == id;
+        const bool gone = ev.id == id || ev.listen_id == id;
+        if (gone && ev.type == RDMA_CM_EVENT_CONNECT_REQUEST && ev.listen_id != nullptr && ev.listen_id != id)
+          --ev.listen_id->pending_requests;  // a request its listener will never retrieve
+        return gone;
       });
       drain_counts(*id->channel, removed);
     }
@@ -447,7 +451,6 @@ int RdmaCm::destroy_id(RdmaId* id) {
   acked_.wait(lock, [id] { return id->events_acked >= id->events_reported; });
   for (RdmaId* other : ids_)
     if (other->listen_parent == id) other->listen_parent = nullptr;
-  if (id->listen_parent != nullptr && id->state == RdmaIdState::ConnectRequest) --id->listen_parent->pending_requests;
   ids_.erase(id);
   delete id;
   return 0;
@@ -806,7 +809,6 @@ void RdmaCm::on_cm_event(RdmaDev& d, const CmEvent& ev) {
       // status and its whole private-data field.
       qp_to_error(*id);
       std::erase(d.accepting, id);
-      if (id->state == RdmaIdState::ConnectRequest && id->listen_parent) --id->listen_parent->pending_requests;
       id->state = RdmaIdState::Failed;
       out.type = RDMA_CM_EVENT_REJECTED;
       out.status = ev.reason;
@@ -882,15 +884,19 @@ void RdmaCm::on_req(RdmaDev& d, const CmEvent& ev, bool sidr) {
     d.cm->destroy_id(ev.id);
     return;
   }
-  if (l->pending_requests >= l->backlog) {  // the listen backlog is full
+  // The listen backlog counts CONNECT_REQUESTs queued and not yet
+  // retrieved (as Linux's ucma).  When it is full, Linux's ib_cm forgets a
+  // REQ without answering it, so the active side's retransmission gets
+  // another chance; a SIDR_REQ is rejected.
+  if (l->pending_requests >= l->backlog) {
     if (sidr) {
       SidrReplyParams p;
       p.status = SidrStatus::Reject;
       d.cm->sidr_reply(ev.id, p);
+      d.cm->destroy_id(ev.id);
     } else {
-      d.cm->reject(ev.id, RejReason::NoResources);
+      d.cm->drop_request(ev.id);
     }
-    d.cm->destroy_id(ev.id);
     return;
   }
   auto* id = new RdmaId;
@@ -1310,7 +1316,6 @@ int RdmaCm::accept(RdmaId* id, const rdma_conn_param* param) {
         if (id->qp != nullptr) d->accepting.push_back(id);
       }
     }
-    if (rc == 0 && id->listen_parent != nullptr) --id->listen_parent->pending_requests;
   });
   return rc;
 }
@@ -1336,10 +1341,7 @@ int RdmaCm::reject(RdmaId* id, const void* pdata, uint8_t len) {
     } else {
       rc = -d->cm->reject(id->cm_id, RejReason::ConsumerReject, user);  // reason 28 (IBA table 109)
     }
-    if (rc == 0) {
-      id->state = RdmaIdState::Failed;
-      if (id->listen_parent != nullptr) --id->listen_parent->pending_requests;
-    }
+    if (rc == 0) id->state = RdmaIdState::Failed;
   });
   return rc;
 }

@@ -166,7 +166,7 @@ struct RdmaId {
   bool reuseaddr = false;
   bool afonly = false;
   int backlog = 0;
-  int pending_requests = 0;           // listener: CONNECT_REQUESTs not yet accepted or rejected
+  int pending_requests = 0;           // listener: CONNECT_REQUESTs queued, not yet retrieved
   uint32_t qkey = RDMA_UDP_QKEY;      // UD ids
   uint8_t responder_resources = 0;    // negotiated (conn params)
   uint8_t initiator_depth = 0;

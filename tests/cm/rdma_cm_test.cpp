@@ -264,6 +264,49 @@ TEST_F(RdmaCmTest, NoListenerIsRejectedInvalidServiceId) {
   EXPECT_EQ(cm_->destroy_id(c), 0);
 }
 
+// A full listen backlog (CONNECT_REQUESTs queued and not yet retrieved)
+// forgets the REQ unanswered, as Linux's ucma + ib_cm do; the active side's
+// REQ retransmission is taken once the application has retrieved a request.
+TEST_F(RdmaCmTest, FullBacklogForgetsTheReqAndTakesItsRetry) {
+  RdmaCmOptions opt;
+  opt.cm_response_timeout = 14;  // ~67 ms per REQ try
+  start(opt);
+  RdmaChannel* sch = cm_->create_channel();
+  RdmaChannel* cch = cm_->create_channel();
+  RdmaId* l = nullptr;
+  ASSERT_EQ(cm_->create_id(sch, nullptr, RDMA_PS_TCP, IBV_QPT_RC, &l), 0);
+  const sockaddr_in addr = sin4(h_->b().ip4, 7104);
+  ASSERT_EQ(cm_->bind_addr(l, sa(addr)), 0);
+  ASSERT_EQ(cm_->listen(l, 1), 0);
+  RdmaId* c1 = resolved_client(cch, RDMA_PS_TCP, 7104);
+  RdmaId* c2 = resolved_client(cch, RDMA_PS_TCP, 7104);
+  rdma_conn_param cp{};
+  cp.qp_num = 0x42;
+  ASSERT_EQ(cm_->connect(c1, &cp), 0);
+  cp.qp_num = 0x43;
+  ASSERT_EQ(cm_->connect(c2, &cp), 0);
+  // One REQ is queued; the other finds the backlog full and is forgotten.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  while (cm_->cm_counters(1)->get(CmCtr::req_dropped) == 0 && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  ASSERT_EQ(cm_->cm_counters(1)->get(CmCtr::req_dropped), 1u);
+  EXPECT_FALSE(next(cch, 50).has_value()) << "nothing answers the dropped REQ";
+  RdmaEvent r1 = expect(sch, RDMA_CM_EVENT_CONNECT_REQUEST);
+  // Retrieved: room again, and the retransmitted REQ comes in.
+  RdmaEvent r2 = expect(sch, RDMA_CM_EVENT_CONNECT_REQUEST, 3000);
+  ASSERT_NE(r1.id, nullptr);
+  ASSERT_NE(r2.id, nullptr);
+  EXPECT_NE(r1.conn.qp_num, r2.conn.qp_num);
+  EXPECT_EQ(r1.conn.qp_num + r2.conn.qp_num, 0x42u + 0x43u) << "both clients' requests, once each";
+  EXPECT_GE(cm_->cm_counters(0)->get(CmCtr::retransmits), 1u);
+  const char no[] = "full";
+  ASSERT_EQ(cm_->reject(r1.id, no, sizeof no), 0);
+  ASSERT_EQ(cm_->reject(r2.id, no, sizeof no), 0);
+  EXPECT_EQ(expect(cch, RDMA_CM_EVENT_REJECTED).status, 28);
+  EXPECT_EQ(expect(cch, RDMA_CM_EVENT_REJECTED).status, 28);
+  for (RdmaId* id : {r1.id, r2.id, c1, c2, l}) EXPECT_EQ(cm_->destroy_id(id), 0);
+}
+
 TEST_F(RdmaCmTest, UnreachableWhenThePeerHasNoCm) {
   RdmaCmOptions opt;
   opt.cm_response_timeout = 10;  // 4 ms per try
