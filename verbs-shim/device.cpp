@@ -4,9 +4,11 @@
 // libibverbs' size-aware conventions (research/abi-shim.md §4.3).
 #include <endian.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cerrno>
 #include <cstdio>
@@ -43,13 +45,47 @@ constexpr int kNumCompVectors = 1;
 constexpr auto kExitLinger = std::chrono::milliseconds(100);
 constexpr auto kLingerStep = std::chrono::microseconds(50);
 
+// Exit with the program's threads still running.  exit() takes the
+// handlers (atexit and static destructors) off one list one at a time, so
+// a second thread calling exit() meanwhile runs the ones still listed
+// concurrently with the first.  rping does this: its CM thread exits when
+// the event channel it waits on is destroyed at the end of main.  That
+// thread then tore down the device list and the registry (engines, ports,
+// the EAL) while the main thread was still in the linger below (SIGSEGV
+// in linger_at_exit, about one run in five under load).
+//
+// So the teardown belongs to one thread, the first to reach one of our
+// two handlers: linger_at_exit, then exit_gate (registered just before it,
+// so it runs right after).  On the owner the gate shuts the registry down
+// before any other handler can; any other thread that reaches either waits
+// there until the owner's _exit ends the process.  The device list is never
+// destroyed, so a late reader never finds it freed.
+// One sequentially consistent compare-exchange decides the owner; nothing
+// else is published through it.
+std::atomic<pthread_t> g_exit_owner{0};  // 0: nobody (glibc's pthread_t is a pointer)
+
+// Claims the teardown for this thread, or parks it for good if another
+// thread has it.
+void claim_exit() {
+  pthread_t none = 0;
+  const pthread_t self = pthread_self();
+  if (g_exit_owner.compare_exchange_strong(none, self) || pthread_equal(none, self)) return;
+  for (;;) ::pause();
+}
+
 void linger_at_exit() {
+  claim_exit();
   const auto end = std::chrono::steady_clock::now() + kExitLinger;
   while (std::chrono::steady_clock::now() < end) {
     bool drove = false;
     for (Device* d : devices()) drove |= d->inline_progress && d->tdev->progress();
     if (!drove) std::this_thread::sleep_for(kLingerStep);
   }
+}
+
+void exit_gate() {
+  claim_exit();
+  transport::Devices::instance().shutdown();  // engines stopped and ports closed here, once
 }
 
 std::mutex g_mu;           // the device list
@@ -68,9 +104,9 @@ void start_devices_locked() {
   if (g_started) return;
   g_started = true;
   auto& reg = transport::Devices::instance();
-  // Registered after the registry and the device list exist, so it runs
-  // before either is torn down at exit.
-  (void)devices();
+  // Registered after the registry exists, so they run before it is torn
+  // down at exit: the linger first, then the gate (see exit_gate).
+  std::atexit(exit_gate);
   std::atexit(linger_at_exit);
   auto names = reg.names();
   if (!names) {
@@ -120,8 +156,10 @@ void copy_sized(void* out, size_t len, const void* full, size_t full_size) noexc
 }  // namespace
 
 std::vector<Device*>& devices() noexcept {
-  static std::vector<Device*> list;
-  return list;
+  // Never destroyed, as the Devices in it: a thread of the program still
+  // running during exit may read it (see exit_gate).
+  static auto* list = new std::vector<Device*>;
+  return *list;
 }
 
 void kick(Device* dev) noexcept {

@@ -331,10 +331,21 @@ UROCE_EXPORT int ibv_destroy_qp(ibv_qp* ibqp) noexcept {
   return 0;
 }
 
-// Multicast groups on UD QPs are not offered (IB multicast needs an SM;
-// RoCE multicast, IGMP joins).
-UROCE_EXPORT int ibv_attach_mcast(ibv_qp*, const ibv_gid*, uint16_t) noexcept { return EOPNOTSUPP; }
-UROCE_EXPORT int ibv_detach_mcast(ibv_qp*, const ibv_gid*, uint16_t) noexcept { return EOPNOTSUPP; }
+// RoCEv2 multicast on UD QPs (transport/rnic/mcast.hpp): the GID is the
+// group's (IPv4-mapped or IPv6 multicast); the LID means nothing on RoCE
+// and is ignored, as Linux does for an Ethernet port.
+UROCE_EXPORT int ibv_attach_mcast(ibv_qp* ibqp, const ibv_gid* gid, uint16_t /*lid*/) noexcept {
+  if (ibqp == nullptr || gid == nullptr) return EINVAL;
+  wire::Ipv6Addr mgid;
+  std::memcpy(mgid.data(), gid->raw, mgid.size());
+  return rnic_of(ibqp->context).attach_mcast(to_qp(ibqp)->impl, mgid);
+}
+UROCE_EXPORT int ibv_detach_mcast(ibv_qp* ibqp, const ibv_gid* gid, uint16_t /*lid*/) noexcept {
+  if (ibqp == nullptr || gid == nullptr) return EINVAL;
+  wire::Ipv6Addr mgid;
+  std::memcpy(mgid.data(), gid->raw, mgid.size());
+  return rnic_of(ibqp->context).detach_mcast(to_qp(ibqp)->impl, mgid);
+}
 
 // Enhanced connection establishment: no options to negotiate.
 UROCE_EXPORT int ibv_set_ece(ibv_qp*, ibv_ece*) noexcept { return EOPNOTSUPP; }

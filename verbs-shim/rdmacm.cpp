@@ -19,6 +19,7 @@
 #include <rdma/rdma_verbs.h>
 #include <rdma/rsocket.h>
 #include <sys/select.h>
+#include <unistd.h>
 
 #include <cerrno>
 #include <cstddef>
@@ -27,6 +28,7 @@
 #include <map>
 #include <mutex>
 #include <new>
+#include <set>
 
 #include "cm/rdma_cm.hpp"
 #include "verbs-shim/shim.hpp"
@@ -148,6 +150,32 @@ void sync_fields(Id* x) {
   }
 }
 
+// The channels not yet destroyed.  A program may destroy a channel while
+// another of its threads still waits on it, or is about to (rping's CM
+// thread, at the end of main): rdma_get_cm_event must then not read the
+// freed Channel.  Never destroyed, for threads still running during exit.
+std::mutex g_channels_mu;
+std::set<const Channel*>& live_channels() {
+  static auto* live = new std::set<const Channel*>;
+  return *live;
+}
+
+// The model's channel behind `c`, or null once the program destroyed it.
+uroce::cm::RdmaChannel* live_impl(const Channel* c) {
+  std::lock_guard lock(g_channels_mu);
+  return live_channels().count(c) != 0 ? c->impl : nullptr;
+}
+
+// A thread waiting on a channel the program destroys stays blocked, as in
+// librdmacm, whose read() on the closed fd never returns (the model does
+// the same to a thread already inside its wait).  One that calls in just
+// after the destroy is treated alike: otherwise rping's CM thread would
+// fail, and exit the process with an error status, or not, depending on
+// which thread the scheduler ran first.
+[[noreturn]] void wait_forever() {
+  for (;;) ::pause();
+}
+
 Channel* new_channel() {
   RdmaCm* m = model();
   if (m == nullptr) return fail(ENODEV, static_cast<Channel*>(nullptr));
@@ -159,11 +187,17 @@ Channel* new_channel() {
     return fail(ENOMEM, static_cast<Channel*>(nullptr));
   }
   c->ch.fd = c->impl->fd;
+  std::lock_guard lock(g_channels_mu);
+  live_channels().insert(c);
   return c;
 }
 
 void free_channel(Channel* c) {
   if (c == nullptr) return;
+  {
+    std::lock_guard lock(g_channels_mu);
+    live_channels().erase(c);
+  }
   model()->destroy_channel(c->impl);
   delete c;
 }
@@ -232,6 +266,8 @@ rdma_cm_event* wrap_event(Channel* ch, const RdmaEvent& re) {
   if (re.ud) {
     ev.param.ud = re.ud_param;
     ev.param.ud.private_data = pd;
+    if (re.type == RDMA_CM_EVENT_MULTICAST_JOIN || re.type == RDMA_CM_EVENT_MULTICAST_ERROR)
+      ev.param.ud.private_data = re.ud_param.private_data;  // the join's context (librdmacm)
     ev.param.ud.private_data_len = e->impl.pdata_len;
   } else {
     ev.param.conn = re.conn;
@@ -334,9 +370,14 @@ RDMACM_EXPORT void rdma_destroy_event_channel(rdma_event_channel* channel) noexc
 RDMACM_EXPORT int rdma_get_cm_event(rdma_event_channel* channel, rdma_cm_event** event) noexcept {
   if (channel == nullptr || event == nullptr) return fail(EINVAL, -1);
   Channel* c = to_ch(channel);
+  uroce::cm::RdmaChannel* impl = live_impl(c);
+  if (impl == nullptr) wait_forever();
   RdmaEvent re;
-  const int rc = model()->get_event(c->impl, &re);
-  if (rc != 0) return fail(rc, -1);
+  const int rc = model()->get_event(impl, &re);
+  if (rc != 0) {
+    if (live_impl(c) == nullptr) wait_forever();  // destroyed while this thread waited
+    return fail(rc, -1);
+  }
   *event = wrap_event(c, re);
   if (*event == nullptr) {
     model()->ack_event(re);
@@ -694,13 +735,35 @@ RDMACM_EXPORT int rdma_get_request(rdma_cm_id* listen, rdma_cm_id** id) noexcept
   return 0;
 }
 
-// ---- multicast, ECE: not supported ---------------------------------------------------------
+// ---- multicast (the model attaches the id's QP and reports the join) -------------------------
 
-RDMACM_EXPORT int rdma_join_multicast(rdma_cm_id*, sockaddr*, void*) noexcept { return fail(EOPNOTSUPP, -1); }
-RDMACM_EXPORT int rdma_join_multicast_ex(rdma_cm_id*, rdma_cm_join_mc_attr_ex*, void*) noexcept {
-  return fail(EOPNOTSUPP, -1);
+RDMACM_EXPORT int rdma_join_multicast_ex(rdma_cm_id* id, rdma_cm_join_mc_attr_ex* attr, void* context) noexcept {
+  if (id == nullptr || attr == nullptr) return fail(EINVAL, -1);
+  // librdmacm: the address and the flags are required; unknown bits ENOTSUP.
+  if ((attr->comp_mask & ~(RDMA_CM_JOIN_MC_ATTR_RESERVED - 1)) != 0) return fail(ENOTSUP, -1);
+  if ((attr->comp_mask & RDMA_CM_JOIN_MC_ATTR_ADDRESS) == 0 || attr->addr == nullptr ||
+      (attr->comp_mask & RDMA_CM_JOIN_MC_ATTR_JOIN_FLAGS) == 0 || attr->join_flags >= RDMA_MC_JOIN_FLAG_RESERVED)
+    return fail(EINVAL, -1);
+  Id* x = to_id(id);
+  if (const int rc = model()->join_multicast(x->impl, attr->addr, static_cast<int>(attr->join_flags), context);
+      rc != 0)
+    return fail(rc, -1);
+  return complete(x);
 }
-RDMACM_EXPORT int rdma_leave_multicast(rdma_cm_id*, sockaddr*) noexcept { return fail(EADDRNOTAVAIL, -1); }
+RDMACM_EXPORT int rdma_join_multicast(rdma_cm_id* id, sockaddr* addr, void* context) noexcept {
+  rdma_cm_join_mc_attr_ex attr{};
+  attr.comp_mask = RDMA_CM_JOIN_MC_ATTR_ADDRESS | RDMA_CM_JOIN_MC_ATTR_JOIN_FLAGS;
+  attr.join_flags = RDMA_MC_JOIN_FLAG_FULLMEMBER;
+  attr.addr = addr;
+  return rdma_join_multicast_ex(id, &attr, context);
+}
+RDMACM_EXPORT int rdma_leave_multicast(rdma_cm_id* id, sockaddr* addr) noexcept {
+  if (id == nullptr || addr == nullptr) return fail(EINVAL, -1);
+  return result(model()->leave_multicast(to_id(id)->impl, addr));
+}
+
+// ---- ECE: not supported ----------------------------------------------------------------------
+
 RDMACM_EXPORT int rdma_set_local_ece(rdma_cm_id*, ibv_ece*) noexcept { return fail(EOPNOTSUPP, -1); }
 RDMACM_EXPORT int rdma_get_remote_ece(rdma_cm_id*, ibv_ece*) noexcept { return fail(EOPNOTSUPP, -1); }
 

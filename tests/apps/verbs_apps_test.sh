@@ -6,13 +6,14 @@
 #             device, port and GID table as a program sees them); a program
 #             that asks for an unsupported verb (ibv_xsrq_pingpong: XRC)
 #             gets a clean error, not a crash
-#   afpacket  ibv_rc_pingpong (also -e, and -s 16384), ibv_uc_pingpong,
-#             ibv_ud_pingpong and ibv_srq_pingpong: server in one network
-#             namespace, client in the other (scripts/netns-up --veth), one
-#             net_af_packet port each, the TCP exchange over the same veth
+#   afpacket  ibv_rc_pingpong (also -e, and -s 16384 at path MTU 256, 512
+#             and the port's 1024), ibv_uc_pingpong, ibv_ud_pingpong and
+#             ibv_srq_pingpong: server in one network namespace, client in
+#             the other (scripts/netns-up --veth), one net_af_packet port
+#             each, the TCP exchange over the same veth
 #   memif     the same programs over a memif pair; the two processes share
-#             a namespace (memif has no kernel link for their TCP exchange,
-#             which goes over loopback)
+#             a private namespace (memif has no kernel link for their TCP
+#             exchange, which goes over its loopback)
 #
 #   verbs_apps_test.sh MODE SHIM_BUILD_DIR SCRIPTS_DIR
 #
@@ -33,7 +34,7 @@ for p in ibv_devices ibv_devinfo ibv_rc_pingpong ibv_uc_pingpong ibv_ud_pingpong
 done
 
 PREFIX=$(printf 'us%x' $$)
-TMP=$(mktemp -d "/tmp/uroce-shim-$MODE.XXXXXX")
+TMP=$(mktemp -d "/tmp/uroce-apps-$MODE.XXXXXX")
 PIDS=()
 failed=0
 CONFIG=$TMP/empty.toml
@@ -45,6 +46,7 @@ cleanup() {
   for pid in "${PIDS[@]}"; do kill -TERM "$pid" 2>/dev/null; done
   for pid in "${PIDS[@]}"; do wait "$pid" 2>/dev/null; done
   "$SCRIPTS/netns-down" "$PREFIX" >/dev/null 2>&1
+  ip netns del "$PREFIX-m" 2>/dev/null
   if [ $failed -eq 0 ]; then rm -rf "$TMP"; else echo "logs kept in $TMP"; fi
 }
 trap cleanup EXIT
@@ -126,6 +128,8 @@ PROGRAMS=(
   "rc-inline inline ibv_rc_pingpong -g 0 -n $ITERS"
   "rc-events thread ibv_rc_pingpong -g 0 -n $ITERS -e"
   "rc-16k inline ibv_rc_pingpong -g 0 -n $ITERS -s 16384"
+  "rc-16k-mtu256 inline ibv_rc_pingpong -g 0 -n $ITERS -s 16384 -m 256"
+  "rc-16k-mtu512 thread ibv_rc_pingpong -g 0 -n $ITERS -s 16384 -m 512"
   "uc inline ibv_uc_pingpong -g 0 -n $ITERS"
   "ud inline ibv_ud_pingpong -g 0 -n $ITERS"
   "srq inline ibv_srq_pingpong -g 0 -n $ITERS"
@@ -150,17 +154,23 @@ run_afpacket() {
 }
 
 run_memif() {
-  local sock=$TMP/memif.sock
+  local sock=$TMP/memif.sock ns="ip netns exec $PREFIX-m env"
+  # A namespace of this run's own, for its loopback and the TCP port
+  # (18515) the programs use.
+  ip netns add "$PREFIX-m" 2>"$TMP/netns.err" || { fail "ip netns add"; show "$TMP/netns.err"; return; }
+  ip netns exec "$PREFIX-m" ip link set lo up
   # A fresh socket per program: the server side of each pair owns it.
-  run_programs "env UROCE_DEVICE=net_memif0,role=server,socket=$sock,socket-abstract=no UROCE_IP=10.48.0.1/24" \
-    "env UROCE_DEVICE=net_memif0,role=client,socket=$sock,socket-abstract=no UROCE_IP=10.48.0.2/24" 127.0.0.1
+  run_programs "$ns UROCE_DEVICE=net_memif0,role=server,socket=$sock,socket-abstract=no UROCE_IP=10.48.0.1/24" \
+    "$ns UROCE_DEVICE=net_memif0,role=client,socket=$sock,socket-abstract=no UROCE_IP=10.48.0.2/24" 127.0.0.1
 }
 
-echo "shim-$MODE: work in $TMP"
+NAME=apps-$MODE
+[ "$MODE" = utils ] || NAME=apps-pingpong-$MODE
+echo "$NAME: work in $TMP"
 "run_$MODE"
 if [ $failed -eq 0 ]; then
-  echo "shim-$MODE: all checks passed"
+  echo "$NAME: all checks passed"
   exit 0
 fi
-echo "shim-$MODE: $failed checks failed"
+echo "$NAME: $failed checks failed"
 exit 1
