@@ -1068,7 +1068,11 @@ int RdmaCm::modify_connected_qp(RdmaId& id) {
 }
 
 void RdmaCm::qp_to_error(RdmaId& id) {
-  if (id.qp == nullptr) return;
+  // [engine] An application may destroy the QP with ibv_destroy_qp rather
+  // than rdma_destroy_qp (perftest does) and keep the id: id.qp then
+  // dangles, and a DREQ or REJ arriving later must not modify freed memory.
+  // Touch it only while the RNIC still maps its QPN to it.
+  if (id.qp == nullptr || id.dev == nullptr || id.dev->cfg.rnic->qp_by_num(Qpn(id.qpn)) != id.qp) return;
   const ibv_qp_state s = id.qp->state();
   if (s == IBV_QPS_ERR || s == IBV_QPS_RESET) return;
   ibv_qp_attr a{};
@@ -1083,6 +1087,7 @@ int RdmaCm::attach_qp(RdmaId* id, rnic::Qp* qp) {
     if (id->qp != nullptr) return EINVAL;
     if (id->dev == nullptr || &qp->rnic() != id->dev->cfg.rnic) return EINVAL;
     id->qp = qp;
+    id->qpn = qp->qpn().value();
     id->qp_type = qp->type();
   }
   int rc = 0;
@@ -1344,6 +1349,23 @@ int RdmaCm::reject(RdmaId* id, const void* pdata, uint8_t len) {
     if (rc == 0) id->state = RdmaIdState::Failed;
   });
   return rc;
+}
+
+void RdmaCm::disconnect_all() {
+  std::vector<RdmaId*> up;
+  {
+    // Best effort: a thread of the exiting program may have stopped for
+    // good inside a call that holds the lock; then nothing is sent.
+    std::unique_lock lock(mu_, std::try_to_lock);
+    if (!lock.owns_lock()) return;
+    for (RdmaId* id : ids_) {
+      if (id->destroyed || id->cm_id == nullptr || id->dev == nullptr || id->qp_type == IBV_QPT_UD) continue;
+      if (id->state == RdmaIdState::Connected || id->state == RdmaIdState::Disconnected ||
+          id->state == RdmaIdState::Accepting || id->state == RdmaIdState::Connect)
+        up.push_back(id);
+    }
+  }
+  for (RdmaId* id : up) (void)disconnect(id);
 }
 
 int RdmaCm::disconnect(RdmaId* id) {

@@ -159,6 +159,7 @@ struct RdmaId {
   // ---- the model's own (under RdmaCm::mu_) ----
   RdmaDev* dev = nullptr;
   rnic::Qp* qp = nullptr;
+  uint32_t qpn = 0;                   // qp's number (RdmaCm::qp_to_error: is qp still alive?)
   CmId* cm_id = nullptr;
   bool bound = false;                 // holds (ps, port) in the port table
   uint8_t tos = 0;
@@ -214,6 +215,12 @@ class RdmaCm {
   virtual int accept(RdmaId* id, const rdma_conn_param* param);
   virtual int reject(RdmaId* id, const void* pdata, uint8_t len);
   virtual int disconnect(RdmaId* id);
+  // The process is exiting: every connection still up is disconnected
+  // (DREQ, or the DREP a peer's DREQ waits for), as the kernel does when it
+  // destroys a closed process's ids; the caller then drives the loop a
+  // little while so the messages leave.  A peer whose DREQ came after we
+  // were gone would otherwise retry into silence (rxe's perftest -R).
+  void disconnect_all();
   virtual int establish(RdmaId* id);                   // rdma_establish: the RTU after CONNECT_RESPONSE
   virtual int notify(RdmaId* id, ibv_event_type ev);   // IBV_EVENT_COMM_EST
   virtual int set_option(RdmaId* id, int level, int name, const void* val, size_t len);

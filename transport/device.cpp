@@ -143,7 +143,7 @@ Device::~Device() {
   dpdk_port_.reset();
 }
 
-bool Device::progress() { return engine_->try_progress(); }
+bool Device::progress(Engine::Assist how) { return engine_->try_progress(how); }
 
 void Device::stop() {
   if (engine_lcore_ != kNoLcore) {

@@ -132,7 +132,7 @@ class Device {
   // One iteration of the loop if no other thread is running it (false
   // otherwise): inline progress, or an application thread assisting the
   // engine thread (Engine::try_progress).
-  bool progress();
+  bool progress(Engine::Assist how = Engine::Assist::Hold);
   // Stops the engine thread (the device stays open; no more progress).
   void stop();
 

@@ -162,10 +162,11 @@ void Engine::stop() {
   if (thread_.joinable()) thread_.join();
 }
 
-bool Engine::try_progress() {
-  // With an engine thread, this caller assists: the thread backs off while
-  // callers keep coming (lowest latency on few cores, DESIGN.md "Progress").
-  const bool assist = running_.load(std::memory_order_relaxed);
+bool Engine::try_progress(Assist how) {
+  // With an engine thread, a caller that will keep coming assists: the
+  // thread backs off while such callers keep coming (lowest latency on few
+  // cores, DESIGN.md "Progress").
+  const bool assist = how == Assist::Hold && running_.load(std::memory_order_relaxed);
   std::unique_lock lock(poll_mutex_, std::try_to_lock);
   if (!lock.owns_lock()) {
     if (assist) assist_ns_.store(steady_ns(), std::memory_order_relaxed);

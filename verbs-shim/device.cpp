@@ -75,6 +75,7 @@ void claim_exit() {
 
 void linger_at_exit() {
   claim_exit();
+  rdmacm_at_exit();  // DREQs/DREPs for what is still connected, sent during the linger
   const auto end = std::chrono::steady_clock::now() + kExitLinger;
   while (std::chrono::steady_clock::now() < end) {
     bool drove = false;
@@ -167,6 +168,8 @@ void kick(Device* dev) noexcept {
   // assists it, and the thread stays off the core while calls keep coming.
   dev->tdev->progress();
 }
+
+void kick_once(Device* dev) noexcept { dev->tdev->progress(transport::Engine::Assist::Once); }
 
 // ---- context ops -------------------------------------------------------------------
 

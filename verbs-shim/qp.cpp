@@ -244,7 +244,7 @@ int post_send_op(ibv_qp* ibqp, ibv_send_wr* wr, ibv_send_wr** bad) noexcept {
   const ibv_send_wr* bad_c = nullptr;
   const int rc = qp->impl->post_send(wr, &bad_c);
   if (rc != 0 && bad != nullptr) *bad = const_cast<ibv_send_wr*>(bad_c);
-  kick(qp->ctx->dev);
+  kick_once(qp->ctx->dev);
   return rc;
 }
 

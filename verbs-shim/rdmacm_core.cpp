@@ -2,6 +2,7 @@
 // RNICs, which live here (one static DPDK per process: DESIGN.md "Linking").
 // librdmacm.so.1 asks for it through uroce_rdmacm() (UROCE_PRIVATE_1) and
 // calls it only through its vtable, so nothing else crosses the boundary.
+#include <atomic>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -31,6 +32,14 @@ using namespace uroce;
 // first use, never destroyed: engines may call into it until exit).
 // UROCE_CM_RESPONSE_TIMEOUT (0..31, 4.096 us * 2^t) and UROCE_CM_RETRIES
 // (0..15) override Linux's 20 and 15.
+namespace {
+std::atomic<cm::RdmaCm*> g_model{nullptr};  // set once the model runs
+}  // namespace
+
+void shim::rdmacm_at_exit() noexcept {
+  if (cm::RdmaCm* m = g_model.load()) m->disconnect_all();
+}
+
 UROCE_EXPORT cm::RdmaCm* uroce_rdmacm() noexcept {
   static std::once_flag once;
   static cm::RdmaCm* model = nullptr;
@@ -63,6 +72,7 @@ UROCE_EXPORT cm::RdmaCm* uroce_rdmacm() noexcept {
       return;  // leaked on purpose: half-started engines may still refer to it
     }
     model = m;
+    g_model.store(m);
   });
   return model;
 }

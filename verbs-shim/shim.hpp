@@ -157,6 +157,12 @@ T fail(int err, T ret) noexcept {
 // thread is in it: how the loop runs with UROCE_PROGRESS=inline, and an
 // assist that keeps the engine thread off the caller's core otherwise.
 void kick(Device* dev) noexcept;
+// After a post: one iteration, without holding the engine thread back (the
+// application may not call again for a while: it may spin on memory).
+void kick_once(Device* dev) noexcept;
+// At exit, before the linger: disconnect the rdma_cm model's connections
+// that are still up (nothing when the model never started).
+void rdmacm_at_exit() noexcept;
 
 // The devices that came up (ibv_get_device_list starts them on first use).
 std::vector<Device*>& devices() noexcept;

@@ -7,9 +7,9 @@
 # bridge (scripts/rxe-vm start --host-veth); each case is captured on peer0
 # and every capture must pass `uroce pcap-check`.
 #
-# Registered in tests/interop/meson.build as `rxe-apps` with the cases that
-# need no librdmacm; the rdma_cm cases (rping, ucmatose, udaddy, reject,
-# *-R, loss-rping) are to be added there once the drop-in librdmacm works.
+# Registered in tests/interop/meson.build as three tests, one VM boot each:
+# rxe-apps (verbs only), rxe-apps-cm (rdma_cm) and rxe-apps-loss (faults).
+# Known failures are in XFAILS below, with their reasons.
 #
 #   rxe_apps_test.sh UROCE SCRIPTS_DIR BUILD_DIR [CASE...]   run (all cases, or those named)
 #   rxe_apps_test.sh --list                                   print every case's commands
@@ -17,7 +17,9 @@
 # Cases (each in both directions, "NAME.uroce-server" and "NAME.rxe-server"):
 #   rc-small rc-multi rc-v6 ud rc-mtu4096     ibv_rc_pingpong / ibv_ud_pingpong
 #   rping ucmatose udaddy                     rdma_cm: rping -V, ucmatose, udaddy (SIDR)
-#   reject                                    a client to a port nobody listens on: REJ
+#   reject                                    a client to port 7174 while the server side
+#                                             listens on 7175 only: its CM answers REJ
+#                                             "invalid service ID" (8), the client fails
 #   send-lat write-bw read-lat atomic-lat     perftest with -x GID
 #   send-lat-R write-bw-R read-lat-R atomic-lat-R   perftest with -R (rdma_cm)
 #   loss-write-bw loss-rping                  UROCE_FAULTS loss, reordering and
@@ -27,6 +29,14 @@
 set -u
 
 readonly CASE_TIMEOUT_S=120
+# The loss cases: uroce's fault layer drops, duplicates and reorders in both
+# directions on its port; rping -V checks the data it got back, ib_write_bw
+# only that every write completed.  rping -C 50: tail losses cost the
+# requester's ACK timeout (~2 s on both sides), 200 rounds would not fit
+# the case timeout under TCG.  An earlier session saw loss-write-bw stall
+# once with rxe as the requester; it did not recur in eight runs (four
+# each way), and uroce's ACK stream in the captures checked keeps to the
+# rules: one PSN-sequence NAK per expected PSN, ACK PSN and MSN never back.
 readonly FAULTS='drop=0.02,dup=0.01,reorder=0.02,reorder_window=4,seed=7'
 readonly BIG_MTU=4200
 
@@ -44,7 +54,7 @@ CASES=(
   "rping|1500||rping -s -a {SELF} -V -C 20 -S 1024 -v|rping -c -a {SERVER} -V -C 20 -S 1024 -v|cm|REQ REP RTU DREQ DREP RC_RDMA_READ_REQUEST RC_RDMA_WRITE_ONLY"
   "ucmatose|1500||ucmatose -b {SELF} -c 2 -C 10|ucmatose -s {SERVER} -c 2 -C 10|cm|REQ REP RTU RC_SEND_ONLY"
   "udaddy|1500||udaddy -b {SELF} -c 2 -C 10|udaddy -s {SERVER} -c 2 -C 10|cm|SIDR_REQ SIDR_REP UD_SEND_ONLY_WITH_IMMEDIATE"
-  "reject|1500|||rping -c -a {SERVER} -C 1 -S 64 -v|none|REQ REJ"
+  "reject|1500||rping -s -a {SELF} -p 7175 -C 1|rping -c -a {SERVER} -p 7174 -C 1 -S 64 -v|cm|REQ REJ"
   "send-lat|1500||ib_send_lat -d {DEV} -x {GID} -F -n 1000 -s 2|ib_send_lat -d {DEV} -x {GID} -F -n 1000 -s 2 {SERVER}|tcp|RC_SEND_ONLY"
   "write-bw|1500||ib_write_bw -d {DEV} -x {GID} -F -n 500 -s 65536|ib_write_bw -d {DEV} -x {GID} -F -n 500 -s 65536 {SERVER}|tcp|RC_RDMA_WRITE_FIRST RC_RDMA_WRITE_LAST"
   "read-lat|1500||ib_read_lat -d {DEV} -x {GID} -F -n 500 -s 4096|ib_read_lat -d {DEV} -x {GID} -F -n 500 -s 4096 {SERVER}|tcp|RC_RDMA_READ_REQUEST RC_RDMA_READ_RESPONSE_FIRST"
@@ -54,8 +64,34 @@ CASES=(
   "read-lat-R|1500||ib_read_lat -d {DEV} -R -F -n 500 -s 4096|ib_read_lat -d {DEV} -R -F -n 500 -s 4096 {SERVER}|cm|REQ REP RTU RC_RDMA_READ_REQUEST"
   "atomic-lat-R|1500||ib_atomic_lat -d {DEV} -R -F -n 500|ib_atomic_lat -d {DEV} -R -F -n 500 {SERVER}|cm|REQ REP RTU RC_FETCH_ADD"
   "loss-write-bw|1500|$FAULTS|ib_write_bw -d {DEV} -x {GID} -F -n 500 -s 65536|ib_write_bw -d {DEV} -x {GID} -F -n 500 -s 65536 {SERVER}|tcp|RC_RDMA_WRITE_FIRST"
-  "loss-rping|1500|$FAULTS|rping -s -a {SELF} -V -C 200 -S 4096 -v|rping -c -a {SERVER} -V -C 200 -S 4096 -v|cm|REQ REP RTU RC_RDMA_READ_REQUEST"
+  "loss-rping|1500|$FAULTS|rping -s -a {SELF} -V -C 50 -S 4096 -v|rping -c -a {SERVER} -V -C 50 -S 4096 -v|cm|REQ REP RTU RC_RDMA_READ_REQUEST"
 )
+
+# Expected to fail, "NAME.DIRECTION|KIND|reason": its failed checks count
+# as XFAIL, not failures.  KIND strict: if every check passes the test
+# fails (XPASS), so that the entry goes once the cause is gone.  KIND
+# rej-race: a race the programs lose or win by timing; a pass is a pass,
+# and a failure counts as XFAIL only with the race's mark in the capture
+# (the server side's REJ, reason 8, to a REQ after the first connection).
+XFAILS=(
+  # Debian's perftest 4.5-0.17: after the comm handshake the client connects
+  # the data QP at once; rxe's server (slow under TCG) has not called
+  # rdma_listen yet, so its CM rejects the REQ ("invalid service ID", 8, as
+  # it must).  The client's retry then uses the nodes it has just freed
+  # (rdma_cm_client_connection: rdma_cm_destroy_cma frees
+  # cma_master.nodes, _rdma_cm_client_connection reads them) and dies with
+  # SIGSEGV.  Fixed upstream (perftest 3d9d8d0, "Fix crashes and logical
+  # flaws in RDMA CM connection retry").  uroce's client is simply faster
+  # than the kernel's; nothing on the wire is wrong.
+  "write-bw-R.rxe-server|rej-race|perftest 4.5-0.17 crashes retrying after the REJ of a too-early data REQ"
+  "send-lat-R.rxe-server|rej-race|perftest 4.5-0.17 crashes retrying after the REJ of a too-early data REQ"
+  "read-lat-R.rxe-server|rej-race|perftest 4.5-0.17 crashes retrying after the REJ of a too-early data REQ"
+  "atomic-lat-R.rxe-server|rej-race|perftest 4.5-0.17 crashes retrying after the REJ of a too-early data REQ"
+)
+xfail_of() { # ID: "KIND|reason", or nothing
+  local x
+  for x in "${XFAILS[@]}"; do [ "${x%%|*}" = "$1" ] && { echo "${x#*|}"; return; }; done
+}
 
 # fill TEMPLATE SIDE(uroce|rxe) SERVER_IP
 fill() {
@@ -77,7 +113,7 @@ if [ "${1:-}" = --list ]; then
     IFS='|' read -r name mtu faults scmd ccmd ready check <<<"$c"
     for dir in uroce-server rxe-server; do
       if [ $dir = uroce-server ]; then s=uroce cl=rxe sip=$U_IP; else s=rxe cl=uroce sip=$IP_A; fi
-      echo "$name.$dir (mtu $mtu${faults:+, UROCE_FAULTS=$faults}; expects $check)"
+      echo "$name.$dir (mtu $mtu${faults:+, UROCE_FAULTS=$faults}; expects $check)$(x=$(xfail_of "$name.$dir"); [ -n "$x" ] && echo "; XFAIL (${x%%|*}): ${x#*|}")"
       [ -n "$scmd" ] && echo "  server ($s): $(fill "$scmd" $s $sip)"
       echo "  client ($cl): $(fill "$ccmd" $cl $sip)"
     done
@@ -142,7 +178,7 @@ rxe_ready() {
 
 run_case() { # NAME MTU FAULTS SCMD CCMD READY CHECK DIR
   local name=$1 mtu=$2 faults=$3 scmd=$4 ccmd=$5 ready=$6 check=$7 dir=$8 id=$1.$8 i
-  local pcap=$TMP/$id.pcap upcap=$TMP/$id.uroce.pcap crc=0 src=0 sid='' spid=''
+  local pcap=$TMP/$id.pcap upcap=$TMP/$id.uroce.pcap crc=0 src=0 sid='' spid='' failed0=$failed xf
   [ "$(cat "$TMP/mtu" 2>/dev/null || echo 1500)" = "$mtu" ] || {
     "$SCRIPTS/rxe-vm" mtu --ns "$RXE_NS" "$mtu" >/dev/null && echo "$mtu" >"$TMP/mtu"
   }
@@ -155,6 +191,9 @@ run_case() { # NAME MTU FAULTS SCMD CCMD READY CHECK DIR
       uroce_ready "$ready" || fail "$id: the uroce-side server never listened"
     fi
     in_vm a "timeout $CASE_TIMEOUT_S $(fill "$ccmd" rxe "$U_IP")" $((CASE_TIMEOUT_S + 10)) >"$TMP/$id.client" 2>&1 || crc=$?
+    # The server goes once the client failed (no waiting out its timeout),
+    # and in the reject case, where it never gets a connection.
+    { [ "$name" = reject ] || [ $crc -ne 0 ]; } && [ -n "$spid" ] && kill -TERM "$spid" 2>/dev/null
     if [ -n "$spid" ]; then wait "$spid" || src=$?; fi
   else
     if [ -n "$scmd" ]; then
@@ -164,14 +203,26 @@ run_case() { # NAME MTU FAULTS SCMD CCMD READY CHECK DIR
     # shellcheck disable=SC2046
     on_uroce "$TMP/$id.client" "$upcap" "$faults" $(fill "$ccmd" uroce "$IP_A")
     wait "$LAST_PID" || crc=$?
+    { [ "$name" = reject ] || [ $crc -ne 0 ]; } && [ -n "$sid" ] && in_vm a "kill \$(pidof ${scmd%% *})" 10 >/dev/null 2>&1
     if [ -n "$sid" ]; then vm_wait a "$sid" $((CASE_TIMEOUT_S + 10)) >"$TMP/$id.server" 2>&1 || src=$?; fi
   fi
   sleep 0.3
   capture_stop
-  if [ -z "$scmd" ]; then
-    # reject: the client must fail by itself (the REJ), not time out
-    if [ $crc -ne 0 ] && [ $crc -ne 124 ]; then pass "$id: the client was rejected (exit $crc)"; else
-      fail "$id: client exit $crc, expected a rejection"; show "$TMP/$id.client"
+  if [ "$name" = reject ]; then
+    # The client fails by itself on the REJ (not a timeout) and reports
+    # its reason; the server side's CM sent it with reason 8, "invalid
+    # service ID" (IBA table 112), as Linux's CM does for a port nobody
+    # listens on, rejecting the REQ (MsgRejected 0).
+    local srv_ip rej
+    if [ "$dir" = uroce-server ]; then srv_ip=$U_IP; else srv_ip=$IP_A; fi
+    if [ $crc -ne 0 ] && [ $crc -ne 124 ] && grep -q 'RDMA_CM_EVENT_REJECTED, error 8' "$TMP/$id.client"; then
+      pass "$id: the client was rejected, reason 8 (exit $crc)"
+    else
+      fail "$id: client exit $crc, expected a rejection with reason 8"; show "$TMP/$id.client"
+    fi
+    rej=$(tshark -r "$pcap" -Y "ip.src == $srv_ip && infiniband.cm.rej.reason == 8 && infiniband.cm.rej.msgrej == 0" 2>/dev/null | wc -l)
+    if [ "$rej" -ge 1 ]; then pass "$id: $rej REJ (reason 8, REQ rejected) from the server side $srv_ip"; else
+      fail "$id: no REJ with reason 8 from $srv_ip in the capture"
     fi
   elif [ $crc -eq 0 ] && [ $src -eq 0 ]; then
     pass "$id: client and server exit 0"
@@ -184,11 +235,37 @@ run_case() { # NAME MTU FAULTS SCMD CCMD READY CHECK DIR
   # shellcheck disable=SC2086
   pcap_has "$pcap" "$id" $check
   [ -s "$upcap" ] && check_pcap "$upcap" "$id (uroce's own capture)" 1
-  if [ -n "$faults" ]; then
-    # uroce's side retransmitted (PSN sequence NAKs or timeouts) and still finished
-    local naks
-    naks=$(tshark_count "$pcap" 'infiniband.aeth.syndrome.opcode == 3')
-    pass "$id: finished under loss ($faults); $naks NAK frames on the wire"
+  if [ -n "$faults" ] && [ $crc -eq 0 ] && [ $src -eq 0 ]; then
+    # Both sides recovered: the faults cost retransmissions (PSN sequence
+    # NAKs or timeouts), and there were some.
+    local naks retx
+    naks=$(tshark_count "$pcap" 'infiniband.aeth.syndrome >= 0x60 && infiniband.aeth.syndrome < 0x80')
+    retx=$(tshark -r "$pcap" -T fields -e ip.src -e infiniband.bth.destqp -e infiniband.bth.psn \
+      -e infiniband.bth.opcode -Y 'infiniband.bth.opcode <= 20 && infiniband.bth.opcode != 17 && infiniband.bth.opcode != 18' 2>/dev/null |
+      sort | uniq -d | wc -l)
+    if [ "$naks" -ge 1 ] || [ "$retx" -ge 1 ]; then
+      pass "$id: finished under loss ($faults); $naks NAKs, $retx PSNs sent more than once"
+    else
+      fail "$id: no NAK and no PSN sent twice under $faults: were the faults applied?"
+    fi
+  fi
+  xf=$(xfail_of "$id")
+  if [ -n "$xf" ]; then
+    local kind=${xf%%|*} why=${xf#*|} srv_ip=$IP_A rejs
+    [ "$dir" = uroce-server ] && srv_ip=$U_IP
+    if [ $failed -gt $failed0 ]; then
+      rejs=$(tshark_count "$pcap" "ip.src == $srv_ip && infiniband.cm.rej.reason == 8 && frame.number > 10")
+      if [ "$kind" = rej-race ] && [ "$rejs" -eq 0 ]; then
+        fail "$id: failed without the known race's REJ ($why)"
+      else
+        echo "XFAIL $id: $((failed - failed0)) checks failed as expected: $why"
+        failed=$failed0
+      fi
+    elif [ "$kind" = rej-race ]; then
+      pass "$id: the known race ($why) was not hit this time"
+    else
+      fail "$id: XPASS, expected to fail ($why): remove it from XFAILS"
+    fi
   fi
 }
 
