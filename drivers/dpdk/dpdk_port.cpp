@@ -274,6 +274,14 @@ Status DpdkPort::start(const DpdkPortConfig& config) {
   }
   started_ = true;
   if (role_ == NetdevRole::kNone) rte_eth_allmulticast_enable(port_id_);  // ND multicast; unsupported is fine
+  // A memif client only: a server's link waits for a peer that may come
+  // much later, and the other PMDs report theirs at once.
+  if (retry) {
+    const auto link_deadline = std::chrono::steady_clock::now() + config.link_wait;
+    while (!link_up() && std::chrono::steady_clock::now() < link_deadline) {
+      std::this_thread::sleep_for(kLinkPollInterval);
+    }
+  }
   return {};
 }
 

@@ -65,6 +65,13 @@ inline constexpr uint16_t kDefaultTxDesc = 1024;
 // A memif client's start fails until its server listens; it retries this long.
 inline constexpr std::chrono::milliseconds kDefaultConnectWait{3000};
 inline constexpr std::chrono::milliseconds kConnectRetryInterval{50};
+// A memif client's link comes up after the handshake its start begins
+// (the interrupt thread finishes it); open() waits this long for it, so a
+// program that asks for the port state right after opening the device
+// (perftest's check for ACTIVE) sees a server that is there.  On timeout
+// the port opens with its link down, as before.
+inline constexpr std::chrono::milliseconds kDefaultMemifLinkWait{2000};
+inline constexpr std::chrono::milliseconds kLinkPollInterval{1};
 
 // How the port's kernel netdev (if any) relates to the port.
 enum class NetdevRole : uint8_t {
@@ -100,6 +107,7 @@ struct DpdkPortConfig {
   // must turn it off.
   bool fast_free = true;
   std::chrono::milliseconds connect_wait = kDefaultConnectWait;  // memif client
+  std::chrono::milliseconds link_wait = kDefaultMemifLinkWait;   // memif client; 0: no wait
   // An mlx5 (ConnectX) port in the bifurcated model: rte_flow isolation
   // before configure, so the port receives only what install_flows()
   // steers to it and the kernel keeps the rest (drivers/mlx5/README.md).

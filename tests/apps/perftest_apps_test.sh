@@ -6,12 +6,15 @@
 #   afpacket  server in one network namespace, client in the other
 #             (scripts/netns-up --veth), one net_af_packet port each; the
 #             out-of-band TCP exchange goes over the same veth
-#   memif     the same programs over a memif pair; the two processes share
-#             a private namespace (memif has no kernel link: the TCP
-#             exchange goes over its loopback, rdma_cm (-R) to the server's
-#             uroce address).  Expected to fail for now: perftest will not
-#             start on a port that is not ACTIVE, and a memif port is down
-#             until its peer process runs (see setup_memif)
+#   memif     the same programs over memif, through `uroce memif-wire`: a
+#             two-port memif switch that runs for the whole test, each
+#             program a memif client of its own port, so its link is up
+#             when it starts (perftest will not start on a port that is not
+#             ACTIVE, and a memif server's port is down until its peer
+#             runs).  The processes share a private namespace (memif has no
+#             kernel link: the TCP exchange goes over its loopback, rdma_cm
+#             (-R) to the server's uroce address); the switch must still
+#             run, and stop cleanly, at the end
 #
 #   perftest_apps_test.sh afpacket|memif SHIM_BUILD_DIR SCRIPTS_DIR [NAME...]
 #
@@ -32,11 +35,13 @@ set -u
 readonly EXIT_SKIP=77
 readonly RUN_TIMEOUT_S=90
 readonly SERVER_WAIT_S=30
+readonly SERVER_GRACE_S=3
 readonly ITERS=200
 readonly ALL_ITERS=5
 # -a: 2^1 .. 2^23 bytes, 23 rows, each size ALL_ITERS times (perftest's
 # least); the 8 MiB round trips dominate.
 readonly ALL_ROWS=23
+readonly WIRE_WAIT_S=20
 [ $# -ge 3 ] || { echo "usage: $0 afpacket|memif SHIM_BUILD_DIR SCRIPTS_DIR [NAME...]" >&2; exit 2; }
 MODE=$1 BUILD=$2 SCRIPTS=$3
 shift 3
@@ -118,8 +123,10 @@ rows() {
        }' "$1"
 }
 
-# run_case ENTRY EXCHANGE(oob|cm): the program as server, then as client.
+# run_case ENTRY EXCHANGE(oob|cm) [ATTEMPT]: the program as server, then as
+# client.
 run_case() {
+  local attempt=${3:-1}
   local name cmd want reason sign=
   IFS='|' read -r name cmd want reason <<<"$1"
   [ -z "$reason" ] && reason=$WIRE_XFAIL_REASON sign=$WIRE_XFAIL_SIGN
@@ -143,6 +150,13 @@ run_case() {
     $CLI_ENV $cap_c timeout $RUN_TIMEOUT_S "${RUN[@]}" $cli $common "$addr" >"$TMP/$tag-client.log" 2>&1
     crc=$?
   fi
+  if [ $crc -ne 0 ]; then
+    # A failed client leaves its server waiting for it: a short grace for
+    # the server to notice by itself, then it is stopped.
+    local i
+    for ((i = 0; i < SERVER_GRACE_S * 10; i++)); do kill -0 "$spid" 2>/dev/null || break; sleep 0.1; done
+    kill -TERM "$spid" 2>/dev/null
+  fi
   wait "$spid"
   local src=$?
   local got
@@ -156,9 +170,17 @@ run_case() {
   elif [ -n "$reason" ] && { [ -z "$sign" ] || grep -qE -- "$sign" "$TMP/$tag-server.log"; }; then
     echo "XFAIL $tag: $reason (client exit $crc, server exit $src, $got/$want result rows)"
     xfailed=$((xfailed + 1))
-  elif [ "$2" = cm ] && grep -q "$CM_RACE_SIGN" "$TMP/$tag-client.log"; then
-    echo "XFAIL $tag: $CM_RACE_REASON (client exit $crc)"
-    xfailed=$((xfailed + 1))
+  elif [ "$attempt" -lt $CM_RACE_TRIES ] && { { [ "$2" = cm ] && grep -q "$CM_RACE_SIGN" "$TMP/$tag-client.log"; } ||
+    grep -q "$CLOCK_SIGN" "$TMP/$tag-client.log"; }; then
+    if grep -q "$CLOCK_SIGN" "$TMP/$tag-client.log"; then
+      echo "RETRY $tag: $CLOCK_REASON (client exit $crc, $got/$want result rows, attempt $attempt of $CM_RACE_TRIES)"
+    else
+      echo "RETRY $tag: $CM_RACE_REASON (client exit $crc, attempt $attempt of $CM_RACE_TRIES)"
+    fi
+    retried=$((retried + 1))
+    mv "$TMP/$tag-client.log" "$TMP/$tag-client.race$attempt.log"
+    mv "$TMP/$tag-server.log" "$TMP/$tag-server.race$attempt.log"
+    run_case "$1" "$2" $((attempt + 1))
   else
     fail "$tag: client exit $crc, server exit $src, $got/$want result rows"
     show "$TMP/$tag-server.log"
@@ -204,23 +226,46 @@ setup_memif() {
   ip netns add "$PREFIX-m" 2>"$TMP/netns.err" || { fail "ip netns add"; show "$TMP/netns.err"; exit 1; }
   ip netns exec "$PREFIX-m" ip link set lo up
   local ns="ip netns exec $PREFIX-m env"
-  local sock=$TMP/memif.sock
-  SRV_ENV="$ns UROCE_DEVICE=net_memif0,role=server,socket=$sock,socket-abstract=no UROCE_IP=10.48.0.1/24"
-  CLI_ENV="$ns UROCE_DEVICE=net_memif0,role=client,socket=$sock,socket-abstract=no UROCE_IP=10.48.0.2/24"
+  local sock_s=$TMP/memif-s.sock sock_c=$TMP/memif-c.sock
+  # The wire outlives every program: its two memif server ports take each
+  # case's server and client in turn, and are up before either starts.
+  # It is no verbs program: the EAL's mlx5 PMD must find the real
+  # libibverbs, not the drop-ins meson's LD_LIBRARY_PATH points to.
+  : >"$TMP/wire.log"
+  ip netns exec "$PREFIX-m" env -u LD_LIBRARY_PATH "$BUILD/tools/uroce" memif-wire --socket-a "$sock_s" --socket-b "$sock_c" \
+    >"$TMP/wire.log" 2>&1 &
+  WIRE_PID=$!
+  PIDS+=("$WIRE_PID")
+  local i
+  for ((i = 0; i < WIRE_WAIT_S * 10; i++)); do
+    grep -q "^uroce memif-wire: up" "$TMP/wire.log" && break
+    kill -0 "$WIRE_PID" 2>/dev/null || break
+    sleep 0.1
+  done
+  grep -q "^uroce memif-wire: up" "$TMP/wire.log" || { fail "uroce memif-wire did not start"; show "$TMP/wire.log"; exit 1; }
+  # role=client: the device waits (briefly) at start for the wire's
+  # handshake, so perftest finds its port ACTIVE.
+  SRV_ENV="$ns UROCE_DEVICE=net_memif0,role=client,socket=$sock_s,socket-abstract=no UROCE_IP=10.48.0.1/24"
+  CLI_ENV="$ns UROCE_DEVICE=net_memif0,role=client,socket=$sock_c,socket-abstract=no UROCE_IP=10.48.0.2/24"
   LISTEN_CHECK="ip netns exec $PREFIX-m"
   OOB_ADDR=127.0.0.1 CM_ADDR=10.48.0.1
-  # perftest refuses a port that is not ACTIVE when it starts (check_link),
-  # and a memif port is down until the peer process connects to it: the
-  # server, started first, always sees it down.  Needs a memif wire that
-  # outlives the programs (a switch process) and a bounded wait for the
-  # link at device start.
-  WIRE_XFAIL_REASON="perftest needs an ACTIVE port at start; a memif port is down until its peer process runs"
-  WIRE_XFAIL_SIGN="Port number 1 state is Down"
   GID_S=$(gid_index "$SRV_ENV" 10.48.0.1)
-  # A memif client does not come up without its server: the client's
-  # table, as a server with the client's address shows it.
-  GID_C=$(gid_index "$ns UROCE_DEVICE=net_memif0,role=server,socket=$TMP/gid.sock,socket-abstract=no UROCE_IP=10.48.0.2/24" 10.48.0.2)
+  GID_C=$(gid_index "$CLI_ENV" 10.48.0.2)
 }
+
+# The wire must have run through every case: stop it, and it must exit 0
+# (its counters go to the output).
+teardown_memif() {
+  if ! kill -TERM "$WIRE_PID" 2>/dev/null; then
+    fail "uroce memif-wire died during the run"; show "$TMP/wire.log"; return
+  fi
+  wait "$WIRE_PID"
+  local rc=$?
+  if [ $rc -ne 0 ]; then fail "uroce memif-wire: exit $rc"; show "$TMP/wire.log"; return; fi
+  grep -E "^uroce memif-wire: (a->b|b->a|port)" "$TMP/wire.log"
+}
+
+teardown_afpacket() { :; }
 
 # perftest's own race with -R: after the rdma_cm exchange's last message
 # the client connects the test QP at once, while the server still waits
@@ -229,8 +274,17 @@ setup_memif() {
 # "invalid service ID" (8), as Linux does, and perftest's retry then uses
 # the ids it has just destroyed and crashes.  Seen in about one -R run in
 # 20 under load (capture: ACK and REQ in the same receive burst).  Only
-# that failure, recognised by its message, is tolerated.
+# that failure, recognised by its message, is retried: the case must then
+# pass (CM_RACE_TRIES attempts in all), and a run that keeps failing fails.
 readonly CM_RACE_SIGN="RDMA_CM_EVENT_REJECTED; error: 8"
+readonly CM_RACE_TRIES=3
+# perftest's own clock: it estimates the CPU frequency from a linear fit of
+# cycles against time, and on a loaded machine the fit can fail; it then
+# says so and prints "inf" in a latency row.  That measurement (not the
+# transfer) is retried the same way, and must then succeed.
+readonly CLOCK_SIGN="Correlation coefficient r^2: "
+readonly CLOCK_REASON="perftest's cycle-clock estimate failed under load (r^2 < 0.9, an 'inf' row)"
+retried=0
 readonly CM_RACE_REASON="perftest -R startup race (REQ before the server's listen: REJ 8, then perftest's retry crashes)"
 # What the whole wire cannot do yet: the reason, and what the server's log
 # must show for a failure to be that one (set by setup_MODE).
@@ -247,8 +301,9 @@ for entry in "${CASES[@]}"; do
   run_case "$entry" oob
   run_case "$entry" cm
 done
+"teardown_$MODE"
 if [ $failed -eq 0 ]; then
-  echo "apps-perftest-$MODE: all checks passed ($xfailed expected failures)"
+  echo "apps-perftest-$MODE: all checks passed ($xfailed expected failures, $retried retried: -R start-up race or perftest's clock)"
   exit 0
 fi
 echo "apps-perftest-$MODE: $failed checks failed ($xfailed expected failures)"
