@@ -146,15 +146,8 @@ Device::~Device() {
 bool Device::progress(Engine::Assist how) { return engine_->try_progress(how); }
 
 void Device::stop() {
-  if (engine_lcore_ != kNoLcore) {
-    const unsigned lcore = engine_lcore_;
-    engine_lcore_ = kNoLcore;
-    // Only on the engine's own thread (run_sync runs here when it is gone).
-    engine_->run_sync([lcore] {
-      if (rte_lcore_id() == lcore) rte_thread_unregister();
-    });
-  }
-  engine_->stop();
+  engine_->stop();  // the thread releases its lcore id as it ends
+  engine_lcore_ = kNoLcore;
 }
 
 // ---- Devices -------------------------------------------------------------------------
@@ -367,13 +360,14 @@ Status Devices::make_engine(Device& d, const config::DeviceConfig& dev) {
   telemetry_register(info.name, d.engine_.get());
   d.registered_ = true;
   if (info.progress == Progress::Thread) {
-    d.engine_->start();
-    // The engine thread is not an EAL thread: register it, so it has an
-    // lcore id (mempool caches; net_af_xdp loses frames without one).
+    // The engine thread is not an EAL thread: register it, on the thread
+    // itself, so it has an lcore id (mempool caches; net_af_xdp loses frames
+    // without one), and release the id when it ends.
     Device* dev_ptr = &d;
-    d.engine_->run_sync([dev_ptr] {
-      if (rte_thread_register() == 0) dev_ptr->engine_lcore_ = rte_lcore_id();
-    });
+    d.engine_->start([dev_ptr] { if (rte_thread_register() == 0) dev_ptr->engine_lcore_ = rte_lcore_id(); },
+                     [] {
+                       if (rte_lcore_id() != LCORE_ID_ANY) rte_thread_unregister();
+                     });
   }
   return {};
 }

@@ -105,9 +105,12 @@ unsigned Engine::poll() {
   return work;
 }
 
-void Engine::start() {
+void Engine::start(std::function<void()> on_start, std::function<void()> on_exit) {
   if (running_.exchange(true)) return;
-  thread_ = std::thread([this] {
+  std::atomic<bool> started{false};
+  thread_ = std::thread([this, &started, on_start = std::move(on_start), on_exit = std::move(on_exit)] {
+    if (on_start) on_start();
+    started.store(true, std::memory_order_release);  // `started` is not touched after this
     engine_thread_.store(std::this_thread::get_id());
     uint64_t idle_since = 0;    // 0: the last iteration did work
     uint64_t clock = steady_ns();  // this thread's latest clock sample
@@ -137,7 +140,9 @@ void Engine::start() {
       idle_backoff(clock - idle_since);
     }
     engine_thread_.store(std::thread::id{});
+    if (on_exit) on_exit();
   });
+  while (!started.load(std::memory_order_acquire)) std::this_thread::yield();
 }
 
 // An idle engine thread gives its core away by degrees: it spins for a

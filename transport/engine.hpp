@@ -130,7 +130,11 @@ class Engine {
   // One iteration of the loop; returns the number of frames and events
   // handled (0: idle).
   unsigned poll();
-  void start();  // a dedicated engine thread
+  // A dedicated engine thread.  on_start runs first on that thread (start
+  // returns once it has), on_exit last; e.g. registering the thread with
+  // the EAL, which run_sync cannot do (it may run its function on the
+  // calling thread).
+  void start(std::function<void()> on_start = {}, std::function<void()> on_exit = {});
   void stop();   // joins it; flushes TX and the capture
   // Poll once if no other thread is polling.  Inline mode: how the loop
   // runs.  With an engine thread: an application thread assisting it.

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 #include <rte_lcore.h>
 
+#include <atomic>
 #include <chrono>
 #include <filesystem>
 #include <functional>
@@ -141,8 +142,22 @@ TEST(Devices, OpenIsLazyAndIdempotent) {
   EXPECT_EQ(info.mtu, drivers::sim::kDefaultSimMtu);
   EXPECT_EQ(info.progress, Progress::Thread);
   // The engine thread runs as a registered (non-EAL) lcore, until it stops.
-  unsigned lcore = LCORE_ID_ANY;
-  (*a)->engine().run_sync([&] { lcore = rte_lcore_id(); });
+  // A doorbell, waited for without driving the loop: run_sync may run its
+  // function on the calling thread (it assists the engine thread).
+  struct Probe {
+    std::atomic<unsigned> lcore{LCORE_ID_ANY};
+    std::atomic<bool> done{false};
+  } probe;
+  const Engine::Doorbell d{[](Engine&, void* ctx) {
+                                        auto* p = static_cast<Probe*>(ctx);
+                                        p->lcore.store(rte_lcore_id());
+                                        p->done.store(true);
+                                      },
+                                      &probe};
+  ASSERT_TRUE((*a)->engine().ring(d));
+  for (int i = 0; i < 5000 && !probe.done.load(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  ASSERT_TRUE(probe.done.load()) << "the engine thread never ran the doorbell";
+  const unsigned lcore = probe.lcore.load();
   ASSERT_NE(lcore, LCORE_ID_ANY);
   EXPECT_EQ(rte_eal_lcore_role(lcore), ROLE_NON_EAL);
   devs.close("simA");
