@@ -85,7 +85,10 @@ bool Engine::on_engine_thread() const noexcept { return engine_thread_.load() ==
 
 unsigned Engine::poll() {
   now_ns_ = steady_ns();
-  unsigned work = 0;
+  // Application requests first (posts, run_sync calls such as rdma_listen),
+  // then the wire and the timers: a request made before this iteration is
+  // in effect before anything this iteration receives is handled.
+  unsigned work = drain_doorbells();
   std::array<rte_mbuf*, 256> pkts;
   const uint16_t burst = cfg_.rx_burst < pkts.size() ? cfg_.rx_burst : static_cast<uint16_t>(pkts.size());
   const uint16_t n = port_.rx_burst(pkts.data(), burst);
@@ -99,7 +102,6 @@ unsigned Engine::poll() {
     work += static_cast<unsigned>(kernel_learned_.size());
     kernel_learned_.clear();
   }
-  work += drain_doorbells();
   flush_tx();
   if (capture_.is_open()) capture_.maybe_flush(realtime_ns());
   return work;
