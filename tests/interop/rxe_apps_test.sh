@@ -73,6 +73,9 @@ CASES=(
 # rej-race: a race the programs lose or win by timing; a pass is a pass,
 # and a failure counts as XFAIL only with the race's mark in the capture
 # (the server side's REJ, reason 8, to a REQ after the first connection).
+# KIND late-cm: a pass is a pass; a failure counts as XFAIL only when both
+# programs exited 0 and the capture holds ICMP port unreachables (a CM
+# message that reached uroce's host after its process had exited).
 XFAILS=(
   # Debian's perftest 4.5-0.17: after the comm handshake the client connects
   # the data QP at once; rxe's server (slow under TCG) has not called
@@ -87,6 +90,12 @@ XFAILS=(
   "send-lat-R.rxe-server|rej-race|perftest 4.5-0.17 crashes retrying after the REJ of a too-early data REQ"
   "read-lat-R.rxe-server|rej-race|perftest 4.5-0.17 crashes retrying after the REJ of a too-early data REQ"
   "atomic-lat-R.rxe-server|rej-race|perftest 4.5-0.17 crashes retrying after the REJ of a too-early data REQ"
+  # ib_atomic_lat's server exits about 1 ms after its last message.  At exit
+  # uroce's drop-in disconnects what is still up (DREQ) and drives the
+  # loop 100 ms, but under TCG rxe's answer can come later, when nothing
+  # listens on UDP 4791 any more and the host answers ICMP port unreachable
+  # (the kernel would answer from TimeWait).  Passed once, failed once.
+  "atomic-lat-R.uroce-server|late-cm|a CM message from rxe after uroce's server process exited meets a closed port"
 )
 xfail_of() { # ID: "KIND|reason", or nothing
   local x
@@ -257,11 +266,14 @@ run_case() { # NAME MTU FAULTS SCMD CCMD READY CHECK DIR
       rejs=$(tshark_count "$pcap" "ip.src == $srv_ip && infiniband.cm.rej.reason == 8 && frame.number > 10")
       if [ "$kind" = rej-race ] && [ "$rejs" -eq 0 ]; then
         fail "$id: failed without the known race's REJ ($why)"
+      elif [ "$kind" = late-cm ] && { [ $crc -ne 0 ] || [ $src -ne 0 ] ||
+        [ "$(tshark_count "$pcap" 'icmp.type == 3')" -eq 0 ]; }; then
+        fail "$id: failed otherwise than by a late CM message to a closed port ($why)"
       else
         echo "XFAIL $id: $((failed - failed0)) checks failed as expected: $why"
         failed=$failed0
       fi
-    elif [ "$kind" = rej-race ]; then
+    elif [ "$kind" = rej-race ] || [ "$kind" = late-cm ]; then
       pass "$id: the known race ($why) was not hit this time"
     else
       fail "$id: XPASS, expected to fail ($why): remove it from XFAILS"
