@@ -4,49 +4,87 @@
 
 #include <map>
 #include <mutex>
+#include <vector>
 
 #include "transport/engine.hpp"
 
 namespace uroce::transport {
 namespace {
 
+struct SetEntry {
+  const void* owner = nullptr;
+  CounterSource source;
+};
+
+struct DeviceEntry {
+  Engine* engine = nullptr;
+  std::map<std::string, SetEntry> sets;  // by set name
+};
+
 std::mutex g_mu;
-std::map<std::string, Engine*>& registry() {
-  static std::map<std::string, Engine*> r;
+std::map<std::string, DeviceEntry>& registry() {
+  static std::map<std::string, DeviceEntry> r;
   return r;
 }
 
 int cmd_devices(const char*, const char*, rte_tel_data* d) {
   rte_tel_data_start_array(d, RTE_TEL_STRING_VAL);
   std::lock_guard lock(g_mu);
-  for (const auto& [name, e] : registry()) rte_tel_data_add_array_string(d, name.c_str());
+  for (const auto& [name, e] : registry())
+    if (e.engine != nullptr) rte_tel_data_add_array_string(d, name.c_str());
   return 0;
 }
 
-// The engine named by `params` (or the only one); call with g_mu held.
-Engine* find_locked(const char* params) {
+// The device named by `params` (or the only one); call with g_mu held.
+DeviceEntry* find_locked(const char* params) {
   auto& r = registry();
-  if (params == nullptr || *params == '\0') return r.size() == 1 ? r.begin()->second : nullptr;
+  if (params == nullptr || *params == '\0') return r.size() == 1 ? &r.begin()->second : nullptr;
   auto it = r.find(params);
-  return it == r.end() ? nullptr : it->second;
+  return it == r.end() ? nullptr : &it->second;
 }
 
 int cmd_stats(const char*, const char* params, rte_tel_data* d) {
   std::lock_guard lock(g_mu);  // the engine cannot go away while we read
-  Engine* e = find_locked(params);
-  if (!e) return -EINVAL;
+  DeviceEntry* e = find_locked(params);
+  if (e == nullptr || e->engine == nullptr) return -EINVAL;
   rte_tel_data_start_dict(d);
-  e->for_each_counter([&](std::string_view name, std::string_view, uint64_t v) {
+  e->engine->for_each_counter([&](std::string_view name, std::string_view, uint64_t v) {
     const std::string key(name);
     rte_tel_data_add_dict_u64(d, key.c_str(), v);
   });
   return 0;
 }
 
+int cmd_counters(const char*, const char* params, rte_tel_data* d) {
+  std::lock_guard lock(g_mu);
+  DeviceEntry* e = find_locked(params);
+  if (e == nullptr) return -EINVAL;
+  rte_tel_data_start_dict(d);
+  auto add_set = [d](const std::string& set, const CounterSource& src) {
+    rte_tel_data* inner = rte_tel_data_alloc();
+    if (inner == nullptr) return;
+    rte_tel_data_start_dict(inner);
+    src([inner](std::string_view name, uint64_t v) {
+      const std::string key(name);
+      rte_tel_data_add_dict_u64(inner, key.c_str(), v);
+    });
+    if (rte_tel_data_add_dict_container(d, set.c_str(), inner, 0) != 0) rte_tel_data_free(inner);
+  };
+  if (e->engine != nullptr) {
+    Engine* engine = e->engine;
+    add_set("engine", [engine](const CounterVisitor& f) {
+      engine->for_each_counter([&](std::string_view n, std::string_view, uint64_t v) { f(n, v); });
+    });
+  }
+  for (const auto& [set, entry] : e->sets) add_set(set, entry.source);
+  return 0;
+}
+
 int cmd_neigh(const char*, const char* params, rte_tel_data* d) {
   std::lock_guard lock(g_mu);
-  Engine* e = find_locked(params);
-  if (!e) return -EINVAL;
+  DeviceEntry* de = find_locked(params);
+  if (de == nullptr || de->engine == nullptr) return -EINVAL;
+  Engine* e = de->engine;
   const NeighStats& s = e->neighbours().stats();
   rte_tel_data_start_dict(d);
   rte_tel_data_add_dict_u64(d, "entries", e->neighbours().size());
@@ -64,6 +102,8 @@ void register_commands_once() {
     rte_telemetry_register_cmd("/uroce/devices", cmd_devices, "uroce devices in this process. No parameters");
     rte_telemetry_register_cmd("/uroce/stats", cmd_stats,
                                "Engine counters of a uroce device. Parameters: device name");
+    rte_telemetry_register_cmd("/uroce/counters", cmd_counters,
+                               "Every counter set (engine, rnic, cm, gsi) of a uroce device. Parameters: device name");
     rte_telemetry_register_cmd("/uroce/neigh", cmd_neigh,
                                "Neighbour table statistics of a uroce device. Parameters: device name");
   });
@@ -74,12 +114,29 @@ void register_commands_once() {
 void telemetry_register(const std::string& device, Engine* engine) {
   register_commands_once();
   std::lock_guard lock(g_mu);
-  registry()[device] = engine;
+  registry()[device].engine = engine;
 }
 
 void telemetry_unregister(const std::string& device) {
   std::lock_guard lock(g_mu);
   registry().erase(device);
+}
+
+void telemetry_register_set(const std::string& device, const std::string& set, const void* owner,
+                            CounterSource source) {
+  register_commands_once();
+  std::lock_guard lock(g_mu);
+  registry()[device].sets[set] = SetEntry{owner, std::move(source)};
+}
+
+void telemetry_unregister_set(const std::string& device, const std::string& set, const void* owner) {
+  std::lock_guard lock(g_mu);
+  auto it = registry().find(device);
+  if (it == registry().end()) return;
+  auto s = it->second.sets.find(set);
+  if (s == it->second.sets.end() || s->second.owner != owner) return;
+  it->second.sets.erase(s);
+  if (it->second.engine == nullptr && it->second.sets.empty()) registry().erase(it);
 }
 
 }  // namespace uroce::transport

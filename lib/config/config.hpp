@@ -13,7 +13,7 @@
 //   memory_mb = 512
 //   extra = ["--log-level=lib.eal:debug"]
 //   hugepages = "auto"             # "auto", "yes", "no"
-//   telemetry = false
+//   telemetry = true              # `uroce stats` reads the counters; false: --no-telemetry
 //   [[device]]
 //   name = "uroce0"                # default: the lowest unused "uroceN"
 //   kind = "dpdk"                  # or "sim" (in-memory wire, no devargs)
@@ -101,7 +101,7 @@ struct EalConfig {
   std::optional<uint32_t> memory_mb;      // unset: the EAL's default
   std::vector<std::string> extra;         // appended to the EAL arguments
   Hugepages hugepages = Hugepages::kAuto; // auto: use them when mounted
-  bool telemetry = false;
+  bool telemetry = true;  // on by default: `uroce stats` reads a running process's counters
 
   friend bool operator==(const EalConfig&, const EalConfig&) = default;
 };

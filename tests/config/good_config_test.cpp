@@ -146,7 +146,7 @@ TEST(GoodConfig, EmptyFileGivesDefaults) {
   EXPECT_FALSE(c.pcap.has_value());
   EXPECT_EQ(c.eal, EalConfig{});
   EXPECT_EQ(c.eal.hugepages, Hugepages::kAuto);
-  EXPECT_FALSE(c.eal.telemetry);
+  EXPECT_TRUE(c.eal.telemetry);  // on unless the file says otherwise: `uroce stats` needs no configuration
 }
 
 TEST(GoodConfig, UnsetDeviceKeysStayUnset) {
@@ -360,7 +360,7 @@ TEST(RenderConfig, ShowsKeysInDocumentedOrder) {
             "[eal]\n"
             "core = 2\n"
             "hugepages = \"auto\"\n"
-            "telemetry = false\n"
+            "telemetry = true\n"
             "\n"
             "[[device]]\n"
             "name = \"uroce0\"\n"

@@ -120,7 +120,7 @@ TEST(EalOptionsFromConfig, DefaultsLeaveTheEalsOwn) {
   EXPECT_EQ(o.memory, drivers::dpdk::EalMemory::kAuto);
   EXPECT_EQ(o.memory_mb, def.memory_mb);
   EXPECT_FALSE(o.core);
-  EXPECT_FALSE(o.telemetry);  // the config's default
+  EXPECT_TRUE(o.telemetry);  // the config's default: on (`uroce stats`)
   EXPECT_EQ(o.log_level, "warning");
   EXPECT_TRUE(o.pci.empty());
 }

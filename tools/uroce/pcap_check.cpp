@@ -4,6 +4,7 @@
 #include <pcap/pcap.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <memory>
 #include <span>
 #include <tuple>
@@ -342,13 +343,14 @@ std::vector<NamedCount> CheckReport::other_frame_counts() const {
   return out;
 }
 
-CheckReport check_file(const std::string& path, const CheckOptions& options) {
+namespace {
+
+// Check what an open capture holds (`pcap` may be null: `errbuf` says why).
+CheckReport check_pcap(pcap_t* opened, const char* errbuf, const std::string& path, const CheckOptions& options) {
   CheckReport r;
   r.path = path;
   r.allow_truncated = options.allow_truncated;
-  char errbuf[PCAP_ERRBUF_SIZE] = {};
-  // pcap_open_offline reads pcap and pcapng alike.
-  const PcapHandle pcap(pcap_open_offline(path.c_str(), errbuf));
+  const PcapHandle pcap(opened);
   if (!pcap) {
     r.error = errbuf[0] != '\0' ? without_path_prefix(errbuf, path) : std::string("cannot open");
     return r;
@@ -358,6 +360,29 @@ CheckReport check_file(const std::string& path, const CheckOptions& options) {
   FrameChecker checker(r, link_kind(r.link_type));
   read_records(pcap.get(), checker, r);
   return r;
+}
+
+}  // namespace
+
+CheckReport check_file(const std::string& path, const CheckOptions& options) {
+  char errbuf[PCAP_ERRBUF_SIZE] = {};
+  // pcap_open_offline reads pcap and pcapng alike.
+  return check_pcap(pcap_open_offline(path.c_str(), errbuf), errbuf, path, options);
+}
+
+CheckReport check_bytes(std::span<const uint8_t> capture, const std::string& name, const CheckOptions& options) {
+  char errbuf[PCAP_ERRBUF_SIZE] = {};
+  // A FILE over the bytes; pcap_close closes it.
+  FILE* f = capture.empty() ? nullptr : fmemopen(const_cast<uint8_t*>(capture.data()), capture.size(), "rb");
+  if (f == nullptr) {
+    CheckReport r;
+    r.path = name;
+    r.error = "empty capture";
+    return r;
+  }
+  pcap_t* p = pcap_fopen_offline(f, errbuf);
+  if (p == nullptr) std::fclose(f);
+  return check_pcap(p, errbuf, name, options);
 }
 
 // ---- totals and names --------------------------------------------------------

@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <map>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <variant>
@@ -129,6 +130,8 @@ struct CheckReport {
 // Check one capture file.  Never throws for bad input: a file that cannot
 // be opened or read comes back with `error` set.
 CheckReport check_file(const std::string& path, const CheckOptions& options);
+// The same for a capture held in memory (`name` is what the report calls it).
+CheckReport check_bytes(std::span<const uint8_t> capture, const std::string& name, const CheckOptions& options);
 
 // ---- totals over several files -------------------------------------------
 

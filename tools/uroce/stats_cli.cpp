@@ -1,6 +1,7 @@
-// `uroce stats [--pid N] [--device NAME] [--json]`: the engine counters of
-// running uroce processes, read through DPDK telemetry (/uroce/devices,
-// /uroce/stats,<device>).  Default: every uroce-<pid> runtime directory.
+// `uroce stats [--pid N] [--device NAME] [--json]`: every counter set —
+// engine, RNIC, connection manager, GSI port — of running uroce processes,
+// read through DPDK telemetry (/uroce/devices, /uroce/counters,<device>;
+// transport/telemetry.hpp).  Default: every uroce-<pid> runtime directory.
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -15,14 +16,17 @@
 #include "tools/uroce/commands.hpp"
 #include "tools/uroce/exit_status.hpp"
 #include "tools/uroce/telemetry_client.hpp"
+#include "cm/cm.hpp"
+#include "cm/gsi_port.hpp"
 #include "transport/engine.hpp"
+#include "transport/rnic/rnic.hpp"
 
 namespace uroce::tools {
 namespace {
 
 constexpr int kJsonIndent = 2;
 constexpr std::string_view kDevicesCommand = "/uroce/devices";
-constexpr std::string_view kStatsCommand = "/uroce/stats";
+constexpr std::string_view kCountersCommand = "/uroce/counters";
 
 struct StatsArgs {
   int pid = 0;
@@ -36,6 +40,13 @@ const std::map<std::string, std::string, std::less<>>& counter_help() {
   static const auto table = [] {
     std::map<std::string, std::string, std::less<>> m;
     for (const CounterInfo& c : transport::kEngineCtrInfo) m.emplace(c.name, c.help);
+    for (const CounterInfo& c : rnic::kRnicCtrInfo) m.emplace(c.name, c.help);
+    for (const CounterInfo& c : cm::kCmCtrInfo) m.emplace(c.name, c.help);
+    for (const CounterInfo& c : cm::kGsiCtrInfo) m.emplace(c.name, c.help);
+    m.emplace("mem_faults", "accesses to registered memory that found it unmapped (this process, every device)");
+    m.emplace("pending_requests", "REQs/SIDR_REQs received and not yet answered");
+    m.emplace("timewait", "connections in TimeWait");
+    m.emplace("address_handles", "peer address handles the GSI port keeps");
     for (size_t i = 1; i < wire::kNumParseErrors; ++i) {
       const auto e = static_cast<wire::ParseError>(i);
       m.emplace(wire::parse_error_name(e), wire::parse_error_text(e));
@@ -47,7 +58,7 @@ const std::map<std::string, std::string, std::less<>>& counter_help() {
 
 struct DeviceStats {
   std::string device;
-  nlohmann::ordered_json counters;  // name -> value, in the order the process sent them
+  nlohmann::ordered_json sets;  // set -> (name -> value), in the order the process sent them
 };
 
 struct ProcessStats {
@@ -72,25 +83,27 @@ Result<ProcessStats, std::string> read_process(const TelemetryTarget& t, const S
   if (!names) return Err{names.error()};
   ProcessStats p{t.pid, {}};
   for (const std::string& dev : *names) {
-    auto counters = client->query(std::string(kStatsCommand) + "," + dev);
-    if (!counters) return Err{counters.error()};
-    p.devices.push_back({dev, std::move(*counters)});
+    auto sets = client->query(std::string(kCountersCommand) + "," + dev);
+    if (!sets) return Err{sets.error()};
+    p.devices.push_back({dev, std::move(*sets)});
   }
   return p;
 }
 
 void print_text(const ProcessStats& p, const StatsArgs& args) {
   for (const DeviceStats& d : p.devices) {
-    fmt::print("{}{} {}\n", kUroceRuntimePrefix, p.pid, d.device);
-    std::vector<std::pair<std::string, std::string>> lines;  // name=value, help
-    size_t width = 0;
-    for (const auto& [name, value] : d.counters.items()) {
-      if (args.nonzero && value == 0) continue;
-      const auto help = counter_help().find(name);
-      lines.emplace_back(name + "=" + value.dump(), help == counter_help().end() ? "" : help->second);
-      width = std::max(width, lines.back().first.size());
+    for (const auto& [set, counters] : d.sets.items()) {
+      fmt::print("{}{} {} {}\n", kUroceRuntimePrefix, p.pid, d.device, set);
+      std::vector<std::pair<std::string, std::string>> lines;  // name=value, help
+      size_t width = 0;
+      for (const auto& [name, value] : counters.items()) {
+        if (args.nonzero && value == 0) continue;
+        const auto help = counter_help().find(name);
+        lines.emplace_back(name + "=" + value.dump(), help == counter_help().end() ? "" : help->second);
+        width = std::max(width, lines.back().first.size());
+      }
+      for (const auto& [pair, help] : lines) fmt::print("  {:<{}}  {}\n", pair, width, help);
     }
-    for (const auto& [pair, help] : lines) fmt::print("  {:<{}}  {}\n", pair, width, help);
   }
 }
 
@@ -98,7 +111,7 @@ nlohmann::ordered_json to_json(const std::vector<ProcessStats>& all) {
   nlohmann::ordered_json procs = nlohmann::ordered_json::array();
   for (const ProcessStats& p : all) {
     nlohmann::ordered_json devs = nlohmann::ordered_json::object();
-    for (const DeviceStats& d : p.devices) devs[d.device] = d.counters;
+    for (const DeviceStats& d : p.devices) devs[d.device] = d.sets;
     procs.push_back({{"pid", p.pid}, {"devices", devs}});
   }
   return {{"processes", procs}};
@@ -144,7 +157,7 @@ void add_stats_command(CLI::App& app, int& exit_status) {
   auto args = std::make_shared<StatsArgs>();
   CLI::App* sub = app.add_subcommand(
       "stats",
-      "Print the engine counters of running uroce processes, read through DPDK telemetry "
+      "Print every counter (engine, rnic, cm, gsi) of running uroce processes, read through DPDK telemetry "
       "(<runtime dir>/uroce-<pid>/dpdk_telemetry.v2). Exit 0: counters printed; 1: no process answered; 2: usage.");
   sub->add_option("--pid", args->pid, "only this process (default: every uroce-<pid> runtime directory)")
       ->check(CLI::PositiveNumber);
