@@ -64,7 +64,7 @@ struct HarnessOptions {
 struct ConnOpts {
   ibv_mtu mtu = IBV_MTU_1024;
   uint8_t timeout = 10;      // 4.096 us * 2^10 ~ 4.2 ms
-  uint8_t retry_cnt = 7;     // infinite
+  uint8_t retry_cnt = 7;     // seven retries (only rnr_retry 7 is infinite)
   uint8_t rnr_retry = 7;     // infinite
   uint8_t min_rnr_timer = 1; // 0.01 ms (IBA table 45)
   uint8_t max_rd_atomic = 16;

@@ -30,9 +30,13 @@
 namespace uroce::rnic {
 namespace {
 
-// retry_cnt / rnr_retry 7: retry for ever (IBA 9.7.6.1.3 for rnr_retry; rxe
-// applies it to retry_cnt too).
-constexpr uint8_t kInfiniteRetry = 7;
+// rnr_retry 7 retries for ever: the IBA gives the RNR Retry Count that one
+// special value (7: infinite).  The transport Retry Count has none:
+// retry_cnt 7 is seven retries, as ConnectX counts them ("Transport retry
+// count exceeded" with UCX's default of 7); only rxe reads 7 as infinite
+// there.  So a peer that vanished ends in IBV_WC_RETRY_EXC_ERR within the
+// QP's budget (retry_cnt + 1 local ACK timeouts without progress).
+constexpr uint8_t kInfiniteRnrRetry = 7;
 
 enum class Step : uint8_t {
   CheckPsn,
@@ -229,7 +233,7 @@ Step on_rnr_nak(Ctx& x) {
     x.status = IBV_WC_RNR_RETRY_EXC_ERR;
     return Step::Error;
   }
-  if (c.rnr_left != kInfiniteRetry) --c.rnr_left;
+  if (c.rnr_left != kInfiniteRnrRetry) --c.rnr_left;
   c.rnr_wait = true;
   x.engine.timers().cancel(c.ack_timer);
   c.rnr_timer.cb = completer_rnr_timeout;
@@ -260,8 +264,7 @@ Step on_error_nak(Ctx& x) {
 }
 
 // Go back N (9.7.5.2): one transport retry is consumed; progress
-// since restores them.  retry_cnt 7 retries for ever, as rnr_retry 7 does
-// (rxe's rule, which programs written for it rely on; DESIGN.md).
+// since restores them.  retry_cnt counts (7 is not infinite, see above).
 Step retry(Ctx& x) {
   CompState& c = x.qp.comp;
   // One retry sequence per PSN: the responses still in flight from before
@@ -273,7 +276,7 @@ Step retry(Ctx& x) {
     x.status = IBV_WC_RETRY_EXC_ERR;
     return Step::Error;
   }
-  if (c.retry_left != kInfiniteRetry) --c.retry_left;
+  --c.retry_left;
   c.retry_started = true;
   c.retry_psn = c.psn;
   requester_rewind(x.qp);
@@ -340,8 +343,7 @@ void completer_rx(transport::Engine& engine, Qp& qp, transport::RoceRx& pkt) noe
 }
 
 // Local ACK timeout (9.7.6.1.3): nothing came back in time for the oldest
-// outstanding PSN.  Retry from it, or give up after retry_cnt retries
-// (7: never).
+// outstanding PSN.  Retry from it, or give up after retry_cnt retries.
 void completer_ack_timeout(Timer& t, uint64_t) {
   Qp& qp = t.owner_as<Qp>();
   transport::Engine& engine = qp.rnic().engine();
@@ -357,7 +359,7 @@ void completer_ack_timeout(Timer& t, uint64_t) {
     sender_fail(qp, *w, IBV_WC_RETRY_EXC_ERR);
     return;
   }
-  if (c.retry_left != kInfiniteRetry) --c.retry_left;
+  --c.retry_left;
   c.retry_started = true;
   c.retry_psn = c.psn;
   requester_rewind(qp);

@@ -59,8 +59,15 @@ class Pd {
 // ---- MR ----------------------------------------------------------------------------
 // Registered over memory of this process: [addr, addr+length) as seen by the
 // application, addressed remotely by iova (== addr unless reg_mr_iova).
-// lkey == rkey (an index into the Rnic's key table plus an 8-bit key
-// that changes on every registration, as rxe does).
+// lkey == rkey (an index into the Rnic's key table plus a random 8-bit key
+// that differs from the index's previous one, as rxe does).
+//
+// Lifetime (DESIGN.md "What every error path does"): the engine looks a key
+// up again for every packet; deregistration removes it from the key table
+// inside the engine's loop, so no packet is placed after dereg_mr returns.
+// `epoch` changes on every re-registration: a multi-packet message that
+// began under another epoch fails (remote access error) instead of
+// continuing into memory the MR no longer describes.
 class Mr {
  public:
   Pd* pd = nullptr;
@@ -70,6 +77,7 @@ class Mr {
   int access = 0;  // IBV_ACCESS_*
   Lkey lkey{};
   Rkey rkey{};
+  uint32_t epoch = 0;             // [engine] written under run_sync by rereg_mr
   std::atomic<bool> valid{true};  // false once deregistered (engine sees it)
 
   // The host address of [va, va+len) if it lies inside the MR (64-bit wrap

@@ -8,6 +8,11 @@
 #include <bit>
 #include <cerrno>
 #include <cstring>
+#include <type_traits>
+
+#include <linux/capability.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include "transport/rnic/rnic.hpp"
 
@@ -172,6 +177,29 @@ bool opcode_ok(TypeIdx t, ibv_wr_opcode op) noexcept {
   return false;
 }
 
+// Whether this process may set a controlled Q_Key (the most significant
+// bit set, IBA 10.2.5: controlled Q_Keys are for privileged consumers).
+// Linux's uverbs asks for CAP_NET_RAW (since 6.5); so do we.
+bool may_use_controlled_qkey() noexcept {
+  __user_cap_header_struct hdr{_LINUX_CAPABILITY_VERSION_3, 0};
+  __user_cap_data_struct data[_LINUX_CAPABILITY_U32S_3]{};
+  if (syscall(SYS_capget, &hdr, data) != 0) return false;
+  return (data[CAP_NET_RAW / 32].effective & (1u << (CAP_NET_RAW % 32))) != 0;
+}
+
+constexpr uint32_t kControlledQkey = 0x80000000u;
+
+// The integer an application left in an enum field.  An application may
+// put any value there; loading it as the enum type when it is none of the
+// enumerators is undefined behaviour, so the bytes are read as the
+// underlying integer and range-checked before they become the enum.
+template <class E>
+long long raw(const E& e) noexcept {
+  std::underlying_type_t<E> v;
+  std::memcpy(&v, &e, sizeof v);
+  return static_cast<long long>(v);
+}
+
 bool is_atomic(ibv_wr_opcode op) noexcept {
   return op == IBV_WR_ATOMIC_CMP_AND_SWP || op == IBV_WR_ATOMIC_FETCH_AND_ADD;
 }
@@ -228,8 +256,9 @@ Qp::~Qp() = default;
 int Qp::check_modify(const ibv_qp_attr& attr, int mask) const {
   const ibv_qp_state cur = state();
   if (mask & ~kAllMaskBits) return EINVAL;                             // an unknown bit
-  if ((mask & IBV_QP_STATE) && (attr.qp_state < IBV_QPS_RESET || attr.qp_state > IBV_QPS_ERR)) return EINVAL;
-  if ((mask & IBV_QP_CUR_STATE) && attr.cur_qp_state != cur) return EINVAL;  // the caller's view is stale
+  if ((mask & IBV_QP_STATE) && (raw(attr.qp_state) < IBV_QPS_RESET || raw(attr.qp_state) > IBV_QPS_ERR))
+    return EINVAL;
+  if ((mask & IBV_QP_CUR_STATE) && raw(attr.cur_qp_state) != cur) return EINVAL;  // the caller's view is stale
   const ibv_qp_state next = (mask & IBV_QP_STATE) ? attr.qp_state : cur;
   const Transition& tr = kTable[cur][next];
   if (!tr.valid) return EINVAL;
@@ -242,7 +271,8 @@ int Qp::check_modify(const ibv_qp_attr& attr, int mask) const {
   // The values (IBA 11.2.5.2 / ibv_modify_qp(3)).
   if ((mask & IBV_QP_PKEY_INDEX) && attr.pkey_index >= kMaxPkeys) return EINVAL;
   if ((mask & IBV_QP_PORT) && attr.port_num != kPortNum) return EINVAL;
-  if ((mask & IBV_QP_PATH_MTU) && (attr.path_mtu < IBV_MTU_256 || attr.path_mtu > IBV_MTU_4096)) return EINVAL;
+  if ((mask & IBV_QP_PATH_MTU) && (raw(attr.path_mtu) < IBV_MTU_256 || raw(attr.path_mtu) > IBV_MTU_4096))
+    return EINVAL;
   if ((mask & IBV_QP_TIMEOUT) && attr.timeout > 31) return EINVAL;         // 5 bits (IBA 9.7.6.1.3)
   if ((mask & IBV_QP_RETRY_CNT) && attr.retry_cnt > 7) return EINVAL;      // 3 bits
   if ((mask & IBV_QP_RNR_RETRY) && attr.rnr_retry > 7) return EINVAL;      // 3 bits, 7 = infinite
@@ -250,7 +280,9 @@ int Qp::check_modify(const ibv_qp_attr& attr, int mask) const {
   if ((mask & IBV_QP_MAX_QP_RD_ATOMIC) && attr.max_rd_atomic > kMaxQpRdAtom) return EINVAL;
   if ((mask & IBV_QP_MAX_DEST_RD_ATOMIC) && attr.max_dest_rd_atomic > kMaxQpRdAtom) return EINVAL;
   if ((mask & IBV_QP_DEST_QPN) && attr.dest_qp_num > Qpn::kMask) return EINVAL;
-  if ((mask & IBV_QP_PATH_MIG_STATE) && attr.path_mig_state > IBV_MIG_ARMED) return EINVAL;
+  if ((mask & IBV_QP_PATH_MIG_STATE) && raw(attr.path_mig_state) > IBV_MIG_ARMED) return EINVAL;
+  if ((mask & IBV_QP_QKEY) && !is_gsi() && (attr.qkey & kControlledQkey) != 0 && !may_use_controlled_qkey())
+    return EPERM;
   AhAttr path;
   if ((mask & IBV_QP_AV) && rnic_.resolve_path(attr.ah_attr, &path) != 0) return EINVAL;
   if (mask & IBV_QP_ALT_PATH) {
@@ -407,6 +439,11 @@ int Qp::post_send(const ibv_send_wr* wr, const ibv_send_wr** bad) {
       const ibv_qp_state st = state();
       if (st == IBV_QPS_RESET || st == IBV_QPS_INIT || st == IBV_QPS_RTR || st == IBV_QPS_UNKNOWN) {
         rc = EINVAL;
+        break;
+      }
+      const long long opcode_raw = raw(wr->opcode);
+      if (opcode_raw < IBV_WR_RDMA_WRITE || opcode_raw > IBV_WR_ATOMIC_WRITE) {
+        rc = EINVAL;  // not an opcode at all (read before it is taken as one)
         break;
       }
       if (!opcode_ok(t, wr->opcode) || wr->num_sge < 0 ||

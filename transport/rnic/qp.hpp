@@ -108,7 +108,9 @@ class Qp {
   Qp& operator=(const Qp&) = delete;
 
   // ---- verbs (application threads) ----
-  int modify(const ibv_qp_attr& attr, int mask);  // 0, or EINVAL leaving the QP unchanged
+  // 0, or EINVAL (EPERM: a controlled Q_Key without CAP_NET_RAW) leaving
+  // the QP unchanged.
+  int modify(const ibv_qp_attr& attr, int mask);
   int query(ibv_qp_attr* attr, int mask, ibv_qp_init_attr* init) const;
   int post_send(const ibv_send_wr* wr, const ibv_send_wr** bad);
   int post_recv(const ibv_recv_wr* wr, const ibv_recv_wr** bad);

@@ -20,6 +20,7 @@
 #include <cstring>
 
 #include "lib/wire/opcode.hpp"
+#include "transport/rnic/memory.hpp"
 #include "transport/rnic/qp.hpp"
 #include "transport/rnic/rnic.hpp"
 #include "transport/rnic/tx.hpp"
@@ -85,11 +86,8 @@ bool copy_sges(Qp& qp, const SendWqe& w, uint64_t off, uint8_t* buf, uint64_t le
     Mr* mr = rnic.lookup_lkey(s.lkey, qp.pd(), &why);
     uint8_t* host = mr != nullptr ? mr->translate(s.addr + off, n) : nullptr;
     if (host == nullptr) return false;  // deregistered since the WQE's check
-    if (dir == SgeDir::Gather) {
-      std::memcpy(buf, host, n);
-    } else {
-      std::memcpy(host, buf, n);
-    }
+    // Through the memory guard (memory.hpp): unmapped since registration fails.
+    if (!(dir == SgeDir::Gather ? memory::copy(buf, host, n) : memory::copy(host, buf, n))) return false;
     buf += n;
     len -= n;
     off = 0;
@@ -284,8 +282,7 @@ bool gather(Qp& qp, SendWqe& w, uint64_t off, uint8_t* buf, uint64_t len) noexce
     KeyCheck why{};
     Mr* mr = rnic.lookup_lkey(s.lkey, qp.pd(), &why);
     const uint8_t* host = mr != nullptr ? mr->translate(s.addr + w.sge_off, n) : nullptr;
-    if (host == nullptr) break;
-    std::memcpy(buf, host, n);
+    if (host == nullptr || !memory::copy(buf, host, n)) break;
     buf += n;
     len -= n;
     w.sge_off += n;
@@ -296,7 +293,11 @@ bool gather(Qp& qp, SendWqe& w, uint64_t off, uint8_t* buf, uint64_t len) noexce
   return false;
 }
 
-enum class Emit : uint8_t { Sent, NoMbuf };
+enum class Emit : uint8_t {
+  Sent,    // on its way (or lost on the way, counted): the PSN is taken
+  NoMbuf,  // no buffer: try again later
+  Failed,  // the payload could not be gathered: the WQE failed (LOC_PROT_ERR), the send queue with it
+};
 
 // Build and send one request packet of `w` at r.next_psn.  `off` is the
 // message offset of its payload (SEND/WRITE) or of the remaining READ.
@@ -342,9 +343,14 @@ Emit emit(transport::Engine& engine, Qp& qp, SendWqe& w, Seg seg, uint64_t off, 
   if (info.immediate) d.imm = be32toh(w.imm_data);  // kept in wire order in the WQE
   if (info.invalidate) d.ieth_rkey = Rkey(w.imm_data);  // invalidate_rkey shares the field
   const uint32_t payload = info.has(wire::kHdrPayload) ? len : 0;
-  const TxResult sent = tx_frame(engine, m, path, d, payload, [&](uint8_t* dst) {
-    if (!gather(qp, w, off, dst, payload)) std::memset(dst, 0, payload);
-  });
+  const TxResult sent =
+      tx_frame(engine, m, path, d, payload, [&](uint8_t* dst) { return gather(qp, w, off, dst, payload); });
+  if (sent == TxResult::CopyFault) {
+    // An SGE deregistered or unmapped since the WQE's check (IBA 10.6.3:
+    // local protection error); nothing is sent in its place.
+    sender_fail(qp, w, IBV_WC_LOC_PROT_ERR);
+    return Emit::Failed;
+  }
 
   // A packet lost on the way still takes its PSN: RC retransmits it after
   // the ACK timeout; UC/UD lose it and still complete successfully (they
@@ -362,6 +368,8 @@ Emit emit(transport::Engine& engine, Qp& qp, SendWqe& w, Seg seg, uint64_t off, 
     case TxResult::NoNeighbour:
       ctr.inc(RnicCtr::drop_tx_no_neigh);
       break;
+    case TxResult::CopyFault:
+      break;  // handled above
   }
   return Emit::Sent;
 }
@@ -416,7 +424,9 @@ void requester_run(transport::Engine& engine, Qp& qp) noexcept {
     // The BTH AckReq bit: on the last packet of every RC message, and at
     // least every kMaxPktsPerAckReq packets within a long one.
     const bool ack_req = rc && (last_pkt || r.pkts_since_ackreq + 1 >= kMaxPktsPerAckReq);
-    if (emit(engine, qp, w, seg, off, len, ack_req) == Emit::NoMbuf) {
+    const Emit e = emit(engine, qp, w, seg, off, len, ack_req);
+    if (e == Emit::Failed) return;
+    if (e == Emit::NoMbuf) {
       kick_soon(engine, qp, 10'000);  // buffers come back as the port sends
       break;
     }

@@ -28,6 +28,7 @@
 #include "lib/wire/ipv4.hpp"
 #include "lib/wire/ipv6.hpp"
 #include "transport/engine.hpp"
+#include "transport/rnic/memory.hpp"
 #include "transport/rnic/qp.hpp"
 #include "transport/rnic/rnic.hpp"
 #include "transport/rnic/tx.hpp"
@@ -151,6 +152,7 @@ struct Rx {
   uint64_t va = 0;            // READ / atomic: from the RETH / AtomicETH
   uint32_t dma_len = 0;
   uint32_t rkey = 0;
+  uint32_t epoch = 0;         // READ: the MR's epoch when the request was checked
 
   wire::BthC bth() const noexcept { return wire::BthC(frame + pi.bth_off); }
   template <class View>
@@ -195,11 +197,12 @@ void send_atomic_ack(Rx& r, Psn psn, uint64_t orig) noexcept {
 // the path MTU (IBA 9.7.5.1.6-7).  `first`: the response starts a message
 // (FIRST/ONLY); a replay from the middle of one continues it with
 // MIDDLE/LAST, as rxe sends it.  AETH on FIRST/LAST/ONLY (C9-28).
-void stream_start(Qp& qp, uint32_t rkey, uint64_t va, uint32_t len, Psn psn, bool first) noexcept {
+void stream_start(Qp& qp, uint32_t rkey, uint32_t epoch, uint64_t va, uint32_t len, Psn psn, bool first) noexcept {
   RespState::ReadStream& st = qp.resp.stream;
   st.active = true;
   st.first = first;
   st.rkey = rkey;
+  st.epoch = epoch;
   st.va = va;
   st.resid = len;
   st.pkts_left = len == 0 ? 1 : (len + qp.attrs().pmtu_bytes - 1) / qp.attrs().pmtu_bytes;
@@ -209,14 +212,19 @@ void stream_start(Qp& qp, uint32_t rkey, uint64_t va, uint32_t len, Psn psn, boo
 enum class Pump : uint8_t { Done, More, NoBuffer, Refused };
 
 // Send up to kRespBudget packets of the stream.  The R_Key is checked
-// again over what is left (the MR may have been deregistered since).
+// again over what is left (the MR may have been deregistered or
+// re-registered since: deregistration runs between engine iterations, so
+// one check per burst covers every packet of it), and every byte is read
+// through the memory guard (memory.hpp: memory unmapped since registration
+// refuses the rest of the response).
 Pump stream_pump(transport::Engine& engine, Qp& qp) noexcept {
   RespState::ReadStream& st = qp.resp.stream;
   const uint8_t* src = nullptr;
   if (st.resid != 0) {
     KeyCheck check = KeyCheck::Ok;
-    src = qp.rnic().check_rkey(st.rkey, st.va, st.resid, IBV_ACCESS_REMOTE_READ, qp.pd(), &check);
-    if (src == nullptr) return Pump::Refused;
+    uint32_t epoch = 0;
+    src = qp.rnic().check_rkey(st.rkey, st.va, st.resid, IBV_ACCESS_REMOTE_READ, qp.pd(), &check, &epoch);
+    if (src == nullptr || epoch != st.epoch) return Pump::Refused;
   }
   const uint32_t mtu = qp.attrs().pmtu_bytes;
   for (uint32_t budget = kRespBudget; budget > 0 && st.pkts_left > 0; --budget) {
@@ -232,11 +240,10 @@ Pump stream_pump(transport::Engine& engine, Qp& qp) noexcept {
     rte_mbuf* m = engine.alloc();
     if (m == nullptr) return Pump::NoBuffer;
     const uint8_t* from = src;
-    if (tx_send_mbuf(engine, m, qp.attrs().path, d, seg, [from, seg](uint8_t* dst) {
-          if (seg != 0) std::memcpy(dst, from, seg);
-        })) {
-      qp.rnic().counters().inc(RnicCtr::resp_pkts);
-    }
+    const TxResult sent = tx_frame(engine, m, qp.attrs().path, d, seg,
+                                   [from, seg](uint8_t* dst) { return memory::copy(dst, from, seg); });
+    if (sent == TxResult::CopyFault) return Pump::Refused;  // the PSN is not consumed: the NAK names it
+    if (sent == TxResult::Sent) qp.rnic().counters().inc(RnicCtr::resp_pkts);
     if (src != nullptr) src += seg;
     st.va += seg;
     st.resid -= seg;
@@ -382,8 +389,7 @@ bool scatter(Rx& r, const RecvWqe& w, uint64_t at, const uint8_t* src, uint32_t 
       Mr* mr = r.rnic.lookup_lkey(sge.lkey, pd, &check);
       if (mr == nullptr || (mr->access & IBV_ACCESS_LOCAL_WRITE) == 0) return false;
       uint8_t* dst = mr->translate(sge.addr + in, chunk);
-      if (dst == nullptr) return false;
-      std::memcpy(dst, src, chunk);
+      if (dst == nullptr || !memory::copy(dst, src, chunk)) return false;
       src += chunk;
       n -= chunk;
       at += chunk;
@@ -398,7 +404,8 @@ bool scatter(Rx& r, const RecvWqe& w, uint64_t at, const uint8_t* src, uint32_t 
 void abandon_message(RespState& s) noexcept {
   s.in_message = false;
   s.recv_offset = 0;
-  s.write_ptr = nullptr;
+  s.write_rkey = 0;
+  s.write_va = 0;
   s.write_resid = 0;
 }
 
@@ -613,17 +620,17 @@ Step check_rkey(Rx& r) noexcept {
   switch (r.op.op) {
     case Operation::Write: {
       if (r.op.has(wire::kHdrReth)) {
+        // The message's first packet: the whole range is checked now
+        // (C9-88), and what the rest of the message needs is kept.
         const wire::RethC reth = r.ext<wire::RethC>(wire::kHdrReth);
         s.write_len = reth.dma_len();
         s.write_resid = reth.dma_len();
-        s.write_ptr = nullptr;
-        if (reth.dma_len() != 0) {
-          s.write_ptr = r.rnic.check_rkey(reth.rkey().value(), reth.va(), reth.dma_len(), IBV_ACCESS_REMOTE_WRITE,
-                                          r.qp.pd(), &check);
-          if (s.write_ptr == nullptr) {
-            r.fault = Fault::RemoteAccess;
-            return Step::Fault;
-          }
+        s.write_rkey = reth.rkey().value();
+        s.write_va = reth.va();
+        if (reth.dma_len() != 0 && r.rnic.check_rkey(s.write_rkey, s.write_va, reth.dma_len(), IBV_ACCESS_REMOTE_WRITE,
+                                                     r.qp.pd(), &check, &s.write_epoch) == nullptr) {
+          r.fault = Fault::RemoteAccess;
+          return Step::Fault;
         }
       }
       // The payload must fit what the RETH announced: the message's last
@@ -633,6 +640,17 @@ Step check_rkey(Rx& r) noexcept {
         r.fault = Fault::Length;
         return Step::Fault;
       }
+      // Every packet: the key as it is now, over this packet's bytes, in
+      // the registration the message began under.
+      if (r.len != 0) {
+        uint32_t epoch = 0;
+        r.target = r.rnic.check_rkey(s.write_rkey, s.write_va, r.len, IBV_ACCESS_REMOTE_WRITE, r.qp.pd(), &check,
+                                     &epoch);
+        if (r.target == nullptr || epoch != s.write_epoch) {
+          r.fault = Fault::RemoteAccess;
+          return Step::Fault;
+        }
+      }
       return Step::Execute;
     }
     case Operation::ReadRequest: {
@@ -641,7 +659,7 @@ Step check_rkey(Rx& r) noexcept {
       r.dma_len = reth.dma_len();
       r.rkey = reth.rkey().value();
       if (r.dma_len != 0) {
-        r.target = r.rnic.check_rkey(r.rkey, r.va, r.dma_len, IBV_ACCESS_REMOTE_READ, r.qp.pd(), &check);
+        r.target = r.rnic.check_rkey(r.rkey, r.va, r.dma_len, IBV_ACCESS_REMOTE_READ, r.qp.pd(), &check, &r.epoch);
         if (r.target == nullptr) {
           r.fault = Fault::RemoteAccess;
           return Step::Fault;
@@ -728,8 +746,11 @@ Step execute(Rx& r) noexcept {
     }
     case Operation::Write:
       if (r.len != 0) {
-        std::memcpy(s.write_ptr, r.payload, r.len);
-        s.write_ptr += r.len;
+        if (!memory::copy(r.target, r.payload, r.len)) {  // unmapped since registration (memory.hpp)
+          r.fault = Fault::RemoteAccess;
+          return Step::Fault;
+        }
+        s.write_va += r.len;
         s.write_resid -= r.len;
       }
       break;
@@ -809,7 +830,7 @@ Step read_reply(Rx& r) noexcept {
   res = RdAtomicResult{r.psn, r.psn + (npkts - 1), false, 0, r.va, r.dma_len, r.rkey, true};
   ++s.msn;
   s.epsn = r.psn + npkts;
-  stream_start(r.qp, r.rkey, r.va, r.dma_len, r.psn, true);
+  stream_start(r.qp, r.rkey, r.epoch, r.va, r.dma_len, r.psn, true);
   stream_step(r.engine, r.qp);
   return Step::Done;
 }
@@ -819,16 +840,16 @@ Step read_reply(Rx& r) noexcept {
 Step atomic_reply(Rx& r) noexcept {
   RespState& s = r.s;
   const wire::AtomicEthC a = r.ext<wire::AtomicEthC>(wire::kHdrAtomicEth);
-  uint64_t orig;
-  {
-    std::lock_guard<std::mutex> lock(r.rnic.atomic_mu());
-    std::atomic_ref<uint64_t> word(*reinterpret_cast<uint64_t*>(r.target));
-    if (r.op.op == Operation::CompareSwap) {
-      orig = a.compare();
-      word.compare_exchange_strong(orig, a.swap_add());
-    } else {
-      orig = word.fetch_add(a.swap_add());
-    }
+  // One CPU atomic on the word (one engine thread serves every QP of the
+  // device), through the memory guard: a word unmapped since registration
+  // is a remote access error, nothing changed.
+  auto* word = reinterpret_cast<uint64_t*>(r.target);
+  uint64_t orig = 0;
+  const bool ok = r.op.op == Operation::CompareSwap ? memory::cas64(word, a.compare(), a.swap_add(), &orig)
+                                                    : memory::fetch_add64(word, a.swap_add(), &orig);
+  if (!ok) {
+    r.fault = Fault::RemoteAccess;
+    return Step::Fault;
   }
   RdAtomicResult& res = next_result(s);
   res = RdAtomicResult{r.psn, r.psn, true, orig, r.va, static_cast<uint32_t>(kAtomicLen), r.rkey, true};
@@ -879,8 +900,11 @@ Step duplicate(Rx& r) noexcept {
         return Step::Done;
       }
       // The R_Key is checked again as the stream runs (deregistered since:
-      // remote access error).
-      stream_start(r.qp, res->rkey, va, len, r.psn, r.psn == res->psn);
+      // remote access error); a replay runs in the registration as it is now.
+      KeyCheck check = KeyCheck::Ok;
+      uint32_t epoch = 0;
+      if (len != 0) r.rnic.check_rkey(res->rkey, va, len, IBV_ACCESS_REMOTE_READ, r.qp.pd(), &check, &epoch);
+      stream_start(r.qp, res->rkey, epoch, va, len, r.psn, r.psn == res->psn);
       stream_step(r.engine, r.qp);
       return Step::Done;
     }

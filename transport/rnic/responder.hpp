@@ -44,8 +44,13 @@ struct RespState {
   bool in_message = false;         // a multi-packet SEND/WRITE is under way
   // SEND in progress: the receive WQE being filled.
   uint64_t recv_offset = 0;
-  // WRITE in progress: the target memory.
-  uint8_t* write_ptr = nullptr;
+  // WRITE in progress: where the next packet goes.  The R_Key is looked up
+  // again for every packet (the MR may be deregistered or re-registered
+  // mid-message: then the rest fails, IBA 9.7.5.1.3), never a pointer kept
+  // from the first packet.
+  uint32_t write_rkey = 0;
+  uint64_t write_va = 0;
+  uint32_t write_epoch = 0;        // the MR's epoch at the message's first packet
   uint64_t write_resid = 0;
   // UC: a gap drops the rest of the message until the next FIRST/ONLY.
   bool uc_drop = false;
@@ -67,6 +72,7 @@ struct RespState {
     bool active = false;
     bool first = false;       // the next packet starts the response (FIRST/ONLY)
     uint32_t rkey = 0;        // re-checked every burst: the MR may go meanwhile
+    uint32_t epoch = 0;       // ... or be re-registered (Mr::epoch)
     uint64_t va = 0;          // next byte to send
     uint32_t resid = 0;       // bytes left
     uint32_t pkts_left = 0;   // packets left (1 for a zero-length READ)

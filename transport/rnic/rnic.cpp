@@ -11,10 +11,14 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <optional>
 #include <thread>
 
+#include "lib/wire/bth.hpp"
 #include "lib/wire/ipv4.hpp"
 #include "lib/wire/ipv6.hpp"
+#include "transport/rnic/memory.hpp"
+#include "transport/telemetry.hpp"
 #include "transport/rnic/tx.hpp"
 
 namespace uroce::rnic {
@@ -70,6 +74,28 @@ void set_err(int* err, int v) {
   if (err != nullptr) *err = v;
 }
 
+// A connected QP takes packets only from its path, as rxe_recv.c's
+// check_addr does: the source address (on RoCEv2 the GRH's SGID is the IP
+// source, IBA A17.4) is the path's destination, and the destination is
+// our GID the path starts from.  A packet from anywhere else is dropped
+// before it reaches a role, whatever it carries.  nullopt: it comes from
+// the path; else the counter for why not.
+bool same_addr(const uint8_t* ip, bool ipv4, const wire::Ipv6Addr& gid) noexcept {
+  if (ipv4) return is_v4_mapped(gid) && std::memcmp(ip, gid.data() + 12, 4) == 0;
+  return std::memcmp(ip, gid.data(), 16) == 0;
+}
+
+std::optional<RnicCtr> off_path(const Qp& qp, const uint8_t* frame, const wire::PktInfo& pi) noexcept {
+  const AhAttr& path = qp.attrs().path;
+  const uint8_t* l3 = frame + pi.l3_off;
+  const bool v4 = pi.l3 == wire::L3::IPv4;
+  const uint8_t* src = v4 ? l3 + 12 : l3 + 8;   // IPv4 / IPv6 source address
+  const uint8_t* dst = v4 ? l3 + 16 : l3 + 24;  // destination
+  if (!same_addr(src, v4, path.dgid)) return RnicCtr::drop_src_addr;
+  if (!same_addr(dst, v4, path.sgid)) return RnicCtr::drop_dst_addr;
+  return std::nullopt;
+}
+
 // How often the engine samples the port's link for the port events: a
 // link change is reported within this; rarer than the engine's idle
 // back-off horizon so that an idle engine still naps.
@@ -83,6 +109,8 @@ Rnic::Rnic(transport::Engine& engine, std::string name)
     : engine_(engine),
       name_(std::move(name)),
       key_table_(kMaxMr, nullptr),
+      last_key_byte_(kMaxMr, 0),
+      rng_((uint64_t{std::random_device{}()} << 32) ^ std::random_device{}()),
       qp_table_(kMaxQp, nullptr),
       async_fd_(::eventfd(0, EFD_CLOEXEC | EFD_SEMAPHORE)) {
   // The GID table (as the kernel fills rxe's from the netdev): the IPv6
@@ -119,7 +147,7 @@ Rnic::Rnic(transport::Engine& engine, std::string name)
   a.max_res_rd_atom = static_cast<int>(kMaxQpRdAtom * 1024);
   a.max_qp_init_rd_atom = static_cast<int>(kMaxQpRdAtom);
   a.max_ee_init_rd_atom = 0;
-  a.atomic_cap = IBV_ATOMIC_HCA;  // atomic with respect to each other across QPs (atomic_mu)
+  a.atomic_cap = IBV_ATOMIC_HCA;  // atomic with respect to each other across QPs (one engine, CPU atomics)
   a.max_ee = 0;
   a.max_rdd = 0;
   a.max_mw = 0;
@@ -138,6 +166,11 @@ Rnic::Rnic(transport::Engine& engine, std::string name)
   a.local_ca_ack_delay = 15;  // as rxe
   a.phys_port_cnt = 1;
 
+  memory::install();  // remote accesses to memory unmapped since registration fail, not crash
+  transport::telemetry_register_set(name_, "rnic", this, [this](const transport::CounterVisitor& f) {
+    ctr_.for_each([&](std::string_view n, std::string_view, uint64_t v) { f(n, v); });
+    f("mem_faults", memory::faults());  // process-wide: accesses that found memory unmapped (memory.hpp)
+  });
   engine_.run_sync([this] {
     engine_.set_roce_sink(this);
     link_up_ = engine_.port().link_up();
@@ -148,6 +181,7 @@ Rnic::Rnic(transport::Engine& engine, std::string name)
 }
 
 Rnic::~Rnic() {
+  transport::telemetry_unregister_set(name_, "rnic", this);
   engine_.run_sync([this] {
     engine_.set_roce_sink(nullptr);
     engine_.timers().cancel(link_timer_);
@@ -302,9 +336,13 @@ Mr* Rnic::reg_mr(Pd* pd, void* addr, size_t length, uint64_t iova, int access, i
     set_err(err, EINVAL);
     return nullptr;
   }
+  if (const int rc = check_memory(addr, length, access); rc != 0) {
+    set_err(err, rc);
+    return nullptr;
+  }
   uint32_t idx = 0;
   if (!free_keys_.empty()) {
-    idx = free_keys_.back();
+    idx = free_keys_.front();
   } else if (next_key_ < kMaxMr) {
     idx = next_key_;
   } else {
@@ -317,16 +355,18 @@ Mr* Rnic::reg_mr(Pd* pd, void* addr, size_t length, uint64_t iova, int access, i
   mr->length = length;
   mr->iova = (access & IBV_ACCESS_ZERO_BASED) ? 0 : iova;
   mr->access = access;
-  // lkey == rkey: the table index, and a key byte that changes on every
-  // registration so that a stale key misses (IBA 10.6.3.3).
-  const uint32_t key = (idx << 8) | ++key_gen_;
+  // lkey == rkey: the table index, and a random key byte that differs from
+  // the index's previous one, so that a stale key misses (IBA 10.6.3.3)
+  // and a live one cannot be guessed from its neighbours.  Freed indexes
+  // are reused oldest first, so a key's slot comes back as late as it can.
+  const uint32_t key = (idx << 8) | new_key_byte(idx);
   mr->lkey = Lkey(key);
   mr->rkey = Rkey(key);
   Mr* p = mr.get();
   if (free_keys_.empty()) {
     ++next_key_;
   } else {
-    free_keys_.pop_back();
+    free_keys_.pop_front();
   }
   if (mrs_.size() <= idx) mrs_.resize(idx + 1);
   mrs_[idx] = std::move(mr);
@@ -334,6 +374,27 @@ Mr* Rnic::reg_mr(Pd* pd, void* addr, size_t length, uint64_t iova, int access, i
   pd->users.fetch_add(1);
   engine_.run_sync([&] { key_table_[idx] = p; });
   return p;
+}
+
+uint8_t Rnic::new_key_byte(uint32_t idx) {
+  uint8_t b;
+  do {
+    b = static_cast<uint8_t>(rng_());
+  } while (b == last_key_byte_[idx]);
+  last_key_byte_[idx] = b;
+  return b;
+}
+
+int Rnic::check_memory(const void* addr, uint64_t length, int access) {
+  // ibv_reg_mr(3) on a kernel device: the pages are pinned, writable when
+  // any access may write them (the kernel's ib_access_writable), and a
+  // range the process has not mapped so is refused with EFAULT.  With
+  // IBV_ACCESS_ON_DEMAND nothing is pinned; an access to a missing page
+  // fails when it happens (memory.hpp's guard).
+  if ((access & IBV_ACCESS_ON_DEMAND) != 0) return 0;
+  constexpr int kWritable =
+      IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC | IBV_ACCESS_MW_BIND;
+  return memory::check_mapped(addr, length, (access & kWritable) != 0);
 }
 
 int Rnic::rereg_mr(Mr* mr, int flags, Pd* pd, void* addr, size_t length, int access) {
@@ -352,6 +413,12 @@ int Rnic::rereg_mr(Mr* mr, int flags, Pd* pd, void* addr, size_t length, int acc
   }
   if ((flags & IBV_REREG_MR_CHANGE_TRANSLATION) && (length > kMaxMrSize || (addr == nullptr && length != 0)))
     return EINVAL;
+  // The memory as it will be registered, with the rights it will have.
+  const bool translation = (flags & IBV_REREG_MR_CHANGE_TRANSLATION) != 0;
+  const int new_access = (flags & IBV_REREG_MR_CHANGE_ACCESS) ? access : mr->access;
+  if (const int rc = check_memory(translation ? addr : mr->addr, translation ? length : mr->length, new_access);
+      rc != 0)
+    return rc;
   engine_.run_sync([&] {
     if (flags & IBV_REREG_MR_CHANGE_PD) {
       mr->pd->users.fetch_sub(1);
@@ -364,6 +431,9 @@ int Rnic::rereg_mr(Mr* mr, int flags, Pd* pd, void* addr, size_t length, int acc
       mr->length = length;
       mr->iova = reinterpret_cast<uint64_t>(addr);
     }
+    // A message under way under the old registration does not continue
+    // under the new one (the responder compares epochs per packet).
+    ++mr->epoch;
   });
   return 0;
 }
@@ -379,7 +449,7 @@ int Rnic::dereg_mr(Mr* mr) {
   });
   mr->pd->users.fetch_sub(1);
   mrs_[idx].reset();
-  free_keys_.push_back(idx);
+  free_keys_.push_back(idx);  // reused after every index freed before it
   --live_mrs_;
   return 0;
 }
@@ -507,17 +577,19 @@ Qp* Rnic::create_qp(Pd* pd, const ibv_qp_init_attr& init, int* err) {
     set_err(err, EINVAL);
     return nullptr;
   }
-  // QPNs 2 .. limit-1, round robin from the last one given, never a live
-  // one (so a late packet for a destroyed QP is unlikely to hit its heir).
+  // QPNs 2 .. limit-1, never a live one, from a random place in the range:
+  // a QPN tells an observer nothing about its neighbours, and a late packet
+  // for a destroyed QP is unlikely to hit its heir.
   const uint32_t limit = std::min<uint32_t>(kMaxQp, engine_.config().max_qpn);
   if (limit <= 2) {
     set_err(err, ENOMEM);
     return nullptr;
   }
   uint32_t qpn = 0;
-  for (uint32_t i = 0; i < limit - 2; ++i) {
-    const uint32_t cand = next_qpn_;
-    next_qpn_ = next_qpn_ + 1 >= limit ? 2 : next_qpn_ + 1;
+  const uint32_t span = limit - 2;
+  const auto start = static_cast<uint32_t>(rng_() % span);
+  for (uint32_t i = 0; i < span; ++i) {
+    const uint32_t cand = 2 + (start + i) % span;
     if (qp_table_[cand] == nullptr) {
       qpn = cand;
       break;
@@ -627,8 +699,8 @@ Mr* Rnic::lookup_lkey(uint32_t lkey, const Pd* pd, KeyCheck* check) noexcept {
   return r == KeyCheck::Ok ? mr : nullptr;
 }
 
-uint8_t* Rnic::check_rkey(uint32_t rkey, uint64_t va, uint64_t len, int need, const Pd* pd,
-                          KeyCheck* check) noexcept {
+uint8_t* Rnic::check_rkey(uint32_t rkey, uint64_t va, uint64_t len, int need, const Pd* pd, KeyCheck* check,
+                          uint32_t* epoch) noexcept {
   // IBA 9.7.5.1.3 / C9-88 (memory access validation): the R_Key names a
   // valid MR of the QP's PD that grants the access, and the whole range
   // lies inside it; otherwise a remote access error, and nothing moves.
@@ -646,7 +718,9 @@ uint8_t* Rnic::check_rkey(uint32_t rkey, uint64_t va, uint64_t len, int need, co
     r = KeyCheck::OutOfBounds;
   }
   if (check != nullptr) *check = r;
-  return r == KeyCheck::Ok ? p : nullptr;
+  if (r != KeyCheck::Ok) return nullptr;
+  if (epoch != nullptr) *epoch = mr->epoch;
+  return p;
 }
 
 Qp* Rnic::qp_by_num(Qpn qpn) noexcept { return qpn.value() < qp_table_.size() ? qp_table_[qpn.value()] : nullptr; }
@@ -737,6 +811,20 @@ void Rnic::rx_burst(transport::Engine& engine, transport::RoceRx* pkts, uint16_t
                                  : (st == IBV_QPS_RTS || st == IBV_QPS_SQD);
     if (!ok) {
       ctr_.inc(RnicCtr::drop_qp_state);
+      rte_pktmbuf_free(pkt.m);
+      continue;
+    }
+    if (qp.type() == IBV_QPT_RC || qp.type() == IBV_QPT_UC) {
+      if (const auto why = off_path(qp, rte_pktmbuf_mtod(pkt.m, const uint8_t*), pkt.info)) {
+        ctr_.inc(*why);
+        rte_pktmbuf_free(pkt.m);
+        continue;
+      }
+    }
+    if (!to_responder &&
+        (wire::BthC(rte_pktmbuf_mtod(pkt.m, const uint8_t*) + pkt.info.bth_off).pkey().value() & 0x7FFF) !=
+            (kDefaultPkey.value() & 0x7FFF)) {
+      ctr_.inc(RnicCtr::drop_pkey);  // responses too carry our P_Key (IBA 10.9.3)
       rte_pktmbuf_free(pkt.m);
       continue;
     }

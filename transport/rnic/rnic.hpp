@@ -16,6 +16,7 @@
 #include <deque>
 #include <memory>
 #include <mutex>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -44,6 +45,8 @@ namespace uroce::rnic {
   X(retry_exceeded, "QPs that exhausted retry_cnt")                                         \
   X(rnr_retry_exceeded, "QPs that exhausted rnr_retry")                                     \
   X(drop_qp_state, "dropped: packet for a QP in a state that does not take it")             \
+  X(drop_src_addr, "dropped: RC/UC packet from an address other than its QP's path")        \
+  X(drop_dst_addr, "dropped: RC/UC packet to an address other than its QP's path")          \
   X(drop_psn_out_of_seq, "dropped: request beyond the expected PSN")                        \
   X(drop_bad_opcode_seq, "dropped: opcode out of sequence within a message")                \
   X(drop_resp_unexpected, "dropped: response for no outstanding request (ghost)")           \
@@ -149,12 +152,12 @@ class Rnic final : public transport::RoceSink {
   Mr* lookup_lkey(uint32_t lkey, const Pd* pd, KeyCheck* check) noexcept;
   // The host address for a remote access [va, va+len) under `rkey` with
   // every bit of `need` (IBV_ACCESS_REMOTE_*) granted and the QP's PD;
-  // nullptr and `check` when refused (IBA 9.7.5.1.3 / C9-88).
-  uint8_t* check_rkey(uint32_t rkey, uint64_t va, uint64_t len, int need, const Pd* pd, KeyCheck* check) noexcept;
+  // nullptr and `check` when refused (IBA 9.7.5.1.3 / C9-88).  `epoch`
+  // receives the MR's epoch (Mr::epoch): a message that spans packets
+  // compares it on each one.
+  uint8_t* check_rkey(uint32_t rkey, uint64_t va, uint64_t len, int need, const Pd* pd, KeyCheck* check,
+                      uint32_t* epoch = nullptr) noexcept;
   Qp* qp_by_num(Qpn qpn) noexcept;
-  // The mutex atomics hold so that they are atomic with respect to each
-  // other across QPs (IBA 9.7.5.1.5 / o9-25).
-  std::mutex& atomic_mu() noexcept { return atomic_mu_; }
 
   // ---- async events ----
   int async_fd() const noexcept { return async_fd_; }
@@ -178,7 +181,6 @@ class Rnic final : public transport::RoceSink {
   std::vector<wire::Ipv6Addr> gids_;
   RnicCounters ctr_;
   std::mutex ctl_mu_;
-  std::mutex atomic_mu_;
   // Objects, owned here.
   std::vector<std::unique_ptr<Pd>> pds_;
   std::vector<std::unique_ptr<Mr>> mrs_;        // index = key >> 8
@@ -188,15 +190,18 @@ class Rnic final : public transport::RoceSink {
   std::vector<std::unique_ptr<Qp>> qps_;
   std::vector<std::unique_ptr<Ah>> ahs_;
   std::vector<Mr*> key_table_;                  // engine reads (written under run_sync); index = key >> 8
-  std::vector<uint32_t> free_keys_;             // key indexes to reuse
+  std::vector<uint8_t> last_key_byte_;          // per index: the key byte of its last registration
+  std::deque<uint32_t> free_keys_;              // key indexes to reuse, oldest freed first
   uint32_t next_key_ = 1;                       // next never-used key index (0 is never a key)
+  std::mt19937_64 rng_;                         // key bytes, QPNs (seeded from the OS)
   uint32_t live_mrs_ = 0;
   std::vector<Qp*> qp_table_;                   // by QPN (written under run_sync)
   McastTable mcast_;                            // engine reads; written under run_sync
   void mcast_rx(transport::Engine& engine, transport::RoceRx& pkt) noexcept;  // [engine]
   Qp* make_qp(Pd* pd, const ibv_qp_init_attr& init, uint32_t qpn, int* err);
-  uint8_t key_gen_ = 0;
-  uint32_t next_qpn_ = 2;
+  uint8_t new_key_byte(uint32_t idx);
+  // 0, or the errno reg_mr/rereg_mr give for memory not mapped as `access` needs.
+  static int check_memory(const void* addr, uint64_t length, int access);
   uint32_t next_pd_ = 1;
   int async_fd_ = -1;
   std::mutex async_mu_;

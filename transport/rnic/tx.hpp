@@ -25,6 +25,7 @@ enum class TxResult : uint8_t {
   Sent,       // queued for the port, or waiting for its neighbour to resolve
   TooLong,    // the frame would not fit a buffer (freed)
   NoNeighbour,  // the destination did not resolve lately, or the table is full (freed; the engine's neighbour stats count it)
+  CopyFault,  // the payload could not be read (the copy returned false; freed, nothing sent)
 };
 
 // Hand a finished frame to the engine: towards `path.dgid`'s neighbour, or
@@ -33,9 +34,10 @@ enum class TxResult : uint8_t {
 bool tx_out(transport::Engine& engine, const AhAttr& path, rte_mbuf* m) noexcept;
 
 // Allocate, write headers for `payload_len` bytes, let `copy(uint8_t* dst)`
-// write the payload, finish (pad, ICRC) and send towards `path.dgid`.
-// False when no buffer (the engine counts drop_no_mbuf) or the frame would
-// not fit one.
+// write the payload (it returns false when it cannot: the frame is then
+// dropped unsent), finish (pad, ICRC) and send towards `path.dgid`.
+// False when no buffer (the engine counts drop_no_mbuf), the frame would
+// not fit one, or the copy failed.
 template <class CopyFn>
 bool tx_send_mbuf(transport::Engine& engine, rte_mbuf* m, const AhAttr& path, const wire::PktDesc& d,
                   size_t payload_len, CopyFn&& copy) noexcept;
@@ -60,7 +62,10 @@ TxResult tx_frame(transport::Engine& engine, rte_mbuf* m, const AhAttr& path, co
   }
   uint8_t* frame = rte_pktmbuf_mtod(m, uint8_t*);
   const size_t hl = wire::write_headers(frame, d, payload_len);
-  copy(frame + hl);
+  if (!copy(frame + hl)) {
+    rte_pktmbuf_free(m);
+    return TxResult::CopyFault;
+  }
   transport::Engine::set_frame_len(m, wire::finish(frame, d, payload_len));
   return tx_out(engine, path, m) ? TxResult::Sent : TxResult::NoNeighbour;
 }
@@ -72,7 +77,7 @@ bool tx_send_mbuf(transport::Engine& engine, rte_mbuf* m, const AhAttr& path, co
 }
 
 inline bool tx_send(transport::Engine& engine, const AhAttr& path, const wire::PktDesc& d) noexcept {
-  return tx_send(engine, path, d, 0, [](uint8_t*) {});
+  return tx_send(engine, path, d, 0, [](uint8_t*) { return true; });
 }
 
 }  // namespace uroce::rnic
