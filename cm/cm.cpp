@@ -90,7 +90,7 @@ uint32_t Cm::new_comm_id() {
   // what a REJ carries when there is none, so never use it).
   for (;;) {
     const auto v = static_cast<uint32_t>(rng_());
-    if (v != 0 && ids_.find(v) == ids_.end()) return v;
+    if (v != 0 && ids_.find(v) == ids_.end() && ended_.find(v) == ended_.end()) return v;
   }
 }
 
@@ -114,6 +114,12 @@ CmId* Cm::create_id(void* context) {
 CmId* Cm::find(uint32_t local_id) const noexcept {
   auto it = ids_.find(local_id);
   return it == ids_.end() ? nullptr : it->second.get();
+}
+
+size_t Cm::count_in(CmState s) const noexcept {
+  size_t n = 0;
+  for (const auto& [lid, id] : ids_) n += id->state == s ? 1 : 0;
+  return n;
 }
 
 CmId* Cm::listener_for(uint64_t service_id) const noexcept {
@@ -262,6 +268,67 @@ void Cm::step(CmId& id, Input& in) {
     unindex_remote(id);
   }
   id.state = next;
+  if (next != prev) note_state(id, prev);
+}
+
+// ---- the bounds of CmConfig -------------------------------------------------------
+
+namespace {
+bool is_pending(CmState s) noexcept {
+  return s == CmState::ReqRcvd || s == CmState::MraReqSent || s == CmState::SidrReqRcvd;
+}
+}  // namespace
+
+// Keeps the counts the bounds look at, after `id` went from `prev` to its
+// state: requests waiting for an answer, the TimeWait queue (its oldest
+// leaves early when it is full), ended connections.
+void Cm::note_state(CmId& id, CmState prev) {
+  if (is_pending(prev) != is_pending(id.state)) {
+    const size_t n = pending_.load(std::memory_order_relaxed);
+    pending_.store(is_pending(id.state) ? n + 1 : (n > 0 ? n - 1 : 0), std::memory_order_relaxed);
+  }
+  if (prev == CmState::TimeWait) {
+    if (!timewait_.empty() && timewait_.front() == &id) {
+      timewait_.pop_front();
+    } else {
+      std::erase(timewait_, &id);
+    }
+  }
+  if (id.state == CmState::Idle && id.remote_id != 0 && prev != CmState::Listen) remember_ended(id);
+  timewait_gauge_.store(timewait_.size() + (id.state == CmState::TimeWait ? 1 : 0), std::memory_order_relaxed);
+  if (id.state != CmState::TimeWait) return;
+  timewait_.push_back(&id);
+  if (timewait_.size() > cfg_.max_timewait) {
+    // Full: the oldest connection leaves TimeWait now (as its timer would).
+    ctr_.inc(CmCtr::timewait_evicted);
+    CmId* oldest = timewait_.front();
+    Input t{CmInput::Timeout};
+    step(*oldest, t);
+  }
+}
+
+void Cm::remember_ended(const CmId& id) {
+  if (cfg_.ended_memory == 0) return;
+  if (ended_.emplace(id.local_id, Ended{id.remote_id, id.peer.gid}).second) ended_order_.push_back(id.local_id);
+  while (ended_order_.size() > cfg_.ended_memory) {
+    ended_.erase(ended_order_.front());
+    ended_order_.pop_front();
+  }
+}
+
+bool Cm::pending_full() {
+  if (pending_.load(std::memory_order_relaxed) < cfg_.max_pending_requests) return false;
+  ctr_.inc(CmCtr::req_flood_dropped);
+  return true;
+}
+
+bool Cm::from_peer(const CmId& id, const MadAddr& from) {
+  // Every message after the REQ comes from the connection's peer (as the
+  // transport's check_addr does for data): anyone else who learnt the
+  // comm IDs off the wire cannot end, reject or redirect it.
+  if (id.state == CmState::Idle || id.peer.gid == from.gid) return true;
+  ctr_.inc(CmCtr::rx_wrong_source);
+  return false;
 }
 
 // Inputs a state does not expect.  A consumer call is refused (EINVAL); a
@@ -1126,6 +1193,7 @@ void Cm::rx_to_id(const MadAddr& from, const uint8_t* mad, CmInput kind, uint32_
     ctr_.inc(CmCtr::rx_unknown_id);
     return;
   }
+  if (!from_peer(*id, from)) return;
   Input in{kind};
   in.from = &from;
   in.mad = mad;
@@ -1141,12 +1209,15 @@ void Cm::rx_req(const MadAddr& from, const uint8_t* mad) {
   // A REQ we know already (12.9.6: retransmitted because our answer was
   // lost or late).
   if (CmId* dup = by_remote(req.local_ca_guid(), req.local_comm_id())) {
-    step(*dup, in);
+    if (from_peer(*dup, from)) step(*dup, in);
     return;
   }
   // 12.9 (stale connections): a new REQ from a QP that we believe is still connected
   // means that connection is stale: reject the REQ and release the old one.
+  // Only the connection's own peer can say so: a REQ naming its CA GUID and
+  // QPN from elsewhere is dropped, not allowed to end it.
   if (CmId* old = by_remote_qpn(req.local_ca_guid(), Qpn(req.local_qpn()))) {
+    if (!from_peer(*old, from)) return;
     ctr_.inc(CmCtr::rej_stale);
     send_rej_stateless(from, tid, req.local_comm_id(), RejReason::StaleConn, CmMsgRef::Req);
     Input st{CmInput::Stale};
@@ -1165,6 +1236,7 @@ void Cm::rx_req(const MadAddr& from, const uint8_t* mad) {
     send_rej_stateless(from, tid, req.local_comm_id(), RejReason::InvalidTransportType, CmMsgRef::Req);
     return;
   }
+  if (pending_full()) return;  // forgotten unanswered: a real peer retries
   CmId* id = create_id(nullptr);
   in.listener = l;
   step(*id, in);
@@ -1190,6 +1262,7 @@ void Cm::rx_sidr_req(const MadAddr& from, const uint8_t* mad) {
     send_mad(from, build_mad(r, tid_of(mad)));
     return;
   }
+  if (pending_full()) return;
   CmId* id = create_id(nullptr);
   sidr_in_[key] = id;
   in.listener = l;
@@ -1208,6 +1281,7 @@ void Cm::rx_rej_lookup(const MadAddr& from, const uint8_t* mad) {
     ctr_.inc(CmCtr::rx_unknown_id);
     return;
   }
+  if (!from_peer(*id, from)) return;
   Input in{CmInput::RecvRej};
   in.from = &from;
   in.mad = mad;
@@ -1215,9 +1289,21 @@ void Cm::rx_rej_lookup(const MadAddr& from, const uint8_t* mad) {
 }
 
 void Cm::rx_dreq_unknown(const MadAddr& from, const uint8_t* mad) {
-  // 12.9 / ib_cm: a DREQ for a connection we no longer have (our DREP
-  // was lost and TimeWait is over) is answered so the peer can move on.
+  // A DREQ for a connection we no longer have: our DREP was lost and
+  // TimeWait is over.  Linux's ib_cm answers every such DREQ with a DREP
+  // to its sender (cm_issue_drep), which makes it a reflector: anyone can
+  // have it send DREPs to an address they name.  We answer only a DREQ
+  // that names a connection of ours that ended lately, with its IDs, from
+  // the address of its peer; anything else is dropped and counted.  A
+  // real peer whose DREP was lost longer ago than we remember sees its
+  // DREQ time out, which ends its side just the same (12.9.6: DREQ
+  // timeout enters TimeWait).
   const DreqViewC d(body_of(mad));
+  const auto it = ended_.find(d.remote_comm_id());
+  if (it == ended_.end() || it->second.remote_id != d.local_comm_id() || it->second.gid != from.gid) {
+    ctr_.inc(CmCtr::rx_dreq_unknown);
+    return;
+  }
   ctr_.inc(CmCtr::drep_unknown);
   DrepMsg r;
   r.local_comm_id = d.remote_comm_id();

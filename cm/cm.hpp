@@ -20,6 +20,7 @@
 #include <infiniband/verbs.h>
 
 #include <array>
+#include <atomic>
 #include <cstdint>
 #include <deque>
 #include <functional>
@@ -149,7 +150,11 @@ std::string_view cm_event_name(CmEventType e) noexcept;
   X(rej_transport, "REJ sent: unsupported transport service type")                 \
   X(rej_stale, "REJ sent: stale connection")                                       \
   X(rej_stale_rep, "REJ sent to a REP: stale connection (its ID or QPN in use)")    \
-  X(drep_unknown, "DREP sent for a DREQ of an unknown connection")                 \
+  X(drep_unknown, "DREP sent for a DREQ of a connection that ended lately, to its peer") \
+  X(rx_dreq_unknown, "dropped: DREQ for no connection we had with its sender (unanswered)") \
+  X(rx_wrong_source, "dropped: message for a connection from an address other than its peer's") \
+  X(req_flood_dropped, "REQs/SIDR_REQs forgotten: too many requests waiting for an answer")  \
+  X(timewait_evicted, "connections taken out of TimeWait early (TimeWait table full)")       \
   X(sidr_no_listener, "SIDR_REP sent: service ID not supported")
 
 UROCE_COUNTER_ENUM(CmCtr, UROCE_CM_COUNTERS)
@@ -170,6 +175,15 @@ struct CmConfig {
   // TimeWait length; 0: the local ACK timeout of the connection plus twice
   // the packet lifetime (IBA 12.9, TimeWait: stale packets die first).
   uint64_t timewait_ns = 0;
+  // Bounds on what a remote sender can make us keep (each past its bound
+  // is counted): passive connections and SIDR requests not yet answered
+  // (a REQ past it is forgotten unanswered, so a real peer's retry is taken
+  // later, as for a full listen backlog); connections in TimeWait (past it
+  // the oldest leaves early); and the ended connections remembered so that
+  // a late DREQ from their peer still gets its DREP.
+  uint32_t max_pending_requests = 4096;
+  uint32_t max_timewait = 8192;
+  uint32_t ended_memory = 4096;
 };
 
 // The path of a connection (what rdma_resolve_route produces).
@@ -351,7 +365,13 @@ class Cm {
   // Connections indexed by their peer (CA GUID + comm ID, CA GUID + QPN):
   // 0 once every connection has ended (a leak check for tests).
   size_t remote_index_size() const noexcept { return by_remote_id_.size() + by_remote_qpn_.size(); }
+  // What the bounds of CmConfig limit (tests, `uroce stats`).
+  // (Any thread: gauges, relaxed.)
+  size_t pending_requests() const noexcept { return pending_.load(std::memory_order_relaxed); }
+  size_t timewait_count() const noexcept { return timewait_gauge_.load(std::memory_order_relaxed); }
+  size_t ended_count() const noexcept { return ended_.size(); }  // the CM's thread
   CmId* find(uint32_t local_id) const noexcept;
+  size_t count_in(CmState s) const noexcept;  // ids in that state
 
  private:
   struct Input;
@@ -401,6 +421,12 @@ class Cm {
   void rx_to_id(const MadAddr& from, const uint8_t* mad, CmInput kind, uint32_t local_id);
   void rx_rej_lookup(const MadAddr& from, const uint8_t* mad);
   void rx_dreq_unknown(const MadAddr& from, const uint8_t* mad);
+  // Whether `from` may speak for `id` (the connection's peer); counts when not.
+  bool from_peer(const CmId& id, const MadAddr& from);
+  // The bounds of CmConfig.
+  bool pending_full();
+  void note_state(CmId& id, CmState prev);
+  void remember_ended(const CmId& id);
 
   // Sending.
   void send_mad(const MadAddr& to, const MadBuf& mad);
@@ -443,6 +469,20 @@ class Cm {
   std::map<std::pair<std::array<uint8_t, 16>, uint32_t>, CmId*> sidr_in_;  // (peer GID, request ID)
   std::deque<CmEvent> events_;
   bool delivering_ = false;
+  // Passive ids not yet answered (ReqRcvd, MraReqSent, SidrReqRcvd).
+  // Written by the CM's thread only (relaxed), read by telemetry.
+  std::atomic<size_t> pending_{0};
+  // Ids in TimeWait, oldest first; its size mirrored for readers.
+  std::deque<CmId*> timewait_;
+  std::atomic<size_t> timewait_gauge_{0};
+  // Connections that ended: (our comm ID) -> (their comm ID, their GID),
+  // oldest first in ended_order_.
+  struct Ended {
+    uint32_t remote_id = 0;
+    std::array<uint8_t, 16> gid{};
+  };
+  std::unordered_map<uint32_t, Ended> ended_;
+  std::deque<uint32_t> ended_order_;
 };
 
 }  // namespace uroce::cm

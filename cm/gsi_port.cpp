@@ -87,8 +87,9 @@ void GsiPort::close() {
   mr_ = nullptr;
   if (cq_ != nullptr) rnic_.destroy_cq(cq_);
   cq_ = nullptr;
-  for (auto& [gid, ah] : ahs_) delete ah;
+  for (auto& [gid, e] : ahs_) delete e.ah;
   ahs_.clear();
+  ah_gauge_.store(0, std::memory_order_relaxed);
   if (pd_ != nullptr) rnic_.dealloc_pd(pd_);
   pd_ = nullptr;
 }
@@ -109,7 +110,10 @@ bool GsiPort::post_recv(uint32_t slot) {
 // not with Rnic::create_ah, which takes the control mutex an application
 // thread may hold while it waits for this engine thread.
 rnic::Ah* GsiPort::ah_for(const MadAddr& to) {
-  if (auto it = ahs_.find(to.gid); it != ahs_.end()) return it->second;
+  if (auto it = ahs_.find(to.gid); it != ahs_.end()) {
+    it->second.used = ++use_clock_;
+    return it->second.ah;
+  }
   transport::IpAddr dst;
   std::memcpy(dst.bytes.data(), to.gid.data(), 16);
   const auto src = rnic_.engine().config().local.source_for(dst);
@@ -128,7 +132,16 @@ rnic::Ah* GsiPort::ah_for(const MadAddr& to) {
     delete ah;
     return nullptr;
   }
-  ahs_.emplace(to.gid, ah);
+  if (ahs_.size() >= kMaxAhs) {
+    auto oldest = ahs_.begin();
+    for (auto it = ahs_.begin(); it != ahs_.end(); ++it)
+      if (it->second.used < oldest->second.used) oldest = it;
+    delete oldest->second.ah;
+    ahs_.erase(oldest);
+    ctr_.inc(GsiCtr::ah_evicted);
+  }
+  ahs_.emplace(to.gid, AhEntry{ah, ++use_clock_});
+  ah_gauge_.store(ahs_.size(), std::memory_order_relaxed);
   return ah;
 }
 

@@ -17,6 +17,7 @@
 #pragma once
 
 #include <array>
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -40,7 +41,8 @@ namespace uroce::cm {
   X(rx_mads, "MADs received on QP 1")                                          \
   X(rx_errors, "receive completions in error (flushes included)")              \
   X(rx_short, "dropped: receive shorter than GRH + 256 bytes")                 \
-  X(rx_bad_grh, "dropped: GRH area holds neither an IPv4 nor an IPv6 header")
+  X(rx_bad_grh, "dropped: GRH area holds neither an IPv4 nor an IPv6 header")   \
+  X(ah_evicted, "peer address handles dropped to make room (least recently used)")
 
 UROCE_COUNTER_ENUM(GsiCtr, UROCE_GSI_COUNTERS)
 using GsiCounters = CounterSet<GsiCtr, kGsiCtrInfo>;
@@ -50,6 +52,11 @@ class GsiPort final : public MadPort {
   static constexpr uint32_t kGrhBytes = 40;
   static constexpr uint32_t kRecvSlots = 256;
   static constexpr uint32_t kSendSlots = 256;
+  // Address handles kept (one per peer GID): a sender of MADs from ever
+  // new source addresses must not grow memory without bound.  A send
+  // copies the path into its work request, so an evicted handle is never
+  // needed by a send in flight.
+  static constexpr size_t kMaxAhs = 1024;
 
   using Receiver = std::function<void(const MadAddr& from, std::span<const uint8_t> mad)>;
 
@@ -71,6 +78,7 @@ class GsiPort final : public MadPort {
   unsigned poll(const Receiver& rx);
 
   const GsiCounters& counters() const noexcept { return ctr_; }
+  size_t ah_count() const noexcept { return ah_gauge_.load(std::memory_order_relaxed); }  // any thread
   rnic::Qp* qp() const noexcept { return qp_; }
 
  private:
@@ -86,7 +94,13 @@ class GsiPort final : public MadPort {
   std::vector<Slot> bufs_;          // kRecvSlots receive slots, then kSendSlots send slots
   uint32_t send_next_ = 0;          // next send slot (round robin)
   uint32_t send_busy_ = 0;          // send slots posted and not yet completed
-  std::map<std::array<uint8_t, 16>, rnic::Ah*> ahs_;
+  struct AhEntry {
+    rnic::Ah* ah = nullptr;
+    uint64_t used = 0;  // use_clock_ at the last send through it
+  };
+  std::map<std::array<uint8_t, 16>, AhEntry> ahs_;
+  uint64_t use_clock_ = 0;
+  std::atomic<size_t> ah_gauge_{0};  // ahs_.size(), for readers on other threads
   GsiCounters ctr_;
 };
 

@@ -4,6 +4,8 @@
 // moved, how conn params are negotiated.  IBA rule numbers are chapter 12's.
 #include "cm/rdma_cm.hpp"
 
+#include "transport/telemetry.hpp"
+
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -147,6 +149,8 @@ RdmaCm::~RdmaCm() {
   for (auto& dp : devs_) {
     RdmaDev& d = *dp;
     if (!d.cm) continue;
+    transport::telemetry_unregister_set(d.cfg.rnic->name(), "cm", &d);
+    transport::telemetry_unregister_set(d.cfg.rnic->name(), "gsi", &d);
     d.engine().run_sync([&] {
       d.engine().timers().cancel(d.poll_timer);
       d.engine().set_resolve_hook(nullptr);
@@ -186,6 +190,16 @@ int RdmaCm::start() {
                                   [this, dev](const CmEvent& ev) { on_cm_event(*dev, ev); });
       e->set_resolve_hook([this, dev](const IpAddr& ip, bool ok) { on_resolved(*dev, ip, ok); });
       e->timers().arm(d.poll_timer, e->now() + opt_.gsi_poll_ns);
+    });
+    // The CM's counters (and its GSI port's), readable by `uroce stats`.
+    transport::telemetry_register_set(d.cfg.rnic->name(), "cm", &d, [dev](const transport::CounterVisitor& f) {
+      dev->cm->counters().for_each([&](std::string_view n, std::string_view, uint64_t v) { f(n, v); });
+      f("pending_requests", dev->cm->pending_requests());
+      f("timewait", dev->cm->timewait_count());
+    });
+    transport::telemetry_register_set(d.cfg.rnic->name(), "gsi", &d, [dev](const transport::CounterVisitor& f) {
+      dev->gsi->counters().for_each([&](std::string_view n, std::string_view, uint64_t v) { f(n, v); });
+      f("address_handles", dev->gsi->ah_count());
     });
   }
   return 0;
@@ -1362,6 +1376,18 @@ void RdmaCm::disconnect_all() {
       if (!id->destroyed && id->qp_type != IBV_QPT_UD) up.push_back(id);
   }
   for (RdmaId* id : up) (void)disconnect(id);  // EINVAL for an id in no state to disconnect
+}
+
+size_t RdmaCm::disconnects_pending() {
+  size_t n = 0;
+  for (auto& dp : devs_) {
+    RdmaDev& d = *dp;
+    if (!d.cm) continue;
+    // The CM's tables are the engine's (no model lock needed: nothing of
+    // the model's is read).
+    d.engine().run_sync([&] { n += d.cm->count_in(CmState::DreqSent); });
+  }
+  return n;
 }
 
 int RdmaCm::disconnect(RdmaId* id) {

@@ -221,6 +221,9 @@ class RdmaCm {
   // little while so the messages leave.  A peer whose DREQ came after we
   // were gone would otherwise retry into silence (rxe's perftest -R).
   void disconnect_all();
+  // Connections whose DREQ (ours) waits for its DREP: what exit waits for,
+  // a bounded time, so that the peer's programs see DISCONNECTED.
+  size_t disconnects_pending();
   virtual int establish(RdmaId* id);                   // rdma_establish: the RTU after CONNECT_RESPONSE
   virtual int notify(RdmaId* id, ibv_event_type ev);   // IBV_EVENT_COMM_EST
   virtual int set_option(RdmaId* id, int level, int name, const void* val, size_t len);

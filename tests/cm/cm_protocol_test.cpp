@@ -620,9 +620,15 @@ TEST_F(CmConnected, StaleConnection) {
   EXPECT_EQ(r->reason, static_cast<uint16_t>(RejReason::StaleConn));
   EXPECT_EQ(cm[1]->counters().get(CmCtr::rej_stale), 1u);
   EXPECT_EQ(w.count(wire::CmAttr::Dreq, 1), 1u);
-  // The new A knows nothing of the old connection: B's DREQ gets a DREP
-  // and B's old connection waits out its TimeWait.
-  EXPECT_EQ(cm[0]->counters().get(CmCtr::drep_unknown), 1u);
+  // The new A knows nothing of the old connection, so B's DREQ names no
+  // connection A remembers: it is not answered (no DREP to a sender we
+  // cannot verify), and B's old connection ends by its DREQ timing out.
+  EXPECT_EQ(cm[0]->counters().get(CmCtr::rx_dreq_unknown), 1u);
+  EXPECT_EQ(cm[0]->counters().get(CmCtr::drep_unknown), 0u);
+  EXPECT_EQ(w.count(wire::CmAttr::Drep, 0), 0u);
+  EXPECT_EQ(b_id->state, CmState::DreqSent);
+  run(5 * kTimeoutNs);
+  EXPECT_EQ(n_events(1, CmEventType::DreqTimeout), 1u);
   EXPECT_EQ(b_id->state, CmState::TimeWait);
 }
 
@@ -655,10 +661,13 @@ TEST_F(CmConnected, StaleRep) {
   EXPECT_EQ(rb->reason, static_cast<uint16_t>(RejReason::StaleConn));
   EXPECT_EQ(b_id->state, CmState::Idle);
   EXPECT_EQ(n_events(1, CmEventType::Established), 0u);
-  // The old connection: A's DREQ reaches a B that knows nothing of it (a
-  // DREP all the same), and A waits out its TimeWait.
+  // The old connection: A's DREQ reaches a B that knows nothing of it, so
+  // it goes unanswered (counted), and A's side ends by its DREQ timing out.
   EXPECT_EQ(w.count(wire::CmAttr::Dreq, 0), 1u);
-  EXPECT_EQ(cm[1]->counters().get(CmCtr::drep_unknown), 1u);
+  EXPECT_EQ(cm[1]->counters().get(CmCtr::rx_dreq_unknown), 1u);
+  EXPECT_EQ(cm[1]->counters().get(CmCtr::drep_unknown), 0u);
+  EXPECT_EQ(a->state, CmState::DreqSent);
+  run(5 * kTimeoutNs);
   EXPECT_EQ(a->state, CmState::TimeWait);
   run(kTimewaitNs + kMs);
   EXPECT_EQ(a->state, CmState::Idle);
