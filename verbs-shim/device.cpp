@@ -5,9 +5,11 @@
 #include <endian.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <signal.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <cerrno>
@@ -44,6 +46,10 @@ constexpr int kNumCompVectors = 1;
 // the survivor's retry counter runs out, or a UD peer waits forever).
 constexpr auto kExitLinger = std::chrono::milliseconds(100);
 constexpr auto kLingerStep = std::chrono::microseconds(50);
+// ... and, past the linger, until the DREQs sent at exit are answered
+// (their peers then see DISCONNECTED at once), at most this long: a peer
+// that is gone never answers.
+constexpr auto kExitDrepWait = std::chrono::milliseconds(500);
 
 // Exit with the program's threads still running.  exit() takes the
 // handlers (atexit and static destructors) off one list one at a time, so
@@ -73,14 +79,100 @@ void claim_exit() {
   for (;;) ::pause();
 }
 
-void linger_at_exit() {
-  claim_exit();
-  rdmacm_at_exit();  // DREQs/DREPs for what is still connected, sent during the linger
-  const auto end = std::chrono::steady_clock::now() + kExitLinger;
-  while (std::chrono::steady_clock::now() < end) {
+// What a process does before it ends, by exit() or by a termination
+// signal: DREQs (or the DREPs a peer waits for) for every connection still
+// up, then the engines run on for the linger and until those DREQs are
+// answered (at most kExitDrepWait), so the frames reach the wire and the
+// peers' programs see DISCONNECTED, as they would from the kernel.
+void disconnect_and_linger() {
+  rdmacm_at_exit();
+  const auto start = std::chrono::steady_clock::now();
+  for (unsigned i = 0;; ++i) {
+    const auto now = std::chrono::steady_clock::now();
+    if (now - start >= kExitLinger) {
+      // Past the linger: only the DREPs are worth waiting for (asked now and
+      // then: each question is a trip through the engines).
+      if (now - start >= kExitDrepWait) break;
+      if (i % 64 == 0 && rdmacm_disconnects_pending() == 0) break;
+    }
     bool drove = false;
     for (Device* d : devices()) drove |= d->inline_progress && d->tdev->progress();
     if (!drove) std::this_thread::sleep_for(kLingerStep);
+  }
+}
+
+void linger_at_exit() {
+  claim_exit();
+  disconnect_and_linger();
+}
+
+// ---- termination signals ------------------------------------------------------------
+// SIGINT, SIGTERM and SIGHUP end a program without exit(), so without the
+// linger above: its peers would never learn that its connections are gone
+// (a kernel RNIC sends the DREQs of a closed process; nothing else would).
+// Where the program left such a signal's default action in place, we take
+// it: the handler wakes a watcher thread (a pipe: the only work a handler
+// may do), which disconnects and lingers, then restores the default action
+// and raises the signal again, so the process ends as it would have, by
+// that signal.  A second signal meanwhile ends it at once.  A program that
+// handles the signal itself keeps its handler (and usually exits, which
+// runs linger_at_exit).  SIGKILL cannot be caught: uroced handles that.
+constexpr std::array<int, 3> kTermSignals = {SIGINT, SIGTERM, SIGHUP};
+int g_term_pipe[2] = {-1, -1};
+std::atomic<bool> g_terminating{false};
+pid_t g_term_pid = 0;  // the process whose watcher reads the pipe (a forked child has none)
+
+void on_term_signal(int sig) {
+  if (::getpid() != g_term_pid || g_terminating.exchange(true)) {
+    ::signal(sig, SIG_DFL);
+    ::raise(sig);
+    return;
+  }
+  const auto b = static_cast<uint8_t>(sig);
+  [[maybe_unused]] const ssize_t n = ::write(g_term_pipe[1], &b, 1);
+}
+
+void term_watcher() {
+  uint8_t b = 0;
+  while (::read(g_term_pipe[0], &b, 1) != 1) {
+    if (errno != EINTR) return;
+  }
+  const int sig = b;
+  disconnect_and_linger();
+  ::signal(sig, SIG_DFL);
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, sig);
+  pthread_sigmask(SIG_UNBLOCK, &set, nullptr);
+  ::raise(sig);
+}
+
+void take_term_signals() {
+  if (::pipe2(g_term_pipe, O_CLOEXEC) != 0) return;
+  g_term_pid = ::getpid();
+  bool any = false;
+  for (int sig : kTermSignals) {
+    struct sigaction old {};
+    if (sigaction(sig, nullptr, &old) != 0) continue;
+    if ((old.sa_flags & SA_SIGINFO) != 0 || old.sa_handler != SIG_DFL) continue;  // the program's own
+    struct sigaction sa {};
+    sa.sa_handler = on_term_signal;
+    sa.sa_flags = SA_RESTART;
+    sigemptyset(&sa.sa_mask);
+    any |= sigaction(sig, &sa, nullptr) == 0;
+  }
+  if (!any) return;
+  try {
+    // The watcher blocks the termination signals, so that the handler runs
+    // on a program thread (never on the thread it must wake).
+    sigset_t block, old;
+    sigemptyset(&block);
+    for (int sig : kTermSignals) sigaddset(&block, sig);
+    pthread_sigmask(SIG_BLOCK, &block, &old);
+    std::thread(term_watcher).detach();
+    pthread_sigmask(SIG_SETMASK, &old, nullptr);
+  } catch (...) {
+    for (int sig : kTermSignals) ::signal(sig, SIG_DFL);  // no watcher: nobody to wake
   }
 }
 
@@ -109,6 +201,7 @@ void start_devices_locked() {
   // down at exit: the linger first, then the gate (see exit_gate).
   std::atexit(exit_gate);
   std::atexit(linger_at_exit);
+  take_term_signals();
   auto names = reg.names();
   if (!names) {
     std::fprintf(stderr, "uroce: configuration: %s\n", names.error().message.c_str());

@@ -40,6 +40,11 @@ void shim::rdmacm_at_exit() noexcept {
   if (cm::RdmaCm* m = g_model.load()) m->disconnect_all();
 }
 
+size_t shim::rdmacm_disconnects_pending() noexcept {
+  cm::RdmaCm* m = g_model.load();
+  return m != nullptr ? m->disconnects_pending() : 0;
+}
+
 UROCE_EXPORT cm::RdmaCm* uroce_rdmacm() noexcept {
   static std::once_flag once;
   static cm::RdmaCm* model = nullptr;

@@ -163,6 +163,9 @@ void kick_once(Device* dev) noexcept;
 // At exit, before the linger: disconnect the rdma_cm model's connections
 // that are still up (nothing when the model never started).
 void rdmacm_at_exit() noexcept;
+// How many of those disconnects still wait for the peer's DREP (0 when
+// the model never started).
+size_t rdmacm_disconnects_pending() noexcept;
 
 // The devices that came up (ibv_get_device_list starts them on first use).
 std::vector<Device*>& devices() noexcept;
