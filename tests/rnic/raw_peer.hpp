@@ -61,7 +61,8 @@ class RawPeer {
  public:
   static constexpr uint32_t kPeerQpn = 0x00ABCD;
 
-  explicit RawPeer(uint16_t sim_mtu = drivers::sim::kDefaultSimMtu) {
+  // `extra_ips`: addresses of the RNIC's besides kIpA (GIDs of its own).
+  explicit RawPeer(uint16_t sim_mtu = drivers::sim::kDefaultSimMtu, std::vector<uint32_t> extra_ips = {}) {
     drivers::sim::SimPortConfig pc;
     pc.mtu = sim_mtu;
     auto a = wire_.add_port(pc);
@@ -73,6 +74,7 @@ class RawPeer {
     transport::EngineConfig c;
     c.local.mac = port_->mac();
     c.local.ips = {transport::IpAddr::v4(kIpA)};
+    for (uint32_t ip : extra_ips) c.local.ips.push_back(transport::IpAddr::v4(ip));
     c.answer_host = true;
     c.announce = false;  // nothing but what the test causes reaches the peer
     c.progress = transport::Progress::Inline;

@@ -1,0 +1,497 @@
+// Attacks on the RNIC over the sim wire (suite 'security'): a raw peer
+// port plays the remote side and the attacker, with hand-made frames whose
+// ICRCs are valid, against one RNIC.  Each attack checks the answer the
+// RNIC gives (NAK code or silence), the counter that says why, and that
+// memory around and inside every MR is untouched (guard bytes on both sides
+// of each registration).
+//
+//   MR lifetime     a WRITE or READ whose MR is deregistered or re-registered
+//                   mid-message stops there (remote access NAK)
+//   registration    reg_mr refuses memory the process does not have (EFAULT)
+//   unmapped memory memory unmapped after registration: remote access error,
+//                   the process lives
+//   source          RC/UC packets from an address other than the QP's path
+//   keys            forged rkeys, another PD's key, bounds at and past the
+//                   MR's edges, 64-bit wrap, zero-length with bad keys
+//   responses       unsolicited ACKs, READ responses and atomic ACKs
+//   PSNs            far outside the window, ahead and behind
+#include <gtest/gtest.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "lib/wire/ext.hpp"
+#include "tests/rnic/raw_peer.hpp"
+#include "transport/rnic/memory.hpp"
+
+namespace uroce::rnic::testing {
+namespace {
+
+namespace op = wire::op;
+using wire::AckType;
+using wire::NakCode;
+
+constexpr uint32_t kIpA2 = 0x0A000003;    // a second address of the RNIC (10.0.0.3)
+constexpr uint32_t kIpEvil = 0x0A000009;  // the attacker (10.0.0.9)
+constexpr uint32_t kSqPsn = 0x1000;
+constexpr uint32_t kRqPsn = 0x2000;
+constexpr size_t kGuard = 256;            // guard bytes on each side of an MR
+constexpr uint8_t kGuardByte = 0xA5;
+constexpr uint8_t kFill = 0x11;
+
+constexpr uint8_t nak(NakCode c) { return wire::make_syndrome(AckType::Nak, static_cast<uint8_t>(c)); }
+constexpr uint8_t kAck = wire::make_syndrome(AckType::Ack, wire::kAethCreditInvalid);
+
+// Registered memory with guard bytes on both sides, all in one block.
+struct Guarded {
+  std::vector<uint8_t> block;
+  size_t len = 0;
+  Mr* mr = nullptr;
+
+  uint8_t* data() { return block.data() + kGuard; }
+  uint64_t addr(size_t off = 0) { return reinterpret_cast<uint64_t>(data() + off); }
+  uint32_t rkey() const { return mr->rkey.value(); }
+  bool guards_intact() const {
+    for (size_t i = 0; i < kGuard; ++i)
+      if (block[i] != kGuardByte || block[kGuard + len + i] != kGuardByte) return false;
+    return true;
+  }
+  // Every byte of the MR still holds `fill` from `from` on.
+  bool untouched(uint8_t fill = kFill, size_t from = 0) const {
+    for (size_t i = from; i < len; ++i)
+      if (block[kGuard + i] != fill) return false;
+    return true;
+  }
+};
+
+class Attack : public ::testing::Test {
+ protected:
+  RawPeer peer{drivers::sim::kDefaultSimMtu, {kIpA2}};
+
+  uint64_t ctr(RnicCtr c) const { return peer.ctr(c); }
+
+  Guarded guarded(size_t len, int access, Pd* pd = nullptr) {
+    Guarded g;
+    g.len = len;
+    g.block.assign(len + 2 * kGuard, kGuardByte);
+    std::memset(g.data(), kFill, len);
+    int err = 0;
+    g.mr = peer.rnic().reg_mr(pd != nullptr ? pd : peer.pd(), g.data(), len, g.addr(), access, &err);
+    EXPECT_NE(g.mr, nullptr) << std::strerror(err);
+    return g;
+  }
+
+  // An RC QP in RTS connected to the peer's QP (MTU 1024).
+  Qp* rc_qp(ibv_qp_type type = IBV_QPT_RC) {
+    cq_ = peer.cq();
+    Qp* q = peer.qp(type, cq_, cq_);
+    ConnOpts o;
+    o.mtu = IBV_MTU_1024;
+    EXPECT_EQ(peer.to_rts(q, kSqPsn, kRqPsn, o), 0);
+    return q;
+  }
+
+  wire::PktDesc write(uint8_t opcode, Qp* q, uint32_t psn_off, uint64_t va, uint32_t rkey, uint32_t dma_len,
+                      std::span<const uint8_t> data) {
+    wire::PktDesc d = peer.request(opcode, q->qpn(), Psn(kRqPsn + psn_off), data);
+    d.reth_va = va;
+    d.reth_rkey = Rkey(rkey);
+    d.reth_len = dma_len;
+    return d;
+  }
+  wire::PktDesc read(Qp* q, uint32_t psn_off, uint64_t va, uint32_t rkey, uint32_t len) {
+    return write(op::RC_READ_REQUEST, q, psn_off, va, rkey, len, {});
+  }
+  wire::PktDesc atomic(uint8_t opcode, Qp* q, uint32_t psn_off, uint64_t va, uint32_t rkey) {
+    wire::PktDesc d = peer.request(opcode, q->qpn(), Psn(kRqPsn + psn_off));
+    d.atomic_va = va;
+    d.atomic_rkey = Rkey(rkey);
+    d.atomic_swap_add = 5;
+    d.atomic_compare = 0;
+    return d;
+  }
+  // The acknowledgements (ACK/NAK) among what the RNIC sent.
+  std::vector<Frame> acks() {
+    std::vector<Frame> out;
+    for (Frame& f : peer.take())
+      if (f.opcode() == op::RC_ACK) out.push_back(std::move(f));
+    return out;
+  }
+  static uint8_t syndrome(const Frame& f) { return f.desc().aeth_syndrome; }
+
+  Cq* cq_ = nullptr;
+};
+
+std::vector<uint8_t> bytes(size_t n, uint8_t v) { return std::vector<uint8_t>(n, v); }
+
+// ---- MR lifetime --------------------------------------------------------------------
+
+TEST_F(Attack, WriteStopsAtDeregistration) {
+  Qp* q = rc_qp();
+  Guarded g = guarded(4096, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+  const auto chunk = bytes(1024, 0x77);
+  peer.inject(write(op::RC_WRITE_FIRST, q, 0, g.addr(), g.rkey(), 3072, chunk));
+  EXPECT_EQ(std::memcmp(g.data(), chunk.data(), 1024), 0);  // the first packet landed
+  (void)acks();                                              // and was acknowledged
+  ASSERT_EQ(peer.rnic().dereg_mr(g.mr), 0);
+  // The rest of the message after ibv_dereg_mr returned: nothing lands.
+  peer.inject(write(op::RC_WRITE_MIDDLE, q, 1, 0, 0, 0, chunk));
+  peer.inject(write(op::RC_WRITE_LAST, q, 2, 0, 0, 0, chunk));
+  EXPECT_TRUE(g.untouched(kFill, 1024));
+  EXPECT_TRUE(g.guards_intact());
+  const auto a = acks();
+  ASSERT_FALSE(a.empty());
+  EXPECT_EQ(syndrome(a.front()), nak(NakCode::RemoteAccessError));
+  EXPECT_EQ(a.front().psn().value(), kRqPsn + 1);  // the first packet the MR was gone for
+  EXPECT_EQ(ctr(RnicCtr::rem_access_naks), 1u);
+  EXPECT_EQ(q->state(), IBV_QPS_ERR);
+}
+
+TEST_F(Attack, WriteStopsAtReregistration) {
+  Qp* q = rc_qp();
+  Guarded g = guarded(4096, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+  const auto chunk = bytes(1024, 0x77);
+  peer.inject(write(op::RC_WRITE_FIRST, q, 0, g.addr(), g.rkey(), 3072, chunk));
+  (void)acks();
+  // Same keys, same rights, same memory: still another registration.
+  ASSERT_EQ(peer.rnic().rereg_mr(g.mr, IBV_REREG_MR_CHANGE_ACCESS, nullptr, nullptr, 0,
+                                 IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE),
+            0);
+  peer.inject(write(op::RC_WRITE_MIDDLE, q, 1, 0, 0, 0, chunk));
+  peer.inject(write(op::RC_WRITE_LAST, q, 2, 0, 0, 0, chunk));
+  EXPECT_TRUE(g.untouched(kFill, 1024));
+  EXPECT_TRUE(g.guards_intact());
+  const auto a = acks();
+  ASSERT_FALSE(a.empty());
+  EXPECT_EQ(syndrome(a.front()), nak(NakCode::RemoteAccessError));
+  // A new message under the new registration is fine.
+  Qp* q2 = rc_qp();
+  peer.inject(write(op::RC_WRITE_ONLY, q2, 0, g.addr(), g.rkey(), 16, bytes(16, 0x55)));
+  EXPECT_EQ(g.data()[0], 0x55);
+  ASSERT_EQ(peer.rnic().dereg_mr(g.mr), 0);
+}
+
+TEST_F(Attack, ReadResponseStopsAtDeregistration) {
+  Qp* q = rc_qp();
+  // 256 response packets at MTU 1024: more than one burst (kRespBudget).
+  Guarded g = guarded(256 * 1024, IBV_ACCESS_REMOTE_READ);
+  peer.inject(read(q, 0, g.addr(), g.rkey(), 256 * 1024), false);
+  peer.poll(1);  // the request and the first burst
+  ASSERT_EQ(peer.rnic().dereg_mr(g.mr), 0);
+  peer.run_for(std::chrono::milliseconds(20));
+  size_t responses = 0;
+  std::vector<Frame> naks;
+  for (Frame& f : peer.take()) {
+    if (f.op().op == wire::Operation::ReadResponse) ++responses;
+    if (f.opcode() == op::RC_ACK) naks.push_back(std::move(f));
+  }
+  EXPECT_GT(responses, 0u);
+  EXPECT_LT(responses, 256u);
+  ASSERT_EQ(naks.size(), 1u);
+  EXPECT_EQ(syndrome(naks[0]), nak(NakCode::RemoteAccessError));
+  EXPECT_EQ(naks[0].psn().value(), kRqPsn + responses);  // where the stream stopped
+  EXPECT_EQ(q->state(), IBV_QPS_ERR);
+}
+
+// ---- registration ---------------------------------------------------------------------
+
+TEST_F(Attack, RegistrationRefusesMemoryTheProcessDoesNotHave) {
+  const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+  auto* m = static_cast<uint8_t*>(mmap(nullptr, 16 * page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
+  ASSERT_NE(m, MAP_FAILED);
+  int err = 0;
+  Rnic& r = peer.rnic();
+  auto reg = [&](void* a, size_t len, int access) {
+    err = 0;
+    Mr* mr = r.reg_mr(peer.pd(), a, len, reinterpret_cast<uint64_t>(a), access, &err);
+    if (mr != nullptr) {
+      EXPECT_EQ(r.dereg_mr(mr), 0);
+    }
+    return mr != nullptr;
+  };
+  // 1 TiB over 64 KiB (the attack): EFAULT, as the kernel.
+  EXPECT_FALSE(reg(m, uint64_t{1} << 40, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ));
+  EXPECT_EQ(err, EFAULT);
+  EXPECT_TRUE(reg(m, 16 * page, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE));
+  // A hole in the middle.
+  ASSERT_EQ(munmap(m + 8 * page, page), 0);
+  EXPECT_FALSE(reg(m, 16 * page, IBV_ACCESS_REMOTE_READ));
+  EXPECT_EQ(err, EFAULT);
+  EXPECT_TRUE(reg(m, 8 * page, IBV_ACCESS_REMOTE_READ));
+  // Read-only memory: readable registrations only.
+  ASSERT_EQ(mprotect(m, page, PROT_READ), 0);
+  EXPECT_TRUE(reg(m, page, IBV_ACCESS_REMOTE_READ));
+  for (int access : {int{IBV_ACCESS_LOCAL_WRITE}, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE,
+                     IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_ATOMIC}) {
+    EXPECT_FALSE(reg(m, page, access)) << access;
+    EXPECT_EQ(err, EFAULT);
+  }
+  // No access at all (a guard page).
+  ASSERT_EQ(mprotect(m + page, page, PROT_NONE), 0);
+  EXPECT_FALSE(reg(m + page, page, 0));
+  EXPECT_EQ(err, EFAULT);
+  // Past the end of the address space.
+  EXPECT_FALSE(reg(reinterpret_cast<void*>(~uintptr_t{0} - 100), 4096, 0));
+  EXPECT_EQ(err, EINVAL);
+  // On-demand paging pins nothing: the check is the access's (below).
+  EXPECT_TRUE(reg(m + 8 * page, page, IBV_ACCESS_ON_DEMAND | IBV_ACCESS_LOCAL_WRITE));
+  // rereg_mr checks what it will register.
+  Mr* mr = r.reg_mr(peer.pd(), m + 2 * page, page, reinterpret_cast<uint64_t>(m + 2 * page), IBV_ACCESS_REMOTE_READ,
+                    &err);
+  ASSERT_NE(mr, nullptr);
+  EXPECT_EQ(r.rereg_mr(mr, IBV_REREG_MR_CHANGE_TRANSLATION, nullptr, m + 8 * page, page, 0), EFAULT);
+  EXPECT_EQ(r.rereg_mr(mr, IBV_REREG_MR_CHANGE_TRANSLATION, nullptr, m + 2 * page, 2 * page, 0), 0);
+  EXPECT_EQ(r.dereg_mr(mr), 0);
+  munmap(m, 16 * page);
+}
+
+// ---- memory unmapped after registration ------------------------------------------------
+
+TEST_F(Attack, UnmappedAfterRegistrationIsARemoteAccessError) {
+  const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+  auto* m = static_cast<uint8_t*>(mmap(nullptr, 2 * page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
+  ASSERT_NE(m, MAP_FAILED);
+  int err = 0;
+  Mr* mr = peer.rnic().reg_mr(
+      peer.pd(), m, 2 * page, reinterpret_cast<uint64_t>(m),
+      IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC, &err);
+  ASSERT_NE(mr, nullptr);
+  ASSERT_EQ(munmap(m + page, page), 0);  // the application's mistake, not the peer's
+  const uint64_t gone = reinterpret_cast<uint64_t>(m + page);
+  const uint64_t faults = memory::faults();
+  const uint32_t rkey = mr->rkey.value();
+  using Make = std::function<wire::PktDesc(Qp*)>;
+  const auto payload = bytes(64, 1);
+  std::vector<std::pair<const char*, Make>> cases;
+  cases.emplace_back("READ", Make([&](Qp* q) { return read(q, 0, gone, rkey, 64); }));
+  cases.emplace_back("WRITE", Make([&](Qp* q) { return write(op::RC_WRITE_ONLY, q, 0, gone, rkey, 64, payload); }));
+  cases.emplace_back("CMP_SWAP", Make([&](Qp* q) { return atomic(op::RC_COMPARE_SWAP, q, 0, gone, rkey); }));
+  cases.emplace_back("FETCH_ADD", Make([&](Qp* q) { return atomic(op::RC_FETCH_ADD, q, 0, gone, rkey); }));
+  for (auto& [what, make] : cases) {
+    Qp* q = rc_qp();
+    peer.inject(make(q));
+    const auto a = acks();
+    ASSERT_EQ(a.size(), 1u) << what;
+    EXPECT_EQ(syndrome(a[0]), nak(NakCode::RemoteAccessError)) << what;
+    EXPECT_EQ(q->state(), IBV_QPS_ERR) << what;
+  }
+  EXPECT_EQ(memory::faults(), faults + cases.size());
+  // The page that is still there still works.
+  Qp* q = rc_qp();
+  peer.inject(write(op::RC_WRITE_ONLY, q, 0, reinterpret_cast<uint64_t>(m), rkey, 8, bytes(8, 9)));
+  EXPECT_EQ(m[0], 9);
+  EXPECT_EQ(peer.rnic().dereg_mr(mr), 0);
+  munmap(m, page);
+}
+
+TEST_F(Attack, LocalGatherFromUnmappedMemoryFailsTheWorkRequest) {
+  const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+  auto* m = static_cast<uint8_t*>(mmap(nullptr, page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
+  ASSERT_NE(m, MAP_FAILED);
+  int err = 0;
+  Mr* mr = peer.rnic().reg_mr(peer.pd(), m, page, reinterpret_cast<uint64_t>(m), IBV_ACCESS_LOCAL_WRITE, &err);
+  ASSERT_NE(mr, nullptr);
+  ASSERT_EQ(munmap(m, page), 0);
+  Qp* q = rc_qp();
+  ibv_sge sge{reinterpret_cast<uint64_t>(m), 64, mr->lkey.value()};
+  ibv_send_wr wr = send_wr(IBV_WR_SEND, 7, {&sge, 1});
+  ASSERT_EQ(post_send(q, wr), 0);
+  const auto wcs = peer.wait_wcs(cq_, 1);
+  ASSERT_EQ(wcs.size(), 1u);
+  EXPECT_EQ(wcs[0].status, IBV_WC_LOC_PROT_ERR);
+  EXPECT_TRUE(peer.take().empty());  // nothing went out in its place
+  EXPECT_EQ(peer.rnic().dereg_mr(mr), 0);
+}
+
+// ---- source addresses --------------------------------------------------------------------
+
+TEST_F(Attack, RcPacketsFromAnotherAddressAreDropped) {
+  Qp* q = rc_qp();
+  Guarded g = guarded(256, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ);
+  // A WRITE with everything right (QPN, PSN, R_Key) but its source.
+  const auto payload = bytes(64, 0x66);  // outlives `d`, which points at it
+  wire::PktDesc d = write(op::RC_WRITE_ONLY, q, 0, g.addr(), g.rkey(), 64, payload);
+  d.src = wire::PktDesc::ipv4_mapped(kIpEvil);
+  peer.inject(d);
+  EXPECT_TRUE(g.untouched());
+  EXPECT_TRUE(peer.take().empty());  // not even a NAK to the forged source
+  EXPECT_EQ(ctr(RnicCtr::drop_src_addr), 1u);
+  // To another address of ours than the path's: dropped as well.
+  d.src = wire::PktDesc::ipv4_mapped(kIpB);
+  d.dst = wire::PktDesc::ipv4_mapped(kIpA2);
+  peer.inject(d);
+  EXPECT_TRUE(g.untouched());
+  EXPECT_EQ(ctr(RnicCtr::drop_dst_addr), 1u);
+  // A forged ACK for what the QP sent does not complete it either.
+  Guarded local = guarded(64, IBV_ACCESS_LOCAL_WRITE);
+  ibv_sge sge{local.addr(), 64, local.mr->lkey.value()};
+  ibv_send_wr wr = send_wr(IBV_WR_SEND, 1, {&sge, 1});
+  ASSERT_EQ(post_send(q, wr), 0);
+  peer.poll();
+  wire::PktDesc ack = peer.ack(Qpn(q->qpn()), Psn(kSqPsn));
+  ack.src = wire::PktDesc::ipv4_mapped(kIpEvil);
+  peer.inject(ack);
+  EXPECT_TRUE(peer.poll_cq(cq_).empty());
+  EXPECT_EQ(ctr(RnicCtr::drop_src_addr), 2u);
+  // The real peer's packet still goes through.
+  d.dst = wire::PktDesc::ipv4_mapped(kIpA);
+  peer.inject(d);
+  EXPECT_EQ(g.data()[0], 0x66);
+  EXPECT_TRUE(g.guards_intact());
+}
+
+TEST_F(Attack, ControlledQkeyNeedsPrivilege) {
+  Cq* c = peer.cq();
+  Qp* q = peer.qp(IBV_QPT_UD, c, c);
+  ibv_qp_attr a{};
+  a.qp_state = IBV_QPS_INIT;
+  a.pkey_index = 0;
+  a.port_num = kPortNum;
+  a.qkey = 0x80000001u;
+  const int rc = q->modify(a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_QKEY);
+  // Tests run as root (CAP_NET_RAW): allowed; a user without it: EPERM.
+  if (geteuid() == 0) {
+    EXPECT_EQ(rc, 0);
+  } else {
+    EXPECT_EQ(rc, EPERM);
+  }
+}
+
+// ---- keys and bounds ------------------------------------------------------------------------
+
+TEST_F(Attack, ForgedKeysAndBoundsAreRemoteAccessErrors) {
+  Guarded g = guarded(4096, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ |
+                                IBV_ACCESS_REMOTE_ATOMIC);
+  int err = 0;
+  Pd* other_pd = peer.rnic().alloc_pd(&err);
+  ASSERT_NE(other_pd, nullptr);
+  Guarded other = guarded(4096, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ, other_pd);
+  const uint32_t key = g.rkey();
+  const uint64_t base = g.addr();
+  struct Case {
+    const char* what;
+    uint64_t va;
+    uint32_t rkey;
+    uint32_t len;
+  };
+  const Case cases[] = {
+      {"wrong key byte", base, key ^ 0x01, 64},
+      {"unused index", base, (0x3FFFFu << 8) | (key & 0xFF), 64},
+      {"key 0", base, 0, 64},
+      {"another PD's key", other.addr(), other.rkey(), 64},
+      {"one byte before", base - 1, key, 64},
+      {"one byte past the end", base + 4096 - 63, key, 64},
+      {"starts at the end", base + 4096, key, 1},
+      {"64-bit wrap", ~uint64_t{0} - 15, key, 64},
+      {"length runs past the end", base + 8, key, 0x7FFFFFF0u},  // under the 2^31 DMA limit
+  };
+  for (const Case& c : cases) {
+    for (bool is_read : {false, true}) {
+      Qp* q = rc_qp();
+      // The RETH names the whole range; a WRITE's first packet is checked
+      // against all of it, whatever it carries itself.
+      const uint32_t carried = std::min<uint32_t>(c.len, 64);
+      peer.inject(is_read ? read(q, 0, c.va, c.rkey, c.len)
+                          : write(carried == c.len ? op::RC_WRITE_ONLY : op::RC_WRITE_FIRST, q, 0, c.va,
+                                  c.rkey, c.len, bytes(carried == c.len ? carried : 1024, 0x99)));
+      const auto a = acks();
+      ASSERT_EQ(a.size(), 1u) << c.what << (is_read ? " READ" : " WRITE");
+      EXPECT_EQ(syndrome(a[0]), nak(NakCode::RemoteAccessError)) << c.what << (is_read ? " READ" : " WRITE");
+    }
+    const uint64_t va = c.va & ~uint64_t{7};
+    if (c.rkey == key && va >= base && va - base + 8 <= 4096) continue;  // a legal atomic: not an attack
+    Qp* q = rc_qp();
+    peer.inject(atomic(op::RC_FETCH_ADD, q, 0, va, c.rkey));
+    const auto a = acks();
+    ASSERT_EQ(a.size(), 1u) << c.what << " atomic";
+    EXPECT_EQ(syndrome(a[0]), nak(NakCode::RemoteAccessError)) << c.what << " atomic";
+  }
+  EXPECT_TRUE(g.untouched());
+  EXPECT_TRUE(g.guards_intact());
+  EXPECT_TRUE(other.untouched());
+  EXPECT_TRUE(other.guards_intact());
+  // The edges themselves are inside: the first and the last byte.
+  Qp* q = rc_qp();
+  peer.inject(write(op::RC_WRITE_ONLY, q, 0, base, key, 1, bytes(1, 0x42)));
+  peer.inject(write(op::RC_WRITE_ONLY, q, 1, base + 4095, key, 1, bytes(1, 0x43)));
+  EXPECT_EQ(g.data()[0], 0x42);
+  EXPECT_EQ(g.data()[4095], 0x43);
+  EXPECT_TRUE(g.guards_intact());
+}
+
+TEST_F(Attack, ZeroLengthWithBadKeysTouchesNothing) {
+  // IBA 9.4.4 / 9.4.5: a zero-length RDMA WRITE or READ carries no data and
+  // needs no valid key; it must not reach memory either way.
+  Qp* q = rc_qp();
+  Guarded g = guarded(64, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ);
+  peer.inject(write(op::RC_WRITE_ONLY, q, 0, 0xDEAD0000, 0x12345678, 0, {}));
+  peer.inject(read(q, 1, 0xDEAD0000, 0x12345678, 0));
+  std::vector<Frame> f = peer.take();
+  ASSERT_EQ(f.size(), 2u);
+  EXPECT_EQ(f[0].opcode(), op::RC_ACK);
+  EXPECT_EQ(syndrome(f[0]), kAck);
+  EXPECT_EQ(f[1].opcode(), op::RC_READ_RESPONSE_ONLY);
+  EXPECT_EQ(f[1].payload().size(), 0u);
+  EXPECT_TRUE(g.untouched());
+  EXPECT_TRUE(g.guards_intact());
+}
+
+// ---- responses nobody asked for --------------------------------------------------------------
+
+TEST_F(Attack, UnsolicitedResponsesAreDropped) {
+  Qp* q = rc_qp();
+  const Qpn qpn = q->qpn();
+  const auto data = bytes(64, 3);
+  peer.inject(peer.ack(qpn, Psn(kSqPsn)));
+  peer.inject(peer.nak(qpn, Psn(kSqPsn), NakCode::RemoteAccessError));
+  peer.inject(peer.read_resp(op::RC_READ_RESPONSE_ONLY, qpn, Psn(kSqPsn), data));
+  peer.inject(peer.atomic_ack(qpn, Psn(kSqPsn), 7));
+  peer.inject(peer.ack(qpn, Psn(kSqPsn + 0x400000)));
+  EXPECT_EQ(ctr(RnicCtr::drop_resp_unexpected), 5u);
+  EXPECT_EQ(q->state(), IBV_QPS_RTS);  // a forged NAK did not fail it
+  EXPECT_TRUE(peer.poll_cq(cq_).empty());
+  // The QP still works: a SEND goes out and its real ACK completes it.
+  Guarded local = guarded(64, IBV_ACCESS_LOCAL_WRITE);
+  ibv_sge sge{local.addr(), 64, local.mr->lkey.value()};
+  ibv_send_wr wr = send_wr(IBV_WR_SEND, 9, {&sge, 1});
+  ASSERT_EQ(post_send(q, wr), 0);
+  const auto out = peer.wait_frames(1);
+  ASSERT_EQ(out.size(), 1u);
+  peer.inject(peer.ack(qpn, out[0].psn()));
+  const auto wcs = peer.wait_wcs(cq_, 1);
+  ASSERT_EQ(wcs.size(), 1u);
+  EXPECT_EQ(wcs[0].status, IBV_WC_SUCCESS);
+}
+
+// ---- PSNs ------------------------------------------------------------------------------------
+
+TEST_F(Attack, PsnsFarFromTheWindowExecuteNothing) {
+  Qp* q = rc_qp();
+  Guarded g = guarded(256, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+  // Ahead (within the forward half of the PSN space): a sequence NAK, once.
+  for (uint32_t ahead : {2u, 0x1000u, 0x3FFFFFu}) {
+    peer.inject(write(op::RC_WRITE_ONLY, q, ahead, g.addr(), g.rkey(), 64, bytes(64, 0x31)));
+  }
+  auto a = acks();
+  ASSERT_EQ(a.size(), 1u);
+  EXPECT_EQ(syndrome(a[0]), nak(NakCode::PsnSequenceError));
+  EXPECT_EQ(a[0].psn().value(), kRqPsn);
+  EXPECT_TRUE(g.untouched());
+  // Behind (the duplicate half): re-acknowledged, never executed (C9-105).
+  for (uint32_t behind : {1u, 0x1000u, 0x400000u}) {
+    peer.inject(write(op::RC_WRITE_ONLY, q, (Psn::kMask + 1 - behind) & Psn::kMask, g.addr(), g.rkey(), 64,
+                      bytes(64, 0x32)));
+  }
+  EXPECT_TRUE(g.untouched());
+  EXPECT_TRUE(g.guards_intact());
+  EXPECT_EQ(ctr(RnicCtr::dup_requests), 3u);
+  EXPECT_EQ(q->state(), IBV_QPS_RTS);
+}
+
+}  // namespace
+}  // namespace uroce::rnic::testing
