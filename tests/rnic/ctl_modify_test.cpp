@@ -1,6 +1,7 @@
 // The QP state machine (IBA 10.3.1, C10-11): every transition with its
 // required and optional attributes per service type, and every kind of
 // bad modify refused with EINVAL leaving the QP as it was.
+#include "tests/common/raw_enum.hpp"
 #include "tests/rnic/ctl_fixture.hpp"
 
 namespace uroce::rnic::ctltest {
@@ -223,7 +224,7 @@ TEST_F(Modify, BadValuesLeaveTheQpUnchanged) {
   a.port_num = 0;
   EXPECT_EQ(q->modify(a, init_mask), EINVAL);
   a.port_num = 1;
-  a.qp_state = static_cast<ibv_qp_state>(9);
+  uroce::testing::set_raw(a.qp_state, 9u);
   EXPECT_EQ(q->modify(a, init_mask), EINVAL);
   EXPECT_EQ(q->state(), IBV_QPS_RESET);
   ASSERT_EQ(to_init(q), 0);
@@ -252,8 +253,8 @@ TEST_F(Modify, BadValuesLeaveTheQpUnchanged) {
     EXPECT_EQ(std::memcmp(&before, &after, sizeof before), 0) << what;
     EXPECT_EQ(q->state(), IBV_QPS_INIT) << what;
   };
-  refuse("path_mtu 0", [](ibv_qp_attr& r) { r.path_mtu = static_cast<ibv_mtu>(0); });
-  refuse("path_mtu 6", [](ibv_qp_attr& r) { r.path_mtu = static_cast<ibv_mtu>(6); });
+  refuse("path_mtu 0", [](ibv_qp_attr& r) { uroce::testing::set_raw(r.path_mtu, 0u); });
+  refuse("path_mtu 6", [](ibv_qp_attr& r) { uroce::testing::set_raw(r.path_mtu, 6u); });
   refuse("max_dest_rd_atomic", [](ibv_qp_attr& r) { r.max_dest_rd_atomic = kMaxQpRdAtom + 1; });
   refuse("min_rnr_timer 32", [](ibv_qp_attr& r) { r.min_rnr_timer = 32; });
   refuse("dest_qp_num 25 bits", [](ibv_qp_attr& r) { r.dest_qp_num = 1u << 24; });

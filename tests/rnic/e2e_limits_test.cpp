@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "lib/wire/build.hpp"
+#include "tests/common/raw_enum.hpp"
 #include "tests/rnic/harness.hpp"
 
 namespace uroce::rnic::testing {
@@ -209,7 +210,8 @@ TEST_F(Limits, PostSendChecks) {
   EXPECT_EQ(wcs[0].wr_id, 1u);
 
   // Unknown opcode: EINVAL.
-  ibv_send_wr odd = rdma_wr(static_cast<ibv_wr_opcode>(0x55), 3, {sges.data(), 1}, b.addr(), b.rkey());
+  ibv_send_wr odd = rdma_wr(IBV_WR_RDMA_WRITE, 3, {sges.data(), 1}, b.addr(), b.rkey());
+  uroce::testing::set_raw(odd.opcode, 0x55u);
   bad = nullptr;
   EXPECT_EQ(p.qa->post_send(&odd, &bad), EINVAL);
   EXPECT_EQ(bad, &odd);

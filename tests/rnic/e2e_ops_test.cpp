@@ -565,6 +565,7 @@ TEST(Ordering, MixedStreamCompletesInOrder) {
     const size_t len = 1 + (posted * 997) % 5000;
     const size_t off = (posted * 4096) % ((1 << 20) - 8192);
     ibv_sge s = a.sge(off, len);
+    ibv_sge at = a.sge(off & ~size_t{7}, 8);  // the atomic's result: the WR points at it until posted
     const unsigned flags = posted % 3 ? IBV_SEND_SIGNALED : 0;
     ibv_send_wr wr{};
     switch (kind) {
@@ -578,11 +579,9 @@ TEST(Ordering, MixedStreamCompletesInOrder) {
       }
       case 2: wr = rdma_wr(IBV_WR_RDMA_WRITE, posted, {&s, 1}, b.addr(off), b.rkey(), flags); break;
       case 3: wr = rdma_wr(IBV_WR_RDMA_READ, posted, {&s, 1}, b.addr(off), b.rkey(), flags); break;
-      default: {
-        ibv_sge at = a.sge(off & ~size_t{7}, 8);
+      default:
         wr = atomic_wr(IBV_WR_ATOMIC_FETCH_AND_ADD, posted, &at, b.addr(off & ~size_t{7}), b.rkey(), 1, 0, flags);
         break;
-      }
     }
     if (flags) signaled.push_back(posted);
     ASSERT_EQ(post_send(p.qa, wr), 0);

@@ -442,7 +442,7 @@ void fill_pattern(std::span<uint8_t> out, uint64_t seed) {
 
 long first_diff(std::span<const uint8_t> got, std::span<const uint8_t> want) {
   const size_t n = std::min(got.size(), want.size());
-  if (std::memcmp(got.data(), want.data(), n) == 0) {
+  if (n == 0 || std::memcmp(got.data(), want.data(), n) == 0) {  // (an empty span's data() may be null)
     return got.size() == want.size() ? -1 : static_cast<long>(n);
   }
   for (size_t i = 0; i < n; ++i) {

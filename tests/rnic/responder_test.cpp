@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <deque>
 #include <memory>
 #include <vector>
 
@@ -196,9 +197,11 @@ class Responder : public ::testing::Test {
     d.ack_req = ack_req;
     return d;
   }
+  // The descriptor's payload is a copy the fixture keeps for the whole
+  // test: a descriptor may be built from a temporary and injected later.
   wire::PktDesc send(Qp* q, uint8_t opcode, uint32_t psn, const std::vector<uint8_t>& data, bool ack_req = false) {
     wire::PktDesc d = req(q, opcode, psn, ack_req);
-    d.payload = data;
+    d.payload = payloads_.emplace_back(data);
     return d;
   }
   wire::PktDesc write(Qp* q, uint8_t opcode, uint32_t psn, uint64_t va, uint32_t rkey, uint32_t len,
@@ -302,6 +305,7 @@ class Responder : public ::testing::Test {
   int gid4_ = -1, gid6_ = -1;
   Cq* rcq_ = nullptr;
   bool ipv6_ = false;
+  std::deque<std::vector<uint8_t>> payloads_;  // what send()/write() descriptors point at (a deque: never moves)
 };
 
 constexpr int kRemoteAll = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ |

@@ -329,6 +329,14 @@ TEST(Devices, CountersThroughTelemetry) {
   ASSERT_TRUE(stats->contains("tx_arp_request"));
   EXPECT_EQ((*stats)["tx_arp_request"], devs.find("simB")->engine().counters().get(EngineCtr::tx_arp_request));
   EXPECT_FALSE(client->query("/uroce/stats,nosuch"));
+  // Every counter set by name; here the engine's (the RNIC and the CM add
+  // theirs when they come up: tests/security/netns_attack_test.sh).
+  auto sets = client->query("/uroce/counters,simB");
+  ASSERT_TRUE(sets) << sets.error();
+  ASSERT_TRUE(sets->contains("engine"));
+  EXPECT_EQ((*sets)["engine"]["tx_arp_request"],
+            devs.find("simB")->engine().counters().get(EngineCtr::tx_arp_request));
+  EXPECT_FALSE(client->query("/uroce/counters,nosuch"));
   devs.shutdown();
   auto after = client->query("/uroce/devices");
   ASSERT_TRUE(after) << after.error();
