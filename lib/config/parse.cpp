@@ -262,8 +262,9 @@ Status read_fields(const At& at, const std::array<Field<Target>, N>& fields, Tar
   if (!tbl) return Err{type_error(at, "a table")};
   for (const auto& [key, node] : in_file_order(*tbl)) {
     const At child{*node, child_path(at.path, key->str()), at.source};
-    const auto field = std::find_if(fields.begin(), fields.end(),
-                                    [&](const Field<Target>& f) { return f.name == key->str(); });
+    const std::string_view name = key->str();  // (clang 14 cannot capture a structured binding)
+    const auto field =
+        std::find_if(fields.begin(), fields.end(), [name](const Field<Target>& f) { return f.name == name; });
     if (field == fields.end()) return Err{unknown_key(fields, *key, child)};
     if (Status s = field->read(child, target); !s) return s;
   }
