@@ -244,25 +244,8 @@ void Cm::reap() {
 
 void Cm::step(CmId& id, Input& in) {
   const CmState prev = id.state;
-  CmState next = prev;
-  switch (prev) {
-    case CmState::Idle: next = st_idle(id, in); break;
-    case CmState::Listen: next = st_listen(id, in); break;
-    case CmState::ReqSent: next = st_req_sent(id, in); break;
-    case CmState::ReqRcvd: next = st_req_rcvd(id, in); break;
-    case CmState::MraReqSent: next = st_mra_req_sent(id, in); break;
-    case CmState::MraReqRcvd: next = st_mra_req_rcvd(id, in); break;
-    case CmState::RepSent: next = st_rep_sent(id, in); break;
-    case CmState::RepRcvd: next = st_rep_rcvd(id, in); break;
-    case CmState::MraRepSent: next = st_mra_rep_sent(id, in); break;
-    case CmState::MraRepRcvd: next = st_mra_rep_rcvd(id, in); break;
-    case CmState::Established: next = st_established(id, in); break;
-    case CmState::DreqSent: next = st_dreq_sent(id, in); break;
-    case CmState::DreqRcvd: next = st_dreq_rcvd(id, in); break;
-    case CmState::TimeWait: next = st_timewait(id, in); break;
-    case CmState::SidrReqSent: next = st_sidr_req_sent(id, in); break;
-    case CmState::SidrReqRcvd: next = st_sidr_req_rcvd(id, in); break;
-  }
+  const Handler h = kTransitions[static_cast<size_t>(prev)][static_cast<size_t>(in.kind)];
+  const CmState next = (this->*h)(id, in);
   if (next == CmState::Idle && prev != CmState::Idle) {
     disarm(id);
     unindex_remote(id);
@@ -334,20 +317,8 @@ bool Cm::from_peer(const CmId& id, const MadAddr& from) {
 // Inputs a state does not expect.  A consumer call is refused (EINVAL); a
 // message is dropped and counted (12.9.6: messages not valid in a state are
 // discarded).
-CmState Cm::ignore(CmId& id, const Input& in) {
-  switch (in.kind) {
-    case CmInput::Connect: case CmInput::Listen: case CmInput::SidrResolve: case CmInput::Accept:
-    case CmInput::Reject: case CmInput::SendMra: case CmInput::SendRtu: case CmInput::CommEst:
-    case CmInput::Disconnect: case CmInput::SidrReply: case CmInput::Destroy: case CmInput::Drop:
-      break;
-    case CmInput::RecvReq: case CmInput::RecvMra: case CmInput::RecvRej: case CmInput::RecvRep:
-    case CmInput::RecvRtu: case CmInput::RecvDreq: case CmInput::RecvDrep: case CmInput::RecvSidrReq:
-    case CmInput::RecvSidrRep:
-      ctr_.inc(CmCtr::rx_unexpected);
-      break;
-    case CmInput::Stale: case CmInput::Timeout:
-      break;
-  }
+CmState Cm::ignore(CmId& id, Input& in) {
+  if (input_class(in.kind) == CmInputClass::Message) ctr_.inc(CmCtr::rx_unexpected);
   return id.state;
 }
 
@@ -679,459 +650,350 @@ CmState Cm::destroy_connected(CmId& id, Input& in) {
 
 // ---- one handler per state ------------------------------------------------------
 
-CmState Cm::st_idle(CmId& id, Input& in) {
-  switch (in.kind) {
-    case CmInput::Connect: return do_connect(id, in);
-    case CmInput::Listen:
-      id.service_id = in.service_id;
-      id.service_mask = in.service_mask;
-      listeners_.push_back(&id);
-      return CmState::Listen;
-    case CmInput::SidrResolve: {
-      const auto& p = *static_cast<const SidrParams*>(in.params);
-      if (p.private_data.size() > sizeof(SidrReqMsg{}.private_data) || p.timeout > 31) return bad_call(id, in);
-      id.active = true;
-      id.peer = p.dest;
-      id.service_id = p.service_id;
-      SidrReqMsg s;
-      s.request_id = id.local_id;
-      s.partition_key = p.pkey;
-      s.service_id = p.service_id;
-      copy_in(s.private_data, p.private_data);
-      id.tid = new_tid();
-      send_new(id, s, id.tid, true);
-      id.retries = 0;
-      id.max_retries = p.max_retries;
-      id.timeout_ns = cm_timeout_ns(p.timeout) + 2 * cfg_.packet_life_ns;
-      arm(id, id.timeout_ns);
-      return CmState::SidrReqSent;
+// ---- the transitions ------------------------------------------------------------
+// One handler per (state, input) that does something; every other cell of
+// the table (make_transitions, below) refuses a consumer call (bad_call:
+// EINVAL) or drops a message, a timeout or a stale notice (ignore), as
+// IBA 12.9.6 discards messages not valid in a state.
+
+CmState Cm::stay(CmId& id, Input&) { return id.state; }
+CmState Cm::to_idle(CmId&, Input&) { return CmState::Idle; }
+CmState Cm::established_h(CmId& id, Input&) { return enter_established(id); }
+
+CmState Cm::idle_listen(CmId& id, Input& in) {
+  id.service_id = in.service_id;
+  id.service_mask = in.service_mask;
+  listeners_.push_back(&id);
+  return CmState::Listen;
+}
+
+CmState Cm::idle_sidr_resolve(CmId& id, Input& in) {
+  const auto& p = *static_cast<const SidrParams*>(in.params);
+  if (p.private_data.size() > sizeof(SidrReqMsg{}.private_data) || p.timeout > 31) return bad_call(id, in);
+  id.active = true;
+  id.peer = p.dest;
+  id.service_id = p.service_id;
+  SidrReqMsg s;
+  s.request_id = id.local_id;
+  s.partition_key = p.pkey;
+  s.service_id = p.service_id;
+  copy_in(s.private_data, p.private_data);
+  id.tid = new_tid();
+  send_new(id, s, id.tid, true);
+  id.retries = 0;
+  id.max_retries = p.max_retries;
+  id.timeout_ns = cm_timeout_ns(p.timeout) + 2 * cfg_.packet_life_ns;
+  arm(id, id.timeout_ns);
+  return CmState::SidrReqSent;
+}
+
+CmState Cm::idle_sidr_req(CmId& id, Input& in) {
+  if (id.has_last_sent) {  // answered already: the reply was lost
+    send_stored(id);
+    return CmState::Idle;
+  }
+  const SidrReqMsg s = decode(SidrReqViewC(body_of(in.mad)));
+  id.remote_id = s.request_id;
+  id.peer = *in.from;
+  id.tid = tid_of(in.mad);
+  id.service_id = s.service_id;
+  CmEvent& ev = post(id, CmEventType::SidrReqReceived);
+  ev.listen_id = in.listener;
+  ev.service_id = s.service_id;
+  set_event_pdata(ev, s.private_data);
+  if (is_cma_service_id(s.service_id)) ev.cma = read_cma_hdr(s.private_data);
+  return CmState::SidrReqRcvd;
+}
+
+CmState Cm::idle_dreq(CmId&, Input& in) {  // a DREQ repeated after our TimeWait ended
+  rx_dreq_unknown(*in.from, in.mad);
+  return CmState::Idle;
+}
+
+CmState Cm::listen_destroy(CmId& id, Input&) {
+  std::erase(listeners_, &id);
+  return CmState::Idle;
+}
+
+CmState Cm::req_sent_mra(CmId& id, Input& in) { return rx_mra(id, in, CmMsgRef::Req, CmState::MraReqRcvd); }
+CmState Cm::req_timeout(CmId& id, Input&) { return retransmit_or(id, CmState::ReqSent, CmEventType::ReqTimeout); }
+
+CmState Cm::req_sent_destroy(CmId& id, Input&) {
+  // ib_cm: giving up on a REQ rejects it with reason timeout.
+  RejMsg j;
+  j.local_comm_id = id.local_id;
+  j.message_rejected = static_cast<uint8_t>(CmMsgRef::Other);
+  j.reason = static_cast<uint16_t>(RejReason::Timeout);
+  j.reject_info_length = 8;
+  wire::store_be(j.ari.data(), cfg_.ca_guid);
+  send_new(id, j, id.tid, false);
+  return CmState::Idle;
+}
+
+CmState Cm::reject_req(CmId& id, Input& in) { return do_reject(id, in, CmMsgRef::Req); }
+CmState Cm::reject_rep(CmId& id, Input& in) { return do_reject(id, in, CmMsgRef::Rep); }
+CmState Cm::mra_req(CmId& id, Input& in) { return do_send_mra(id, in, CmMsgRef::Req, CmState::MraReqSent); }
+CmState Cm::mra_rep(CmId& id, Input& in) { return do_send_mra(id, in, CmMsgRef::Rep, CmState::MraRepSent); }
+
+CmState Cm::dup_req_count(CmId& id, Input&) {  // the consumer has not answered yet: nothing to repeat
+  ctr_.inc(CmCtr::rx_dup_req);
+  return id.state;
+}
+
+CmState Cm::dup_req_mra(CmId& id, Input&) {  // 12.9.6: a repeated REQ gets the MRA again
+  ctr_.inc(CmCtr::rx_dup_req);
+  if (id.has_mra_sent) send_mad(id.peer, id.mra_sent);
+  return id.state;
+}
+
+CmState Cm::dup_req_resend(CmId& id, Input&) {  // our REP was lost: repeat it
+  ctr_.inc(CmCtr::rx_dup_req);
+  send_stored(id);
+  return id.state;
+}
+
+CmState Cm::drop_req(CmId&, Input&) {  // nothing sent: the peer's REQ retry comes back as new
+  ctr_.inc(CmCtr::req_dropped);
+  return CmState::Idle;
+}
+
+CmState Cm::rep_sent_mra(CmId& id, Input& in) { return rx_mra(id, in, CmMsgRef::Rep, CmState::MraRepRcvd); }
+CmState Cm::rep_timeout(CmId& id, Input&) { return retransmit_or(id, CmState::RepSent, CmEventType::RepTimeout); }
+
+CmState Cm::send_rtu_h(CmId& id, Input& in) {
+  if (in.pdata.size() > sizeof(RtuMsg{}.private_data)) return bad_call(id, in);
+  RtuMsg r;
+  r.local_comm_id = id.local_id;
+  r.remote_comm_id = id.remote_id;
+  copy_in(r.private_data, in.pdata);
+  send_new(id, r, id.tid, true);  // kept: a repeated REP gets it again
+  return enter_established(id);
+}
+
+CmState Cm::dup_rep_count(CmId& id, Input&) {  // the consumer has not answered yet
+  ctr_.inc(CmCtr::rx_dup_rep);
+  return id.state;
+}
+
+CmState Cm::dup_rep_mra(CmId& id, Input&) {
+  ctr_.inc(CmCtr::rx_dup_rep);
+  if (id.has_mra_sent) send_mad(id.peer, id.mra_sent);
+  return id.state;
+}
+
+CmState Cm::established_dup_rep(CmId& id, Input&) {  // our RTU was lost: repeat it
+  ctr_.inc(CmCtr::rx_dup_rep);
+  if (id.active) send_stored(id);
+  return id.state;
+}
+
+CmState Cm::established_rej(CmId& id, Input& in) {
+  // A peer that finds our connection stale rejects it (12.9, stale connections).
+  const RejMsg j = decode(RejViewC(body_of(in.mad)));
+  if (j.reason != static_cast<uint16_t>(RejReason::StaleConn)) return ignore(id, in);
+  rx_rej(id, in);
+  return enter_timewait(id);
+}
+
+CmState Cm::dreq_sent_drep(CmId& id, Input&) {
+  post(id, CmEventType::DrepReceived);
+  return enter_timewait(id);
+}
+
+CmState Cm::dreq_sent_dreq(CmId& id, Input& in) {
+  // Both sides sent a DREQ (12.9.6): answer theirs and wait out time.
+  const DreqMsg d = decode(DreqViewC(body_of(in.mad)));
+  if (d.remote_qpn_eecn != id.local_qpn.value()) {
+    ctr_.inc(CmCtr::rx_bad_qpn);
+    return id.state;
+  }
+  id.tid = tid_of(in.mad);
+  CmEvent& ev = post(id, CmEventType::DreqReceived);
+  set_event_pdata(ev, d.private_data);
+  Input reply{CmInput::Disconnect};
+  return do_send_drep(id, reply);
+}
+
+CmState Cm::dreq_timeout(CmId& id, Input&) {
+  return retransmit_or(id, CmState::DreqSent, CmEventType::DreqTimeout);
+}
+
+CmState Cm::dreq_rcvd_destroy(CmId& id, Input&) {
+  Input reply{CmInput::Disconnect};
+  return do_send_drep(id, reply);
+}
+
+CmState Cm::dup_dreq_count(CmId& id, Input&) {
+  ctr_.inc(CmCtr::rx_dup_dreq);
+  return id.state;
+}
+
+CmState Cm::timewait_exit(CmId& id, Input&) {
+  post(id, CmEventType::TimewaitExit);
+  return CmState::Idle;
+}
+
+CmState Cm::timewait_dreq(CmId& id, Input& in) {  // our DREP was lost: repeat it
+  ctr_.inc(CmCtr::rx_dup_dreq);
+  if (id.has_last_sent &&
+      wire::MadHdrC(id.last_sent.data()).attr_id() == static_cast<uint16_t>(wire::CmAttr::Drep)) {
+    send_stored(id);
+  } else {  // we were the one asking: a fresh DREP for their DREQ
+    DrepMsg d;
+    d.local_comm_id = id.local_id;
+    d.remote_comm_id = id.remote_id;
+    send_mad(id.peer, build_mad(d, tid_of(in.mad)));
+  }
+  return id.state;
+}
+
+CmState Cm::timewait_req(CmId& id, Input& in) {  // ib_cm: a REQ for a connection in TimeWait is stale
+  ctr_.inc(CmCtr::rej_stale);
+  const ReqMsg r = decode(ReqViewC(body_of(in.mad)));
+  send_rej_stateless(*in.from, tid_of(in.mad), r.local_comm_id, RejReason::StaleConn, CmMsgRef::Req);
+  return id.state;
+}
+
+CmState Cm::sidr_rep(CmId& id, Input& in) {
+  const SidrRepMsg r = decode(SidrRepViewC(body_of(in.mad)));
+  CmEvent& ev = post(id, CmEventType::SidrRepReceived);
+  ev.sidr_status = static_cast<SidrStatus>(r.status);
+  ev.sidr_qpn = Qpn(r.qpn);
+  ev.sidr_qkey = r.qkey;
+  ev.service_id = r.service_id;
+  ev.ari = r.additional_info;
+  ev.ari_len = std::min<uint8_t>(r.additional_info_length, static_cast<uint8_t>(r.additional_info.size()));
+  set_event_pdata(ev, r.private_data);
+  id.remote_qpn = Qpn(r.qpn);
+  return CmState::Idle;
+}
+
+CmState Cm::sidr_timeout(CmId& id, Input&) {
+  return retransmit_or(id, CmState::SidrReqSent, CmEventType::SidrTimeout);
+}
+
+CmState Cm::sidr_reply_h(CmId& id, Input& in) {
+  SidrReplyParams reject_params;
+  reject_params.status = SidrStatus::Reject;  // ib_cm: destroyed unanswered
+  const auto& p = in.kind == CmInput::SidrReply ? *static_cast<const SidrReplyParams*>(in.params) : reject_params;
+  if (p.private_data.size() > sizeof(SidrRepMsg{}.private_data) ||
+      p.additional_info.size() > sizeof(SidrRepMsg{}.additional_info)) {
+    return bad_call(id, in);
+  }
+  SidrRepMsg r;
+  r.request_id = id.remote_id;
+  r.status = static_cast<uint8_t>(p.status);
+  r.additional_info_length = static_cast<uint8_t>(p.additional_info.size());
+  r.qpn = p.qpn.value();
+  r.service_id = id.service_id;
+  r.qkey = p.qkey;
+  copy_in(r.additional_info, p.additional_info);
+  copy_in(r.private_data, p.private_data);
+  send_new(id, r, id.tid, true);  // kept: a repeated SIDR_REQ gets it again
+  return CmState::Idle;
+}
+
+// The table: [state][input] -> handler (IBA 12.9.6, figures 140 and 141;
+// the handlers above say what each cell does and why).
+constexpr Cm::Transitions Cm::make_transitions() {
+  using S = CmState;
+  using I = CmInput;
+  Transitions t{};
+  // The defaults: a consumer call a state does not take is refused, any
+  // other input is dropped.
+  for (auto& row : t) {
+    for (size_t i = 0; i < row.size(); ++i) {
+      row[i] = input_class(static_cast<I>(i)) == CmInputClass::Call ? &Cm::bad_call : &Cm::ignore;
     }
-    case CmInput::RecvReq: return rx_req_new(id, in);
-    case CmInput::RecvSidrReq: {
-      if (id.has_last_sent) {  // answered already: the reply was lost
-        send_stored(id);
-        return CmState::Idle;
-      }
-      const SidrReqMsg s = decode(SidrReqViewC(body_of(in.mad)));
-      id.remote_id = s.request_id;
-      id.peer = *in.from;
-      id.tid = tid_of(in.mad);
-      id.service_id = s.service_id;
-      CmEvent& ev = post(id, CmEventType::SidrReqReceived);
-      ev.listen_id = in.listener;
-      ev.service_id = s.service_id;
-      set_event_pdata(ev, s.private_data);
-      if (is_cma_service_id(s.service_id)) ev.cma = read_cma_hdr(s.private_data);
-      return CmState::SidrReqRcvd;
-    }
-    case CmInput::Destroy: return CmState::Idle;
-    case CmInput::Accept: case CmInput::Reject: case CmInput::SendMra: case CmInput::SendRtu:
-    case CmInput::CommEst: case CmInput::Disconnect: case CmInput::SidrReply: case CmInput::Drop:
-      return bad_call(id, in);
-    case CmInput::RecvDreq:  // a DREQ repeated after our TimeWait ended
-      rx_dreq_unknown(*in.from, in.mad);
-      return CmState::Idle;
-    case CmInput::RecvMra: case CmInput::RecvRej: case CmInput::RecvRep: case CmInput::RecvRtu:
-    case CmInput::RecvDrep: case CmInput::RecvSidrRep: case CmInput::Stale:
-    case CmInput::Timeout:
-      return ignore(id, in);
   }
-  return id.state;
+  auto set = [&t](S s, I i, Handler h) { t[static_cast<size_t>(s)][static_cast<size_t>(i)] = h; };
+
+  set(S::Idle, I::Connect, &Cm::do_connect);
+  set(S::Idle, I::Listen, &Cm::idle_listen);
+  set(S::Idle, I::SidrResolve, &Cm::idle_sidr_resolve);
+  set(S::Idle, I::RecvReq, &Cm::rx_req_new);
+  set(S::Idle, I::RecvSidrReq, &Cm::idle_sidr_req);
+  set(S::Idle, I::RecvDreq, &Cm::idle_dreq);
+  set(S::Idle, I::Destroy, &Cm::to_idle);
+
+  set(S::Listen, I::Destroy, &Cm::listen_destroy);
+
+  for (S s : {S::ReqSent, S::MraReqRcvd}) {
+    set(s, I::RecvRep, &Cm::rx_rep);
+    set(s, I::RecvRej, &Cm::rx_rej);
+    set(s, I::Timeout, &Cm::req_timeout);
+    set(s, I::Destroy, &Cm::req_sent_destroy);
+  }
+  set(S::ReqSent, I::RecvMra, &Cm::req_sent_mra);
+
+  for (S s : {S::ReqRcvd, S::MraReqSent}) {
+    set(s, I::Accept, &Cm::do_accept);
+    set(s, I::Reject, &Cm::reject_req);
+    set(s, I::RecvRej, &Cm::rx_rej);  // the active side gave up
+    set(s, I::Destroy, &Cm::destroy_connected);
+  }
+  set(S::ReqRcvd, I::SendMra, &Cm::mra_req);
+  set(S::ReqRcvd, I::RecvReq, &Cm::dup_req_count);
+  set(S::ReqRcvd, I::Drop, &Cm::drop_req);
+  set(S::MraReqSent, I::RecvReq, &Cm::dup_req_mra);
+
+  for (S s : {S::RepSent, S::MraRepRcvd}) {
+    set(s, I::RecvRtu, &Cm::established_h);
+    set(s, I::CommEst, &Cm::established_h);  // 12.9.6: the first data packet stands for a lost RTU
+    set(s, I::RecvReq, &Cm::dup_req_resend);
+    set(s, I::RecvRej, &Cm::rx_rej);
+    set(s, I::RecvDreq, &Cm::rx_dreq);
+    set(s, I::Timeout, &Cm::rep_timeout);
+    set(s, I::Destroy, &Cm::destroy_connected);
+  }
+  set(S::RepSent, I::RecvMra, &Cm::rep_sent_mra);
+
+  for (S s : {S::RepRcvd, S::MraRepSent}) {
+    set(s, I::SendRtu, &Cm::send_rtu_h);
+    set(s, I::Reject, &Cm::reject_rep);
+    set(s, I::RecvRej, &Cm::rx_rej);
+    set(s, I::Destroy, &Cm::destroy_connected);
+  }
+  set(S::RepRcvd, I::SendMra, &Cm::mra_rep);
+  set(S::RepRcvd, I::RecvRep, &Cm::dup_rep_count);
+  set(S::MraRepSent, I::RecvRep, &Cm::dup_rep_mra);
+
+  set(S::Established, I::RecvRep, &Cm::established_dup_rep);
+  set(S::Established, I::RecvReq, &Cm::dup_req_count);
+  set(S::Established, I::RecvDreq, &Cm::rx_dreq);
+  set(S::Established, I::Disconnect, &Cm::do_send_dreq);
+  set(S::Established, I::Destroy, &Cm::do_send_dreq);
+  set(S::Established, I::Stale, &Cm::do_send_dreq);  // 12.9: a new REQ reuses our peer's QP: release ours
+  set(S::Established, I::RecvRej, &Cm::established_rej);
+  set(S::Established, I::CommEst, &Cm::stay);
+  set(S::Established, I::RecvRtu, &Cm::stay);
+
+  set(S::DreqSent, I::RecvDrep, &Cm::dreq_sent_drep);
+  set(S::DreqSent, I::RecvDreq, &Cm::dreq_sent_dreq);
+  set(S::DreqSent, I::Timeout, &Cm::dreq_timeout);
+  for (I i : {I::Disconnect, I::Destroy, I::CommEst}) set(S::DreqSent, i, &Cm::stay);  // already disconnecting
+
+  set(S::DreqRcvd, I::Disconnect, &Cm::do_send_drep);
+  set(S::DreqRcvd, I::Destroy, &Cm::dreq_rcvd_destroy);
+  set(S::DreqRcvd, I::RecvDreq, &Cm::dup_dreq_count);
+  set(S::DreqRcvd, I::CommEst, &Cm::stay);
+
+  set(S::TimeWait, I::Timeout, &Cm::timewait_exit);
+  set(S::TimeWait, I::RecvDreq, &Cm::timewait_dreq);
+  set(S::TimeWait, I::RecvReq, &Cm::timewait_req);
+  for (I i : {I::Disconnect, I::Destroy, I::CommEst}) set(S::TimeWait, i, &Cm::stay);
+
+  set(S::SidrReqSent, I::RecvSidrRep, &Cm::sidr_rep);
+  set(S::SidrReqSent, I::Timeout, &Cm::sidr_timeout);
+  set(S::SidrReqSent, I::Destroy, &Cm::to_idle);
+
+  set(S::SidrReqRcvd, I::SidrReply, &Cm::sidr_reply_h);
+  set(S::SidrReqRcvd, I::Destroy, &Cm::sidr_reply_h);
+  set(S::SidrReqRcvd, I::RecvSidrReq, &Cm::stay);  // the consumer is still deciding
+  return t;
 }
 
-CmState Cm::st_listen(CmId& id, Input& in) {
-  switch (in.kind) {
-    case CmInput::Destroy:
-      std::erase(listeners_, &id);
-      return CmState::Idle;
-    case CmInput::Connect: case CmInput::Listen: case CmInput::SidrResolve: case CmInput::Accept:
-    case CmInput::Reject: case CmInput::SendMra: case CmInput::SendRtu: case CmInput::CommEst:
-    case CmInput::Disconnect: case CmInput::SidrReply: case CmInput::Drop:
-      return bad_call(id, in);
-    case CmInput::RecvReq: case CmInput::RecvMra: case CmInput::RecvRej: case CmInput::RecvRep:
-    case CmInput::RecvRtu: case CmInput::RecvDreq: case CmInput::RecvDrep: case CmInput::RecvSidrReq:
-    case CmInput::RecvSidrRep: case CmInput::Stale: case CmInput::Timeout:
-      return ignore(id, in);
-  }
-  return id.state;
-}
-
-CmState Cm::st_req_sent(CmId& id, Input& in) {
-  switch (in.kind) {
-    case CmInput::RecvMra: return rx_mra(id, in, CmMsgRef::Req, CmState::MraReqRcvd);
-    case CmInput::RecvRep: return rx_rep(id, in);
-    case CmInput::RecvRej: return rx_rej(id, in);
-    case CmInput::Timeout: return retransmit_or(id, CmState::ReqSent, CmEventType::ReqTimeout);
-    case CmInput::Destroy: {
-      // ib_cm: giving up on a REQ rejects it with reason timeout.
-      RejMsg j;
-      j.local_comm_id = id.local_id;
-      j.message_rejected = static_cast<uint8_t>(CmMsgRef::Other);
-      j.reason = static_cast<uint16_t>(RejReason::Timeout);
-      j.reject_info_length = 8;
-      wire::store_be(j.ari.data(), cfg_.ca_guid);
-      send_new(id, j, id.tid, false);
-      return CmState::Idle;
-    }
-    case CmInput::Connect: case CmInput::Listen: case CmInput::SidrResolve: case CmInput::Accept:
-    case CmInput::Reject: case CmInput::SendMra: case CmInput::SendRtu: case CmInput::CommEst:
-    case CmInput::Disconnect: case CmInput::SidrReply: case CmInput::Drop:
-      return bad_call(id, in);
-    case CmInput::RecvReq: case CmInput::RecvRtu: case CmInput::RecvDreq: case CmInput::RecvDrep:
-    case CmInput::RecvSidrReq: case CmInput::RecvSidrRep: case CmInput::Stale:
-      return ignore(id, in);
-  }
-  return id.state;
-}
-
-CmState Cm::st_mra_req_rcvd(CmId& id, Input& in) {
-  switch (in.kind) {
-    case CmInput::RecvRep: return rx_rep(id, in);
-    case CmInput::RecvRej: return rx_rej(id, in);
-    case CmInput::Timeout: return retransmit_or(id, CmState::ReqSent, CmEventType::ReqTimeout);
-    case CmInput::Destroy: return st_req_sent(id, in);
-    case CmInput::Connect: case CmInput::Listen: case CmInput::SidrResolve: case CmInput::Accept:
-    case CmInput::Reject: case CmInput::SendMra: case CmInput::SendRtu: case CmInput::CommEst:
-    case CmInput::Disconnect: case CmInput::SidrReply: case CmInput::Drop:
-      return bad_call(id, in);
-    case CmInput::RecvMra: case CmInput::RecvReq: case CmInput::RecvRtu: case CmInput::RecvDreq:
-    case CmInput::RecvDrep: case CmInput::RecvSidrReq: case CmInput::RecvSidrRep: case CmInput::Stale:
-      return ignore(id, in);
-  }
-  return id.state;
-}
-
-CmState Cm::st_req_rcvd(CmId& id, Input& in) {
-  switch (in.kind) {
-    case CmInput::Accept: return do_accept(id, in);
-    case CmInput::Reject: return do_reject(id, in, CmMsgRef::Req);
-    case CmInput::SendMra: return do_send_mra(id, in, CmMsgRef::Req, CmState::MraReqSent);
-    case CmInput::RecvReq:  // the consumer has not answered yet: nothing to repeat
-      ctr_.inc(CmCtr::rx_dup_req);
-      return id.state;
-    case CmInput::RecvRej: return rx_rej(id, in);  // the active side gave up
-    case CmInput::Destroy: return destroy_connected(id, in);
-    case CmInput::Drop:  // nothing sent: the peer's REQ retry comes back as new
-      ctr_.inc(CmCtr::req_dropped);
-      return CmState::Idle;
-    case CmInput::Connect: case CmInput::Listen: case CmInput::SidrResolve: case CmInput::SendRtu:
-    case CmInput::CommEst: case CmInput::Disconnect: case CmInput::SidrReply:
-      return bad_call(id, in);
-    case CmInput::RecvMra: case CmInput::RecvRep: case CmInput::RecvRtu: case CmInput::RecvDreq:
-    case CmInput::RecvDrep: case CmInput::RecvSidrReq: case CmInput::RecvSidrRep: case CmInput::Stale:
-    case CmInput::Timeout:
-      return ignore(id, in);
-  }
-  return id.state;
-}
-
-CmState Cm::st_mra_req_sent(CmId& id, Input& in) {
-  switch (in.kind) {
-    case CmInput::Accept: return do_accept(id, in);
-    case CmInput::Reject: return do_reject(id, in, CmMsgRef::Req);
-    case CmInput::RecvReq:  // 12.9.6: a repeated REQ gets the MRA again
-      ctr_.inc(CmCtr::rx_dup_req);
-      if (id.has_mra_sent) send_mad(id.peer, id.mra_sent);
-      return id.state;
-    case CmInput::RecvRej: return rx_rej(id, in);
-    case CmInput::Destroy: return destroy_connected(id, in);
-    case CmInput::Connect: case CmInput::Listen: case CmInput::SidrResolve: case CmInput::SendMra:
-    case CmInput::SendRtu: case CmInput::CommEst: case CmInput::Disconnect: case CmInput::SidrReply: case CmInput::Drop:
-      return bad_call(id, in);
-    case CmInput::RecvMra: case CmInput::RecvRep: case CmInput::RecvRtu: case CmInput::RecvDreq:
-    case CmInput::RecvDrep: case CmInput::RecvSidrReq: case CmInput::RecvSidrRep: case CmInput::Stale:
-    case CmInput::Timeout:
-      return ignore(id, in);
-  }
-  return id.state;
-}
-
-CmState Cm::st_rep_sent(CmId& id, Input& in) {
-  switch (in.kind) {
-    case CmInput::RecvRtu:
-    case CmInput::CommEst:  // 12.9.6: the first data packet stands for a lost RTU
-      return enter_established(id);
-    case CmInput::RecvReq:  // our REP was lost: repeat it
-      ctr_.inc(CmCtr::rx_dup_req);
-      send_stored(id);
-      return id.state;
-    case CmInput::RecvMra: return rx_mra(id, in, CmMsgRef::Rep, CmState::MraRepRcvd);
-    case CmInput::RecvRej: return rx_rej(id, in);
-    case CmInput::RecvDreq: return rx_dreq(id, in);
-    case CmInput::Timeout: return retransmit_or(id, CmState::RepSent, CmEventType::RepTimeout);
-    case CmInput::Destroy: return destroy_connected(id, in);
-    case CmInput::Connect: case CmInput::Listen: case CmInput::SidrResolve: case CmInput::Accept:
-    case CmInput::Reject: case CmInput::SendMra: case CmInput::SendRtu: case CmInput::Disconnect:
-    case CmInput::SidrReply: case CmInput::Drop:
-      return bad_call(id, in);
-    case CmInput::RecvRep: case CmInput::RecvDrep: case CmInput::RecvSidrReq: case CmInput::RecvSidrRep:
-    case CmInput::Stale:
-      return ignore(id, in);
-  }
-  return id.state;
-}
-
-CmState Cm::st_mra_rep_rcvd(CmId& id, Input& in) {
-  switch (in.kind) {
-    case CmInput::RecvRtu:
-    case CmInput::CommEst:
-      return enter_established(id);
-    case CmInput::RecvReq:
-      ctr_.inc(CmCtr::rx_dup_req);
-      send_stored(id);
-      return id.state;
-    case CmInput::RecvRej: return rx_rej(id, in);
-    case CmInput::RecvDreq: return rx_dreq(id, in);
-    case CmInput::Timeout: return retransmit_or(id, CmState::RepSent, CmEventType::RepTimeout);
-    case CmInput::Destroy: return destroy_connected(id, in);
-    case CmInput::Connect: case CmInput::Listen: case CmInput::SidrResolve: case CmInput::Accept:
-    case CmInput::Reject: case CmInput::SendMra: case CmInput::SendRtu: case CmInput::Disconnect:
-    case CmInput::SidrReply: case CmInput::Drop:
-      return bad_call(id, in);
-    case CmInput::RecvMra: case CmInput::RecvRep: case CmInput::RecvDrep: case CmInput::RecvSidrReq:
-    case CmInput::RecvSidrRep: case CmInput::Stale:
-      return ignore(id, in);
-  }
-  return id.state;
-}
-
-CmState Cm::st_rep_rcvd(CmId& id, Input& in) {
-  switch (in.kind) {
-    case CmInput::SendRtu: {
-      if (in.pdata.size() > sizeof(RtuMsg{}.private_data)) return bad_call(id, in);
-      RtuMsg r;
-      r.local_comm_id = id.local_id;
-      r.remote_comm_id = id.remote_id;
-      copy_in(r.private_data, in.pdata);
-      send_new(id, r, id.tid, true);  // kept: a repeated REP gets it again
-      return enter_established(id);
-    }
-    case CmInput::Reject: return do_reject(id, in, CmMsgRef::Rep);
-    case CmInput::SendMra: return do_send_mra(id, in, CmMsgRef::Rep, CmState::MraRepSent);
-    case CmInput::RecvRep:  // the consumer has not answered yet
-      ctr_.inc(CmCtr::rx_dup_rep);
-      return id.state;
-    case CmInput::RecvRej: return rx_rej(id, in);
-    case CmInput::Destroy: return destroy_connected(id, in);
-    case CmInput::Connect: case CmInput::Listen: case CmInput::SidrResolve: case CmInput::Accept:
-    case CmInput::CommEst: case CmInput::Disconnect: case CmInput::SidrReply: case CmInput::Drop:
-      return bad_call(id, in);
-    case CmInput::RecvReq: case CmInput::RecvMra: case CmInput::RecvRtu: case CmInput::RecvDreq:
-    case CmInput::RecvDrep: case CmInput::RecvSidrReq: case CmInput::RecvSidrRep: case CmInput::Stale:
-    case CmInput::Timeout:
-      return ignore(id, in);
-  }
-  return id.state;
-}
-
-CmState Cm::st_mra_rep_sent(CmId& id, Input& in) {
-  switch (in.kind) {
-    case CmInput::SendRtu: return st_rep_rcvd(id, in);
-    case CmInput::Reject: return do_reject(id, in, CmMsgRef::Rep);
-    case CmInput::RecvRep:
-      ctr_.inc(CmCtr::rx_dup_rep);
-      if (id.has_mra_sent) send_mad(id.peer, id.mra_sent);
-      return id.state;
-    case CmInput::RecvRej: return rx_rej(id, in);
-    case CmInput::Destroy: return destroy_connected(id, in);
-    case CmInput::Connect: case CmInput::Listen: case CmInput::SidrResolve: case CmInput::Accept:
-    case CmInput::SendMra: case CmInput::CommEst: case CmInput::Disconnect: case CmInput::SidrReply: case CmInput::Drop:
-      return bad_call(id, in);
-    case CmInput::RecvReq: case CmInput::RecvMra: case CmInput::RecvRtu: case CmInput::RecvDreq:
-    case CmInput::RecvDrep: case CmInput::RecvSidrReq: case CmInput::RecvSidrRep: case CmInput::Stale:
-    case CmInput::Timeout:
-      return ignore(id, in);
-  }
-  return id.state;
-}
-
-CmState Cm::st_established(CmId& id, Input& in) {
-  switch (in.kind) {
-    case CmInput::RecvRep:  // our RTU was lost: repeat it
-      ctr_.inc(CmCtr::rx_dup_rep);
-      if (id.active) send_stored(id);
-      return id.state;
-    case CmInput::RecvReq:
-      ctr_.inc(CmCtr::rx_dup_req);
-      return id.state;
-    case CmInput::RecvDreq: return rx_dreq(id, in);
-    case CmInput::Disconnect:
-    case CmInput::Destroy:
-    case CmInput::Stale:  // 12.9 (stale connections): a new REQ reuses our peer's QP: release ours
-      return do_send_dreq(id, in);
-    case CmInput::RecvRej: {
-      // A peer that finds our connection stale rejects it (12.9, stale connections).
-      const RejMsg j = decode(RejViewC(body_of(in.mad)));
-      if (j.reason != static_cast<uint16_t>(RejReason::StaleConn)) return ignore(id, in);
-      rx_rej(id, in);
-      return enter_timewait(id);
-    }
-    case CmInput::CommEst:
-    case CmInput::RecvRtu:
-      return id.state;
-    case CmInput::Connect: case CmInput::Listen: case CmInput::SidrResolve: case CmInput::Accept:
-    case CmInput::Reject: case CmInput::SendMra: case CmInput::SendRtu: case CmInput::SidrReply: case CmInput::Drop:
-      return bad_call(id, in);
-    case CmInput::RecvMra: case CmInput::RecvDrep: case CmInput::RecvSidrReq: case CmInput::RecvSidrRep:
-    case CmInput::Timeout:
-      return ignore(id, in);
-  }
-  return id.state;
-}
-
-CmState Cm::st_dreq_sent(CmId& id, Input& in) {
-  switch (in.kind) {
-    case CmInput::RecvDrep:
-      post(id, CmEventType::DrepReceived);
-      return enter_timewait(id);
-    case CmInput::RecvDreq: {
-      // Both sides sent a DREQ (12.9.6): answer theirs and wait out time.
-      const DreqMsg d = decode(DreqViewC(body_of(in.mad)));
-      if (d.remote_qpn_eecn != id.local_qpn.value()) {
-        ctr_.inc(CmCtr::rx_bad_qpn);
-        return id.state;
-      }
-      id.tid = tid_of(in.mad);
-      CmEvent& ev = post(id, CmEventType::DreqReceived);
-      set_event_pdata(ev, d.private_data);
-      Input reply{CmInput::Disconnect};
-      return do_send_drep(id, reply);
-    }
-    case CmInput::Timeout: return retransmit_or(id, CmState::DreqSent, CmEventType::DreqTimeout);
-    case CmInput::Disconnect: case CmInput::Destroy: case CmInput::CommEst:
-      return id.state;  // already disconnecting
-    case CmInput::Connect: case CmInput::Listen: case CmInput::SidrResolve: case CmInput::Accept:
-    case CmInput::Reject: case CmInput::SendMra: case CmInput::SendRtu: case CmInput::SidrReply: case CmInput::Drop:
-      return bad_call(id, in);
-    case CmInput::RecvReq: case CmInput::RecvMra: case CmInput::RecvRej: case CmInput::RecvRep:
-    case CmInput::RecvRtu: case CmInput::RecvSidrReq: case CmInput::RecvSidrRep: case CmInput::Stale:
-      return ignore(id, in);
-  }
-  return id.state;
-}
-
-CmState Cm::st_dreq_rcvd(CmId& id, Input& in) {
-  switch (in.kind) {
-    case CmInput::Disconnect: return do_send_drep(id, in);
-    case CmInput::Destroy: {
-      Input reply{CmInput::Disconnect};
-      return do_send_drep(id, reply);
-    }
-    case CmInput::RecvDreq:
-      ctr_.inc(CmCtr::rx_dup_dreq);
-      return id.state;
-    case CmInput::CommEst: return id.state;
-    case CmInput::Connect: case CmInput::Listen: case CmInput::SidrResolve: case CmInput::Accept:
-    case CmInput::Reject: case CmInput::SendMra: case CmInput::SendRtu: case CmInput::SidrReply: case CmInput::Drop:
-      return bad_call(id, in);
-    case CmInput::RecvReq: case CmInput::RecvMra: case CmInput::RecvRej: case CmInput::RecvRep:
-    case CmInput::RecvRtu: case CmInput::RecvDrep: case CmInput::RecvSidrReq: case CmInput::RecvSidrRep:
-    case CmInput::Stale: case CmInput::Timeout:
-      return ignore(id, in);
-  }
-  return id.state;
-}
-
-CmState Cm::st_timewait(CmId& id, Input& in) {
-  switch (in.kind) {
-    case CmInput::Timeout:
-      post(id, CmEventType::TimewaitExit);
-      return CmState::Idle;
-    case CmInput::RecvDreq:  // our DREP was lost: repeat it
-      ctr_.inc(CmCtr::rx_dup_dreq);
-      if (id.has_last_sent && wire::MadHdrC(id.last_sent.data()).attr_id() ==
-                                  static_cast<uint16_t>(wire::CmAttr::Drep)) {
-        send_stored(id);
-      } else {  // we were the one asking: a fresh DREP for their DREQ
-        DrepMsg d;
-        d.local_comm_id = id.local_id;
-        d.remote_comm_id = id.remote_id;
-        send_mad(id.peer, build_mad(d, tid_of(in.mad)));
-      }
-      return id.state;
-    case CmInput::RecvReq: {  // ib_cm: a REQ for a connection in TimeWait is stale
-      ctr_.inc(CmCtr::rej_stale);
-      const ReqMsg r = decode(ReqViewC(body_of(in.mad)));
-      send_rej_stateless(*in.from, tid_of(in.mad), r.local_comm_id, RejReason::StaleConn, CmMsgRef::Req);
-      return id.state;
-    }
-    case CmInput::Disconnect: case CmInput::Destroy: case CmInput::CommEst:
-      return id.state;
-    case CmInput::Connect: case CmInput::Listen: case CmInput::SidrResolve: case CmInput::Accept:
-    case CmInput::Reject: case CmInput::SendMra: case CmInput::SendRtu: case CmInput::SidrReply: case CmInput::Drop:
-      return bad_call(id, in);
-    case CmInput::RecvMra: case CmInput::RecvRej: case CmInput::RecvRep: case CmInput::RecvRtu:
-    case CmInput::RecvDrep: case CmInput::RecvSidrReq: case CmInput::RecvSidrRep: case CmInput::Stale:
-      return ignore(id, in);
-  }
-  return id.state;
-}
-
-CmState Cm::st_sidr_req_sent(CmId& id, Input& in) {
-  switch (in.kind) {
-    case CmInput::RecvSidrRep: {
-      const SidrRepMsg r = decode(SidrRepViewC(body_of(in.mad)));
-      CmEvent& ev = post(id, CmEventType::SidrRepReceived);
-      ev.sidr_status = static_cast<SidrStatus>(r.status);
-      ev.sidr_qpn = Qpn(r.qpn);
-      ev.sidr_qkey = r.qkey;
-      ev.service_id = r.service_id;
-      ev.ari = r.additional_info;
-      ev.ari_len = std::min<uint8_t>(r.additional_info_length, static_cast<uint8_t>(r.additional_info.size()));
-      set_event_pdata(ev, r.private_data);
-      id.remote_qpn = Qpn(r.qpn);
-      return CmState::Idle;
-    }
-    case CmInput::Timeout: return retransmit_or(id, CmState::SidrReqSent, CmEventType::SidrTimeout);
-    case CmInput::Destroy: return CmState::Idle;
-    case CmInput::Connect: case CmInput::Listen: case CmInput::SidrResolve: case CmInput::Accept:
-    case CmInput::Reject: case CmInput::SendMra: case CmInput::SendRtu: case CmInput::CommEst:
-    case CmInput::Disconnect: case CmInput::SidrReply: case CmInput::Drop:
-      return bad_call(id, in);
-    case CmInput::RecvReq: case CmInput::RecvMra: case CmInput::RecvRej: case CmInput::RecvRep:
-    case CmInput::RecvRtu: case CmInput::RecvDreq: case CmInput::RecvDrep: case CmInput::RecvSidrReq:
-    case CmInput::Stale:
-      return ignore(id, in);
-  }
-  return id.state;
-}
-
-CmState Cm::st_sidr_req_rcvd(CmId& id, Input& in) {
-  switch (in.kind) {
-    case CmInput::SidrReply:
-    case CmInput::Destroy: {
-      SidrReplyParams reject_params;
-      reject_params.status = SidrStatus::Reject;  // ib_cm: destroyed unanswered
-      const auto& p = in.kind == CmInput::SidrReply ? *static_cast<const SidrReplyParams*>(in.params)
-                                                    : reject_params;
-      if (p.private_data.size() > sizeof(SidrRepMsg{}.private_data) ||
-          p.additional_info.size() > sizeof(SidrRepMsg{}.additional_info)) {
-        return bad_call(id, in);
-      }
-      SidrRepMsg r;
-      r.request_id = id.remote_id;
-      r.status = static_cast<uint8_t>(p.status);
-      r.additional_info_length = static_cast<uint8_t>(p.additional_info.size());
-      r.qpn = p.qpn.value();
-      r.service_id = id.service_id;
-      r.qkey = p.qkey;
-      copy_in(r.additional_info, p.additional_info);
-      copy_in(r.private_data, p.private_data);
-      send_new(id, r, id.tid, true);  // kept: a repeated SIDR_REQ gets it again
-      return CmState::Idle;
-    }
-    case CmInput::RecvSidrReq: return id.state;  // the consumer is still deciding
-    case CmInput::Connect: case CmInput::Listen: case CmInput::SidrResolve: case CmInput::Accept:
-    case CmInput::Reject: case CmInput::SendMra: case CmInput::SendRtu: case CmInput::CommEst:
-    case CmInput::Disconnect: case CmInput::Drop:
-      return bad_call(id, in);
-    case CmInput::RecvReq: case CmInput::RecvMra: case CmInput::RecvRej: case CmInput::RecvRep:
-    case CmInput::RecvRtu: case CmInput::RecvDreq: case CmInput::RecvDrep: case CmInput::RecvSidrRep:
-    case CmInput::Stale: case CmInput::Timeout:
-      return ignore(id, in);
-  }
-  return id.state;
-}
+const Cm::Transitions Cm::kTransitions = Cm::make_transitions();
 
 // ---- the receive path ------------------------------------------------------------
 

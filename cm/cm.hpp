@@ -2,11 +2,13 @@
 // establishment and release over the GSI QP (REQ/MRA/REJ/REP/RTU/DREQ/
 // DREP) and service ID resolution (SIDR_REQ/SIDR_REP).
 //
-// Shape (STYLE 2): every CmId has a `CmState`; everything that can happen
-// to it -- a MAD that refers to it, its timer, a consumer call -- is a
-// `CmInput`, and `Cm::step` is the driver: a switch over the state calling
-// one handler per state, each returning the next state.  Messages that
-// create ids (REQ, SIDR_REQ) are matched to listeners first.
+// Shape (STYLE 2, like qp.cpp's modify table): every CmId has a `CmState`;
+// everything that can happen to it -- a MAD that refers to it, its timer, a
+// consumer call -- is a `CmInput`, and `Cm::step` is the driver: it calls
+// the handler the [state][input] table names (kTransitions), which returns
+// the next state.  Cells with nothing to do refuse a consumer call
+// (EINVAL) or drop the input.  Messages that create ids (REQ, SIDR_REQ)
+// are matched to listeners first.
 //
 // Consumers (the rdma_cm layer) see `CmEvent`s through one callback.
 // Events are queued and delivered after the state change that produced
@@ -67,6 +69,11 @@ enum class CmState : uint8_t {
   UROCE_CM_STATES(X)
 #undef X
 };
+inline constexpr size_t kNumCmStates = 0
+#define X(n) +1
+    UROCE_CM_STATES(X)
+#undef X
+    ;
 std::string_view cm_state_name(CmState s) noexcept;
 
 // Everything that drives a CmId's state machine.
@@ -101,6 +108,30 @@ enum class CmInput : uint8_t {
 #undef X
 };
 std::string_view cm_input_name(CmInput i) noexcept;
+inline constexpr size_t kNumCmInputs = 0
+#define X(n) +1
+    UROCE_CM_INPUTS(X)
+#undef X
+    ;
+
+// What an input is: a consumer call, a message from the wire, or an event
+// of the CM's own (a timer, a stale connection found).
+enum class CmInputClass : uint8_t { Call, Message, Event };
+constexpr CmInputClass input_class(CmInput i) noexcept {
+  switch (i) {
+    case CmInput::Connect: case CmInput::Listen: case CmInput::SidrResolve: case CmInput::Accept:
+    case CmInput::Reject: case CmInput::SendMra: case CmInput::SendRtu: case CmInput::CommEst:
+    case CmInput::Disconnect: case CmInput::SidrReply: case CmInput::Destroy: case CmInput::Drop:
+      return CmInputClass::Call;
+    case CmInput::RecvReq: case CmInput::RecvMra: case CmInput::RecvRej: case CmInput::RecvRep:
+    case CmInput::RecvRtu: case CmInput::RecvDreq: case CmInput::RecvDrep: case CmInput::RecvSidrReq:
+    case CmInput::RecvSidrRep:
+      return CmInputClass::Message;
+    case CmInput::Stale: case CmInput::Timeout:
+      return CmInputClass::Event;
+  }
+  return CmInputClass::Event;
+}
 
 #define UROCE_CM_EVENTS(X)                                                         \
   X(ReqReceived)      /* passive: a REQ for a listener; new id, listen_id set */   \
@@ -376,28 +407,55 @@ class Cm {
  private:
   struct Input;
 
-  // The driver and one handler per state.
+  // The driver and the [state][input] table of handlers (cm.cpp).
+  using Handler = CmState (Cm::*)(CmId&, Input&);
+  using Transitions = std::array<std::array<Handler, kNumCmInputs>, kNumCmStates>;
+  static constexpr Transitions make_transitions();
+  static const Transitions kTransitions;
   void step(CmId& id, Input& in);
   int consumer_call(CmId* id, Input& in);
-  CmState st_idle(CmId& id, Input& in);
-  CmState st_listen(CmId& id, Input& in);
-  CmState st_req_sent(CmId& id, Input& in);
-  CmState st_req_rcvd(CmId& id, Input& in);
-  CmState st_mra_req_sent(CmId& id, Input& in);
-  CmState st_mra_req_rcvd(CmId& id, Input& in);
-  CmState st_rep_sent(CmId& id, Input& in);
-  CmState st_rep_rcvd(CmId& id, Input& in);
-  CmState st_mra_rep_sent(CmId& id, Input& in);
-  CmState st_mra_rep_rcvd(CmId& id, Input& in);
-  CmState st_established(CmId& id, Input& in);
-  CmState st_dreq_sent(CmId& id, Input& in);
-  CmState st_dreq_rcvd(CmId& id, Input& in);
-  CmState st_timewait(CmId& id, Input& in);
-  CmState st_sidr_req_sent(CmId& id, Input& in);
-  CmState st_sidr_req_rcvd(CmId& id, Input& in);
+
+  // The cells that do something (cm.cpp, "the transitions").
+  CmState stay(CmId& id, Input& in);
+  CmState to_idle(CmId& id, Input& in);
+  CmState established_h(CmId& id, Input& in);
+  CmState idle_listen(CmId& id, Input& in);
+  CmState idle_sidr_resolve(CmId& id, Input& in);
+  CmState idle_sidr_req(CmId& id, Input& in);
+  CmState idle_dreq(CmId& id, Input& in);
+  CmState listen_destroy(CmId& id, Input& in);
+  CmState req_sent_mra(CmId& id, Input& in);
+  CmState req_timeout(CmId& id, Input& in);
+  CmState req_sent_destroy(CmId& id, Input& in);
+  CmState reject_req(CmId& id, Input& in);
+  CmState reject_rep(CmId& id, Input& in);
+  CmState mra_req(CmId& id, Input& in);
+  CmState mra_rep(CmId& id, Input& in);
+  CmState dup_req_count(CmId& id, Input& in);
+  CmState dup_req_mra(CmId& id, Input& in);
+  CmState dup_req_resend(CmId& id, Input& in);
+  CmState drop_req(CmId& id, Input& in);
+  CmState rep_sent_mra(CmId& id, Input& in);
+  CmState rep_timeout(CmId& id, Input& in);
+  CmState send_rtu_h(CmId& id, Input& in);
+  CmState dup_rep_count(CmId& id, Input& in);
+  CmState dup_rep_mra(CmId& id, Input& in);
+  CmState established_dup_rep(CmId& id, Input& in);
+  CmState established_rej(CmId& id, Input& in);
+  CmState dreq_sent_drep(CmId& id, Input& in);
+  CmState dreq_sent_dreq(CmId& id, Input& in);
+  CmState dreq_timeout(CmId& id, Input& in);
+  CmState dreq_rcvd_destroy(CmId& id, Input& in);
+  CmState dup_dreq_count(CmId& id, Input& in);
+  CmState timewait_exit(CmId& id, Input& in);
+  CmState timewait_dreq(CmId& id, Input& in);
+  CmState timewait_req(CmId& id, Input& in);
+  CmState sidr_rep(CmId& id, Input& in);
+  CmState sidr_timeout(CmId& id, Input& in);
+  CmState sidr_reply_h(CmId& id, Input& in);
 
   // Shared pieces of handlers.
-  CmState ignore(CmId& id, const Input& in);
+  CmState ignore(CmId& id, Input& in);
   CmState bad_call(CmId& id, Input& in);
   CmState do_connect(CmId& id, Input& in);
   CmState do_accept(CmId& id, Input& in);

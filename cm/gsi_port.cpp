@@ -87,7 +87,7 @@ void GsiPort::close() {
   mr_ = nullptr;
   if (cq_ != nullptr) rnic_.destroy_cq(cq_);
   cq_ = nullptr;
-  for (auto& [gid, e] : ahs_) delete e.ah;
+  for (auto& [gid, e] : ahs_) rnic_.destroy_ah(e.ah);
   ahs_.clear();
   ah_gauge_.store(0, std::memory_order_relaxed);
   if (pd_ != nullptr) rnic_.dealloc_pd(pd_);
@@ -106,9 +106,9 @@ bool GsiPort::post_recv(uint32_t slot) {
 }
 
 // The address handle of a peer: our GID of the same family as the peer's
-// (the engine's source address toward it) and the peer's GID.  Built here,
-// not with Rnic::create_ah, which takes the control mutex an application
-// thread may hold while it waits for this engine thread.
+// (the engine's source address toward it) and the peer's GID.  Made with
+// Rnic::create_ah, whose engine part runs here at once (no lock is held
+// across the engine: DESIGN.md "Threads").
 rnic::Ah* GsiPort::ah_for(const MadAddr& to) {
   if (auto it = ahs_.find(to.gid); it != ahs_.end()) {
     it->second.used = ++use_clock_;
@@ -126,17 +126,14 @@ rnic::Ah* GsiPort::ah_for(const MadAddr& to) {
   attr.grh.sgid_index = static_cast<uint8_t>(sgid);
   attr.grh.hop_limit = 64;
   std::memcpy(attr.grh.dgid.raw, to.gid.data(), 16);
-  auto* ah = new rnic::Ah;
-  ah->pd = pd_;
-  if (rnic_.resolve_path(attr, &ah->path) != 0) {
-    delete ah;
-    return nullptr;
-  }
+  int err = 0;
+  rnic::Ah* ah = rnic_.create_ah(pd_, attr, &err);
+  if (ah == nullptr) return nullptr;
   if (ahs_.size() >= kMaxAhs) {
     auto oldest = ahs_.begin();
     for (auto it = ahs_.begin(); it != ahs_.end(); ++it)
       if (it->second.used < oldest->second.used) oldest = it;
-    delete oldest->second.ah;
+    rnic_.destroy_ah(oldest->second.ah);
     ahs_.erase(oldest);
     ctr_.inc(GsiCtr::ah_evicted);
   }
@@ -146,6 +143,7 @@ rnic::Ah* GsiPort::ah_for(const MadAddr& to) {
 }
 
 bool GsiPort::send(const MadAddr& to, std::span<const uint8_t> mad) {
+  UROCE_ASSERT_ENGINE(rnic_.engine());
   if (qp_ == nullptr || mad.size() > wire::kMadSize) return false;
   if (send_busy_ >= kSendSlots) {
     ctr_.inc(GsiCtr::tx_no_slot);
@@ -180,6 +178,7 @@ bool GsiPort::send(const MadAddr& to, std::span<const uint8_t> mad) {
 }
 
 unsigned GsiPort::poll(const Receiver& rx) {
+  UROCE_ASSERT_ENGINE(rnic_.engine());
   if (cq_ == nullptr) return 0;
   std::array<ibv_wc, 32> wcs;
   unsigned total = 0;

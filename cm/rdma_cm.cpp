@@ -154,6 +154,7 @@ RdmaCm::~RdmaCm() {
     d.engine().run_sync([&] {
       d.engine().timers().cancel(d.poll_timer);
       d.engine().set_resolve_hook(nullptr);
+      d.cfg.rnic->set_comm_est_hook(nullptr);
       std::lock_guard lock(mu_);
       for (RdmaId* id : ids_) d.engine().timers().cancel(id->addr_timer);
       d.cm.reset();
@@ -189,6 +190,10 @@ int RdmaCm::start() {
       d.cm = std::make_unique<Cm>(*d.gsi, e->timers(), [e] { return e->now(); }, cc,
                                   [this, dev](const CmEvent& ev) { on_cm_event(*dev, ev); });
       e->set_resolve_hook([this, dev](const IpAddr& ip, bool ok) { on_resolved(*dev, ip, ok); });
+      d.cfg.rnic->set_comm_est_hook([this, dev](rnic::Qp& qp) {
+        std::lock_guard lock(mu_);
+        on_comm_est(*dev, qp);
+      });
       e->timers().arm(d.poll_timer, e->now() + opt_.gsi_poll_ns);
     });
     // The CM's counters (and its GSI port's), readable by `uroce stats`.
@@ -238,7 +243,6 @@ void RdmaCm::on_poll_timer(Timer& t, uint64_t now_ns) {
   {
     std::lock_guard lock(m.mu_);
     d.gsi->poll([&](const MadAddr& from, std::span<const uint8_t> mad) { d.cm->on_mad(from, mad); });
-    m.check_first_data(d);
   }
   d.engine().timers().arm(t, now_ns + m.opt_.gsi_poll_ns);
 }
@@ -1159,14 +1163,14 @@ int RdmaCm::init_qp_attr(RdmaId* id, ibv_qp_attr* attr, int* mask) {
   return rc;
 }
 
-void RdmaCm::check_first_data(RdmaDev& d) {
-  if (d.accepting.empty()) return;
-  const std::vector<RdmaId*> ids = d.accepting;
-  for (RdmaId* id : ids) {
-    // IBA 12.9.6 (communication established): a packet on the QP before the
-    // RTU stands for it; the responder has moved its expected PSN.
-    if (id->qp != nullptr && id->cm_id != nullptr && id->qp->resp.epsn.value() != id->rq_psn_at_accept)
+void RdmaCm::on_comm_est(RdmaDev& d, rnic::Qp& qp) {
+  // IBA 12.9.6 (communication established): data on the passive side's QP
+  // before the RTU stands for it (the RTU may be lost or late).
+  for (RdmaId* id : d.accepting) {
+    if (id->qp == &qp && id->cm_id != nullptr) {
       d.cm->established(id->cm_id);
+      return;
+    }
   }
 }
 
@@ -1307,7 +1311,6 @@ int RdmaCm::accept(RdmaId* id, const rdma_conn_param* param) {
             // the REP is not built yet, so set it here.
             a.rq_psn = psn;
             a.max_dest_rd_atomic = id->responder_resources;
-            id->rq_psn_at_accept = a.rq_psn;
           }
           if (st == IBV_QPS_RTS) a.max_rd_atomic = id->initiator_depth;
           if ((rc = id->qp->modify(a, mask)) != 0) break;

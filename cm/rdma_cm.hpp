@@ -173,7 +173,6 @@ struct RdmaId {
   uint8_t initiator_depth = 0;
   uint8_t retry_count = 7;
   uint8_t rnr_retry_count = 7;
-  uint32_t rq_psn_at_accept = 0;      // passive: to see the first data packet (RTU lost)
   bool disconnect_reported = false;
   bool destroyed = false;
   uint64_t addr_deadline_ns = 0;
@@ -291,7 +290,7 @@ class RdmaCm {
   void qp_to_error(RdmaId& id);
   int modify_connected_qp(RdmaId& id);                 // INIT -> INIT -> RTR -> RTS from the CM
   int fill_attr(RdmaId& id, ibv_qp_state st, ibv_qp_attr& attr, int& mask);
-  void check_first_data(RdmaDev& d);                   // [engine] passive ids whose RTU was lost
+  void on_comm_est(RdmaDev& d, rnic::Qp& qp);          // [engine] first data before the RTU (IBA 12.9.6)
   // Runs f() in d's engine loop with mu_ held (never call with mu_ held:
   // the engine thread may be waiting for it).
   template <class F>

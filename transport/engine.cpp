@@ -11,6 +11,7 @@
 
 #include "lib/wire/ipv4.hpp"
 #include "lib/wire/ipv6.hpp"
+#include "transport/params.hpp"
 
 namespace uroce::transport {
 namespace {
@@ -22,7 +23,6 @@ uint64_t steady_ns() noexcept {
 }
 
 bool is_group(const wire::MacAddr& m) noexcept { return (m[0] & 0x01) != 0; }
-constexpr uint32_t kMulticastQpn = 0xFFFFFF;  // DestQP of a multicast packet (IBA)
 
 }  // namespace
 
@@ -47,7 +47,6 @@ Engine::Engine(drivers::Port& port, EngineConfig cfg)
                    if (resolve_hook_) resolve_hook_(ip, ok);
                  },
              }),
-      qps_(cfg_.max_qpn, nullptr),
       doorbells_(cfg_.doorbell_capacity) {
   tx_.reserve(cfg_.tx_batch);
   roce_.resize(cfg_.rx_burst);
@@ -55,6 +54,7 @@ Engine::Engine(drivers::Port& port, EngineConfig cfg)
 
 Engine::~Engine() {
   stop();
+  engine_thread_.store(std::this_thread::get_id());  // the loop has stopped: it is ours now
   flush_tx();
   capture_.close();
 }
@@ -65,10 +65,11 @@ drivers::Status Engine::init() {
   }
   if (cfg_.announce) {
     std::lock_guard lock(poll_mutex_);
+    const std::thread::id previous = engine_thread_.load();
     engine_thread_.store(std::this_thread::get_id());
     announce();
     flush_tx();
-    engine_thread_.store(std::thread::id{});
+    engine_thread_.store(previous);
   }
   return {};
 }
@@ -84,6 +85,14 @@ bool Engine::on_engine_thread() const noexcept { return engine_thread_.load() ==
 // ---- progress ---------------------------------------------------------------
 
 unsigned Engine::poll() {
+  const std::thread::id previous = engine_thread_.load();
+  engine_thread_.store(std::this_thread::get_id());
+  const unsigned work = poll_once();
+  engine_thread_.store(previous);
+  return work;
+}
+
+unsigned Engine::poll_once() {
   now_ns_ = steady_ns();
   // Application requests first (posts, run_sync calls such as rdma_listen),
   // then the wire and the timers: a request made before this iteration is
@@ -112,17 +121,17 @@ void Engine::start(std::function<void()> on_start, std::function<void()> on_exit
   std::atomic<bool> started{false};
   thread_ = std::thread([this, &started, on_start = std::move(on_start), on_exit = std::move(on_exit)] {
     if (on_start) on_start();
+    engine_thread_.store(std::this_thread::get_id());  // before start() returns
     started.store(true, std::memory_order_release);  // `started` is not touched after this
-    engine_thread_.store(std::this_thread::get_id());
     uint64_t idle_since = 0;    // 0: the last iteration did work
     uint64_t clock = steady_ns();  // this thread's latest clock sample
     while (running_.load(std::memory_order_relaxed)) {
       // Signed: an application thread may have stamped after our sample.
       if (static_cast<int64_t>(clock - assist_ns_.load(std::memory_order_relaxed)) <
-          static_cast<int64_t>(kAssistHoldNs)) {
+          static_cast<int64_t>(params::kAssistHoldNs)) {
         // An application thread is driving the loop (try_progress from its
         // poll/post calls): stay off the core it needs.
-        constexpr timespec kAssistNap{0, 20'000};
+        constexpr timespec kAssistNap{0, params::kAssistNapNs};
         nanosleep(&kAssistNap, nullptr);
         clock = steady_ns();
         continue;
@@ -131,7 +140,7 @@ void Engine::start(std::function<void()> on_start, std::function<void()> on_exit
       {
         std::lock_guard lock(poll_mutex_);
         engine_thread_.store(std::this_thread::get_id());
-        work = poll();
+        work = poll_once();
         clock = now_ns_;  // read under the lock: callers' polls write it too
       }
       if (work != 0) {
@@ -147,17 +156,12 @@ void Engine::start(std::function<void()> on_start, std::function<void()> on_exit
   while (!started.load(std::memory_order_acquire)) std::this_thread::yield();
 }
 
-// An idle engine thread gives its core away by degrees: it spins for a
-// while (lowest latency), then yields to other runnable threads (the
-// application's own, which may be spinning on a CQ: on a machine with few
-// cores they would otherwise starve each other), then naps briefly.  A
-// frame or doorbell arriving during a nap waits at most kIdleNap.
+// An idle engine thread gives its core away by degrees (params.hpp):
+// spin, then yield, then nap.
 void Engine::idle_backoff(uint64_t idle_ns) noexcept {
-  constexpr uint64_t kSpinNs = 20'000;      // 20 us of pure spinning
-  constexpr uint64_t kYieldNs = 2'000'000;  // then yield until 2 ms idle
-  constexpr timespec kIdleNap{0, 50'000};   // then 50 us naps
-  if (idle_ns < kSpinNs) return;
-  if (idle_ns < kYieldNs) {
+  constexpr timespec kIdleNap{0, params::kIdleNapNs};
+  if (idle_ns < params::kIdleSpinNs) return;
+  if (idle_ns < params::kIdleYieldNs) {
     sched_yield();
     return;
   }
@@ -181,7 +185,7 @@ bool Engine::try_progress(Assist how) {
   }
   const std::thread::id previous = engine_thread_.load();
   engine_thread_.store(std::this_thread::get_id());
-  poll();
+  poll_once();
   engine_thread_.store(previous);
   if (assist) assist_ns_.store(now_ns_, std::memory_order_relaxed);  // the poll's own clock sample
   return true;
@@ -299,39 +303,41 @@ void Engine::handle_rx(rte_mbuf** pkts, uint16_t n) {
         rte_pktmbuf_free(m);
         continue;
     }
-    // RoCEv2: validation order is address, QP, opcode, then ICRC (STYLE 7).
+    // RoCEv2 (STYLE 7's order): the address here; the QP, its state and
+    // keys in the sink; then the opcode and the ICRC (accept_roce).
     if (!accept_roce_dst(f, pi)) {
       ctr_.inc(EngineCtr::drop_not_our_ip);
       rte_pktmbuf_free(m);
       continue;
     }
-    void* qp = pi.dest_qp.value() < qps_.size() ? qps_[pi.dest_qp.value()] : nullptr;
-    // The multicast QPN goes to the sink with no QP: it holds the groups
-    // (and counts a packet for a group nobody joined).
-    const bool mcast = pi.dest_qp.value() == kMulticastQpn;
-    if ((!qp && !mcast) || !sink_) {
-      ctr_.inc(EngineCtr::drop_unknown_qpn);
+    if (sink_ == nullptr) {
+      ctr_.inc(EngineCtr::drop_unknown_qpn);  // nothing on this engine has QPs
       rte_pktmbuf_free(m);
       continue;
     }
-    if (!pi.opcode_known) {
-      ctr_.inc(EngineCtr::drop_unknown_opcode);
-      rte_pktmbuf_free(m);
-      continue;
-    }
-    if (!wire::verify_icrc(f, pi)) {
-      ctr_.inc(EngineCtr::drop_icrc);
-      rte_pktmbuf_free(m);
-      continue;
-    }
-    roce_[nroce++] = RoceRx{m, qp, pi};
+    roce_[nroce++] = RoceRx{m, pi};
   }
   ctr_.add(EngineCtr::rx_frames, n);
   ctr_.add(EngineCtr::rx_bytes, bytes);
-  if (nroce) {
-    ctr_.add(EngineCtr::rx_roce, nroce);
-    sink_->rx_burst(*this, roce_.data(), nroce);
+  if (nroce) sink_->rx_burst(*this, roce_.data(), nroce);
+}
+
+bool Engine::accept_roce(const RoceRx& pkt) noexcept {
+  if (!pkt.info.opcode_known) {
+    drop(pkt.m, EngineCtr::drop_unknown_opcode);
+    return false;
   }
+  if (!wire::verify_icrc(rte_pktmbuf_mtod(pkt.m, const uint8_t*), pkt.info)) {
+    drop(pkt.m, EngineCtr::drop_icrc);
+    return false;
+  }
+  ctr_.inc(EngineCtr::rx_roce);
+  return true;
+}
+
+void Engine::drop(rte_mbuf* m, EngineCtr why) noexcept {
+  ctr_.inc(why);
+  rte_pktmbuf_free(m);
 }
 
 void Engine::handle_host(rte_mbuf* m, const wire::PktInfo& pi) {
@@ -380,6 +386,7 @@ rte_mbuf* Engine::alloc() noexcept {
 }
 
 void Engine::send(rte_mbuf* m) noexcept {
+  UROCE_ASSERT_ENGINE(*this);
   tx_.push_back(m);  // capacity reserved: tx_batch
   if (tx_.size() >= cfg_.tx_batch) flush_tx();
 }
@@ -387,6 +394,7 @@ void Engine::send(rte_mbuf* m) noexcept {
 bool Engine::send_to(const IpAddr& dst, rte_mbuf* m) noexcept { return neigh_.send(dst, m, now_ns_); }
 
 void Engine::flush_tx() noexcept {
+  UROCE_ASSERT_ENGINE(*this);
   if (tx_.empty()) return;
   if (capture_.is_open()) {
     const uint64_t rt = realtime_ns();
@@ -445,18 +453,6 @@ void Engine::announce() {
                          [&](uint8_t* out) { return build_unsolicited_na(out, cfg_.local, ip); });
     if (!sent) return;
   }
-}
-
-// ---- QP table -----------------------------------------------------------------
-
-bool Engine::attach_qp(Qpn qpn, void* qp) noexcept {
-  if (qpn.value() >= qps_.size() || qps_[qpn.value()] != nullptr) return false;
-  qps_[qpn.value()] = qp;
-  return true;
-}
-
-void Engine::detach_qp(Qpn qpn) noexcept {
-  if (qpn.value() < qps_.size()) qps_[qpn.value()] = nullptr;
 }
 
 void Engine::for_each_counter(const std::function<void(std::string_view, std::string_view, uint64_t)>& f) const {

@@ -1,25 +1,32 @@
 // The engine: the software NIC's poll loop (DESIGN.md "A packet's way in").
 //
-//   Port RX burst -> parse once (lib/wire) -> MAC filter ->
-//     RoCEv2: our IP? -> QP table (O(1) by destination QPN) -> opcode known?
-//             -> ICRC -> the transport's RoceSink, one call per burst
+//   doorbells -> Port RX burst -> parse once (lib/wire) -> MAC filter ->
+//     RoCEv2 to one of our addresses: the transport's RoceSink, one call
+//             per burst; the sink (the RNIC's receive dispatcher,
+//             transport/rnic/recv.cpp) looks the QP up, checks it, and asks
+//             the engine to finish the frame's checks (accept_roce: opcode
+//             known, ICRC) or to count why it drops it (drop)
 //     ARP / ICMP / ND: the host stack (answered here on ports with no
 //             kernel netdev), the neighbour table learns
 //     anything else: counted and dropped
-//   timers (one clock sample per iteration) -> doorbells -> TX flush
+//   -> timers (one clock sample per iteration) -> TX flush
 //
-// Every dropped frame is counted under exactly one reason.
+// Every dropped frame is counted under exactly one reason, in the engine's
+// counters (frame-level reasons, whoever found them).
 //
-// Threads: `poll()` runs on one thread at a time: the engine's own thread
-// (`start()`), or — in inline progress mode — whichever caller wins
-// `try_progress()`.  Functions marked [engine] must be called from inside
-// the loop (a RoceSink, a timer, a doorbell callback); they assert it.
-// Application threads only ring doorbells and call `run_sync`.
+// Threads (DESIGN.md "Threads"): `poll()` runs on one thread at a time: the
+// engine's own thread (`start()`), or — in inline progress mode — whichever
+// caller wins `try_progress()` (or calls poll() itself).  Functions marked
+// [engine] must be called from inside the loop (a RoceSink, a timer, a
+// doorbell callback, a run_sync function); they assert it in debug builds
+// (UROCE_ASSERT_ENGINE).  Application threads only ring doorbells and call
+// `run_sync`, holding no lock while they wait.
 #pragma once
 
 #include <boost/lockfree/queue.hpp>
 
 #include <array>
+#include <cassert>
 #include <atomic>
 #include <cstdint>
 #include <functional>
@@ -36,6 +43,10 @@
 #include "transport/hoststack.hpp"
 #include "transport/neigh.hpp"
 
+// In a function that must run inside `engine`'s loop: asserts it (debug
+// builds; NDEBUG removes it).
+#define UROCE_ASSERT_ENGINE(engine) assert((engine).on_engine_thread())
+
 namespace uroce::transport {
 
 #define UROCE_ENGINE_COUNTERS(X)                                                        \
@@ -43,7 +54,7 @@ namespace uroce::transport {
   X(rx_bytes, "bytes received from the port")                                           \
   X(tx_frames, "frames the port took")                                                  \
   X(tx_bytes, "bytes the port took")                                                    \
-  X(rx_roce, "RoCEv2 packets delivered to the transport")                               \
+  X(rx_roce, "RoCEv2 packets the transport took (ICRC verified)")                       \
   X(rx_arp, "ARP frames received")                                                      \
   X(rx_icmp, "ICMP frames received")                                                    \
   X(rx_icmp6, "ICMPv6 frames received (neighbour discovery included)")                  \
@@ -75,16 +86,16 @@ using EngineCounters = CounterSet<EngineCtr, kEngineCtrInfo>;
 
 class Engine;
 
-// One received RoCEv2 packet that passed every check, with the QP it is for
-// (null for the multicast QPN 0xFFFFFF: the sink finds the group's QPs).
+// One received RoCEv2 packet to one of our addresses, parsed.
 struct RoceRx {
   rte_mbuf* m;
-  void* qp;
   wire::PktInfo info;
 };
 
 // The transport's entry point: one virtual call per burst, not per packet.
-// The sink owns the mbufs it is handed.
+// The sink owns the mbufs it is handed: it finds the packet's QP (or drops
+// it: Engine::drop with drop_unknown_qpn), then has the engine check the
+// frame itself (Engine::accept_roce) before it acts on it.
 class RoceSink {
  public:
   virtual ~RoceSink() = default;
@@ -98,7 +109,7 @@ struct EngineConfig {
   bool answer_host = true;        // answer ARP/ICMP/ND ourselves (no kernel netdev)
   bool announce = true;           // gratuitous ARP / unsolicited NA at start
   NeighConfig neigh;
-  uint32_t max_qpn = 1u << 16;    // QPNs are allocated below this (O(1) table)
+  uint32_t max_qpn = 1u << 16;    // the RNIC allocates QPNs below this (its O(1) table)
   uint16_t rx_burst = 32;
   uint16_t tx_batch = 64;
   uint32_t doorbell_capacity = 4096;
@@ -127,8 +138,9 @@ class Engine {
   drivers::Status init();
 
   // ---- progress -------------------------------------------------------------
-  // One iteration of the loop; returns the number of frames and events
-  // handled (0: idle).
+  // One iteration of the loop on the calling thread, which is the loop's
+  // for its duration; returns the number of frames and events handled (0:
+  // idle).  Only one thread at a time (start() and try_progress() see to it).
   unsigned poll();
   // A dedicated engine thread.  on_start runs first on that thread (start
   // returns once it has), on_exit last; e.g. registering the thread with
@@ -164,10 +176,13 @@ class Engine {
   void flush_tx() noexcept;
   static void set_frame_len(rte_mbuf* m, size_t len) noexcept;
 
-  // QP table [engine]: O(1) by QPN.
-  bool attach_qp(Qpn qpn, void* qp) noexcept;
-  void detach_qp(Qpn qpn) noexcept;
   void set_roce_sink(RoceSink* sink) noexcept { sink_ = sink; }
+  // [engine] For the sink: the frame's last checks — its opcode is one we
+  // know, its ICRC verifies (STYLE 7: after the QP and its keys) — counted
+  // rx_roce when they pass; when not, counted under the reason and freed.
+  bool accept_roce(const RoceRx& pkt) noexcept;
+  // [engine] For the sink: drop a frame (freed), counted under `why`.
+  void drop(rte_mbuf* m, EngineCtr why) noexcept;
 
   // Callback for neighbour resolution results (rdma_resolve_addr).
   void set_resolve_hook(std::function<void(const IpAddr&, bool)> f) { resolve_hook_ = std::move(f); }
@@ -184,6 +199,7 @@ class Engine {
   const EngineConfig& config() const noexcept { return cfg_; }
 
  private:
+  unsigned poll_once();  // the iteration itself; the caller has made its thread the loop's
   void handle_rx(rte_mbuf** pkts, uint16_t n);
   bool accept_mac(const uint8_t* frame) const noexcept;
   bool accept_roce_dst(const uint8_t* frame, const wire::PktInfo& pi) const noexcept;
@@ -208,7 +224,6 @@ class Engine {
   NeighTable neigh_;
   drivers::Capture capture_;
   RoceSink* sink_ = nullptr;
-  std::vector<void*> qps_;
   std::vector<rte_mbuf*> tx_;
   std::vector<RoceRx> roce_;
   boost::lockfree::queue<Doorbell, boost::lockfree::fixed_sized<true>> doorbells_;
@@ -217,13 +232,8 @@ class Engine {
 
   std::mutex poll_mutex_;              // held while polling (inline mode)
   // When an application thread last called try_progress(Hold) while the
-  // engine thread runs; the thread stays off the core kAssistHoldNs after
-  // it.  Short: an application that polls a CQ calls again within a few
-  // microseconds, and one that went to spin on memory (ib_write_lat waits
-  // for the peer's WRITE that way) must not wait long for the engine
-  // (200 us here made ib_write_lat's typical latency ~80 us against ~40 us
-  // at 10 us, with ibv_rc_pingpong's thread mode unchanged at ~16 us).
-  static constexpr uint64_t kAssistHoldNs = 10'000;
+  // engine thread runs; the thread stays off the core
+  // params::kAssistHoldNs after it.
   std::atomic<uint64_t> assist_ns_{0};
   std::atomic<bool> running_{false};
   std::thread thread_;

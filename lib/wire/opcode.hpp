@@ -62,6 +62,18 @@ inline constexpr std::array<std::string_view, kNumExtHeaders> kExtHeaderName = {
     "RDETH", "DETH", "XRCETH", "FETH", "RETH", "AtomicETH", "AETH", "AtomicAckETH", "ImmDt", "IETH",
 };
 
+// The remote access right a request needs of its QP and of the MR its
+// R_Key names (IBA 9.7.5.1.3, 10.6.3.1): the responder checks it once, by
+// the table.  FLUSH needs a flush right and ATOMIC WRITE the write right
+// (IBA 1.5); they are listed for completeness.
+enum RemoteRight : uint8_t {
+  kRightNone = 0,
+  kRightWrite = 1u << 0,
+  kRightRead = 1u << 1,
+  kRightAtomic = 1u << 2,
+  kRightFlush = 1u << 3,
+};
+
 inline constexpr uint8_t kCnpOpcode = 0x81;      // RoCEv2 CNP (A17.9.2)
 inline constexpr size_t kCnpReservedLen = 16;    // the 16 reserved bytes after its BTH
 inline constexpr uint8_t kNoOffset = 0xFF;
@@ -79,6 +91,8 @@ struct OpcodeInfo {
   bool needs_ack = false;      // a reliable request the responder acknowledges
   bool immediate = false;      // carries ImmDt
   bool invalidate = false;     // carries IETH
+  uint8_t right = kRightNone;  // RemoteRight bits the request needs
+  bool rd_atomic = false;      // a READ or atomic request: holds a responder result slot (9.7.5.1.4)
   uint8_t hdr_len = 0;         // BTH plus extended headers, in bytes
   // Offset of each extended header from the start of the BTH, indexed by
   // its bit position in `Hdr`; kNoOffset when absent.
@@ -207,6 +221,19 @@ constexpr void lay_out(OpcodeInfo& e) {
   e.hdr_len = off;
 }
 
+constexpr uint8_t right_of(Operation op) {
+  switch (op) {
+    case Operation::Write: case Operation::AtomicWrite: return kRightWrite;
+    case Operation::ReadRequest: return kRightRead;
+    case Operation::CompareSwap: case Operation::FetchAdd: return kRightAtomic;
+    case Operation::Flush: return kRightFlush;
+    case Operation::None: case Operation::Send: case Operation::ReadResponse: case Operation::Ack:
+    case Operation::AtomicAck: case Operation::Cnp:
+      break;
+  }
+  return kRightNone;
+}
+
 // Which opcodes of the same operation may follow `d` within a message.
 constexpr void set_next(OpcodeInfo& e, uint8_t base, const OpDef& d, Transport t) {
   auto add = [&](uint8_t code) {
@@ -281,6 +308,8 @@ constexpr std::array<OpcodeInfo, 256> make_table() {
       e.needs_ack = d.request && b.transport != Transport::UC && b.transport != Transport::UD;
       e.immediate = (e.hdrs & kHdrImmDt) != 0;
       e.invalidate = (e.hdrs & kHdrIeth) != 0;
+      e.right = d.request ? right_of(d.op) : uint8_t{kRightNone};
+      e.rd_atomic = d.op == Operation::ReadRequest || d.op == Operation::CompareSwap || d.op == Operation::FetchAdd;
       lay_out(e);
       set_next(e, b.base, d, b.transport);
     }
@@ -350,6 +379,11 @@ inline constexpr uint8_t CNP = kCnpOpcode;
 
 // Compile-time checks of the table against IBA table 38.
 static_assert(opcode_info(op::RC_SEND_ONLY).hdr_len == 12);
+static_assert(opcode_info(op::RC_WRITE_MIDDLE).right == kRightWrite && opcode_info(op::UC_WRITE_FIRST).right == kRightWrite);
+static_assert(opcode_info(op::RC_READ_REQUEST).right == kRightRead && opcode_info(op::RC_READ_REQUEST).rd_atomic);
+static_assert(opcode_info(op::RC_FETCH_ADD).right == kRightAtomic && opcode_info(op::RC_COMPARE_SWAP).rd_atomic);
+static_assert(opcode_info(op::RC_SEND_ONLY).right == kRightNone && !opcode_info(op::RC_SEND_ONLY).rd_atomic);
+static_assert(opcode_info(op::RC_READ_RESPONSE_ONLY).right == kRightNone);  // responses need nothing
 static_assert(opcode_info(op::RC_WRITE_ONLY_IMM).hdr_len == 12 + 16 + 4);
 static_assert(opcode_info(op::RC_WRITE_ONLY_IMM).offset(kHdrImmDt) == 28);
 static_assert(opcode_info(op::RC_ATOMIC_ACK).hdr_len == 12 + 4 + 8);

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "lib/wire/build.hpp"
+#include "transport/params.hpp"
 #include "tests/rnic/harness.hpp"
 
 namespace uroce::rnic::testing {
@@ -149,7 +150,7 @@ TEST(PeerGone, RetryExceededThenFlush) {
   const auto elapsed = Clock::now() - t0;
   EXPECT_EQ(first.wr_id, 1u);
   EXPECT_EQ(first.status, IBV_WC_RETRY_EXC_ERR) << wc_status_name(first.status);
-  const auto t = std::chrono::nanoseconds(ack_timeout_ns(o.timeout));
+  const auto t = std::chrono::nanoseconds(transport::params::ack_timeout_ns(o.timeout));
   EXPECT_GE(elapsed, t * o.retry_cnt) << "retries came too fast";
   EXPECT_LE(elapsed, t * (o.retry_cnt + 1) * 2 + milliseconds(100)) << "retries too slow";
   std::printf("RETRY_EXC_ERR after %.1f ms (timeout %.1f ms, retry_cnt %u)\n",
@@ -685,6 +686,88 @@ TEST(PortEvents, LinkDownThenUp) {
   EXPECT_TRUE(async_events(*h.a().rnic).empty());
   EXPECT_TRUE(async_events(*h.b().rnic).empty());
   EXPECT_EQ(h.a().rnic->counters().get(RnicCtr::port_events), 2u);
+}
+
+// ---- communication established ---------------------------------------------------------
+
+// IBA 11.6.3.1: the first request a connected QP receives while in RTR
+// raises IBV_EVENT_COMM_EST for that QP, once; the SEND is delivered (a QP
+// in RTR receives).  A QP already in RTS when its first request comes
+// raises nothing (hardware behaves so; rdma_cm's passive side is such a
+// QP).
+TEST(CommEst, RaisedOnceInRtrOnly) {
+  Harness h;
+  nonblocking(h.a().rnic->async_fd());
+  nonblocking(h.b().rnic->async_fd());
+  Cq* ca = h.cq(h.a());
+  Cq* cb = h.cq(h.b());
+  Qp* qa = h.qp(h.a(), IBV_QPT_RC, ca, ca);
+  Qp* qb = h.qp(h.b(), IBV_QPT_RC, cb, cb);
+  ASSERT_NE(qa, nullptr);
+  ASSERT_NE(qb, nullptr);
+  const ConnOpts o;
+  ASSERT_EQ(h.to_rts(qa, h.a(), h.b(), qb->qpn(), o.psn_a, o.psn_b, o), 0);
+  // B: INIT then RTR only.
+  ibv_qp_attr at{};
+  at.qp_state = IBV_QPS_INIT;
+  at.port_num = kPortNum;
+  at.qp_access_flags = o.access;
+  ASSERT_EQ(qb->modify(at, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS), 0);
+  at = {};
+  at.qp_state = IBV_QPS_RTR;
+  at.path_mtu = o.mtu;
+  at.dest_qp_num = qa->qpn().value();
+  at.rq_psn = o.psn_a;
+  at.ah_attr = h.ah_attr(h.b(), h.a());
+  at.max_dest_rd_atomic = o.max_dest_rd_atomic;
+  at.min_rnr_timer = o.min_rnr_timer;
+  ASSERT_EQ(qb->modify(at, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
+                               IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER),
+            0);
+  EXPECT_TRUE(async_events(*h.b().rnic).empty());
+
+  Buffer dst = h.buffer(h.b(), 256, kRemoteAll);
+  Buffer src = h.buffer(h.a(), 64, kRemoteAll, 0x5a);
+  for (int i = 0; i < 3; ++i) {
+    ibv_sge r = dst.sge(64 * i, 64);
+    ASSERT_EQ(post_recv(qb, i, {&r, 1}), 0);
+  }
+  ibv_sge s = src.sge(0, 64);
+  for (int i = 0; i < 3; ++i) {
+    ibv_send_wr wr = send_wr(IBV_WR_SEND, i, {&s, 1});
+    ASSERT_EQ(post_send(qa, wr), 0);
+  }
+  const auto wcs = h.wait_wcs(cb, 3);
+  ASSERT_EQ(wcs.size(), 3u);
+  for (const ibv_wc& wc : wcs) EXPECT_EQ(wc.status, IBV_WC_SUCCESS);
+  std::vector<AsyncEvent> evs;
+  h.run_until([&] {
+    for (const auto& e : async_events(*h.b().rnic)) evs.push_back(e);
+    return !evs.empty();
+  }, milliseconds(200));
+  ASSERT_EQ(evs.size(), 1u) << "one COMM_EST for three requests";
+  EXPECT_EQ(evs[0].type, IBV_EVENT_COMM_EST);
+  EXPECT_EQ(evs[0].qp, qb);
+  EXPECT_TRUE(async_events(*h.a().rnic).empty()) << "A was in RTS when B's ACKs came";
+}
+
+// A QP moved to RTS before its first request (the common case) raises no
+// COMM_EST.
+TEST(CommEst, NotRaisedInRts) {
+  Harness h;
+  nonblocking(h.b().rnic->async_fd());
+  Pair p = h.pair(IBV_QPT_RC);
+  ASSERT_NE(p.qb, nullptr);
+  Buffer dst = h.buffer(h.b(), 64, kRemoteAll);
+  Buffer src = h.buffer(h.a(), 64, kRemoteAll, 0x5a);
+  ibv_sge r = dst.sge(0, 64);
+  ASSERT_EQ(post_recv(p.qb, 1, {&r, 1}), 0);
+  ibv_sge s = src.sge(0, 64);
+  ibv_send_wr wr = send_wr(IBV_WR_SEND, 1, {&s, 1});
+  ASSERT_EQ(post_send(p.qa, wr), 0);
+  ASSERT_EQ(h.wait_wcs(p.rcq_b, 1).size(), 1u);
+  h.run_for(milliseconds(20));
+  EXPECT_TRUE(async_events(*h.b().rnic).empty());
 }
 
 // ---- unreachable UD destination --------------------------------------------------------

@@ -8,6 +8,7 @@
 
 #include "lib/wire/opcode.hpp"
 #include "lib/wire/udp.hpp"
+#include "transport/params.hpp"
 #include "tests/rnic/raw_peer.hpp"
 #include "transport/rnic/requester.hpp"
 
@@ -295,14 +296,14 @@ TEST_F(Requester, SqdStopsAtAMessageBoundary) {
 }
 
 TEST(Timers, AckTimeoutAndRnrTables) {
-  EXPECT_EQ(ack_timeout_ns(0), 0u);  // infinite
-  EXPECT_EQ(ack_timeout_ns(1), 8192u);
-  EXPECT_EQ(ack_timeout_ns(10), 4096u << 10);
-  EXPECT_EQ(rnr_timer_ns(0), 655'360'000u);
-  EXPECT_EQ(rnr_timer_ns(1), 10'000u);
-  EXPECT_EQ(rnr_timer_ns(14), 1'280'000u);
-  EXPECT_EQ(rnr_timer_ns(25), 61'440'000u);
-  EXPECT_EQ(rnr_timer_ns(31), 491'520'000u);
+  EXPECT_EQ(transport::params::ack_timeout_ns(0), 0u);  // infinite
+  EXPECT_EQ(transport::params::ack_timeout_ns(1), 8192u);
+  EXPECT_EQ(transport::params::ack_timeout_ns(10), 4096u << 10);
+  EXPECT_EQ(transport::params::rnr_timer_ns(0), 655'360'000u);
+  EXPECT_EQ(transport::params::rnr_timer_ns(1), 10'000u);
+  EXPECT_EQ(transport::params::rnr_timer_ns(14), 1'280'000u);
+  EXPECT_EQ(transport::params::rnr_timer_ns(25), 61'440'000u);
+  EXPECT_EQ(transport::params::rnr_timer_ns(31), 491'520'000u);
 }
 
 }  // namespace

@@ -164,7 +164,6 @@ int run_ping(Device& dev, const NodeArgs& a, const transport::IpAddr& target, Ic
   PingSession session(engine, cfg);
   engine.run_sync([&] {
     engine.set_roce_sink(&session);
-    engine.attach_qp(kNodeQpn, &session);
     if (tap != nullptr) tap->attach(&session);
     session.start();
   });
@@ -179,10 +178,7 @@ int run_ping(Device& dev, const NodeArgs& a, const transport::IpAddr& target, Ic
 int run_echo(Device& dev, const NodeArgs& a, Clock::time_point deadline) {
   transport::Engine& engine = dev.engine();
   EchoSession session(engine, a.count);
-  engine.run_sync([&] {
-    engine.set_roce_sink(&session);
-    engine.attach_qp(kNodeQpn, &session);
-  });
+  engine.run_sync([&] { engine.set_roce_sink(&session); });
   fmt::print("uroce node: echo ready on {} (QP {:#x})\n", dev.name(), kNodeQpn.value());
   const bool done = wait_until(dev, [&] { return session.done(); }, deadline);
   dev.stop();

@@ -19,6 +19,16 @@ using transport::IpAddr;
 constexpr uint32_t kIcmpIdShift = 16;
 constexpr uint32_t kIcmpSeqMask = 0xFFFF;
 
+// The node's one QP (kNodeQpn) takes the packet, and the engine's frame
+// checks pass; otherwise the packet is dropped and counted by the engine.
+bool accept(transport::Engine& engine, const transport::RoceRx& rx) {
+  if (rx.info.dest_qp != kNodeQpn) {
+    engine.drop(rx.m, transport::EngineCtr::drop_unknown_qpn);
+    return false;
+  }
+  return engine.accept_roce(rx);
+}
+
 // The node message of a test frame: a UD SEND_ONLY with our Q_Key.
 std::optional<NodeMsg> node_msg_of(const transport::RoceRx& rx) {
   const uint8_t* f = rte_pktmbuf_mtod(rx.m, const uint8_t*);
@@ -188,9 +198,10 @@ void PingSession::on_interval(Timer& t, uint64_t) {
   if (!s.finished_) s.send_ping();
 }
 
-void PingSession::rx_burst(transport::Engine&, transport::RoceRx* pkts, uint16_t n) {
+void PingSession::rx_burst(transport::Engine& engine, transport::RoceRx* pkts, uint16_t n) {
   const uint64_t now = steady_ns();
   for (uint16_t i = 0; i < n; ++i) {
+    if (!accept(engine, pkts[i])) continue;
     const auto msg = node_msg_of(pkts[i]);
     const bool ours = !cfg_.icmp && waiting_ && !finished_ && msg && msg->kind == NodeKind::kPong &&
                       msg->seq == seq_ && msg->tx_ns == tx_ns_;
@@ -241,8 +252,9 @@ void EchoSession::answer(const transport::RoceRx& rx, const NodeMsg& msg) {
   echoed_.store(echoed() + 1, std::memory_order_relaxed);
 }
 
-void EchoSession::rx_burst(transport::Engine&, transport::RoceRx* pkts, uint16_t n) {
+void EchoSession::rx_burst(transport::Engine& engine, transport::RoceRx* pkts, uint16_t n) {
   for (uint16_t i = 0; i < n; ++i) {
+    if (!accept(engine, pkts[i])) continue;
     const auto msg = node_msg_of(pkts[i]);
     if (msg && msg->kind == NodeKind::kPing && !done()) {
       answer(pkts[i], *msg);

@@ -16,6 +16,8 @@
 // After a packet: retry counters restored on progress, the ACK timer
 // re-armed or cancelled, CQEs written, the requester run again (the
 // window may have opened).
+#include "transport/rnic/completer.hpp"
+
 #include <rte_mbuf.h>
 
 #include <array>
@@ -23,20 +25,38 @@
 #include <string_view>
 
 #include "lib/wire/opcode.hpp"
+#include "transport/params.hpp"
 #include "transport/rnic/qp.hpp"
 #include "transport/rnic/requester.hpp"
 #include "transport/rnic/rnic.hpp"
+#include "transport/rnic/sge.hpp"
 
 namespace uroce::rnic {
 namespace {
 
-// rnr_retry 7 retries for ever: the IBA gives the RNR Retry Count that one
-// special value (7: infinite).  The transport Retry Count has none:
-// retry_cnt 7 is seven retries, as ConnectX counts them ("Transport retry
-// count exceeded" with UCX's default of 7); only rxe reads 7 as infinite
-// there.  So a peer that vanished ends in IBV_WC_RETRY_EXC_ERR within the
-// QP's budget (retry_cnt + 1 local ACK timeouts without progress).
-constexpr uint8_t kInfiniteRnrRetry = 7;
+using transport::params::ack_timeout_ns;
+using transport::params::kInfiniteRnrRetry;  // (retry_cnt has no infinite value: see params.hpp)
+using transport::params::rnr_timer_ns;
+
+ibv_wc_opcode wc_opcode(ibv_wr_opcode op) noexcept {
+  switch (op) {
+    case IBV_WR_RDMA_WRITE:
+    case IBV_WR_RDMA_WRITE_WITH_IMM: return IBV_WC_RDMA_WRITE;
+    case IBV_WR_RDMA_READ: return IBV_WC_RDMA_READ;
+    case IBV_WR_ATOMIC_CMP_AND_SWP: return IBV_WC_COMP_SWAP;
+    case IBV_WR_ATOMIC_FETCH_AND_ADD: return IBV_WC_FETCH_ADD;
+    case IBV_WR_LOCAL_INV: return IBV_WC_LOCAL_INV;
+    case IBV_WR_BIND_MW: return IBV_WC_BIND_MW;
+    case IBV_WR_TSO: return IBV_WC_TSO;
+    case IBV_WR_SEND:
+    case IBV_WR_SEND_WITH_IMM:
+    case IBV_WR_SEND_WITH_INV:
+    case IBV_WR_DRIVER1:
+    case IBV_WR_ATOMIC_WRITE:
+      break;
+  }
+  return IBV_WC_SEND;
+}
 
 enum class Step : uint8_t {
   CheckPsn,
@@ -71,6 +91,13 @@ struct Ctx {
 
 bool before(uint32_t a, uint32_t b) noexcept { return static_cast<int32_t>(a - b) < 0; }
 
+// A READ response's bytes or an atomic's original value into the WQE's
+// SGEs (which check_local_keys found writable when the WQE started; they
+// are looked up again now).
+bool scatter(Qp& qp, const SendWqe& w, uint64_t off, const uint8_t* src, uint64_t len) noexcept {
+  return sge_scatter(qp.rnic(), qp.pd(), {w.sge, w.num_sge}, off, src, len, IBV_ACCESS_LOCAL_WRITE);
+}
+
 RnicCounters& ctr(Ctx& x) noexcept { return x.qp.rnic().counters(); }
 
 wire::AethC aeth(const Ctx& x) noexcept { return wire::AethC(x.frame + x.info.ext_off(wire::kHdrAeth)); }
@@ -89,13 +116,13 @@ void retire(Qp& qp, SendWqe& w) noexcept {
   w.state = WqeState::Done;
   ++c.wqe_idx;
   if (distance(w.last_psn + 1, c.psn) > 0) c.psn = w.last_psn + 1;
-  if (wqe_is_rd_atomic(w) && qp.req.rd_atomic_inflight > 0) --qp.req.rd_atomic_inflight;
+  if (w.rd_atomic() && qp.req.rd_atomic_inflight > 0) --qp.req.rd_atomic_inflight;
 }
 
 Step check_psn(Ctx& x) {
-  const ibv_qp_state st = x.qp.state();
-  if (x.qp.type() != IBV_QPT_RC || (st != IBV_QPS_RTS && st != IBV_QPS_SQD)) {
-    ctr(x).inc(RnicCtr::drop_qp_state);
+  // (The QP's state — RTS or SQD — was the receive dispatcher's check.)
+  if (x.qp.type() != IBV_QPT_RC) {
+    ctr(x).inc(RnicCtr::drop_bad_transport);
     return Step::Drop;
   }
   // Responses come for PSNs we sent and have not seen acknowledged
@@ -113,7 +140,7 @@ Step implied_acks(Ctx& x) {
       x.w = w;
       return Step::Dispatch;
     }
-    if (wqe_is_rd_atomic(*w)) {
+    if (w->rd_atomic()) {
       // A response for a later PSN while this READ/atomic lacks its own:
       // that response was lost (9.7.5.1.4 implied NAK).  Re-request it.
       x.w = w;
@@ -153,7 +180,7 @@ Step dispatch(Ctx& x) {
 // A (coalesced) ACK: acknowledges every PSN up to its own (9.7.5.1.2).
 Step on_ack(Ctx& x) {
   SendWqe& w = *x.w;
-  if (wqe_is_rd_atomic(w)) {  // a READ/atomic is acknowledged by its response, not an ACK
+  if (w.rd_atomic()) {  // a READ/atomic is acknowledged by its response, not an ACK
     ctr(x).inc(RnicCtr::drop_resp_unexpected);
     return Step::Drop;
   }
@@ -193,7 +220,7 @@ Step on_read_resp(Ctx& x) {
     ctr(x).inc(RnicCtr::drop_bad_opcode_seq);  // not the response this READ expects here
     return Step::Drop;
   }
-  if (!copy_sges(qp, w, off, const_cast<uint8_t*>(x.frame + x.info.payload_off), want, SgeDir::Scatter)) {
+  if (!scatter(qp, w, off, x.frame + x.info.payload_off, want)) {
     x.status = IBV_WC_LOC_PROT_ERR;
     return Step::Error;
   }
@@ -213,7 +240,7 @@ Step on_atomic_ack(Ctx& x) {
   // The original remote value, host order, into the 8-byte local buffer.
   uint64_t orig = wire::AtomicAckEthC(x.frame + x.info.ext_off(wire::kHdrAtomicAckEth)).orig();
   w.atomic_orig = orig;
-  if (!copy_sges(x.qp, w, 0, reinterpret_cast<uint8_t*>(&orig), sizeof orig, SgeDir::Scatter)) {
+  if (!scatter(x.qp, w, 0, reinterpret_cast<const uint8_t*>(&orig), sizeof orig)) {
     x.status = IBV_WC_LOC_PROT_ERR;
     return Step::Error;
   }
@@ -236,8 +263,6 @@ Step on_rnr_nak(Ctx& x) {
   if (c.rnr_left != kInfiniteRnrRetry) --c.rnr_left;
   c.rnr_wait = true;
   x.engine.timers().cancel(c.ack_timer);
-  c.rnr_timer.cb = completer_rnr_timeout;
-  c.rnr_timer.owner = &x.qp;
   x.engine.timers().arm(c.rnr_timer, x.engine.now() + rnr_timer_ns(aeth(x).value()));
   return Step::Done;
 }
@@ -298,19 +323,16 @@ void after(transport::Engine& engine, Qp& qp, Psn before_psn) {
   if (distance(r.psn_hi, c.psn) <= 0 || c.rnr_wait) {
     engine.timers().cancel(c.ack_timer);
   } else if (progress) {
-    if (const uint64_t t = ack_timeout_ns(qp.attrs().timeout); t != 0) {
-      c.ack_timer.cb = completer_ack_timeout;
-      c.ack_timer.owner = &qp;
-      engine.timers().arm(c.ack_timer, engine.now() + t);
-    }
+    if (const uint64_t t = ack_timeout_ns(qp.attrs().timeout); t != 0) engine.timers().arm(c.ack_timer, engine.now() + t);
   }
-  qp.complete_send_wqes();
+  completer_retire(qp);
   requester_run(engine, qp);
 }
 
 }  // namespace
 
 void completer_rx(transport::Engine& engine, Qp& qp, transport::RoceRx& pkt) noexcept {
+  UROCE_ASSERT_ENGINE(engine);
   Ctx x{engine, qp, rte_pktmbuf_mtod(pkt.m, const uint8_t*), pkt.info, pkt.info.psn};
   const Psn before_psn = qp.comp.psn;
   Step s = Step::CheckPsn;
@@ -328,7 +350,7 @@ void completer_rx(transport::Engine& engine, Qp& qp, transport::RoceRx& pkt) noe
       case Step::Retry: s = retry(x); break;
       case Step::Error:
         rte_pktmbuf_free(pkt.m);
-        sender_fail(qp, *x.w, x.status);
+        completer_fail(qp, *x.w, x.status);
         return;
       case Step::Drop:
         rte_pktmbuf_free(pkt.m);
@@ -342,9 +364,11 @@ void completer_rx(transport::Engine& engine, Qp& qp, transport::RoceRx& pkt) noe
   }
 }
 
+namespace {
+
 // Local ACK timeout (9.7.6.1.3): nothing came back in time for the oldest
 // outstanding PSN.  Retry from it, or give up after retry_cnt retries.
-void completer_ack_timeout(Timer& t, uint64_t) {
+void on_ack_timeout(Timer& t, uint64_t) {
   Qp& qp = t.owner_as<Qp>();
   transport::Engine& engine = qp.rnic().engine();
   CompState& c = qp.comp;
@@ -356,7 +380,7 @@ void completer_ack_timeout(Timer& t, uint64_t) {
   qp.rnic().counters().inc(RnicCtr::ack_timeouts);
   if (c.retry_left == 0) {
     qp.rnic().counters().inc(RnicCtr::retry_exceeded);
-    sender_fail(qp, *w, IBV_WC_RETRY_EXC_ERR);
+    completer_fail(qp, *w, IBV_WC_RETRY_EXC_ERR);
     return;
   }
   --c.retry_left;
@@ -367,13 +391,99 @@ void completer_ack_timeout(Timer& t, uint64_t) {
 }
 
 // The RNR wait is over: resend from the NAK's PSN.
-void completer_rnr_timeout(Timer& t, uint64_t) {
+void on_rnr_timeout(Timer& t, uint64_t) {
   Qp& qp = t.owner_as<Qp>();
   qp.comp.rnr_wait = false;
   const ibv_qp_state st = qp.state();
   if (st != IBV_QPS_RTS && st != IBV_QPS_SQD) return;
   requester_rewind(qp);
   requester_run(qp.rnic().engine(), qp);
+}
+
+}  // namespace
+
+// ---- send completions -------------------------------------------------------------
+
+void completer_retire(Qp& qp) noexcept {
+  UROCE_ASSERT_ENGINE(qp.rnic().engine());
+  const uint32_t tail = qp.sq.tail();
+  while (qp.sq.head() != tail) {
+    SendWqe& w = qp.sq.slot(qp.sq.head());
+    if (w.state != WqeState::Done && w.state != WqeState::Error) break;
+    // IBA 10.8.1 (completion semantics): a CQE for every signaled WQE, and
+    // for every WQE completed in error whatever its flags.
+    const bool error = w.state == WqeState::Error || w.status != IBV_WC_SUCCESS;
+    if (error || qp.sq_sig_all() || (w.send_flags & IBV_SEND_SIGNALED)) {
+      ibv_wc wc{};
+      wc.wr_id = w.wr_id;
+      wc.status = error && w.status == IBV_WC_SUCCESS ? IBV_WC_GENERAL_ERR : w.status;
+      wc.opcode = wc_opcode(w.opcode);
+      wc.qp_num = qp.qpn().value();
+      if (!error) {
+        wc.byte_len = static_cast<uint32_t>(w.length);  // as rxe: the message length
+        if (w.opcode == IBV_WR_SEND_WITH_IMM || w.opcode == IBV_WR_RDMA_WRITE_WITH_IMM) {
+          wc.wc_flags = IBV_WC_WITH_IMM;
+          wc.imm_data = w.imm_data;
+        }
+      }
+      qp.send_cq()->push(wc);
+    }
+    qp.sq.retire();
+  }
+  qp.check_drained();
+}
+
+void completer_fail(Qp& qp, SendWqe& w, ibv_wc_status status) noexcept {
+  transport::Engine& engine = qp.rnic().engine();
+  w.status = status;
+  w.state = WqeState::Error;
+  completer_stop(qp, engine);
+  engine.timers().cancel(qp.req.kick);
+  completer_retire(qp);  // the Done WQEs before it, then its own error CQE
+  qp.send_error();       // RC: ERR; UC/UD: SQE.  The rest is flushed.
+}
+
+void completer_flush(Qp& qp) noexcept {
+  UROCE_ASSERT_ENGINE(qp.rnic().engine());
+  // Every WQE not yet completed, from the oldest, completes with
+  // WR_FLUSH_ERR (IBA 10.3.1.7); one that failed keeps its own status.
+  const uint32_t tail = qp.sq.tail();
+  for (uint32_t i = qp.sq.head(); i != tail; ++i) {
+    SendWqe& w = qp.sq.slot(i);
+    if (w.state == WqeState::Done || w.state == WqeState::Error) continue;
+    w.state = WqeState::Error;
+    w.status = IBV_WC_WR_FLUSH_ERR;
+  }
+  qp.req.wqe_idx = tail;
+  qp.comp.wqe_idx = tail;
+  qp.req.rd_atomic_inflight = 0;
+  qp.req.fence_wait = false;
+  completer_retire(qp);
+}
+
+// ---- state and timers ---------------------------------------------------------------
+
+void completer_bind(Qp& qp) noexcept {
+  qp.comp.ack_timer.cb = on_ack_timeout;
+  qp.comp.ack_timer.owner = &qp;
+  qp.comp.rnr_timer.cb = on_rnr_timeout;
+  qp.comp.rnr_timer.owner = &qp;
+}
+
+void completer_reset(Qp& qp, transport::Engine& engine, Psn psn) noexcept {
+  CompState& c = qp.comp;
+  completer_stop(qp, engine);
+  c.psn = psn;
+  c.wqe_idx = qp.sq.head();
+  c.retry_left = qp.attrs().retry_cnt;
+  c.rnr_left = qp.attrs().rnr_retry;
+  c.retry_started = false;
+}
+
+void completer_stop(Qp& qp, transport::Engine& engine) noexcept {
+  engine.timers().cancel(qp.comp.ack_timer);
+  engine.timers().cancel(qp.comp.rnr_timer);
+  qp.comp.rnr_wait = false;
 }
 
 }  // namespace uroce::rnic

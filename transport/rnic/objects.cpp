@@ -163,9 +163,12 @@ int Cq::req_notify(bool solicited_only) {
 
 int Cq::resize(uint32_t cqe) {
   if (cqe < 1 || cqe > kMaxCqe) return EINVAL;
-  std::lock_guard lock(poll_mu_);
   int rc = 0;
+  // In the engine's loop (no completion is pushed meanwhile), holding the
+  // pollers' lock there: a poller holds it only to copy entries out, never
+  // while it waits for the engine.
   rnic_.engine().run_sync([&] {
+    std::lock_guard lock(poll_mu_);
     const auto size = static_cast<uint32_t>(ring_.size());
     const uint32_t head = head_.load(std::memory_order_relaxed);
     const uint32_t tail = tail_.load(std::memory_order_relaxed);
@@ -269,19 +272,26 @@ int Srq::post_recv(const ibv_recv_wr* wr, const ibv_recv_wr** bad) {
 
 int Srq::modify(const ibv_srq_attr& attr, int mask) {
   if (mask & ~(IBV_SRQ_MAX_WR | IBV_SRQ_LIMIT)) return EINVAL;
-  std::lock_guard lock(rq_.post_mu);
-  const uint32_t max_wr = (mask & IBV_SRQ_MAX_WR) ? attr.max_wr : rq_.capacity();
   // IBA 10.2.9.2 / 11.2.3.4: the limit must not exceed the queue size.
   if ((mask & IBV_SRQ_MAX_WR) && (attr.max_wr == 0 || attr.max_wr > kMaxSrqWr)) return EINVAL;
-  if ((mask & IBV_SRQ_LIMIT) && attr.srq_limit > max_wr) return EINVAL;
-  if (mask & IBV_SRQ_MAX_WR) {
+  int rc = 0;
+  // In the engine's loop (nothing is popped meanwhile), holding the
+  // posters' lock there: a poster holds it only to fill a slot.
+  rnic_.engine().run_sync([&] {
+    std::lock_guard lock(rq_.post_mu);
+    const uint32_t max_wr = (mask & IBV_SRQ_MAX_WR) ? attr.max_wr : rq_.capacity();
+    if ((mask & IBV_SRQ_LIMIT) && attr.srq_limit > max_wr) {
+      rc = EINVAL;
+      return;
+    }
     // Resize (device cap SRQ_RESIZE): never below the WQEs queued now.
-    bool ok = false;
-    rnic_.engine().run_sync([&] { ok = rq_.resize(attr.max_wr); });
-    if (!ok) return EINVAL;
-  }
-  if (mask & IBV_SRQ_LIMIT) limit_.store(attr.srq_limit, std::memory_order_release);  // 0 disarms
-  return 0;
+    if ((mask & IBV_SRQ_MAX_WR) && !rq_.resize(attr.max_wr)) {
+      rc = EINVAL;
+      return;
+    }
+    if (mask & IBV_SRQ_LIMIT) limit_.store(attr.srq_limit, std::memory_order_release);  // 0 disarms
+  });
+  return rc;
 }
 
 int Srq::query(ibv_srq_attr* attr) const {

@@ -6,11 +6,12 @@
 // and attribute mask is the man pages' by construction.  Errors are the
 // errno values the man pages name, returned as positive ints (0: success).
 //
-// Threads: control-path calls (create/destroy/modify/query) come from any
-// application thread; they take the Rnic's control mutex and reach engine
-// state through Engine::run_sync.  Data-path calls (post_*, poll, notify)
-// touch only the object's rings and locks (see each class).  Functions
-// marked [engine] run inside the engine's loop only.
+// Threads (DESIGN.md "Threads"): control-path calls (create/destroy/modify/
+// query) come from any application thread and do their work inside the
+// engine's loop (Engine::run_sync), holding no lock while they wait.
+// Data-path calls (post_*, poll, notify) touch only the object's rings and
+// locks (see each class).  Functions marked [engine] run inside the
+// engine's loop only.
 #pragma once
 
 #include <infiniband/verbs.h>
@@ -212,7 +213,6 @@ class Srq {
   // queue drops below an armed limit (and disarms it, IBA 10.2.9.2).
   void after_pop() noexcept;
   std::atomic<uint32_t> users{0};  // QPs; destroy fails with EBUSY
-  std::mutex engine_mu;            // several engine-side consumers never race: one engine thread
 
  private:
   Rnic& rnic_;

@@ -129,26 +129,6 @@ TypeIdx type_idx(const Qp& qp) noexcept {
 
 uint32_t mtu_bytes(ibv_mtu m) noexcept { return 128u << static_cast<unsigned>(m); }  // 1: 256 ... 5: 4096
 
-ibv_wc_opcode wc_opcode(ibv_wr_opcode op) noexcept {
-  switch (op) {
-    case IBV_WR_RDMA_WRITE:
-    case IBV_WR_RDMA_WRITE_WITH_IMM: return IBV_WC_RDMA_WRITE;
-    case IBV_WR_RDMA_READ: return IBV_WC_RDMA_READ;
-    case IBV_WR_ATOMIC_CMP_AND_SWP: return IBV_WC_COMP_SWAP;
-    case IBV_WR_ATOMIC_FETCH_AND_ADD: return IBV_WC_FETCH_ADD;
-    case IBV_WR_LOCAL_INV: return IBV_WC_LOCAL_INV;
-    case IBV_WR_BIND_MW: return IBV_WC_BIND_MW;
-    case IBV_WR_TSO: return IBV_WC_TSO;
-    case IBV_WR_SEND:
-    case IBV_WR_SEND_WITH_IMM:
-    case IBV_WR_SEND_WITH_INV:
-    case IBV_WR_DRIVER1:
-    case IBV_WR_ATOMIC_WRITE:
-      break;
-  }
-  return IBV_WC_SEND;
-}
-
 // Which work request opcodes a service type takes (IBA 11.4.1.1 / table
 // 86 "Service types and operations"): UD sends only; UC no READ/atomics;
 // SEND with Invalidate RC only (IBA table 38 has no UC/UD opcode with an
@@ -247,8 +227,10 @@ Qp::Qp(Rnic& rnic, Pd* pd, Qpn qpn, const ibv_qp_init_attr& init)
   // spread by a multiplicative hash of the QPN so that ECMP spreads QPs).
   attrs_.sport = static_cast<uint16_t>(0xC000u | (((qpn.value() * 0x61C88647u) >> 18) & 0x3FFFu));
   if (is_gsi()) attrs_.qkey = kGsiQkey;  // IBA 13.4.6.1: QP1's Q_Key is fixed
-  comp.ack_timer.owner = this;
-  comp.rnr_timer.owner = this;
+  // Each role's timers belong to this QP for its whole life.
+  requester_bind(*this);
+  completer_bind(*this);
+  responder_bind(*this);
 }
 
 Qp::~Qp() = default;
@@ -294,6 +276,7 @@ int Qp::check_modify(const ibv_qp_attr& attr, int mask) const {
 
 void Qp::apply_modify(const ibv_qp_attr& attr, int mask) {
   transport::Engine& engine = rnic_.engine();
+  UROCE_ASSERT_ENGINE(engine);
   const ibv_qp_state cur = state();
   const ibv_qp_state next = (mask & IBV_QP_STATE) ? attr.qp_state : cur;
 
@@ -345,6 +328,7 @@ void Qp::apply_modify(const ibv_qp_attr& attr, int mask) {
       resp.results.assign(attrs_.max_dest_rd_atomic, RdAtomicResult{});
       resp.results_next = 0;
       responder_reset(*this);
+      comm_est = false;
       state_.store(IBV_QPS_RTR, std::memory_order_release);
       return;
     case IBV_QPS_RTS:
@@ -374,7 +358,8 @@ void Qp::apply_modify(const ibv_qp_attr& attr, int mask) {
 }
 
 int Qp::modify(const ibv_qp_attr& attr, int mask) {
-  std::lock_guard lock(modify_mu_);
+  // The whole modify is the engine's: modifies of one QP (from any thread,
+  // the connection manager's included) are serialised by its loop.
   int rc = 0;
   rnic_.engine().run_sync([&] {
     rc = check_modify(attr, mask);
@@ -383,7 +368,13 @@ int Qp::modify(const ibv_qp_attr& attr, int mask) {
   return rc;
 }
 
-int Qp::query(ibv_qp_attr* attr, int /*mask*/, ibv_qp_init_attr* init) const {
+int Qp::query(ibv_qp_attr* attr, int mask, ibv_qp_init_attr* init) const {
+  // The attributes are the engine's: read them in its loop.
+  rnic_.engine().run_sync([&] { query_engine(attr, mask, init); });
+  return 0;
+}
+
+void Qp::query_engine(ibv_qp_attr* attr, int /*mask*/, ibv_qp_init_attr* init) const {
   // Every attribute, whatever the mask asks (as rxe does).
   if (attr != nullptr) {
     *attr = ibv_qp_attr{};
@@ -421,7 +412,6 @@ int Qp::query(ibv_qp_attr* attr, int /*mask*/, ibv_qp_init_attr* init) const {
     init->qp_type = type_;
     init->sq_sig_all = sq_sig_all_ ? 1 : 0;
   }
-  return 0;
 }
 
 // ---- posting --------------------------------------------------------------------------------
@@ -436,8 +426,7 @@ int Qp::post_send(const ibv_send_wr* wr, const ibv_send_wr** bad) {
       // IBA 10.3.1 (table of states): work requests are accepted in RTS and SQD
       // (SQD queues them), and in SQE/ERR where they complete flushed
       // (10.3.1.6-7); RESET, INIT and RTR refuse them.
-      const ibv_qp_state st = state();
-      if (st == IBV_QPS_RESET || st == IBV_QPS_INIT || st == IBV_QPS_RTR || st == IBV_QPS_UNKNOWN) {
+      if (!state_caps(state()).accepts_sends) {
         rc = EINVAL;
         break;
       }
@@ -542,9 +531,7 @@ int Qp::post_send(const ibv_send_wr* wr, const ibv_send_wr** bad) {
       w.first_psn = Psn{};
       w.last_psn = Psn{};
       w.sent = 0;
-      w.sge_idx = 0;
-      w.sge_off = 0;
-      w.sge_at = 0;
+      w.cursor = SgeCursor{};
       w.read_done = 0;
       w.atomic_orig = 0;
       w.status = IBV_WC_SUCCESS;
@@ -599,16 +586,17 @@ int Qp::post_recv(const ibv_recv_wr* wr, const ibv_recv_wr** bad) {
 // ---- [engine] ---------------------------------------------------------------------------------
 
 void Qp::doorbell(transport::Engine& engine) noexcept {
+  UROCE_ASSERT_ENGINE(engine);
   switch (state()) {
     case IBV_QPS_RTS:
     case IBV_QPS_SQD:
       requester_run(engine, *this);
       return;
     case IBV_QPS_SQE:
-      flush_send();
+      completer_flush(*this);
       return;
     case IBV_QPS_ERR:
-      flush_send();
+      completer_flush(*this);
       flush_recv();
       return;
     case IBV_QPS_RESET:
@@ -620,13 +608,11 @@ void Qp::doorbell(transport::Engine& engine) noexcept {
 }
 
 void Qp::to_error(bool fatal) noexcept {
+  UROCE_ASSERT_ENGINE(rnic_.engine());
   const bool was_err = state() == IBV_QPS_ERR;
   state_.store(IBV_QPS_ERR, std::memory_order_release);
-  transport::Engine& engine = rnic_.engine();
-  engine.timers().cancel(comp.ack_timer);
-  engine.timers().cancel(comp.rnr_timer);
-  comp.rnr_wait = false;
-  flush_send();
+  completer_stop(*this, rnic_.engine());
+  completer_flush(*this);
   if (!was_err) responder_flush(*this);
   flush_recv();
   if (was_err) return;
@@ -654,24 +640,7 @@ void Qp::send_error() noexcept {
     return;
   }
   state_.store(IBV_QPS_SQE, std::memory_order_release);
-  flush_send();
-}
-
-void Qp::flush_send() noexcept {
-  // Every WQE not yet completed, from the oldest, completes with
-  // WR_FLUSH_ERR (IBA 10.3.1.7); one that failed keeps its own status.
-  const uint32_t tail = sq.tail();
-  for (uint32_t i = sq.head(); i != tail; ++i) {
-    SendWqe& w = sq.slot(i);
-    if (w.state == WqeState::Done || w.state == WqeState::Error) continue;
-    w.state = WqeState::Error;
-    w.status = IBV_WC_WR_FLUSH_ERR;
-  }
-  req.wqe_idx = tail;
-  comp.wqe_idx = tail;
-  req.rd_atomic_inflight = 0;
-  req.fence_wait = false;
-  complete_send_wqes();
+  completer_flush(*this);
 }
 
 void Qp::flush_recv() noexcept {
@@ -685,34 +654,6 @@ void Qp::flush_recv() noexcept {
     recv_cq_->push(wc);
     rq.pop();
   }
-}
-
-void Qp::complete_send_wqes() noexcept {
-  const uint32_t tail = sq.tail();
-  while (sq.head() != tail) {
-    SendWqe& w = sq.slot(sq.head());
-    if (w.state != WqeState::Done && w.state != WqeState::Error) break;
-    // IBA 10.8.1 (completion semantics): a CQE for every signaled WQE, and for every WQE
-    // completed in error whatever its flags.
-    const bool error = w.state == WqeState::Error || w.status != IBV_WC_SUCCESS;
-    if (error || sq_sig_all_ || (w.send_flags & IBV_SEND_SIGNALED)) {
-      ibv_wc wc{};
-      wc.wr_id = w.wr_id;
-      wc.status = error && w.status == IBV_WC_SUCCESS ? IBV_WC_GENERAL_ERR : w.status;
-      wc.opcode = wc_opcode(w.opcode);
-      wc.qp_num = qpn_.value();
-      if (!error) {
-        wc.byte_len = static_cast<uint32_t>(w.length);  // as rxe: the message length
-        if (w.opcode == IBV_WR_SEND_WITH_IMM || w.opcode == IBV_WR_RDMA_WRITE_WITH_IMM) {
-          wc.wc_flags = IBV_WC_WITH_IMM;
-          wc.imm_data = w.imm_data;
-        }
-      }
-      send_cq_->push(wc);
-    }
-    sq.retire();
-  }
-  check_drained();
 }
 
 void Qp::check_drained() noexcept {

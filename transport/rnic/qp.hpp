@@ -6,11 +6,13 @@
 //   completer (completer.cpp)  ACK/NAK/READ responses/atomic ACKs -> send CQEs, retransmission
 //   responder (responder.cpp)  request packets -> memory, receive CQEs, ACK/NAK/READ responses
 //
-// Threads.  Application threads post under sq.post_mu / rq.post_mu (one lock
-// per queue, so several threads may post to one QP) and then ring the
-// engine's doorbell; modify/query/destroy take the Rnic's control mutex and
-// run their engine-side part through Engine::run_sync.  Everything in
-// `req`, `comp`, `resp` and the WQEs' progress fields is engine-only.
+// Threads (DESIGN.md "Threads").  Application threads post under
+// sq.post_mu / rq.post_mu (one lock per queue, so several threads may post
+// to one QP; held only to fill a slot, never while waiting for the engine)
+// and then ring the engine's doorbell; modify and query run inside the
+// engine's loop (Engine::run_sync), which serialises them.  Everything in
+// `req`, `comp`, `resp`, the attributes and the WQEs' progress fields is
+// the engine's.
 #pragma once
 
 #include <infiniband/verbs.h>
@@ -21,9 +23,11 @@
 #include <vector>
 
 #include "lib/util/timer_wheel.hpp"
+#include "transport/rnic/completer.hpp"
 #include "transport/rnic/objects.hpp"
 #include "transport/rnic/requester.hpp"
 #include "transport/rnic/responder.hpp"
+#include "transport/rnic/sge.hpp"
 
 namespace uroce::rnic {
 
@@ -60,15 +64,17 @@ struct SendWqe {
   Psn first_psn{};
   Psn last_psn{};
   uint64_t sent = 0;                // payload bytes segmented so far (requester)
-  // The requester's gather cursor: message offset `sge_at` is byte
-  // `sge_off` of sge[sge_idx].  Each packet continues from it (O(1) per
-  // packet, whatever num_sge); a gather elsewhere (go-back-N) seeks first.
-  uint32_t sge_idx = 0;
-  uint64_t sge_off = 0;
-  uint64_t sge_at = 0;
+  SgeCursor cursor;                 // the requester's gather position (sge.hpp)
   uint64_t read_done = 0;           // READ response bytes placed (completer)
   uint64_t atomic_orig = 0;         // the atomic ACK's original value
   ibv_wc_status status = IBV_WC_SUCCESS;
+
+  // A READ or an atomic: held against max_rd_atomic, acknowledged by its
+  // response rather than an ACK.
+  bool rd_atomic() const noexcept {
+    return opcode == IBV_WR_RDMA_READ || opcode == IBV_WR_ATOMIC_CMP_AND_SWP ||
+           opcode == IBV_WR_ATOMIC_FETCH_AND_ADD;
+  }
 };
 
 // A ring of SendWqe.  Slots [head, tail) are posted and not yet completed.
@@ -98,6 +104,31 @@ class SendQueue {
   alignas(64) std::atomic<uint32_t> head_{0};
   alignas(64) std::atomic<uint32_t> tail_{0};
 };
+
+// ---- what a QP does in each state ----------------------------------------------------
+// IBA 10.3.1 (the QP states): one row per state, so that the data path
+// asks the table instead of listing states.
+struct StateCaps {
+  bool takes_requests = false;   // the responder runs (RTR and later, 10.3.1.2)
+  bool takes_responses = false;  // the completer has something outstanding (RTS, SQD)
+  bool sends = false;            // the requester runs (RTS; SQD finishes started WQEs)
+  bool accepts_sends = false;    // post_send takes work (RTS, SQD; SQE/ERR flush it)
+};
+
+constexpr StateCaps state_caps(ibv_qp_state s) noexcept {
+  switch (s) {
+    case IBV_QPS_RTR: return {true, false, false, false};
+    case IBV_QPS_RTS: return {true, true, true, true};
+    case IBV_QPS_SQD: return {true, true, true, true};
+    case IBV_QPS_SQE: return {true, false, false, true};
+    case IBV_QPS_ERR: return {false, false, false, true};
+    case IBV_QPS_RESET:
+    case IBV_QPS_INIT:
+    case IBV_QPS_UNKNOWN:
+      break;
+  }
+  return {};
+}
 
 // ---- the QP ------------------------------------------------------------------------
 class Qp {
@@ -171,9 +202,9 @@ class Qp {
   // SQ error (IBA 10.3.1.6): RC/UC/UD send side failed; SQE for UD/UC,
   // ERR for RC.
   void send_error() noexcept;
-  // Write the send CQE of `w` when it completes (signaled, an error, or
-  // sq_sig_all) and retire every Done WQE from the head in order.
-  void complete_send_wqes() noexcept;
+  // SQD: raise SQ_DRAINED once nothing started is outstanding (after the
+  // completer retired WQEs).
+  void check_drained() noexcept;
   // The next receive WQE (QP's RQ or its SRQ); nullptr when none (RNR).
   RecvWqe* recv_front() noexcept;
   void recv_pop() noexcept;
@@ -184,13 +215,14 @@ class Qp {
   // One pending doorbell per QP: set by the poster that queues it, cleared
   // by the engine when it runs (Rnic::ring_sq).
   std::atomic<bool> doorbell_pending{false};
+  // [engine] COMM_EST raised for this connection (recv.cpp; cleared at RTR).
+  bool comm_est = false;
 
  private:
   int check_modify(const ibv_qp_attr& attr, int mask) const;
+  void query_engine(ibv_qp_attr* attr, int mask, ibv_qp_init_attr* init) const;  // [engine]
   void apply_modify(const ibv_qp_attr& attr, int mask);  // [engine]
-  void flush_send() noexcept;
   void flush_recv() noexcept;
-  void check_drained() noexcept;  // [engine] SQD: SQ_DRAINED once nothing started is outstanding
   friend class Rnic;
 
   Rnic& rnic_;
@@ -204,7 +236,6 @@ class Qp {
   ibv_qp_cap cap_{};
   Attrs attrs_{};
   std::atomic<ibv_qp_state> state_{IBV_QPS_RESET};
-  std::mutex modify_mu_;  // one modify at a time
 };
 
 }  // namespace uroce::rnic

@@ -1,6 +1,5 @@
 // The requester: SQ WQEs -> request packets (IBA 9.7.4 for RC, 9.8 UC,
-// 9.9 UD and the GSI QP), go-back-N rewinding (9.7.4.1.4 / 9.7.5.2), and
-// the two timer tables of 9.7.6.1.
+// 9.9 UD and the GSI QP) and go-back-N rewinding (9.7.4.1.4 / 9.7.5.2).
 //
 //   requester_run: for each WQE from req.wqe_idx
 //     new WQE?   local checks (keys, length), READ/atomic window, fence,
@@ -20,92 +19,20 @@
 #include <cstring>
 
 #include "lib/wire/opcode.hpp"
-#include "transport/rnic/memory.hpp"
+#include "transport/params.hpp"
+#include "transport/rnic/completer.hpp"
 #include "transport/rnic/qp.hpp"
 #include "transport/rnic/rnic.hpp"
+#include "transport/rnic/sge.hpp"
 #include "transport/rnic/tx.hpp"
 
 namespace uroce::rnic {
 
-// ---- timers (IBA 9.7.6.1) ----------------------------------------------------------
-namespace {
-
-// Local ACK timeout, C9-140: 4.096 us * 2^timeout; 0 disables the timer.
-constexpr std::array<uint64_t, 32> make_ack_timeouts() {
-  std::array<uint64_t, 32> t{};
-  for (unsigned i = 1; i < 32; ++i) t[i] = uint64_t{4096} << i;
-  return t;
-}
-constexpr std::array<uint64_t, 32> kAckTimeoutNs = make_ack_timeouts();
-static_assert(kAckTimeoutNs[0] == 0 && kAckTimeoutNs[1] == 8192 && kAckTimeoutNs[14] == 67'108'864);
-static_assert(kAckTimeoutNs[31] == 4096ull << 31);  // ~2.4 hours, the largest
-
-// RNR NAK timer field encoding, IBA table 45 (ns).  Code 0 is the longest.
-constexpr std::array<uint64_t, 32> kRnrTimerNs = {
-    655'360'000, 10'000,     20'000,     30'000,     40'000,      60'000,      80'000,      120'000,
-    160'000,     240'000,    320'000,    480'000,    640'000,     960'000,     1'280'000,   1'920'000,
-    2'560'000,   3'840'000,  5'120'000,  7'680'000,  10'240'000,  15'360'000,  20'480'000,  30'720'000,
-    40'960'000,  61'440'000, 81'920'000, 122'880'000, 163'840'000, 245'760'000, 327'680'000, 491'520'000,
-};
-constexpr bool rnr_table_increasing() {
-  for (size_t i = 2; i < kRnrTimerNs.size(); ++i)
-    if (kRnrTimerNs[i] <= kRnrTimerNs[i - 1]) return false;
-  return kRnrTimerNs[0] > kRnrTimerNs[31];
-}
-static_assert(rnr_table_increasing());
-static_assert(kRnrTimerNs[1] == 10'000 && kRnrTimerNs[16] == 2'560'000 && kRnrTimerNs[31] == 491'520'000);
-
-}  // namespace
-
-uint64_t ack_timeout_ns(uint8_t timeout) noexcept { return kAckTimeoutNs[timeout & 0x1F]; }
-uint64_t rnr_timer_ns(uint8_t code) noexcept { return kRnrTimerNs[code & 0x1F]; }
-
-// ---- helpers shared with the completer ---------------------------------------------
-
-bool wqe_is_rd_atomic(const SendWqe& w) noexcept {
-  return w.opcode == IBV_WR_RDMA_READ || w.opcode == IBV_WR_ATOMIC_CMP_AND_SWP ||
-         w.opcode == IBV_WR_ATOMIC_FETCH_AND_ADD;
-}
-
-bool copy_sges(Qp& qp, const SendWqe& w, uint64_t off, uint8_t* buf, uint64_t len, SgeDir dir) noexcept {
-  if (len == 0) return true;
-  if ((w.send_flags & IBV_SEND_INLINE) != 0) {
-    if (dir != SgeDir::Gather || off + len > w.length || off + len > kMaxInlineData) return false;
-    std::memcpy(buf, w.inline_data + off, len);
-    return true;
-  }
-  Rnic& rnic = qp.rnic();
-  for (uint32_t i = 0; i < w.num_sge && len > 0; ++i) {
-    const ibv_sge& s = w.sge[i];
-    if (off >= s.length) {
-      off -= s.length;
-      continue;
-    }
-    const uint64_t n = std::min<uint64_t>(len, s.length - off);
-    KeyCheck why{};
-    Mr* mr = rnic.lookup_lkey(s.lkey, qp.pd(), &why);
-    uint8_t* host = mr != nullptr ? mr->translate(s.addr + off, n) : nullptr;
-    if (host == nullptr) return false;  // deregistered since the WQE's check
-    // Through the memory guard (memory.hpp): unmapped since registration fails.
-    if (!(dir == SgeDir::Gather ? memory::copy(buf, host, n) : memory::copy(host, buf, n))) return false;
-    buf += n;
-    len -= n;
-    off = 0;
-  }
-  return len == 0;
-}
-
-void sender_fail(Qp& qp, SendWqe& w, ibv_wc_status status) noexcept {
-  transport::Engine& engine = qp.rnic().engine();
-  w.status = status;
-  w.state = WqeState::Error;
-  engine.timers().cancel(qp.comp.ack_timer);
-  engine.timers().cancel(qp.comp.rnr_timer);
-  engine.timers().cancel(qp.req.kick);
-  qp.comp.rnr_wait = false;
-  qp.complete_send_wqes();  // the Done WQEs before it, then its own error CQE
-  qp.send_error();          // RC: ERR; UC/UD: SQE.  The rest is flushed.
-}
+using transport::params::ack_timeout_ns;
+using transport::params::kMaxPktsPerAckReq;
+using transport::params::kMaxUnackedPsns;
+using transport::params::kNoBufferRetryNs;
+using transport::params::kReqBudget;
 
 // ---- segmentation --------------------------------------------------------------------
 namespace {
@@ -180,7 +107,7 @@ uint32_t psn_count(const Qp& qp, const SendWqe& w) noexcept {
 // grants local write where the WQE writes (READ and atomic results).
 bool check_local_keys(Qp& qp, const SendWqe& w) noexcept {
   if ((w.send_flags & IBV_SEND_INLINE) != 0) return true;
-  const int need = wqe_is_rd_atomic(w) ? IBV_ACCESS_LOCAL_WRITE : 0;
+  const int need = w.rd_atomic() ? IBV_ACCESS_LOCAL_WRITE : 0;
   for (uint32_t i = 0; i < w.num_sge; ++i) {
     const ibv_sge& s = w.sge[i];
     if (s.length == 0) continue;
@@ -198,8 +125,6 @@ void on_kick(Timer& t, uint64_t) {
 }
 
 void kick_soon(transport::Engine& engine, Qp& qp, uint64_t delay_ns) noexcept {
-  qp.req.kick.cb = on_kick;
-  qp.req.kick.owner = &qp;
   if (!qp.req.kick.armed()) engine.timers().arm(qp.req.kick, engine.now() + delay_ns);
 }
 
@@ -211,15 +136,15 @@ Start start_wqe(Qp& qp, SendWqe& w) noexcept {
   const WrOps& ops = wr_ops(w.opcode);
   const uint8_t base = transport_base(qp);
   if (!ops.valid || !wire::opcode_info(static_cast<uint8_t>(base | ops.code[3])).valid) {
-    sender_fail(qp, w, IBV_WC_LOC_QP_OP_ERR);
+    completer_fail(qp, w, IBV_WC_LOC_QP_OP_ERR);
     return Start::Failed;
   }
   if (is_ud(qp) && w.length > qp.rnic().active_mtu_bytes()) {  // IBA 9.9: a UD message is one packet
-    sender_fail(qp, w, IBV_WC_LOC_LEN_ERR);
+    completer_fail(qp, w, IBV_WC_LOC_LEN_ERR);
     return Start::Failed;
   }
   if (!check_local_keys(qp, w)) {
-    sender_fail(qp, w, IBV_WC_LOC_PROT_ERR);
+    completer_fail(qp, w, IBV_WC_LOC_PROT_ERR);
     return Start::Failed;
   }
   // IBV_SEND_FENCE (the fence indicator of IBA chapter 10): wait until
@@ -236,9 +161,7 @@ Start start_wqe(Qp& qp, SendWqe& w) noexcept {
   w.first_psn = r.next_psn;
   w.last_psn = r.next_psn + (psn_count(qp, w) - 1);
   w.sent = 0;
-  w.sge_idx = 0;
-  w.sge_off = 0;
-  w.sge_at = 0;
+  w.cursor = SgeCursor{};
   w.read_done = 0;
   w.state = WqeState::Sending;
   if (ops.rd_atomic) ++r.rd_atomic_inflight;
@@ -246,51 +169,18 @@ Start start_wqe(Qp& qp, SendWqe& w) noexcept {
   return Start::Go;
 }
 
-// Move the gather cursor to message offset `off`: a walk over the SGEs,
-// needed only when a packet does not continue where the last one ended
-// (go-back-N).
-void seek_cursor(SendWqe& w, uint64_t off) noexcept {
-  uint32_t i = 0;
-  uint64_t in = off;
-  while (i < w.num_sge && in >= w.sge[i].length) {
-    in -= w.sge[i].length;
-    ++i;
-  }
-  w.sge_idx = i;
-  w.sge_off = in;
-  w.sge_at = off;
-}
-
-// Gather `len` bytes of `w` at message offset `off` into `buf` from the
-// cursor, advancing it: each packet starts where the last one ended, so a
-// message costs O(packets + SGEs), not O(packets x SGEs).  False when an
-// SGE no longer translates (deregistered since the WQE's check).
+// Gather `len` bytes of `w` at message offset `off` into `buf`: inline
+// bytes, or the SGEs through the WQE's cursor (each packet continues where
+// the last one ended: a message costs O(packets + SGEs)).  False when an
+// SGE no longer translates (deregistered or unmapped since the WQE's check).
 bool gather(Qp& qp, SendWqe& w, uint64_t off, uint8_t* buf, uint64_t len) noexcept {
   if (len == 0) return true;
-  if ((w.send_flags & IBV_SEND_INLINE) != 0) return copy_sges(qp, w, off, buf, len, SgeDir::Gather);
-  if (off != w.sge_at) seek_cursor(w, off);
-  Rnic& rnic = qp.rnic();
-  while (len > 0) {
-    if (w.sge_idx >= w.num_sge) break;
-    const ibv_sge& s = w.sge[w.sge_idx];
-    if (w.sge_off >= s.length) {  // this SGE is done (or empty): the next
-      ++w.sge_idx;
-      w.sge_off = 0;
-      continue;
-    }
-    const uint64_t n = std::min<uint64_t>(len, s.length - w.sge_off);
-    KeyCheck why{};
-    Mr* mr = rnic.lookup_lkey(s.lkey, qp.pd(), &why);
-    const uint8_t* host = mr != nullptr ? mr->translate(s.addr + w.sge_off, n) : nullptr;
-    if (host == nullptr || !memory::copy(buf, host, n)) break;
-    buf += n;
-    len -= n;
-    w.sge_off += n;
-    w.sge_at += n;
+  if ((w.send_flags & IBV_SEND_INLINE) != 0) {
+    if (off + len > w.length || off + len > kMaxInlineData) return false;
+    std::memcpy(buf, w.inline_data + off, len);
+    return true;
   }
-  if (len == 0) return true;
-  seek_cursor(w, off);  // a failed gather leaves the cursor where it began
-  return false;
+  return sge_gather(qp.rnic(), qp.pd(), {w.sge, w.num_sge}, off, buf, len, 0, &w.cursor);
 }
 
 enum class Emit : uint8_t {
@@ -348,7 +238,7 @@ Emit emit(transport::Engine& engine, Qp& qp, SendWqe& w, Seg seg, uint64_t off, 
   if (sent == TxResult::CopyFault) {
     // An SGE deregistered or unmapped since the WQE's check (IBA 10.6.3:
     // local protection error); nothing is sent in its place.
-    sender_fail(qp, w, IBV_WC_LOC_PROT_ERR);
+    completer_fail(qp, w, IBV_WC_LOC_PROT_ERR);
     return Emit::Failed;
   }
 
@@ -379,6 +269,7 @@ Emit emit(transport::Engine& engine, Qp& qp, SendWqe& w, Seg seg, uint64_t off, 
 // ---- the requester ---------------------------------------------------------------------
 
 void requester_run(transport::Engine& engine, Qp& qp) noexcept {
+  UROCE_ASSERT_ENGINE(engine);
   const ibv_qp_state st = qp.state();
   if (st != IBV_QPS_RTS && st != IBV_QPS_SQD) return;
   ReqState& r = qp.req;
@@ -427,7 +318,7 @@ void requester_run(transport::Engine& engine, Qp& qp) noexcept {
     const Emit e = emit(engine, qp, w, seg, off, len, ack_req);
     if (e == Emit::Failed) return;
     if (e == Emit::NoMbuf) {
-      kick_soon(engine, qp, 10'000);  // buffers come back as the port sends
+      kick_soon(engine, qp, kNoBufferRetryNs);
       break;
     }
     if (rc) r.pkts_since_ackreq = ack_req ? 0 : r.pkts_since_ackreq + 1;
@@ -446,13 +337,9 @@ void requester_run(transport::Engine& engine, Qp& qp) noexcept {
     }
   }
 
-  if (done_unreliable) qp.complete_send_wqes();
+  if (done_unreliable) completer_retire(qp);
   if (rc && distance(r.psn_hi, c.psn) > 0 && !c.ack_timer.armed()) {
-    if (const uint64_t t = ack_timeout_ns(qp.attrs().timeout); t != 0) {
-      c.ack_timer.cb = completer_ack_timeout;
-      c.ack_timer.owner = &qp;
-      engine.timers().arm(c.ack_timer, engine.now() + t);
-    }
+    if (const uint64_t t = ack_timeout_ns(qp.attrs().timeout); t != 0) engine.timers().arm(c.ack_timer, engine.now() + t);
   }
 }
 
@@ -478,10 +365,7 @@ void requester_rewind(Qp& qp) noexcept {
 
 void sender_reset(Qp& qp, transport::Engine& engine) noexcept {
   ReqState& r = qp.req;
-  CompState& c = qp.comp;
   engine.timers().cancel(r.kick);
-  engine.timers().cancel(c.ack_timer);
-  engine.timers().cancel(c.rnr_timer);
   const Psn psn(qp.attrs().sq_psn);
   const uint32_t head = qp.sq.head();
   r.next_psn = psn;
@@ -491,18 +375,12 @@ void sender_reset(Qp& qp, transport::Engine& engine) noexcept {
   r.fence_wait = false;
   r.psn_hi = psn;
   r.wqe_hi = head;
-  r.kick.cb = on_kick;
-  r.kick.owner = &qp;
-  c.psn = psn;
-  c.wqe_idx = head;
-  c.retry_left = qp.attrs().retry_cnt;
-  c.rnr_left = qp.attrs().rnr_retry;
-  c.rnr_wait = false;
-  c.retry_started = false;
-  c.ack_timer.cb = completer_ack_timeout;
-  c.ack_timer.owner = &qp;
-  c.rnr_timer.cb = completer_rnr_timeout;
-  c.rnr_timer.owner = &qp;
+  completer_reset(qp, engine, psn);
+}
+
+void requester_bind(Qp& qp) noexcept {
+  qp.req.kick.cb = on_kick;
+  qp.req.kick.owner = &qp;
 }
 
 }  // namespace uroce::rnic

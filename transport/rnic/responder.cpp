@@ -28,14 +28,19 @@
 #include "lib/wire/ipv4.hpp"
 #include "lib/wire/ipv6.hpp"
 #include "transport/engine.hpp"
+#include "transport/params.hpp"
 #include "transport/rnic/memory.hpp"
 #include "transport/rnic/qp.hpp"
 #include "transport/rnic/rnic.hpp"
+#include "transport/rnic/sge.hpp"
 #include "transport/rnic/tx.hpp"
 
 namespace uroce::rnic {
 namespace {
 
+using transport::params::kNoBufferRetryNs;
+using transport::params::kRespBacklog;
+using transport::params::kRespBudget;
 using wire::AckType;
 using wire::NakCode;
 using wire::OpcodeInfo;
@@ -49,7 +54,6 @@ constexpr uint32_t kGrhBytes = 40;
 constexpr uint32_t kIpv4GrhPad = 20;
 constexpr uint64_t kAtomicLen = 8;
 constexpr uint64_t kMaxDmaLen = uint64_t{1} << 31;  // IBA 9.4.3: a message is at most 2^31 bytes
-constexpr uint16_t kPkeyBaseMask = 0x7FFF;           // P_Key match ignores the membership bit (10.9.3)
 
 constexpr uint8_t ack_syndrome() noexcept {
   return wire::make_syndrome(AckType::Ack, wire::kAethCreditInvalid);  // "unlimited credits", as rxe
@@ -162,6 +166,28 @@ struct Rx {
   uint32_t mtu() const noexcept { return qp.attrs().pmtu_bytes; }
 };
 
+// ---- what the responder does with each operation ------------------------------
+// One row per Operation, so that the steps ask the table instead of
+// switching over operations (rxe's opcode masks, STYLE 3): whether this
+// responder carries it out, and its handlers for the steps that differ.
+// The right it needs and whether it holds a result slot are the opcode
+// table's (OpcodeInfo::right, ::rd_atomic).  The table is after the
+// handlers (make_op_rows).
+struct OpRow {
+  bool executes = false;             // FLUSH and ATOMIC WRITE (IBA 1.5) are not offered (device caps)
+  Step (*rkey)(Rx&) = nullptr;       // the R_Key checks; nullptr: no remote memory
+  Step (*exec)(Rx&) = nullptr;       // carry it out
+  Step (*dup)(Rx&) = nullptr;        // a duplicate of it (9.7.5.1.4)
+};
+const OpRow& op_row(Operation op) noexcept;
+
+// The verbs access bits of an opcode table right.
+constexpr int ibv_rights(uint8_t right) noexcept {
+  return ((right & wire::kRightWrite) != 0 ? IBV_ACCESS_REMOTE_WRITE : 0) |
+         ((right & wire::kRightRead) != 0 ? IBV_ACCESS_REMOTE_READ : 0) |
+         ((right & wire::kRightAtomic) != 0 ? IBV_ACCESS_REMOTE_ATOMIC : 0);
+}
+
 // ---- sending -----------------------------------------------------------------------
 
 wire::PktDesc response_desc(const transport::Engine& engine, const Qp& qp, uint8_t opcode, Psn psn) noexcept {
@@ -260,12 +286,8 @@ void on_kick(Timer& t, uint64_t now_ns) noexcept;
 
 void schedule(transport::Engine& engine, Qp& qp, uint64_t delay_ns) noexcept {
   RespState& s = qp.resp;
-  s.kick.cb = on_kick;
-  s.kick.owner = &qp;
   if (!s.kick.armed()) engine.timers().arm(s.kick, engine.now() + delay_ns);
 }
-
-constexpr uint64_t kNoBufferRetryNs = 10'000;  // buffers come back as the port sends
 
 void raise_qp_event(Qp& qp, ibv_event_type type) noexcept {
   AsyncEvent ev;
@@ -375,28 +397,10 @@ bool complete_recv(Rx& r, RecvWqe& w, ibv_wc_status status, uint32_t byte_len) n
 
 // Scatter `n` bytes into the WQE's SGEs from message offset `at`; every
 // SGE touched is checked against its L_Key, PD and Local Write right
-// (IBA 10.6.3).  False: an SGE failed (nothing more written).
+// (IBA 10.6.3).  False: an SGE failed.
 bool scatter(Rx& r, const RecvWqe& w, uint64_t at, const uint8_t* src, uint32_t n) noexcept {
   const Pd* pd = r.qp.srq() != nullptr ? r.qp.srq()->pd() : r.qp.pd();
-  uint64_t base = 0;
-  for (uint32_t i = 0; i < w.num_sge && n > 0; ++i) {
-    const ibv_sge& sge = w.sge[i];
-    const uint64_t end = base + sge.length;
-    if (at < end) {
-      const uint64_t in = at - base;
-      const uint32_t chunk = static_cast<uint32_t>(std::min<uint64_t>(n, sge.length - in));
-      KeyCheck check = KeyCheck::Ok;
-      Mr* mr = r.rnic.lookup_lkey(sge.lkey, pd, &check);
-      if (mr == nullptr || (mr->access & IBV_ACCESS_LOCAL_WRITE) == 0) return false;
-      uint8_t* dst = mr->translate(sge.addr + in, chunk);
-      if (dst == nullptr || !memory::copy(dst, src, chunk)) return false;
-      src += chunk;
-      n -= chunk;
-      at += chunk;
-    }
-    base = end;
-  }
-  return n == 0;
+  return sge_scatter(r.rnic, pd, {w.sge, w.num_sge}, at, src, n, IBV_ACCESS_LOCAL_WRITE);
 }
 
 // ---- the message under way -------------------------------------------------------
@@ -425,28 +429,12 @@ Transport transport_of(ibv_qp_type t) noexcept {
   return Transport::None;
 }
 
-// QP state (IBA 10.3.1: RTR and later take requests), transport, P_Key
-// (10.9.3), Q_Key (10.2.5, C10-15).
+// The request's transport is the QP's, and a UD/GSI Q_Key matches
+// (10.2.5, C10-15).  The QP's state, path and P_Key were checked by the
+// receive dispatcher (recv.cpp).
 Step check_qp(Rx& r) noexcept {
-  switch (r.qp.state()) {
-    case IBV_QPS_RTR:
-    case IBV_QPS_RTS:
-    case IBV_QPS_SQD:
-    case IBV_QPS_SQE:
-      break;
-    case IBV_QPS_RESET:
-    case IBV_QPS_INIT:
-    case IBV_QPS_ERR:
-    case IBV_QPS_UNKNOWN:
-      r.ctr.inc(RnicCtr::drop_qp_state);
-      return Step::Done;
-  }
   if (!r.op.request || r.op.transport != transport_of(r.qp.type())) {
     r.ctr.inc(RnicCtr::drop_bad_transport);
-    return Step::Done;
-  }
-  if ((r.bth().pkey().value() & kPkeyBaseMask) != (kDefaultPkey.value() & kPkeyBaseMask)) {
-    r.ctr.inc(RnicCtr::drop_pkey);
     return Step::Done;
   }
   if (r.op.has(wire::kHdrDeth)) {
@@ -524,28 +512,14 @@ Step check_op_seq(Rx& r) noexcept {
   return Step::Fault;
 }
 
-// The QP's own remote access enables (ibv_modify_qp IBV_QP_ACCESS_FLAGS).
+// The QP's own remote access enables (ibv_modify_qp IBV_QP_ACCESS_FLAGS),
+// by the opcode table's right; an operation this responder does not carry
+// out (FLUSH and ATOMIC WRITE, IBA 1.5: not offered, device caps) is
+// refused the same way, as rxe refuses what it does not enable.
 Step check_access(Rx& r) noexcept {
-  const int flags = r.qp.attrs().qp_access_flags;
-  int need = 0;
-  switch (r.op.op) {
-    case Operation::Write: need = IBV_ACCESS_REMOTE_WRITE; break;
-    case Operation::ReadRequest: need = IBV_ACCESS_REMOTE_READ; break;
-    case Operation::CompareSwap:
-    case Operation::FetchAdd: need = IBV_ACCESS_REMOTE_ATOMIC; break;
-    case Operation::Send: break;
-    case Operation::None:
-    case Operation::ReadResponse:
-    case Operation::Ack:
-    case Operation::AtomicAck:
-    case Operation::Flush:
-    case Operation::AtomicWrite:
-    case Operation::Cnp:
-      // FLUSH and ATOMIC WRITE (IBA 1.5) are not offered (device caps).
-      r.fault = Fault::NotEnabled;
-      return Step::Fault;
-  }
-  if ((flags & need) != need) {
+  const OpRow& row = op_row(r.op.op);
+  const int need = ibv_rights(r.op.right);
+  if (!row.executes || (r.qp.attrs().qp_access_flags & need) != need) {
     r.fault = Fault::NotEnabled;
     return Step::Fault;
   }
@@ -556,31 +530,15 @@ Step check_access(Rx& r) noexcept {
 // of a WRITE_WITH_IMM (at the packet carrying the immediate, before any
 // byte of it is written, so that the RNR retry writes nothing twice).
 Step check_resource(Rx& r) noexcept {
-  switch (r.op.op) {
-    case Operation::ReadRequest:
-    case Operation::CompareSwap:
-    case Operation::FetchAdd:
-      if (r.s.results.empty()) {
-        r.fault = Fault::NoRdResource;
-        return Step::Fault;
-      }
-      return Step::CheckLength;
-    case Operation::Send:
-      r.wqe = r.op.first ? take_wqe(r) : current_wqe(r);
-      break;
-    case Operation::Write:
-      if (!r.op.consumes_rwqe) return Step::CheckLength;
-      r.wqe = take_wqe(r);
-      break;
-    case Operation::None:
-    case Operation::ReadResponse:
-    case Operation::Ack:
-    case Operation::AtomicAck:
-    case Operation::Flush:
-    case Operation::AtomicWrite:
-    case Operation::Cnp:
-      return Step::CheckLength;
+  if (r.op.rd_atomic) {
+    if (r.s.results.empty()) {
+      r.fault = Fault::NoRdResource;
+      return Step::Fault;
+    }
+    return Step::CheckLength;
   }
+  if (!r.op.consumes_rwqe) return Step::CheckLength;
+  r.wqe = r.op.first || r.op.op == Operation::Write ? take_wqe(r) : current_wqe(r);
   return r.wqe != nullptr ? Step::CheckLength : Step::Rnr;
 }
 
@@ -613,90 +571,84 @@ Step check_length(Rx& r) noexcept {
 
 // R_Key checks over the whole remote range (IBA 9.7.5.1.3, C9-88:
 // key, PD, rights, bounds; 64-bit wrap included); atomics 8-byte aligned
-// (C9-92).  A zero-length READ/WRITE needs no key (9.4.4, 9.4.5).
+// (C9-92).  A zero-length READ/WRITE needs no key (9.4.4, 9.4.5).  The
+// operation's own handler does it (op_row).
 Step check_rkey(Rx& r) noexcept {
+  const OpRow& row = op_row(r.op.op);
+  return row.rkey != nullptr ? row.rkey(r) : Step::Execute;
+}
+
+Step rkey_write(Rx& r) noexcept {
   RespState& s = r.s;
   KeyCheck check = KeyCheck::Ok;
-  switch (r.op.op) {
-    case Operation::Write: {
-      if (r.op.has(wire::kHdrReth)) {
-        // The message's first packet: the whole range is checked now
-        // (C9-88), and what the rest of the message needs is kept.
-        const wire::RethC reth = r.ext<wire::RethC>(wire::kHdrReth);
-        s.write_len = reth.dma_len();
-        s.write_resid = reth.dma_len();
-        s.write_rkey = reth.rkey().value();
-        s.write_va = reth.va();
-        if (reth.dma_len() != 0 && r.rnic.check_rkey(s.write_rkey, s.write_va, reth.dma_len(), IBV_ACCESS_REMOTE_WRITE,
-                                                     r.qp.pd(), &check, &s.write_epoch) == nullptr) {
-          r.fault = Fault::RemoteAccess;
-          return Step::Fault;
-        }
-      }
-      // The payload must fit what the RETH announced: the message's last
-      // packet brings exactly the rest (C9-89).
-      const bool fits = r.op.last ? r.len == s.write_resid : r.len < s.write_resid;
-      if (!fits) {
-        r.fault = Fault::Length;
-        return Step::Fault;
-      }
-      // Every packet: the key as it is now, over this packet's bytes, in
-      // the registration the message began under.
-      if (r.len != 0) {
-        uint32_t epoch = 0;
-        r.target = r.rnic.check_rkey(s.write_rkey, s.write_va, r.len, IBV_ACCESS_REMOTE_WRITE, r.qp.pd(), &check,
-                                     &epoch);
-        if (r.target == nullptr || epoch != s.write_epoch) {
-          r.fault = Fault::RemoteAccess;
-          return Step::Fault;
-        }
-      }
-      return Step::Execute;
+  if (r.op.has(wire::kHdrReth)) {
+    // The message's first packet: the whole range is checked now (C9-88),
+    // and what the rest of the message needs is kept.
+    const wire::RethC reth = r.ext<wire::RethC>(wire::kHdrReth);
+    s.write_len = reth.dma_len();
+    s.write_resid = reth.dma_len();
+    s.write_rkey = reth.rkey().value();
+    s.write_va = reth.va();
+    if (reth.dma_len() != 0 && r.rnic.check_rkey(s.write_rkey, s.write_va, reth.dma_len(), IBV_ACCESS_REMOTE_WRITE,
+                                                 r.qp.pd(), &check, &s.write_epoch) == nullptr) {
+      r.fault = Fault::RemoteAccess;
+      return Step::Fault;
     }
-    case Operation::ReadRequest: {
-      const wire::RethC reth = r.ext<wire::RethC>(wire::kHdrReth);
-      r.va = reth.va();
-      r.dma_len = reth.dma_len();
-      r.rkey = reth.rkey().value();
-      if (r.dma_len != 0) {
-        r.target = r.rnic.check_rkey(r.rkey, r.va, r.dma_len, IBV_ACCESS_REMOTE_READ, r.qp.pd(), &check, &r.epoch);
-        if (r.target == nullptr) {
-          r.fault = Fault::RemoteAccess;
-          return Step::Fault;
-        }
-      }
-      return Step::Execute;
+  }
+  // The payload must fit what the RETH announced: the message's last
+  // packet brings exactly the rest (C9-89).
+  const bool fits = r.op.last ? r.len == s.write_resid : r.len < s.write_resid;
+  if (!fits) {
+    r.fault = Fault::Length;
+    return Step::Fault;
+  }
+  // Every packet: the key as it is now, over this packet's bytes, in the
+  // registration the message began under.
+  if (r.len != 0) {
+    uint32_t epoch = 0;
+    r.target = r.rnic.check_rkey(s.write_rkey, s.write_va, r.len, IBV_ACCESS_REMOTE_WRITE, r.qp.pd(), &check, &epoch);
+    if (r.target == nullptr || epoch != s.write_epoch) {
+      r.fault = Fault::RemoteAccess;
+      return Step::Fault;
     }
-    case Operation::CompareSwap:
-    case Operation::FetchAdd: {
-      const wire::AtomicEthC aeth = r.ext<wire::AtomicEthC>(wire::kHdrAtomicEth);
-      r.va = aeth.va();
-      r.rkey = aeth.rkey().value();
-      r.dma_len = kAtomicLen;
-      if ((r.va & (kAtomicLen - 1)) != 0) {
-        r.fault = Fault::Misaligned;
-        return Step::Fault;
-      }
-      r.target = r.rnic.check_rkey(r.rkey, r.va, kAtomicLen, IBV_ACCESS_REMOTE_ATOMIC, r.qp.pd(), &check);
-      if (r.target == nullptr) {
-        r.fault = Fault::RemoteAccess;
-        return Step::Fault;
-      }
-      if ((reinterpret_cast<uintptr_t>(r.target) & (kAtomicLen - 1)) != 0) {
-        r.fault = Fault::Misaligned;  // an MR whose iova and address differ in alignment
-        return Step::Fault;
-      }
-      return Step::Execute;
+  }
+  return Step::Execute;
+}
+
+Step rkey_read(Rx& r) noexcept {
+  const wire::RethC reth = r.ext<wire::RethC>(wire::kHdrReth);
+  r.va = reth.va();
+  r.dma_len = reth.dma_len();
+  r.rkey = reth.rkey().value();
+  if (r.dma_len != 0) {
+    KeyCheck check = KeyCheck::Ok;
+    r.target = r.rnic.check_rkey(r.rkey, r.va, r.dma_len, IBV_ACCESS_REMOTE_READ, r.qp.pd(), &check, &r.epoch);
+    if (r.target == nullptr) {
+      r.fault = Fault::RemoteAccess;
+      return Step::Fault;
     }
-    case Operation::Send:
-    case Operation::None:
-    case Operation::ReadResponse:
-    case Operation::Ack:
-    case Operation::AtomicAck:
-    case Operation::Flush:
-    case Operation::AtomicWrite:
-    case Operation::Cnp:
-      return Step::Execute;
+  }
+  return Step::Execute;
+}
+
+Step rkey_atomic(Rx& r) noexcept {
+  const wire::AtomicEthC aeth = r.ext<wire::AtomicEthC>(wire::kHdrAtomicEth);
+  r.va = aeth.va();
+  r.rkey = aeth.rkey().value();
+  r.dma_len = kAtomicLen;
+  if ((r.va & (kAtomicLen - 1)) != 0) {
+    r.fault = Fault::Misaligned;
+    return Step::Fault;
+  }
+  KeyCheck check = KeyCheck::Ok;
+  r.target = r.rnic.check_rkey(r.rkey, r.va, kAtomicLen, IBV_ACCESS_REMOTE_ATOMIC, r.qp.pd(), &check);
+  if (r.target == nullptr) {
+    r.fault = Fault::RemoteAccess;
+    return Step::Fault;
+  }
+  if ((reinterpret_cast<uintptr_t>(r.target) & (kAtomicLen - 1)) != 0) {
+    r.fault = Fault::Misaligned;  // an MR whose iova and address differ in alignment
+    return Step::Fault;
   }
   return Step::Execute;
 }
@@ -736,40 +688,10 @@ Step execute_send(Rx& r) noexcept {
   return Step::Complete;
 }
 
-Step execute(Rx& r) noexcept {
+// A new SEND or WRITE packet executed: the expected PSN moves on
+// (9.7.4.1.1); the MSN counts completed messages (9.7.5.1.2).
+Step advance(Rx& r) noexcept {
   RespState& s = r.s;
-  switch (r.op.op) {
-    case Operation::Send: {
-      const Step next = execute_send(r);
-      if (next == Step::Fault) return next;
-      break;
-    }
-    case Operation::Write:
-      if (r.len != 0) {
-        if (!memory::copy(r.target, r.payload, r.len)) {  // unmapped since registration (memory.hpp)
-          r.fault = Fault::RemoteAccess;
-          return Step::Fault;
-        }
-        s.write_va += r.len;
-        s.write_resid -= r.len;
-      }
-      break;
-    case Operation::ReadRequest:
-      return Step::ReadReply;
-    case Operation::CompareSwap:
-    case Operation::FetchAdd:
-      return Step::AtomicReply;
-    case Operation::None:
-    case Operation::ReadResponse:
-    case Operation::Ack:
-    case Operation::AtomicAck:
-    case Operation::Flush:
-    case Operation::AtomicWrite:
-    case Operation::Cnp:
-      return Step::Done;
-  }
-  // A new request executed: the expected PSN moves on (9.7.4.1.1); the MSN
-  // counts completed messages (9.7.5.1.2).
   if (r.op.last) {
     ++s.msn;
     s.in_message = false;
@@ -781,6 +703,28 @@ Step execute(Rx& r) noexcept {
   s.ack_psn = s.epsn;
   return r.op.last && r.op.consumes_rwqe ? Step::Complete : Step::Acknowledge;
 }
+
+Step execute(Rx& r) noexcept { return op_row(r.op.op).exec(r); }
+
+Step exec_send(Rx& r) noexcept {
+  const Step next = execute_send(r);
+  return next == Step::Fault ? next : advance(r);
+}
+
+Step exec_write(Rx& r) noexcept {
+  if (r.len != 0) {
+    if (!memory::copy(r.target, r.payload, r.len)) {  // unmapped since registration (memory.hpp)
+      r.fault = Fault::RemoteAccess;
+      return Step::Fault;
+    }
+    r.s.write_va += r.len;
+    r.s.write_resid -= r.len;
+  }
+  return advance(r);
+}
+
+Step exec_read(Rx&) noexcept { return Step::ReadReply; }
+Step exec_atomic(Rx&) noexcept { return Step::AtomicReply; }
 
 // Complete the message's receive WQE once its last packet is in.
 Step complete(Rx& r) noexcept {
@@ -877,60 +821,75 @@ RdAtomicResult* find_result(RespState& s, Psn psn, bool atomic) noexcept {
   return nullptr;
 }
 
-Step duplicate(Rx& r) noexcept {
-  RespState& s = r.s;
-  switch (r.op.op) {
-    case Operation::Send:
-    case Operation::Write:
-      // C9-105: not executed again; ACK what has been (the MSN is current).
-      send_ack(r, s.ack_psn - 1, ack_syndrome());
-      return Step::Done;
-    case Operation::ReadRequest: {
-      // C9-107: executed again from the duplicate's PSN, which may point
-      // inside an earlier response (the requester re-asks for the rest:
-      // its RETH is then a subset of the original's).
-      RdAtomicResult* res = find_result(s, r.psn, false);
-      const wire::RethC reth = r.ext<wire::RethC>(wire::kHdrReth);
-      const uint64_t va = reth.va();
-      const uint32_t len = reth.dma_len();
-      const bool subset = res != nullptr && reth.rkey().value() == res->rkey && va >= res->va &&
-                          len <= res->len && va - res->va <= res->len - len;
-      if (!subset) {
-        r.ctr.inc(RnicCtr::drop_dup_unknown);
-        return Step::Done;
-      }
-      // The R_Key is checked again as the stream runs (deregistered since:
-      // remote access error); a replay runs in the registration as it is now.
-      KeyCheck check = KeyCheck::Ok;
-      uint32_t epoch = 0;
-      if (len != 0) r.rnic.check_rkey(res->rkey, va, len, IBV_ACCESS_REMOTE_READ, r.qp.pd(), &check, &epoch);
-      stream_start(r.qp, res->rkey, epoch, va, len, r.psn, r.psn == res->psn);
-      stream_step(r.engine, r.qp);
-      return Step::Done;
-    }
-    case Operation::CompareSwap:
-    case Operation::FetchAdd: {
-      // C9-108: never executed twice; the saved original value is replayed.
-      RdAtomicResult* res = find_result(s, r.psn, true);
-      if (res == nullptr) {
-        r.ctr.inc(RnicCtr::drop_dup_unknown);
-        return Step::Done;
-      }
-      send_atomic_ack(r, r.psn, res->atomic_orig);
-      return Step::Done;
-    }
-    case Operation::None:
-    case Operation::ReadResponse:
-    case Operation::Ack:
-    case Operation::AtomicAck:
-    case Operation::Flush:
-    case Operation::AtomicWrite:
-    case Operation::Cnp:
-      break;
+Step duplicate(Rx& r) noexcept { return op_row(r.op.op).dup(r); }
+
+// C9-105: a SEND or WRITE is not executed again; ACK what has been (the
+// MSN is current).
+Step dup_acked(Rx& r) noexcept {
+  send_ack(r, r.s.ack_psn - 1, ack_syndrome());
+  return Step::Done;
+}
+
+// C9-107: a READ is executed again from the duplicate's PSN, which may
+// point inside an earlier response (the requester re-asks for the rest:
+// its RETH is then a subset of the original's).
+Step dup_read(Rx& r) noexcept {
+  RdAtomicResult* res = find_result(r.s, r.psn, false);
+  const wire::RethC reth = r.ext<wire::RethC>(wire::kHdrReth);
+  const uint64_t va = reth.va();
+  const uint32_t len = reth.dma_len();
+  const bool subset = res != nullptr && reth.rkey().value() == res->rkey && va >= res->va && len <= res->len &&
+                      va - res->va <= res->len - len;
+  if (!subset) {
+    r.ctr.inc(RnicCtr::drop_dup_unknown);
+    return Step::Done;
   }
+  // The R_Key is checked again as the stream runs (deregistered since:
+  // remote access error); a replay runs in the registration as it is now.
+  KeyCheck check = KeyCheck::Ok;
+  uint32_t epoch = 0;
+  if (len != 0) r.rnic.check_rkey(res->rkey, va, len, IBV_ACCESS_REMOTE_READ, r.qp.pd(), &check, &epoch);
+  stream_start(r.qp, res->rkey, epoch, va, len, r.psn, r.psn == res->psn);
+  stream_step(r.engine, r.qp);
+  return Step::Done;
+}
+
+// C9-108: an atomic is never executed twice; the saved original value is
+// replayed.
+Step dup_atomic(Rx& r) noexcept {
+  RdAtomicResult* res = find_result(r.s, r.psn, true);
+  if (res == nullptr) {
+    r.ctr.inc(RnicCtr::drop_dup_unknown);
+    return Step::Done;
+  }
+  send_atomic_ack(r, r.psn, res->atomic_orig);
+  return Step::Done;
+}
+
+Step dup_unknown(Rx& r) noexcept {
   r.ctr.inc(RnicCtr::drop_dup_unknown);
   return Step::Done;
 }
+
+Step not_executed(Rx&) noexcept { return Step::Done; }
+
+constexpr size_t kNumOperations = static_cast<size_t>(Operation::Cnp) + 1;
+
+constexpr std::array<OpRow, kNumOperations> make_op_rows() {
+  std::array<OpRow, kNumOperations> t{};
+  for (OpRow& row : t) row = OpRow{false, nullptr, not_executed, dup_unknown};  // responses, FLUSH, ATOMIC WRITE
+  t[static_cast<size_t>(Operation::Send)] = {true, nullptr, exec_send, dup_acked};
+  t[static_cast<size_t>(Operation::Write)] = {true, rkey_write, exec_write, dup_acked};
+  t[static_cast<size_t>(Operation::ReadRequest)] = {true, rkey_read, exec_read, dup_read};
+  t[static_cast<size_t>(Operation::CompareSwap)] = {true, rkey_atomic, exec_atomic, dup_atomic};
+  t[static_cast<size_t>(Operation::FetchAdd)] = {true, rkey_atomic, exec_atomic, dup_atomic};
+  return t;
+}
+constexpr std::array<OpRow, kNumOperations> kOpRows = make_op_rows();
+static_assert(!kOpRows[static_cast<size_t>(Operation::Flush)].executes);
+static_assert(kOpRows[static_cast<size_t>(Operation::FetchAdd)].dup == dup_atomic);
+
+const OpRow& op_row(Operation op) noexcept { return kOpRows[static_cast<size_t>(op)]; }
 
 // ---- errors ------------------------------------------------------------------------
 
@@ -1027,22 +986,6 @@ void process(transport::Engine& engine, Qp& qp, transport::RoceRx& pkt) noexcept
   }
 }
 
-bool takes_requests(ibv_qp_state st) noexcept {
-  switch (st) {
-    case IBV_QPS_RTR:
-    case IBV_QPS_RTS:
-    case IBV_QPS_SQD:
-    case IBV_QPS_SQE:
-      return true;
-    case IBV_QPS_RESET:
-    case IBV_QPS_INIT:
-    case IBV_QPS_ERR:
-    case IBV_QPS_UNKNOWN:
-      return false;
-  }
-  return false;
-}
-
 // End the stream and drop what waited behind it.
 void stop_stream(transport::Engine& engine, Qp& qp) noexcept {
   RespState& s = qp.resp;
@@ -1059,7 +1002,9 @@ void stop_stream(transport::Engine& engine, Qp& qp) noexcept {
 // (until one of them starts a stream of its own).
 void resume(transport::Engine& engine, Qp& qp) noexcept {
   RespState& s = qp.resp;
-  if (!takes_requests(qp.state()) || qp.rnic().qp_by_num(qp.qpn()) != &qp) {
+  // The requests that waited were checked when they came; the QP may have
+  // changed state (or gone from the table) since.
+  if (!state_caps(qp.state()).takes_requests || qp.rnic().qp_by_num(qp.qpn()) != &qp) {
     stop_stream(engine, qp);
     return;
   }
@@ -1069,7 +1014,7 @@ void resume(transport::Engine& engine, Qp& qp) noexcept {
   }
   while (s.backlog_count > 0 && !s.stream.active) {
     RespState::Deferred& d = s.backlog[s.backlog_head];
-    transport::RoceRx pkt{d.m, &qp, d.info};
+    transport::RoceRx pkt{d.m, d.info};
     s.backlog_head = (s.backlog_head + 1) % static_cast<uint32_t>(s.backlog.size());
     --s.backlog_count;
     process(engine, qp, pkt);
@@ -1084,6 +1029,7 @@ void on_kick(Timer& t, uint64_t) noexcept {
 }  // namespace
 
 void responder_rx(transport::Engine& engine, Qp& qp, transport::RoceRx& pkt) noexcept {
+  UROCE_ASSERT_ENGINE(engine);
   RespState& s = qp.resp;
   if (!s.stream.active) {
     process(engine, qp, pkt);
@@ -1119,7 +1065,13 @@ void responder_reset(Qp& qp) noexcept {
 
 void responder_stop(Qp& qp, transport::Engine& engine) noexcept { stop_stream(engine, qp); }
 
+void responder_bind(Qp& qp) noexcept {
+  qp.resp.kick.cb = on_kick;
+  qp.resp.kick.owner = &qp;
+}
+
 void responder_flush(Qp& qp) noexcept {
+  UROCE_ASSERT_ENGINE(qp.rnic().engine());
   RespState& s = qp.resp;
   stop_stream(qp.rnic().engine(), qp);
   abandon_message(s);

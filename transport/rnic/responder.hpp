@@ -64,7 +64,7 @@ struct RespState {
   // so its WQE is popped at FIRST and kept here until the message ends).
   bool have_srq_wqe = false;
   RecvWqe srq_wqe{};
-  // A READ response being streamed, kRespBudget packets per engine
+  // A READ response being streamed, params::kRespBudget packets per engine
   // iteration (a long READ must not flood the port's TX ring or the
   // peer's RX ring).  Requests arriving meanwhile wait in `backlog`, in
   // order, so that nothing overtakes the response (IBA 9.7.5.1.6).
@@ -83,16 +83,11 @@ struct RespState {
     rte_mbuf* m = nullptr;
     wire::PktInfo info;
   };
-  std::vector<Deferred> backlog;  // ring of kRespBacklog
+  std::vector<Deferred> backlog;  // ring of params::kRespBacklog
   uint32_t backlog_head = 0;
   uint32_t backlog_count = 0;
 };
 
-// Packets one READ response burst sends before yielding to the poll loop.
-inline constexpr uint32_t kRespBudget = 64;
-// Requests a QP holds while its READ response streams (more are dropped;
-// the requester retransmits them).
-inline constexpr uint32_t kRespBacklog = 256;
 
 // [engine] A request packet (RC/UC/UD, GSI included) for this QP.  Consumes
 // the mbuf.
@@ -106,5 +101,7 @@ void responder_flush(Qp& qp) noexcept;
 // [engine] The QP is being destroyed: cancel the responder's timer and
 // free the requests it holds.  Rnic::destroy_qp calls it.
 void responder_stop(Qp& qp, transport::Engine& engine) noexcept;
+// Bind the responder's timer to `qp` (once, when the QP is made).
+void responder_bind(Qp& qp) noexcept;
 
 }  // namespace uroce::rnic

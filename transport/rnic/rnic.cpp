@@ -14,9 +14,9 @@
 #include <optional>
 #include <thread>
 
-#include "lib/wire/bth.hpp"
 #include "lib/wire/ipv4.hpp"
 #include "lib/wire/ipv6.hpp"
+#include "transport/params.hpp"
 #include "transport/rnic/memory.hpp"
 #include "transport/telemetry.hpp"
 #include "transport/rnic/tx.hpp"
@@ -37,11 +37,7 @@ ibv_mtu ib_mtu_for(uint32_t bytes) noexcept {
   return IBV_MTU_256;
 }
 
-bool is_v4_mapped(const wire::Ipv6Addr& a) noexcept {
-  for (int i = 0; i < 10; ++i)
-    if (a[i] != 0) return false;
-  return a[10] == 0xff && a[11] == 0xff;
-}
+using wire::is_ipv4_mapped;
 
 bool is_link_local(const wire::Ipv6Addr& a) noexcept { return a[0] == 0xfe && (a[1] & 0xc0) == 0x80; }
 
@@ -74,32 +70,7 @@ void set_err(int* err, int v) {
   if (err != nullptr) *err = v;
 }
 
-// A connected QP takes packets only from its path, as rxe_recv.c's
-// check_addr does: the source address (on RoCEv2 the GRH's SGID is the IP
-// source, IBA A17.4) is the path's destination, and the destination is
-// our GID the path starts from.  A packet from anywhere else is dropped
-// before it reaches a role, whatever it carries.  nullopt: it comes from
-// the path; else the counter for why not.
-bool same_addr(const uint8_t* ip, bool ipv4, const wire::Ipv6Addr& gid) noexcept {
-  if (ipv4) return is_v4_mapped(gid) && std::memcmp(ip, gid.data() + 12, 4) == 0;
-  return std::memcmp(ip, gid.data(), 16) == 0;
-}
-
-std::optional<RnicCtr> off_path(const Qp& qp, const uint8_t* frame, const wire::PktInfo& pi) noexcept {
-  const AhAttr& path = qp.attrs().path;
-  const uint8_t* l3 = frame + pi.l3_off;
-  const bool v4 = pi.l3 == wire::L3::IPv4;
-  const uint8_t* src = v4 ? l3 + 12 : l3 + 8;   // IPv4 / IPv6 source address
-  const uint8_t* dst = v4 ? l3 + 16 : l3 + 24;  // destination
-  if (!same_addr(src, v4, path.dgid)) return RnicCtr::drop_src_addr;
-  if (!same_addr(dst, v4, path.sgid)) return RnicCtr::drop_dst_addr;
-  return std::nullopt;
-}
-
-// How often the engine samples the port's link for the port events: a
-// link change is reported within this; rarer than the engine's idle
-// back-off horizon so that an idle engine still naps.
-constexpr uint64_t kLinkPollNs = 50'000'000;
+using transport::params::kLinkPollNs;
 
 }  // namespace
 
@@ -186,10 +157,9 @@ Rnic::~Rnic() {
     engine_.set_roce_sink(nullptr);
     engine_.timers().cancel(link_timer_);
     for (auto& qp : qps_) {
-      engine_.detach_qp(qp->qpn());
-      sender_reset(*qp, engine_);
-      engine_.timers().cancel(qp->comp.ack_timer);
-      engine_.timers().cancel(qp->comp.rnr_timer);
+      qp_table_[qp->qpn().value()] = nullptr;
+      sender_reset(*qp, engine_);    // the requester's and the completer's timers
+      responder_stop(*qp, engine_);  // the responder's
     }
   });
   // Doorbells queued before the call above ran before it (the queue is
@@ -286,12 +256,12 @@ int Rnic::resolve_path(const ibv_ah_attr& attr, AhAttr* out) const {
   wire::Ipv6Addr dgid;
   std::memcpy(dgid.data(), attr.grh.dgid.raw, 16);
   const wire::Ipv6Addr& sgid = gids_[attr.grh.sgid_index];
-  if (is_zero(dgid) || is_v4_mapped(dgid) != is_v4_mapped(sgid)) return EINVAL;
+  if (is_zero(dgid) || is_ipv4_mapped(dgid) != is_ipv4_mapped(sgid)) return EINVAL;
   if (out != nullptr) {
     out->attr = attr;
     out->dgid = dgid;
     out->sgid = sgid;
-    out->ipv4 = is_v4_mapped(sgid);
+    out->ipv4 = is_ipv4_mapped(sgid);
     out->traffic_class = attr.grh.traffic_class;
     out->hop_limit = attr.grh.hop_limit != 0 ? attr.grh.hop_limit : 64;
     out->flow_label = attr.grh.flow_label & 0xFFFFFu;
@@ -302,32 +272,31 @@ int Rnic::resolve_path(const ibv_ah_attr& attr, AhAttr* out) const {
 // ---- PD ------------------------------------------------------------------------------------
 
 Pd* Rnic::alloc_pd(int* err) {
-  std::lock_guard lock(ctl_mu_);
-  if (pds_.size() >= kMaxPd) {
-    set_err(err, ENOMEM);
-    return nullptr;
-  }
-  pds_.push_back(std::make_unique<Pd>(*this, next_pd_++));
-  return pds_.back().get();
+  return control([&]() -> Pd* {
+    if (pds_.size() >= kMaxPd) {
+      set_err(err, ENOMEM);
+      return nullptr;
+    }
+    pds_.push_back(std::make_unique<Pd>(*this, next_pd_++));
+    return pds_.back().get();
+  });
 }
 
 int Rnic::dealloc_pd(Pd* pd) {
-  std::lock_guard lock(ctl_mu_);
-  if (pd == nullptr || !owns(pds_, pd)) return EINVAL;
-  if (pd->users.load() != 0) return EBUSY;  // ibv_dealloc_pd(3): objects still use it
-  erase_owned(pds_, pd);
-  return 0;
+  return control([&]() -> int {
+    if (pd == nullptr || !owns(pds_, pd)) return EINVAL;
+    if (pd->users.load() != 0) return EBUSY;  // ibv_dealloc_pd(3): objects still use it
+    erase_owned(pds_, pd);
+    return 0;
+  });
 }
 
 // ---- MR ------------------------------------------------------------------------------------
 
 Mr* Rnic::reg_mr(Pd* pd, void* addr, size_t length, uint64_t iova, int access, int* err) {
-  std::lock_guard lock(ctl_mu_);
-  if (pd == nullptr || !owns(pds_, pd)) {
-    set_err(err, EINVAL);
-    return nullptr;
-  }
   access &= ~IBV_ACCESS_OPTIONAL_RANGE;
+  // The caller's part: the arguments, and the memory (a read of the
+  // process's mappings, kept off the engine's loop).
   // IBA 10.6.3.1 (access rights), ibv_reg_mr(3): remote write or atomic
   // access needs local write.
   if ((access & ~kMrAccessKnown) ||
@@ -340,40 +309,43 @@ Mr* Rnic::reg_mr(Pd* pd, void* addr, size_t length, uint64_t iova, int access, i
     set_err(err, rc);
     return nullptr;
   }
-  uint32_t idx = 0;
-  if (!free_keys_.empty()) {
-    idx = free_keys_.front();
-  } else if (next_key_ < kMaxMr) {
-    idx = next_key_;
-  } else {
-    set_err(err, ENOMEM);
-    return nullptr;
-  }
   auto mr = std::make_unique<Mr>();
-  mr->pd = pd;
   mr->addr = static_cast<uint8_t*>(addr);
   mr->length = length;
   mr->iova = (access & IBV_ACCESS_ZERO_BASED) ? 0 : iova;
   mr->access = access;
-  // lkey == rkey: the table index, and a random key byte that differs from
-  // the index's previous one, so that a stale key misses (IBA 10.6.3.3)
-  // and a live one cannot be guessed from its neighbours.  Freed indexes
-  // are reused oldest first, so a key's slot comes back as late as it can.
-  const uint32_t key = (idx << 8) | new_key_byte(idx);
-  mr->lkey = Lkey(key);
-  mr->rkey = Rkey(key);
-  Mr* p = mr.get();
-  if (free_keys_.empty()) {
-    ++next_key_;
-  } else {
-    free_keys_.pop_front();
-  }
-  if (mrs_.size() <= idx) mrs_.resize(idx + 1);
-  mrs_[idx] = std::move(mr);
-  ++live_mrs_;
-  pd->users.fetch_add(1);
-  engine_.run_sync([&] { key_table_[idx] = p; });
-  return p;
+  // The engine's part: the PD, a key, the tables.
+  return control([&]() -> Mr* {
+    if (pd == nullptr || !owns(pds_, pd)) {
+      set_err(err, EINVAL);
+      return nullptr;
+    }
+    uint32_t idx = 0;
+    if (!free_keys_.empty()) {
+      idx = free_keys_.front();
+      free_keys_.pop_front();
+    } else if (next_key_ < kMaxMr) {
+      idx = next_key_++;
+    } else {
+      set_err(err, ENOMEM);
+      return nullptr;
+    }
+    // lkey == rkey: the table index, and a random key byte that differs from
+    // the index's previous one, so that a stale key misses (IBA 10.6.3.3)
+    // and a live one cannot be guessed from its neighbours.  Freed indexes
+    // are reused oldest first, so a key's slot comes back as late as it can.
+    const uint32_t key = (idx << 8) | new_key_byte(idx);
+    mr->pd = pd;
+    mr->lkey = Lkey(key);
+    mr->rkey = Rkey(key);
+    Mr* p = mr.get();
+    if (mrs_.size() <= idx) mrs_.resize(idx + 1);
+    mrs_[idx] = std::move(mr);
+    ++live_mrs_;
+    pd->users.fetch_add(1);
+    key_table_[idx] = p;
+    return p;
+  });
 }
 
 uint8_t Rnic::new_key_byte(uint32_t idx) {
@@ -398,142 +370,148 @@ int Rnic::check_memory(const void* addr, uint64_t length, int access) {
 }
 
 int Rnic::rereg_mr(Mr* mr, int flags, Pd* pd, void* addr, size_t length, int access) {
-  std::lock_guard lock(ctl_mu_);
-  if (mr == nullptr) return EINVAL;
-  const uint32_t idx = mr->lkey.value() >> 8;
-  if (idx >= mrs_.size() || mrs_[idx].get() != mr) return EINVAL;
-  constexpr int kKnown = IBV_REREG_MR_CHANGE_TRANSLATION | IBV_REREG_MR_CHANGE_PD | IBV_REREG_MR_CHANGE_ACCESS;
-  if (flags == 0 || (flags & ~kKnown)) return EINVAL;
-  if ((flags & IBV_REREG_MR_CHANGE_PD) && (pd == nullptr || !owns(pds_, pd))) return EINVAL;
-  if (flags & IBV_REREG_MR_CHANGE_ACCESS) {
-    access &= ~IBV_ACCESS_OPTIONAL_RANGE;
-    if ((access & ~kMrAccessKnown) ||
-        ((access & (IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC)) && !(access & IBV_ACCESS_LOCAL_WRITE)))
+  return control([&]() -> int {
+    if (mr == nullptr) return EINVAL;
+    const uint32_t idx = mr->lkey.value() >> 8;
+    if (idx >= mrs_.size() || mrs_[idx].get() != mr) return EINVAL;
+    constexpr int kKnown = IBV_REREG_MR_CHANGE_TRANSLATION | IBV_REREG_MR_CHANGE_PD | IBV_REREG_MR_CHANGE_ACCESS;
+    if (flags == 0 || (flags & ~kKnown)) return EINVAL;
+    if ((flags & IBV_REREG_MR_CHANGE_PD) && (pd == nullptr || !owns(pds_, pd))) return EINVAL;
+    if (flags & IBV_REREG_MR_CHANGE_ACCESS) {
+      access &= ~IBV_ACCESS_OPTIONAL_RANGE;
+      if ((access & ~kMrAccessKnown) ||
+          ((access & (IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC)) && !(access & IBV_ACCESS_LOCAL_WRITE)))
+        return EINVAL;
+    }
+    if ((flags & IBV_REREG_MR_CHANGE_TRANSLATION) && (length > kMaxMrSize || (addr == nullptr && length != 0)))
       return EINVAL;
-  }
-  if ((flags & IBV_REREG_MR_CHANGE_TRANSLATION) && (length > kMaxMrSize || (addr == nullptr && length != 0)))
-    return EINVAL;
-  // The memory as it will be registered, with the rights it will have.
-  const bool translation = (flags & IBV_REREG_MR_CHANGE_TRANSLATION) != 0;
-  const int new_access = (flags & IBV_REREG_MR_CHANGE_ACCESS) ? access : mr->access;
-  if (const int rc = check_memory(translation ? addr : mr->addr, translation ? length : mr->length, new_access);
-      rc != 0)
-    return rc;
-  engine_.run_sync([&] {
-    if (flags & IBV_REREG_MR_CHANGE_PD) {
-      mr->pd->users.fetch_sub(1);
-      pd->users.fetch_add(1);
-      mr->pd = pd;
+    // The memory as it will be registered, with the rights it will have.
+    const bool translation = (flags & IBV_REREG_MR_CHANGE_TRANSLATION) != 0;
+    const int new_access = (flags & IBV_REREG_MR_CHANGE_ACCESS) ? access : mr->access;
+    if (const int rc = check_memory(translation ? addr : mr->addr, translation ? length : mr->length, new_access);
+        rc != 0)
+      return rc;
+    {
+      if (flags & IBV_REREG_MR_CHANGE_PD) {
+        mr->pd->users.fetch_sub(1);
+        pd->users.fetch_add(1);
+        mr->pd = pd;
+      }
+      if (flags & IBV_REREG_MR_CHANGE_ACCESS) mr->access = access;
+      if (flags & IBV_REREG_MR_CHANGE_TRANSLATION) {
+        mr->addr = static_cast<uint8_t*>(addr);
+        mr->length = length;
+        mr->iova = reinterpret_cast<uint64_t>(addr);
+      }
+      // A message under way under the old registration does not continue
+      // under the new one (the responder compares epochs per packet).
+      ++mr->epoch;
     }
-    if (flags & IBV_REREG_MR_CHANGE_ACCESS) mr->access = access;
-    if (flags & IBV_REREG_MR_CHANGE_TRANSLATION) {
-      mr->addr = static_cast<uint8_t*>(addr);
-      mr->length = length;
-      mr->iova = reinterpret_cast<uint64_t>(addr);
-    }
-    // A message under way under the old registration does not continue
-    // under the new one (the responder compares epochs per packet).
-    ++mr->epoch;
+    return 0;
   });
-  return 0;
 }
 
 int Rnic::dereg_mr(Mr* mr) {
-  std::lock_guard lock(ctl_mu_);
-  if (mr == nullptr) return EINVAL;
-  const uint32_t idx = mr->lkey.value() >> 8;
-  if (idx >= mrs_.size() || mrs_[idx].get() != mr) return EINVAL;
-  engine_.run_sync([&] {
+  return control([&]() -> int {
+    if (mr == nullptr) return EINVAL;
+    const uint32_t idx = mr->lkey.value() >> 8;
+    if (idx >= mrs_.size() || mrs_[idx].get() != mr) return EINVAL;
     key_table_[idx] = nullptr;
     mr->valid.store(false, std::memory_order_release);
+    mr->pd->users.fetch_sub(1);
+    mrs_[idx].reset();
+    free_keys_.push_back(idx);  // reused after every index freed before it
+    --live_mrs_;
+    return 0;
   });
-  mr->pd->users.fetch_sub(1);
-  mrs_[idx].reset();
-  free_keys_.push_back(idx);  // reused after every index freed before it
-  --live_mrs_;
-  return 0;
 }
 
 // ---- completion channels and CQs ------------------------------------------------------------
 
 CompChannel* Rnic::create_comp_channel(int* err) {
-  std::lock_guard lock(ctl_mu_);
-  auto ch = std::make_unique<CompChannel>();
-  if (ch->fd() < 0) {
-    set_err(err, errno != 0 ? errno : EMFILE);
-    return nullptr;
-  }
-  channels_.push_back(std::move(ch));
-  return channels_.back().get();
+  return control([&]() -> CompChannel* {
+    auto ch = std::make_unique<CompChannel>();
+    if (ch->fd() < 0) {
+      set_err(err, errno != 0 ? errno : EMFILE);
+      return nullptr;
+    }
+    channels_.push_back(std::move(ch));
+    return channels_.back().get();
+  });
 }
 
 int Rnic::destroy_comp_channel(CompChannel* ch) {
-  std::lock_guard lock(ctl_mu_);
-  if (ch == nullptr || !owns(channels_, ch)) return EINVAL;
-  if (ch->users.load() != 0) return EBUSY;  // ibv_destroy_comp_channel(3)
-  erase_owned(channels_, ch);
-  return 0;
+  return control([&]() -> int {
+    if (ch == nullptr || !owns(channels_, ch)) return EINVAL;
+    if (ch->users.load() != 0) return EBUSY;  // ibv_destroy_comp_channel(3)
+    erase_owned(channels_, ch);
+    return 0;
+  });
 }
 
 Cq* Rnic::create_cq(int cqe, void* context, CompChannel* ch, int comp_vector, int* err) {
-  std::lock_guard lock(ctl_mu_);
-  // ibv_create_cq(3): EINVAL for cqe outside 1..max_cqe or a comp_vector
-  // beyond num_comp_vectors (1).
-  if (cqe < 1 || static_cast<uint32_t>(cqe) > kMaxCqe || comp_vector != 0 ||
-      (ch != nullptr && !owns(channels_, ch))) {
-    set_err(err, EINVAL);
-    return nullptr;
-  }
-  if (cqs_.size() >= kMaxCq) {
-    set_err(err, ENOMEM);
-    return nullptr;
-  }
-  cqs_.push_back(std::make_unique<Cq>(*this, static_cast<uint32_t>(cqe), context, ch));
-  if (ch != nullptr) {
-    ch->attach();
-    ch->users.fetch_add(1);
-  }
-  return cqs_.back().get();
+  return control([&]() -> Cq* {
+    // ibv_create_cq(3): EINVAL for cqe outside 1..max_cqe or a comp_vector
+    // beyond num_comp_vectors (1).
+    if (cqe < 1 || static_cast<uint32_t>(cqe) > kMaxCqe || comp_vector != 0 ||
+        (ch != nullptr && !owns(channels_, ch))) {
+      set_err(err, EINVAL);
+      return nullptr;
+    }
+    if (cqs_.size() >= kMaxCq) {
+      set_err(err, ENOMEM);
+      return nullptr;
+    }
+    cqs_.push_back(std::make_unique<Cq>(*this, static_cast<uint32_t>(cqe), context, ch));
+    if (ch != nullptr) {
+      ch->attach();
+      ch->users.fetch_add(1);
+    }
+    return cqs_.back().get();
+  });
 }
 
 int Rnic::destroy_cq(Cq* cq) {
-  std::lock_guard lock(ctl_mu_);
-  if (cq == nullptr || !owns(cqs_, cq)) return EINVAL;
-  if (cq->users.load() != 0) return EBUSY;  // ibv_destroy_cq(3): a QP or SRQ uses it
-  if (CompChannel* ch = cq->channel()) {
-    ch->detach(cq);
-    ch->users.fetch_sub(1);
-  }
-  erase_owned(cqs_, cq);
-  return 0;
+  return control([&]() -> int {
+    if (cq == nullptr || !owns(cqs_, cq)) return EINVAL;
+    if (cq->users.load() != 0) return EBUSY;  // ibv_destroy_cq(3): a QP or SRQ uses it
+    if (CompChannel* ch = cq->channel()) {
+      ch->detach(cq);
+      ch->users.fetch_sub(1);
+    }
+    erase_owned(cqs_, cq);
+    return 0;
+  });
 }
 
 // ---- SRQ -------------------------------------------------------------------------------------
 
 Srq* Rnic::create_srq(Pd* pd, const ibv_srq_init_attr& init, int* err) {
-  std::lock_guard lock(ctl_mu_);
-  const ibv_srq_attr& a = init.attr;
-  if (pd == nullptr || !owns(pds_, pd) || a.max_wr == 0 || a.max_wr > kMaxSrqWr || a.max_sge > kMaxSrqSge ||
-      a.srq_limit > a.max_wr) {
-    set_err(err, EINVAL);
-    return nullptr;
-  }
-  if (srqs_.size() >= kMaxSrq) {
-    set_err(err, ENOMEM);
-    return nullptr;
-  }
-  srqs_.push_back(std::make_unique<Srq>(*this, pd, a, init.srq_context));
-  pd->users.fetch_add(1);
-  return srqs_.back().get();
+  return control([&]() -> Srq* {
+    const ibv_srq_attr& a = init.attr;
+    if (pd == nullptr || !owns(pds_, pd) || a.max_wr == 0 || a.max_wr > kMaxSrqWr || a.max_sge > kMaxSrqSge ||
+        a.srq_limit > a.max_wr) {
+      set_err(err, EINVAL);
+      return nullptr;
+    }
+    if (srqs_.size() >= kMaxSrq) {
+      set_err(err, ENOMEM);
+      return nullptr;
+    }
+    srqs_.push_back(std::make_unique<Srq>(*this, pd, a, init.srq_context));
+    pd->users.fetch_add(1);
+    return srqs_.back().get();
+  });
 }
 
 int Rnic::destroy_srq(Srq* srq) {
-  std::lock_guard lock(ctl_mu_);
-  if (srq == nullptr || !owns(srqs_, srq)) return EINVAL;
-  if (srq->users.load() != 0) return EBUSY;
-  srq->pd()->users.fetch_sub(1);
-  erase_owned(srqs_, srq);
-  return 0;
+  return control([&]() -> int {
+    if (srq == nullptr || !owns(srqs_, srq)) return EINVAL;
+    if (srq->users.load() != 0) return EBUSY;
+    srq->pd()->users.fetch_sub(1);
+    erase_owned(srqs_, srq);
+    return 0;
+  });
 }
 
 // ---- QP ----------------------------------------------------------------------------------------
@@ -552,17 +530,13 @@ Qp* Rnic::make_qp(Pd* pd, const ibv_qp_init_attr& init, uint32_t qpn, int* err) 
     set_err(err, EINVAL);
     return nullptr;
   }
-  auto qp = std::make_unique<Qp>(*this, pd, Qpn(qpn), init);
-  Qp* p = qp.get();
-  bool attached = false;
-  engine_.run_sync([&] {
-    attached = engine_.attach_qp(Qpn(qpn), p);
-    if (attached) qp_table_[qpn] = p;
-  });
-  if (!attached) {
+  if (qp_table_[qpn] != nullptr) {
     set_err(err, EBUSY);
     return nullptr;
   }
+  auto qp = std::make_unique<Qp>(*this, pd, Qpn(qpn), init);
+  Qp* p = qp.get();
+  qp_table_[qpn] = p;
   qps_.push_back(std::move(qp));
   pd->users.fetch_add(1);
   scq->users.fetch_add(1);
@@ -572,116 +546,120 @@ Qp* Rnic::make_qp(Pd* pd, const ibv_qp_init_attr& init, uint32_t qpn, int* err) 
 }
 
 Qp* Rnic::create_qp(Pd* pd, const ibv_qp_init_attr& init, int* err) {
-  std::lock_guard lock(ctl_mu_);
-  if (init.qp_type != IBV_QPT_RC && init.qp_type != IBV_QPT_UC && init.qp_type != IBV_QPT_UD) {
-    set_err(err, EINVAL);
-    return nullptr;
-  }
-  // QPNs 2 .. limit-1, never a live one, from a random place in the range:
-  // a QPN tells an observer nothing about its neighbours, and a late packet
-  // for a destroyed QP is unlikely to hit its heir.
-  const uint32_t limit = std::min<uint32_t>(kMaxQp, engine_.config().max_qpn);
-  if (limit <= 2) {
-    set_err(err, ENOMEM);
-    return nullptr;
-  }
-  uint32_t qpn = 0;
-  const uint32_t span = limit - 2;
-  const auto start = static_cast<uint32_t>(rng_() % span);
-  for (uint32_t i = 0; i < span; ++i) {
-    const uint32_t cand = 2 + (start + i) % span;
-    if (qp_table_[cand] == nullptr) {
-      qpn = cand;
-      break;
+  return control([&]() -> Qp* {
+    if (init.qp_type != IBV_QPT_RC && init.qp_type != IBV_QPT_UC && init.qp_type != IBV_QPT_UD) {
+      set_err(err, EINVAL);
+      return nullptr;
     }
-  }
-  if (qpn == 0) {
-    set_err(err, ENOMEM);
-    return nullptr;
-  }
-  return make_qp(pd, init, qpn, err);
+    // QPNs 2 .. limit-1, never a live one, from a random place in the range:
+    // a QPN tells an observer nothing about its neighbours, and a late packet
+    // for a destroyed QP is unlikely to hit its heir.
+    const uint32_t limit = std::min<uint32_t>(kMaxQp, engine_.config().max_qpn);
+    if (limit <= 2) {
+      set_err(err, ENOMEM);
+      return nullptr;
+    }
+    uint32_t qpn = 0;
+    const uint32_t span = limit - 2;
+    const auto start = static_cast<uint32_t>(rng_() % span);
+    for (uint32_t i = 0; i < span; ++i) {
+      const uint32_t cand = 2 + (start + i) % span;
+      if (qp_table_[cand] == nullptr) {
+        qpn = cand;
+        break;
+      }
+    }
+    if (qpn == 0) {
+      set_err(err, ENOMEM);
+      return nullptr;
+    }
+    return make_qp(pd, init, qpn, err);
+  });
 }
 
 Qp* Rnic::create_gsi_qp(Pd* pd, const ibv_qp_init_attr& init, int* err) {
-  std::lock_guard lock(ctl_mu_);
-  if (qp_table_[kQp1.value()] != nullptr) {
-    set_err(err, EBUSY);
-    return nullptr;
-  }
-  ibv_qp_init_attr ud = init;
-  ud.qp_type = IBV_QPT_UD;
-  return make_qp(pd, ud, kQp1.value(), err);
+  return control([&]() -> Qp* {
+    if (qp_table_[kQp1.value()] != nullptr) {
+      set_err(err, EBUSY);
+      return nullptr;
+    }
+    ibv_qp_init_attr ud = init;
+    ud.qp_type = IBV_QPT_UD;
+    return make_qp(pd, ud, kQp1.value(), err);
+  });
 }
 
 int Rnic::destroy_qp(Qp* qp) {
-  std::lock_guard lock(ctl_mu_);
-  if (qp == nullptr || !owns(qps_, qp)) return EINVAL;
-  engine_.run_sync([&] {
-    engine_.detach_qp(qp->qpn());
+  // Not from the engine's loop: a doorbell of the QP may be queued there,
+  // and this waits for it to have run.
+  int rc = control([&]() -> int {
+    if (qp == nullptr || !owns(qps_, qp)) return EINVAL;
     qp_table_[qp->qpn().value()] = nullptr;
     mcast_.detach_all(qp);  // as uverbs does for a QP destroyed while attached
-    sender_reset(*qp, engine_);  // cancels the roles' timers
-    responder_stop(*qp, engine_);  // a READ response still streaming
-    engine_.timers().cancel(qp->comp.ack_timer);
-    engine_.timers().cancel(qp->comp.rnr_timer);
+    sender_reset(*qp, engine_);    // the requester's and the completer's timers
+    responder_stop(*qp, engine_);  // the responder's, and a READ response still streaming
+    return 0;
   });
+  if (rc != 0) return rc;
   // A doorbell queued after the call above still points at the QP.
   while (qp->doorbell_pending.load(std::memory_order_acquire)) engine_.run_sync([] {});
-  qp->pd()->users.fetch_sub(1);
-  qp->send_cq()->users.fetch_sub(1);
-  qp->recv_cq()->users.fetch_sub(1);
-  if (qp->srq() != nullptr) qp->srq()->users.fetch_sub(1);
-  erase_owned(qps_, qp);
-  return 0;
+  return control([&]() -> int {
+    qp->pd()->users.fetch_sub(1);
+    qp->send_cq()->users.fetch_sub(1);
+    qp->recv_cq()->users.fetch_sub(1);
+    if (qp->srq() != nullptr) qp->srq()->users.fetch_sub(1);
+    erase_owned(qps_, qp);
+    return 0;
+  });
 }
 
 // ---- AH ----------------------------------------------------------------------------------------
 
 Ah* Rnic::create_ah(Pd* pd, const ibv_ah_attr& attr, int* err) {
-  std::lock_guard lock(ctl_mu_);
-  AhAttr path;
-  if (pd == nullptr || !owns(pds_, pd) || resolve_path(attr, &path) != 0) {
-    set_err(err, EINVAL);
-    return nullptr;
-  }
-  if (ahs_.size() >= kMaxAh) {
-    set_err(err, ENOMEM);
-    return nullptr;
-  }
-  auto ah = std::make_unique<Ah>();
-  ah->pd = pd;
-  ah->path = path;
-  ahs_.push_back(std::move(ah));
-  pd->users.fetch_add(1);
-  return ahs_.back().get();
+  return control([&]() -> Ah* {
+    AhAttr path;
+    if (pd == nullptr || !owns(pds_, pd) || resolve_path(attr, &path) != 0) {
+      set_err(err, EINVAL);
+      return nullptr;
+    }
+    if (ahs_.size() >= kMaxAh) {
+      set_err(err, ENOMEM);
+      return nullptr;
+    }
+    auto ah = std::make_unique<Ah>();
+    ah->pd = pd;
+    ah->path = path;
+    ahs_.push_back(std::move(ah));
+    pd->users.fetch_add(1);
+    return ahs_.back().get();
+  });
 }
 
 int Rnic::destroy_ah(Ah* ah) {
-  std::lock_guard lock(ctl_mu_);
-  if (ah == nullptr || !owns(ahs_, ah)) return EINVAL;
-  ah->pd->users.fetch_sub(1);
-  erase_owned(ahs_, ah);
-  return 0;
+  return control([&]() -> int {
+    if (ah == nullptr || !owns(ahs_, ah)) return EINVAL;
+    ah->pd->users.fetch_sub(1);
+    erase_owned(ahs_, ah);
+    return 0;
+  });
 }
 
 // ---- multicast ---------------------------------------------------------------------------------
 
 int Rnic::attach_mcast(Qp* qp, const wire::Ipv6Addr& mgid) {
-  std::lock_guard lock(ctl_mu_);
-  // Linux's ib_attach_mcast: a UD QP and a multicast GID, else EINVAL.
-  if (qp == nullptr || !owns(qps_, qp) || qp->type() != IBV_QPT_UD || qp->is_gsi()) return EINVAL;
-  int rc = 0;
-  engine_.run_sync([&] { rc = mcast_.attach(mgid, qp); });
-  return rc;
+  return control([&]() -> int {
+    // Linux's ib_attach_mcast: a UD QP and a multicast GID, else EINVAL.
+    if (qp == nullptr || !owns(qps_, qp) || qp->type() != IBV_QPT_UD || qp->is_gsi()) return EINVAL;
+    return mcast_.attach(mgid, qp);
+  });
 }
 
 int Rnic::detach_mcast(Qp* qp, const wire::Ipv6Addr& mgid) {
-  std::lock_guard lock(ctl_mu_);
-  if (qp == nullptr || !owns(qps_, qp) || qp->type() != IBV_QPT_UD || qp->is_gsi() || !is_multicast_gid(mgid))
-    return EINVAL;
-  int rc = 0;
-  engine_.run_sync([&] { rc = mcast_.detach(mgid, qp); });
-  return rc;
+  return control([&]() -> int {
+    if (qp == nullptr || !owns(qps_, qp) || qp->type() != IBV_QPT_UD || qp->is_gsi() || !is_multicast_gid(mgid))
+      return EINVAL;
+    return mcast_.detach(mgid, qp);
+  });
 }
 
 // ---- [engine] lookups ---------------------------------------------------------------------------
@@ -788,85 +766,6 @@ void Rnic::ring_sq(Qp& qp) noexcept {
       return;
     }
     if (!engine_.try_progress()) std::this_thread::yield();
-  }
-}
-
-// ---- the engine's RoceSink ----------------------------------------------------------------------------
-
-void Rnic::rx_burst(transport::Engine& engine, transport::RoceRx* pkts, uint16_t n) {
-  for (uint16_t i = 0; i < n; ++i) {
-    transport::RoceRx& pkt = pkts[i];
-    if (pkt.qp == nullptr) {  // DestQP 0xFFFFFF: the engine leaves the group to us
-      mcast_rx(engine, pkt);
-      continue;
-    }
-    Qp& qp = *static_cast<Qp*>(pkt.qp);
-    const wire::OpcodeInfo& op = pkt.info.op();
-    const ibv_qp_state st = qp.state();
-    // Requests (and everything for a UD/GSI QP) go to the responder, which
-    // takes them from RTR on (IBA 10.3.1.2); responses to the completer,
-    // which has something outstanding only from RTS on (10.3.1.3).
-    const bool to_responder = op.request || qp.type() == IBV_QPT_UD || qp.is_gsi();
-    const bool ok = to_responder ? (st == IBV_QPS_RTR || st == IBV_QPS_RTS || st == IBV_QPS_SQD || st == IBV_QPS_SQE)
-                                 : (st == IBV_QPS_RTS || st == IBV_QPS_SQD);
-    if (!ok) {
-      ctr_.inc(RnicCtr::drop_qp_state);
-      rte_pktmbuf_free(pkt.m);
-      continue;
-    }
-    if (qp.type() == IBV_QPT_RC || qp.type() == IBV_QPT_UC) {
-      if (const auto why = off_path(qp, rte_pktmbuf_mtod(pkt.m, const uint8_t*), pkt.info)) {
-        ctr_.inc(*why);
-        rte_pktmbuf_free(pkt.m);
-        continue;
-      }
-    }
-    if (!to_responder &&
-        (wire::BthC(rte_pktmbuf_mtod(pkt.m, const uint8_t*) + pkt.info.bth_off).pkey().value() & 0x7FFF) !=
-            (kDefaultPkey.value() & 0x7FFF)) {
-      ctr_.inc(RnicCtr::drop_pkey);  // responses too carry our P_Key (IBA 10.9.3)
-      rte_pktmbuf_free(pkt.m);
-      continue;
-    }
-    if (to_responder) {
-      ctr_.inc(RnicCtr::rx_req_pkts);
-      responder_rx(engine, qp, pkt);
-    } else {
-      ctr_.inc(RnicCtr::rx_resp_pkts);
-      completer_rx(engine, qp, pkt);
-    }
-  }
-}
-
-// A packet to the multicast QPN: one copy to every QP attached to the
-// group named by its destination IP (rxe_rcv_mcast_pkt does the same).
-// The copies share the mbuf (one reference each); each QP's responder
-// checks its state, P_Key and Q_Key and consumes its own receive WQE, so
-// the completion has src_qp and the GRH as for unicast.
-void Rnic::mcast_rx(transport::Engine& engine, transport::RoceRx& pkt) noexcept {
-  ctr_.inc(RnicCtr::rx_mcast_pkts);
-  const uint8_t* f = rte_pktmbuf_mtod(pkt.m, const uint8_t*);
-  const wire::Ipv6Addr mgid = pkt.info.l3 == wire::L3::IPv4
-                                  ? transport::IpAddr::v4(wire::Ipv4C(f + pkt.info.l3_off).dst()).bytes
-                                  : wire::Ipv6C(f + pkt.info.l3_off).dst();
-  const McastGroup* g = mcast_.find(mgid);
-  if (g == nullptr) {
-    ctr_.inc(RnicCtr::drop_mcast_no_group);
-    rte_pktmbuf_free(pkt.m);
-    return;
-  }
-  const wire::OpcodeInfo& op = pkt.info.op();
-  if (op.transport != wire::Transport::UD || !op.request) {  // only UD is multicast (IBA 10.5)
-    ctr_.inc(RnicCtr::drop_mcast_not_ud);
-    rte_pktmbuf_free(pkt.m);
-    return;
-  }
-  const auto n = static_cast<uint16_t>(g->qps.size());  // >= 1: an empty group is removed
-  if (n > 1) rte_mbuf_refcnt_update(pkt.m, static_cast<int16_t>(n - 1));
-  for (Qp* qp : g->qps) {
-    transport::RoceRx one{pkt.m, qp, pkt.info};
-    ctr_.inc(RnicCtr::rx_mcast_copies);
-    responder_rx(engine, *qp, one);  // frees its reference
   }
 }
 

@@ -2,11 +2,16 @@
 // the GID table, object creation and the key/QPN tables the engine looks
 // up, async events, and the RoceSink the engine hands RoCEv2 packets to.
 //
-//   RoCEv2 packet -> Rnic::rx_burst -> QP (attached by QPN in the engine's
-//   table) -> request opcode: responder_rx; response opcode: completer_rx
+//   RoCEv2 packet -> Rnic::rx_burst, the receive dispatcher (recv.cpp): the
+//   QP by QPN in qp_table_, its state, path and P_Key, the frame's ICRC ->
+//   request: responder_rx; response: completer_rx
 //
-// Control calls (create/destroy/query) may come from any thread; they hold
-// `ctl_mu_` and do their engine-side part through Engine::run_sync.
+// Threads (DESIGN.md "Threads"): control calls (create/destroy/modify) may
+// come from any thread.  Each has a caller's part — argument checks that
+// need no device state, and slow work such as reading the process's
+// mappings — and an engine part that runs inside the engine's loop
+// (control(): Engine::run_sync, at once when already there), where every
+// table of this class lives.  No lock is held while waiting for it.
 #pragma once
 
 #include <infiniband/verbs.h>
@@ -14,6 +19,7 @@
 #include <atomic>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <random>
@@ -29,7 +35,7 @@
 namespace uroce::rnic {
 
 // One counter per transport event and drop reason (the engine's own
-// counters cover the frames before they reach a QP).
+// counters cover the frames: addresses, unknown QPNs, opcodes, ICRCs).
 #define UROCE_RNIC_COUNTERS(X)                                                              \
   X(req_pkts, "request packets sent")                                                       \
   X(req_retrans_pkts, "request packets sent again (go-back-N)")                             \
@@ -118,7 +124,8 @@ class Rnic final : public transport::RoceSink {
   // required on RoCE): EINVAL when the attribute cannot be a RoCEv2 path.
   int resolve_path(const ibv_ah_attr& attr, AhAttr* out) const;
 
-  // ---- objects (any thread; errno in *err on failure) ----
+  // ---- objects (any thread; errno in *err on failure; destroy_qp not from
+  // the engine's loop) ----
   Pd* alloc_pd(int* err);
   int dealloc_pd(Pd* pd);                   // EBUSY while in use
   Mr* reg_mr(Pd* pd, void* addr, size_t length, uint64_t iova, int access, int* err);
@@ -168,8 +175,12 @@ class Rnic final : public transport::RoceSink {
   // Application: wake the requester of `qp` (after post_send).
   void ring_sq(Qp& qp) noexcept;
 
-  // ---- the engine's RoceSink ----
+  // ---- the engine's RoceSink: the receive dispatcher (recv.cpp) ----
   void rx_burst(transport::Engine& engine, transport::RoceRx* pkts, uint16_t n) override;
+  // [engine] Called on a connected QP's first request since RTR (IBA
+  // 11.6.3.1, communication established), after the application's async
+  // event: the connection manager's view of it (it stands for a late RTU).
+  void set_comm_est_hook(std::function<void(Qp&)> f) { comm_est_hook_ = std::move(f); }
 
   RnicCounters& counters() noexcept { return ctr_; }
   const RnicCounters& counters() const noexcept { return ctr_; }
@@ -180,7 +191,14 @@ class Rnic final : public transport::RoceSink {
   ibv_device_attr dev_attr_{};
   std::vector<wire::Ipv6Addr> gids_;
   RnicCounters ctr_;
-  std::mutex ctl_mu_;
+  // A control verb's engine part: `f` inside the engine's loop (at once
+  // when already there); its result.  Every table below is the engine's.
+  template <class F>
+  auto control(F&& f) -> decltype(f()) {
+    decltype(f()) r{};
+    engine_.run_sync([&] { r = f(); });
+    return r;
+  }
   // Objects, owned here.
   std::vector<std::unique_ptr<Pd>> pds_;
   std::vector<std::unique_ptr<Mr>> mrs_;        // index = key >> 8
@@ -189,15 +207,17 @@ class Rnic final : public transport::RoceSink {
   std::vector<std::unique_ptr<Srq>> srqs_;
   std::vector<std::unique_ptr<Qp>> qps_;
   std::vector<std::unique_ptr<Ah>> ahs_;
-  std::vector<Mr*> key_table_;                  // engine reads (written under run_sync); index = key >> 8
+  std::vector<Mr*> key_table_;                  // index = key >> 8
   std::vector<uint8_t> last_key_byte_;          // per index: the key byte of its last registration
   std::deque<uint32_t> free_keys_;              // key indexes to reuse, oldest freed first
   uint32_t next_key_ = 1;                       // next never-used key index (0 is never a key)
   std::mt19937_64 rng_;                         // key bytes, QPNs (seeded from the OS)
   uint32_t live_mrs_ = 0;
-  std::vector<Qp*> qp_table_;                   // by QPN (written under run_sync)
-  McastTable mcast_;                            // engine reads; written under run_sync
+  std::vector<Qp*> qp_table_;                   // by QPN, the one QP table (engine reads; written under run_sync)
+  McastTable mcast_;
   void mcast_rx(transport::Engine& engine, transport::RoceRx& pkt) noexcept;  // [engine]
+  void comm_est(Qp& qp) noexcept;                                              // [engine]
+  std::function<void(Qp&)> comm_est_hook_;                                     // [engine]
   Qp* make_qp(Pd* pd, const ibv_qp_init_attr& init, uint32_t qpn, int* err);
   uint8_t new_key_byte(uint32_t idx);
   // 0, or the errno reg_mr/rereg_mr give for memory not mapped as `access` needs.

@@ -1,0 +1,94 @@
+// Every tunable of the engine and the software RNIC in one place (STYLE 11),
+// with why each has its value, and the IBA's timer tables the transport
+// times by.  Limits that query_device reports are in rnic/limits.hpp.
+#pragma once
+
+#include <array>
+#include <cstdint>
+
+namespace uroce::transport::params {
+
+// ---- the engine's poll loop (engine.cpp) -------------------------------------------
+// An idle engine thread gives its core away by degrees: it spins for a
+// while (lowest latency), then yields to other runnable threads (the
+// application's own, which may be spinning on a CQ: on a machine with few
+// cores they would otherwise starve each other), then naps.  A frame or
+// doorbell arriving during a nap waits at most kIdleNapNs.
+inline constexpr uint64_t kIdleSpinNs = 20'000;      // 20 us of pure spinning
+inline constexpr uint64_t kIdleYieldNs = 2'000'000;  // then yield until 2 ms idle
+inline constexpr long kIdleNapNs = 50'000;           // then 50 us naps
+// When an application thread last called try_progress(Hold) while the
+// engine thread runs, the thread stays off the core kAssistHoldNs after it.
+// Short: an application that polls a CQ calls again within a few
+// microseconds, and one that went to spin on memory (ib_write_lat waits
+// for the peer's WRITE that way) must not wait long for the engine (200 us
+// here made ib_write_lat's typical latency ~80 us against ~40 us at 10 us,
+// with ibv_rc_pingpong's thread mode unchanged at ~16 us).
+inline constexpr uint64_t kAssistHoldNs = 10'000;
+inline constexpr long kAssistNapNs = 20'000;  // the engine thread's nap while assisted
+
+// ---- the RNIC -----------------------------------------------------------------------------
+// How often the engine samples the port's link for the port events: a link
+// change is reported within this; rarer than the idle back-off horizon so
+// that an idle engine still naps.
+inline constexpr uint64_t kLinkPollNs = 50'000'000;
+// A sender that found no buffer tries again after this: buffers come back
+// as the port sends.
+inline constexpr uint64_t kNoBufferRetryNs = 10'000;
+
+// Requester (requester.cpp).  Unacknowledged PSNs it keeps outstanding at
+// most (far below the 2^23 that the modular PSN compare allows, IBA 9.7.1).
+inline constexpr uint32_t kMaxUnackedPsns = 512;
+// Packets one requester_run sends before it yields to the poll loop.
+inline constexpr uint32_t kReqBudget = 64;
+// AckReq at least every this many packets of a long message (the IBA
+// leaves the cadence to the requester; rxe uses 64).
+inline constexpr uint32_t kMaxPktsPerAckReq = 64;
+
+// Responder (responder.cpp).  Packets one READ response burst sends before
+// yielding to the poll loop (a long READ must not flood the port's TX ring
+// or the peer's RX ring).
+inline constexpr uint32_t kRespBudget = 64;
+// Requests a QP holds while its READ response streams (more are dropped;
+// the requester retransmits them).
+inline constexpr uint32_t kRespBacklog = 256;
+
+// ---- IBA 9.7.6.1 timers -------------------------------------------------------------------
+// Local ACK timeout, C9-140: 4.096 us * 2^timeout; 0 disables the timer.
+constexpr std::array<uint64_t, 32> make_ack_timeouts() {
+  std::array<uint64_t, 32> t{};
+  for (unsigned i = 1; i < 32; ++i) t[i] = uint64_t{4096} << i;
+  return t;
+}
+inline constexpr std::array<uint64_t, 32> kAckTimeoutNs = make_ack_timeouts();
+static_assert(kAckTimeoutNs[0] == 0 && kAckTimeoutNs[1] == 8192 && kAckTimeoutNs[14] == 67'108'864);
+static_assert(kAckTimeoutNs[31] == 4096ull << 31);  // ~2.4 hours, the largest
+
+// RNR NAK timer field encoding, IBA table 45 (ns).  Code 0 is the longest.
+inline constexpr std::array<uint64_t, 32> kRnrTimerNs = {
+    655'360'000, 10'000,     20'000,     30'000,     40'000,      60'000,      80'000,      120'000,
+    160'000,     240'000,    320'000,    480'000,    640'000,     960'000,     1'280'000,   1'920'000,
+    2'560'000,   3'840'000,  5'120'000,  7'680'000,  10'240'000,  15'360'000,  20'480'000,  30'720'000,
+    40'960'000,  61'440'000, 81'920'000, 122'880'000, 163'840'000, 245'760'000, 327'680'000, 491'520'000,
+};
+constexpr bool rnr_table_increasing() {
+  for (size_t i = 2; i < kRnrTimerNs.size(); ++i)
+    if (kRnrTimerNs[i] <= kRnrTimerNs[i - 1]) return false;
+  return kRnrTimerNs[0] > kRnrTimerNs[31];
+}
+static_assert(rnr_table_increasing());
+static_assert(kRnrTimerNs[1] == 10'000 && kRnrTimerNs[16] == 2'560'000 && kRnrTimerNs[31] == 491'520'000);
+
+// The local ACK timeout for the QP attribute `timeout` (0: infinite, 0 ns).
+constexpr uint64_t ack_timeout_ns(uint8_t timeout) noexcept { return kAckTimeoutNs[timeout & 0x1F]; }
+// The RNR NAK timer for a 5-bit code.
+constexpr uint64_t rnr_timer_ns(uint8_t code) noexcept { return kRnrTimerNs[code & 0x1F]; }
+
+// retry_cnt / rnr_retry: rnr_retry 7 retries for ever (the IBA gives the
+// RNR Retry Count that one special value); the transport Retry Count has
+// none: retry_cnt 7 is seven retries, as ConnectX counts them (only rxe
+// reads 7 as infinite there), so that a peer that vanished ends in
+// IBV_WC_RETRY_EXC_ERR within the QP's budget.
+inline constexpr uint8_t kInfiniteRnrRetry = 7;
+
+}  // namespace uroce::transport::params

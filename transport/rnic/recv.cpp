@@ -1,0 +1,177 @@
+// recv: the receive dispatcher — rxe_recv.c's job.  Every RoCEv2 packet to
+// one of the device's addresses comes here from the engine, one burst at a
+// time, and is checked once, in STYLE 7's order, before a role sees it:
+//
+//   DestQP 0xFFFFFF      -> the multicast group's QPs (mcast_rx)
+//   the QP               by destination QPN in the one QP table (drop_unknown_qpn)
+//   its state            requests (and all of a UD/GSI QP's traffic) from RTR
+//                        on, responses in RTS/SQD (IBA 10.3.1) (drop_qp_state)
+//   its path             RC/UC: from the path's destination to its source
+//                        (rxe's check_addr) (drop_src_addr, drop_dst_addr)
+//   the P_Key            the one we hold (IBA 10.9.3) (drop_pkey)
+//   the frame            opcode known, ICRC (Engine::accept_roce)
+//   then                 COMM_EST on a connected QP's first request since
+//                        RTR, and the responder or the completer
+//
+// The Q_Key (UD/GSI) and everything about the message itself are the
+// responder's and the completer's.  [engine] everything here.
+#include <rte_mbuf.h>
+
+#include <cstring>
+#include <optional>
+
+#include "lib/wire/bth.hpp"
+#include "lib/wire/ipv4.hpp"
+#include "lib/wire/ipv6.hpp"
+#include "transport/engine.hpp"
+#include "transport/rnic/completer.hpp"
+#include "transport/rnic/qp.hpp"
+#include "transport/rnic/responder.hpp"
+#include "transport/rnic/rnic.hpp"
+
+namespace uroce::rnic {
+namespace {
+
+constexpr uint16_t kPkeyBaseMask = 0x7FFF;    // the match ignores the membership bit (10.9.3)
+
+bool same_addr(const uint8_t* ip, bool ipv4, const wire::Ipv6Addr& gid) noexcept {
+  if (ipv4) return wire::is_ipv4_mapped(gid) && std::memcmp(ip, gid.data() + 12, 4) == 0;
+  return std::memcmp(ip, gid.data(), 16) == 0;
+}
+
+// A connected QP takes packets only from its path, as rxe's check_addr
+// does: the source address (on RoCEv2 the GRH's SGID is the IP source,
+// IBA A17.4) is the path's destination, and the destination is our GID
+// the path starts from.  nullopt: it comes from the path; else why not.
+std::optional<RnicCtr> off_path(const Qp& qp, const uint8_t* frame, const wire::PktInfo& pi) noexcept {
+  const AhAttr& path = qp.attrs().path;
+  const uint8_t* l3 = frame + pi.l3_off;
+  const bool v4 = pi.l3 == wire::L3::IPv4;
+  const uint8_t* src = v4 ? l3 + 12 : l3 + 8;   // IPv4 / IPv6 source address
+  const uint8_t* dst = v4 ? l3 + 16 : l3 + 24;  // destination
+  if (!same_addr(src, v4, path.dgid)) return RnicCtr::drop_src_addr;
+  if (!same_addr(dst, v4, path.sgid)) return RnicCtr::drop_dst_addr;
+  return std::nullopt;
+}
+
+bool our_pkey(const uint8_t* frame, const wire::PktInfo& pi) noexcept {
+  return (wire::BthC(frame + pi.bth_off).pkey().value() & kPkeyBaseMask) == (kDefaultPkey.value() & kPkeyBaseMask);
+}
+
+}  // namespace
+
+void Rnic::rx_burst(transport::Engine& engine, transport::RoceRx* pkts, uint16_t n) {
+  UROCE_ASSERT_ENGINE(engine);
+  for (uint16_t i = 0; i < n; ++i) {
+    transport::RoceRx& pkt = pkts[i];
+    const uint8_t* frame = rte_pktmbuf_mtod(pkt.m, const uint8_t*);
+    const uint32_t qpn = pkt.info.dest_qp.value();
+    if (qpn == kMulticastQpn) {
+      mcast_rx(engine, pkt);
+      continue;
+    }
+    Qp* qp = qpn < qp_table_.size() ? qp_table_[qpn] : nullptr;
+    if (qp == nullptr) {
+      engine.drop(pkt.m, transport::EngineCtr::drop_unknown_qpn);
+      continue;
+    }
+    // Requests (and everything for a UD/GSI QP) go to the responder;
+    // responses to the completer.  (An opcode we do not know is refused by
+    // accept_roce below; until then its table entry is all false.)
+    const bool to_responder = pkt.info.op().request || qp->type() == IBV_QPT_UD || qp->is_gsi();
+    const ibv_qp_state st = qp->state();
+    const StateCaps caps = state_caps(st);
+    if (!(to_responder ? caps.takes_requests : caps.takes_responses)) {
+      ctr_.inc(RnicCtr::drop_qp_state);
+      rte_pktmbuf_free(pkt.m);
+      continue;
+    }
+    const bool connected = qp->type() == IBV_QPT_RC || qp->type() == IBV_QPT_UC;
+    if (connected) {
+      if (const auto why = off_path(*qp, frame, pkt.info)) {
+        ctr_.inc(*why);
+        rte_pktmbuf_free(pkt.m);
+        continue;
+      }
+    }
+    if (!our_pkey(frame, pkt.info)) {
+      ctr_.inc(RnicCtr::drop_pkey);
+      rte_pktmbuf_free(pkt.m);
+      continue;
+    }
+    if (!engine.accept_roce(pkt)) continue;
+    if (connected && !qp->comm_est && to_responder) comm_est(*qp);
+    if (to_responder) {
+      ctr_.inc(RnicCtr::rx_req_pkts);
+      responder_rx(engine, *qp, pkt);
+    } else {
+      ctr_.inc(RnicCtr::rx_resp_pkts);
+      completer_rx(engine, *qp, pkt);
+    }
+  }
+}
+
+// IBA 11.6.3.1 (communication established): the first request a
+// connected QP receives since it went to RTR.  The application hears of
+// it (ibv_get_async_event) only while the QP is still in RTR, as from
+// hardware (qib, mlx5); a QP its owner already moved to RTS — rdma_cm's
+// passive side does, before its REP — raises nothing.  The connection
+// manager hears of it in either state (set_comm_est_hook) and takes it for
+// the RTU that may still be on its way (IBA 12.9.6).
+void Rnic::comm_est(Qp& qp) noexcept {
+  qp.comm_est = true;
+  if (qp.state() == IBV_QPS_RTR) {
+    AsyncEvent ev;
+    ev.type = IBV_EVENT_COMM_EST;
+    ev.qp = &qp;
+    raise(ev);
+  }
+  if (comm_est_hook_) comm_est_hook_(qp);
+}
+
+// A packet to the multicast QPN: one copy to every QP attached to the
+// group named by its destination IP (rxe_rcv_mcast_pkt does the same).
+// The copies share the mbuf (one reference each); each QP's responder
+// checks its Q_Key and consumes its own receive WQE, so the completion has
+// src_qp and the GRH as for unicast.
+void Rnic::mcast_rx(transport::Engine& engine, transport::RoceRx& pkt) noexcept {
+  ctr_.inc(RnicCtr::rx_mcast_pkts);
+  const uint8_t* f = rte_pktmbuf_mtod(pkt.m, const uint8_t*);
+  const wire::Ipv6Addr mgid = pkt.info.l3 == wire::L3::IPv4
+                                  ? transport::IpAddr::v4(wire::Ipv4C(f + pkt.info.l3_off).dst()).bytes
+                                  : wire::Ipv6C(f + pkt.info.l3_off).dst();
+  const McastGroup* g = mcast_.find(mgid);
+  if (g == nullptr) {
+    ctr_.inc(RnicCtr::drop_mcast_no_group);
+    rte_pktmbuf_free(pkt.m);
+    return;
+  }
+  if (!our_pkey(f, pkt.info)) {
+    ctr_.inc(RnicCtr::drop_pkey);
+    rte_pktmbuf_free(pkt.m);
+    return;
+  }
+  if (!engine.accept_roce(pkt)) return;
+  const wire::OpcodeInfo& op = pkt.info.op();
+  if (op.transport != wire::Transport::UD || !op.request) {  // only UD is multicast (IBA 10.5)
+    ctr_.inc(RnicCtr::drop_mcast_not_ud);
+    rte_pktmbuf_free(pkt.m);
+    return;
+  }
+  // Only QPs that take requests now get a copy.
+  uint16_t takers = 0;
+  for (Qp* qp : g->qps) takers += state_caps(qp->state()).takes_requests ? 1 : 0;
+  if (takers == 0) {
+    ctr_.inc(RnicCtr::drop_qp_state);
+    rte_pktmbuf_free(pkt.m);
+    return;
+  }
+  if (takers > 1) rte_mbuf_refcnt_update(pkt.m, static_cast<int16_t>(takers - 1));
+  for (Qp* qp : g->qps) {
+    if (!state_caps(qp->state()).takes_requests) continue;
+    ctr_.inc(RnicCtr::rx_mcast_copies);
+    responder_rx(engine, *qp, pkt);  // frees its reference
+  }
+}
+
+}  // namespace uroce::rnic
