@@ -6,6 +6,7 @@
 // infiniband/core/cm.c) is the behaviour matched where the spec leaves a
 // choice (what a duplicate or stale message gets).
 #include "cm/cm.hpp"
+#include "lib/util/log.hpp"
 
 #include <algorithm>
 #include <cerrno>
@@ -251,7 +252,11 @@ void Cm::step(CmId& id, Input& in) {
     unindex_remote(id);
   }
   id.state = next;
-  if (next != prev) note_state(id, prev);
+  if (next != prev) {
+    UROCE_TRACE(TraceCat::Conn, "conn 0x%08x: %s --%s--> %s", id.local_id, cm_state_name(prev).data(),
+                cm_input_name(in.kind).data(), cm_state_name(next).data());
+    note_state(id, prev);
+  }
 }
 
 // ---- the bounds of CmConfig -------------------------------------------------------

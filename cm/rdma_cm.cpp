@@ -3,13 +3,13 @@
 // which rdma_cm event with which status and private data, how the QP is
 // moved, how conn params are negotiated.  IBA rule numbers are chapter 12's.
 #include "cm/rdma_cm.hpp"
+#include "lib/util/log.hpp"
 
 #include "transport/telemetry.hpp"
 
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <poll.h>
-#include <sys/eventfd.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -162,10 +162,7 @@ RdmaCm::~RdmaCm() {
     d.gsi->close();
   }
   for (RdmaId* id : ids_) delete id;
-  for (RdmaChannel* ch : channels_) {
-    ::close(ch->fd);
-    delete ch;
-  }
+  for (RdmaChannel* ch : channels_) delete ch;
 }
 
 template <class F>
@@ -267,10 +264,11 @@ std::vector<ibv_context*> RdmaCm::contexts() {
 // ---- channels and events -------------------------------------------------------------
 
 RdmaChannel* RdmaCm::create_channel() {
-  const int fd = ::eventfd(0, EFD_CLOEXEC | EFD_SEMAPHORE);
-  if (fd < 0) return nullptr;
   auto* ch = new RdmaChannel;
-  ch->fd = fd;
+  if (!ch->q.valid()) {
+    delete ch;
+    return nullptr;
+  }
   std::lock_guard lock(mu_);
   channels_.insert(ch);
   return ch;
@@ -282,35 +280,15 @@ int RdmaCm::destroy_channel(RdmaChannel* ch) {
   for (RdmaId* id : ids_)
     if (id->channel == ch && !id->destroyed) return EBUSY;
   channels_.erase(ch);
-  ::close(ch->fd);
   delete ch;
   return 0;
-}
-
-// Events taken off a channel's queue take their counts off its eventfd
-// when that cannot block (an O_NONBLOCK fd); on a blocking one a reader may
-// hold a count already, so the extra counts stay: a reader that finds the
-// queue empty waits again (get_event).
-void RdmaCm::drain_counts(RdmaChannel& ch, size_t n) {
-  if ((::fcntl(ch.fd, F_GETFL) & O_NONBLOCK) == 0) return;
-  for (size_t i = 0; i < n; ++i) {
-    pollfd p{ch.fd, POLLIN, 0};
-    uint64_t v;
-    if (::poll(&p, 1, 0) != 1 || ::read(ch.fd, &v, sizeof v) < 0) break;
-  }
 }
 
 void RdmaCm::queue_event(RdmaId* id, RdmaEvent ev) {
   if (id == nullptr || id->destroyed || id->channel == nullptr) return;
   ev.id = id;
-  RdmaChannel* ch = id->channel;
-  {
-    std::lock_guard lock(ch->mu);
-    ch->q.push_back(ev);
-  }
-  const uint64_t one = 1;
-  while (::write(ch->fd, &one, sizeof one) < 0 && errno == EINTR) {
-  }
+  UROCE_TRACE(TraceCat::Conn, "rdma_cm id %p: %s (status %d)", static_cast<void*>(id), rdma_event_name(ev.type), ev.status);
+  id->channel->q.push(ev);
 }
 
 int RdmaCm::get_event(RdmaChannel* ch, RdmaEvent* out) {
@@ -319,19 +297,13 @@ int RdmaCm::get_event(RdmaChannel* ch, RdmaEvent* out) {
     std::lock_guard lock(mu_);
     if (channels_.count(ch) == 0) return EINVAL;
   }
-  const bool nonblock = (::fcntl(ch->fd, F_GETFL) & O_NONBLOCK) != 0;
+  const bool nonblock = ch->q.nonblocking();
   const bool drive = std::any_of(devs_.begin(), devs_.end(), [](auto& d) { return d->cfg.inline_progress; });
   for (;;) {
     if (drive && !nonblock) {  // nobody else runs the engine: poll it while waiting
-      pollfd p{ch->fd, POLLIN, 0};
-      while (::poll(&p, 1, 0) == 0) progress();
+      while (!ch->q.readable()) progress();
     }
-    uint64_t v = 0;
-    const ssize_t n = ::read(ch->fd, &v, sizeof v);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return errno;
-    }
+    if (const int rc = ch->q.take_count()) return rc;
     std::unique_lock lock(mu_);
     // The application destroyed the channel while a thread of its own
     // was waiting on it (rping does, at exit).  A read blocked on a closed
@@ -340,13 +312,10 @@ int RdmaCm::get_event(RdmaChannel* ch, RdmaEvent* out) {
       lock.unlock();
       for (;;) ::pause();
     }
-    std::lock_guard qlock(ch->mu);
-    if (ch->q.empty()) {  // its id was destroyed or migrated meanwhile
+    if (!ch->q.pop(out)) {  // its id was destroyed or migrated meanwhile
       if (nonblock) return EAGAIN;
       continue;
     }
-    *out = ch->q.front();
-    ch->q.pop_front();
     RdmaId* owner = out->type == RDMA_CM_EVENT_CONNECT_REQUEST && out->listen_id ? out->listen_id : out->id;
     ++owner->events_reported;
     if (out->type == RDMA_CM_EVENT_CONNECT_REQUEST && out->listen_id != nullptr) --out->listen_id->pending_requests;
@@ -387,17 +356,12 @@ int RdmaCm::migrate_id(RdmaId* id, RdmaChannel* ch) {
   if (old == ch) return 0;
   std::vector<RdmaEvent> moved;
   if (old != nullptr) {
-    std::lock_guard q(old->mu);
-    for (auto it = old->q.begin(); it != old->q.end();) {
-      if (it->id == id) {
-        moved.push_back(*it);
-        it = old->q.erase(it);
-      } else {
-        ++it;
-      }
-    }
+    old->q.remove_if([&](const RdmaEvent& ev) {
+      if (ev.id != id) return false;
+      moved.push_back(ev);
+      return true;
+    });
   }
-  if (old != nullptr) drain_counts(*old, moved.size());
   id->channel = ch;
   for (RdmaEvent& ev : moved) queue_event(id, ev);
   return 0;
@@ -426,15 +390,13 @@ int RdmaCm::destroy_id(RdmaId* id) {
     // Events not yet retrieved go with the id (and the requests a listener
     // had queued: their ids are rejected below).
     if (id->channel != nullptr) {
-      std::lock_guard q(id->channel->mu);
-      const size_t removed = std::erase_if(id->channel->q, [&](const RdmaEvent& ev) {
+      id->channel->q.remove_if([&](const RdmaEvent& ev) {
         if (ev.listen_id == id && ev.id != id) orphans.push_back(ev.id);
         const bool gone = ev.id == id || ev.listen_id == id;
         if (gone && ev.type == RDMA_CM_EVENT_CONNECT_REQUEST && ev.listen_id != nullptr && ev.listen_id != id)
           --ev.listen_id->pending_requests;  // a request its listener will never retrieve
         return gone;
       });
-      drain_counts(*id->channel, removed);
     }
     for (RdmaId* o : orphans) o->listen_parent = nullptr;
   }

@@ -50,7 +50,6 @@
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
-#include <deque>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -62,6 +61,7 @@
 
 #include "cm/cm.hpp"
 #include "cm/gsi_port.hpp"
+#include "transport/event_queue.hpp"
 #include "transport/neigh.hpp"
 #include "transport/rnic/rnic.hpp"
 
@@ -107,10 +107,9 @@ struct RdmaEvent {
 };
 
 // An event channel: events queued in order, one eventfd count per event.
+// rdma_create_event_channel(3): the events of the ids on it.
 struct RdmaChannel {
-  int fd = -1;
-  std::mutex mu;
-  std::deque<RdmaEvent> q;
+  transport::EventQueue<RdmaEvent> q;
 };
 
 enum class RdmaIdState : uint8_t {
@@ -279,7 +278,6 @@ class RdmaCm {
   int bind_locked(RdmaId* id, const sockaddr* addr);
   void unbind_locked(RdmaId* id);
   void queue_event(RdmaId* id, RdmaEvent ev);          // under mu_
-  static void drain_counts(RdmaChannel& ch, size_t n);
   void on_cm_event(RdmaDev& d, const CmEvent& ev);     // [engine]
   void on_req(RdmaDev& d, const CmEvent& ev, bool sidr);
   RdmaId* listener_for(RdmaDev& d, uint64_t service_id, const std::optional<CmaHdr>& hdr);

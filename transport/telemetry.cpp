@@ -1,5 +1,7 @@
 #include "transport/telemetry.hpp"
 
+#include "lib/util/log.hpp"
+
 #include <rte_telemetry.h>
 
 #include <map>
@@ -96,6 +98,19 @@ int cmd_neigh(const char*, const char* params, rte_tel_data* d) {
   return 0;
 }
 
+// /uroce/trace[,spec]: switches the trace categories (lib/util/log.hpp)
+// when given a spec, and answers each category's state (1 on, 0 off).
+int cmd_trace(const char*, const char* params, rte_tel_data* d) {
+  if (params != nullptr && *params != '\0' && !trace_apply(params)) return -EINVAL;
+  rte_tel_data_start_dict(d);
+  for (size_t i = 0; i < kNumTraceCats; ++i) {
+    const auto c = static_cast<TraceCat>(i);
+    const std::string key(trace_cat_name(c));
+    rte_tel_data_add_dict_int(d, key.c_str(), trace_on(c) ? 1 : 0);
+  }
+  return 0;
+}
+
 void register_commands_once() {
   static std::once_flag once;
   std::call_once(once, [] {
@@ -104,6 +119,7 @@ void register_commands_once() {
                                "Engine counters of a uroce device. Parameters: device name");
     rte_telemetry_register_cmd("/uroce/counters", cmd_counters,
                                "Every counter set (engine, rnic, cm, gsi) of a uroce device. Parameters: device name");
+    rte_telemetry_register_cmd("/uroce/trace", cmd_trace, "Trace categories. Parameters: qp=on,conn=off, all, none");
     rte_telemetry_register_cmd("/uroce/neigh", cmd_neigh,
                                "Neighbour table statistics of a uroce device. Parameters: device name");
   });

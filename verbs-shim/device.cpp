@@ -22,6 +22,7 @@
 #include <thread>
 #include <vector>
 
+#include "lib/util/log.hpp"
 #include "transport/device.hpp"
 #include "verbs-shim/shim.hpp"
 
@@ -204,13 +205,13 @@ void start_devices_locked() {
   take_term_signals();
   auto names = reg.names();
   if (!names) {
-    std::fprintf(stderr, "uroce: configuration: %s\n", names.error().message.c_str());
+    log_line(LogType::Shim, LogLevel::Error, "configuration: %s", names.error().message.c_str());
     return;
   }
   for (const std::string& name : *names) {
     auto opened = reg.open(name);
     if (!opened) {
-      std::fprintf(stderr, "uroce: device %s did not start: %s\n", name.c_str(), opened.error().message.c_str());
+      log_line(LogType::Shim, LogLevel::Error, "device %s did not start: %s", name.c_str(), opened.error().message.c_str());
       continue;
     }
     transport::Device* tdev = *opened;

@@ -186,7 +186,7 @@ Channel* new_channel() {
     delete c;
     return fail(ENOMEM, static_cast<Channel*>(nullptr));
   }
-  c->ch.fd = c->impl->fd;
+  c->ch.fd = c->impl->q.fd();
   std::lock_guard lock(g_channels_mu);
   live_channels().insert(c);
   return c;

@@ -9,6 +9,7 @@
 #include <mutex>
 
 #include "cm/rdma_cm.hpp"
+#include "lib/util/log.hpp"
 #include "transport/device.hpp"
 #include "verbs-shim/shim.hpp"
 
@@ -73,7 +74,7 @@ UROCE_EXPORT cm::RdmaCm* uroce_rdmacm() noexcept {
     auto* m = new (std::nothrow) cm::RdmaCm(std::move(devs), opt);
     if (m == nullptr) return;
     if (const int rc = m->start(); rc != 0) {
-      std::fprintf(stderr, "uroce: the connection manager did not start: %s\n", std::strerror(rc));
+      log_line(LogType::Shim, LogLevel::Error, "the connection manager did not start: %s", std::strerror(rc));
       return;  // leaked on purpose: half-started engines may still refer to it
     }
     model = m;

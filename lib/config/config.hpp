@@ -54,7 +54,7 @@
 #include <vector>
 
 #include "lib/config/ip.hpp"
-#include "lib/config/result.hpp"
+#include "lib/util/result.hpp"
 #include "lib/wire/eth.hpp"
 
 namespace uroce::config {

@@ -11,7 +11,7 @@
 
 #include "lib/config/config.hpp"
 #include "lib/config/ip.hpp"
-#include "lib/config/result.hpp"
+#include "lib/util/result.hpp"
 #include "lib/config/text.hpp"
 
 namespace uroce::config {

@@ -10,7 +10,7 @@
 #include <string>
 #include <string_view>
 
-#include "lib/config/result.hpp"
+#include "lib/util/result.hpp"
 
 namespace uroce::config {
 

@@ -4,7 +4,7 @@
 #include <string>
 #include <string_view>
 
-#include "lib/config/result.hpp"
+#include "lib/util/result.hpp"
 #include "lib/wire/eth.hpp"
 
 namespace uroce::config {

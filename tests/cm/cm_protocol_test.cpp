@@ -5,6 +5,8 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstdio>
+#include <string>
 #include <cerrno>
 #include <functional>
 #include <memory>
@@ -14,6 +16,7 @@
 
 #include "cm/cm.hpp"
 #include "cm/rdma_cm_compat.hpp"
+#include "lib/util/log.hpp"
 #include "tests/cm/loop_port.hpp"
 
 namespace uroce::test {
@@ -510,6 +513,65 @@ TEST_F(CmPair, DuplicatedMadsAreHarmless) {
   run(kTimewaitNs + kMs);
   EXPECT_EQ(n_events(0, CmEventType::TimewaitExit), 1u);
   EXPECT_EQ(n_events(1, CmEventType::TimewaitExit), 1u);
+}
+
+// Tracing (lib/util/log.hpp): with `conn` on, each CM state change of a
+// connection is one line naming its comm ID, the states and the input; with
+// it off, a whole connection traces nothing.
+TEST_F(CmPair, ConnTraceFollowsEachStateChange) {
+  std::vector<std::string> lines;
+  set_trace_hook([&](TraceCat c, std::string_view line) {
+    if (c == TraceCat::Conn) lines.emplace_back(line);
+  });
+  ASSERT_TRUE(trace_apply("conn"));
+  EXPECT_TRUE(trace_on(TraceCat::Conn));
+  EXPECT_FALSE(trace_on(TraceCat::Qp));
+  listen_b();
+  auto_consumers();
+  CmId* a = connect_a();
+  run(1 * kMs);
+  ASSERT_TRUE(trace_apply("none"));
+  set_trace_hook(nullptr);
+  ASSERT_EQ(a->state, CmState::Established);
+  ASSERT_NE(b_id, nullptr);
+
+  char active[64], passive[64];
+  std::snprintf(active, sizeof active, "conn 0x%08x: ", a->local_id);
+  std::snprintf(passive, sizeof passive, "conn 0x%08x: ", b_id->local_id);
+  const auto has = [&](const std::string& want) { return std::find(lines.begin(), lines.end(), want) != lines.end(); };
+  EXPECT_TRUE(has(std::string(active) + "Idle --Connect--> ReqSent"));
+  EXPECT_TRUE(has(std::string(active) + "ReqSent --RecvRep--> RepRcvd"));
+  EXPECT_TRUE(has(std::string(active) + "RepRcvd --SendRtu--> Established"));
+  EXPECT_TRUE(has(std::string(passive) + "RepSent --RecvRtu--> Established"));
+  for (const std::string& l : lines) {
+    EXPECT_EQ(l.rfind("conn 0x", 0), 0u) << l;
+    EXPECT_NE(l.find("--> "), std::string::npos) << l;
+  }
+
+  // Off: a second connection leaves no line.
+  lines.clear();
+  set_trace_hook([&](TraceCat, std::string_view line) { lines.emplace_back(line); });
+  EXPECT_EQ(cm[0]->disconnect(a), 0);
+  run(1 * kMs);
+  set_trace_hook(nullptr);
+  EXPECT_TRUE(lines.empty()) << lines.front();
+}
+
+TEST(Trace, SpecWordsAndRefusals) {
+  ASSERT_TRUE(trace_apply("none"));
+  EXPECT_TRUE(trace_apply("qp"));
+  EXPECT_TRUE(trace_on(TraceCat::Qp));
+  EXPECT_FALSE(trace_on(TraceCat::Conn));
+  EXPECT_TRUE(trace_apply("all,qp=off"));
+  EXPECT_FALSE(trace_on(TraceCat::Qp));
+  EXPECT_TRUE(trace_on(TraceCat::Conn));
+  // A word it does not know changes nothing, even after good words.
+  EXPECT_FALSE(trace_apply("qp,bogus"));
+  EXPECT_FALSE(trace_on(TraceCat::Qp));
+  EXPECT_FALSE(trace_apply("conn=maybe"));
+  EXPECT_TRUE(trace_on(TraceCat::Conn));
+  EXPECT_TRUE(trace_apply("none"));
+  EXPECT_FALSE(trace_on(TraceCat::Conn));
 }
 
 class CmConnected : public CmPair {

@@ -78,7 +78,7 @@ class RdmaCmTest : public ::testing::Test {
 
   // The next event on `ch` within `ms` (the fd polled, as an application does).
   std::optional<RdmaEvent> next(RdmaChannel* ch, int ms = 5000) {
-    pollfd p{ch->fd, POLLIN, 0};
+    pollfd p{ch->q.fd(), POLLIN, 0};
     if (::poll(&p, 1, ms) != 1) return std::nullopt;
     RdmaEvent ev;
     if (cm_->get_event(ch, &ev) != 0) return std::nullopt;
@@ -420,7 +420,7 @@ TEST_F(RdmaCmTest, BindingRules) {
 
 TEST_F(RdmaCmTest, NonBlockingChannelSaysEagain) {
   RdmaChannel* ch = cm_->create_channel();
-  ASSERT_EQ(::fcntl(ch->fd, F_SETFL, ::fcntl(ch->fd, F_GETFL) | O_NONBLOCK), 0);
+  ASSERT_EQ(::fcntl(ch->q.fd(), F_SETFL, ::fcntl(ch->q.fd(), F_GETFL) | O_NONBLOCK), 0);
   RdmaEvent ev;
   EXPECT_EQ(cm_->get_event(ch, &ev), EAGAIN);
   RdmaId* c = resolved_client(ch, RDMA_PS_TCP, 7105);  // events do arrive on it
@@ -479,7 +479,7 @@ TEST_F(RdmaCmTest, ThousandConnectionsAtOnce) {
   auto serve = [&](const std::function<void(const RdmaEvent&, bool)>& on, const std::function<bool()>& done) {
     const auto end = std::chrono::steady_clock::now() + kPhase;
     while (!done() && std::chrono::steady_clock::now() < end) {
-      pollfd p[2] = {{sch->fd, POLLIN, 0}, {cch->fd, POLLIN, 0}};
+      pollfd p[2] = {{sch->q.fd(), POLLIN, 0}, {cch->q.fd(), POLLIN, 0}};
       if (::poll(p, 2, 100) <= 0) continue;
       for (int k = 0; k < 2; ++k) {
         if ((p[k].revents & POLLIN) == 0) continue;

@@ -7,7 +7,7 @@
 
 #include "lib/config/ip.hpp"
 #include "lib/config/mac.hpp"
-#include "lib/config/result.hpp"
+#include "lib/util/result.hpp"
 #include "lib/config/text.hpp"
 
 namespace uroce::config {

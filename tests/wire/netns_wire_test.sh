@@ -275,6 +275,26 @@ check_stats() {
   fi
 }
 
+# `uroce trace` switches a running process's trace categories through
+# telemetry: on, shown, off again; a word it does not know is refused.
+check_trace() {
+  if "$UROCE" trace --pid "$1" qp conn=on >"$TMP/trace.log" 2>&1 && grep -q "^uroce-$1 qp=on conn=on$" "$TMP/trace.log" &&
+     "$UROCE" trace --pid "$1" none >"$TMP/trace.log" 2>&1 && grep -q "^uroce-$1 qp=off conn=off$" "$TMP/trace.log"; then
+    pass "uroce trace --pid $1: categories switched on and off through telemetry"
+  else
+    fail "uroce trace --pid $1"
+    show "$TMP/trace.log"
+  fi
+  local rc=0
+  "$UROCE" trace --pid "$1" bogus >"$TMP/trace.log" 2>&1 || rc=$?
+  if [ $rc -eq 2 ] && grep -q "'bogus' refused" "$TMP/trace.log"; then
+    pass "uroce trace refuses an unknown category (exit 2)"
+  else
+    fail "uroce trace bogus: exit $rc"
+    show "$TMP/trace.log"
+  fi
+}
+
 expect_echo_exit() {
   stop echo "$ECHO_PID"
   if [ "$rc" -eq 0 ] && grep -q "^echoed $1 pings" "$TMP/echo.log"; then
@@ -318,6 +338,7 @@ run_afpacket() {
   node icmp "$NS_A" "$DEVARGS_A" "" "$TMP/icmp.pcap" --ping "$IP_B" --icmp --count $ICMP_COUNT
   expect_ping icmp $ICMP_COUNT
   check_stats "$ECHO_PID"
+  check_trace "$ECHO_PID"
   expect_echo_exit $((ROCE_COUNT + V6_COUNT))
   # The peer's kernel answered the ICMP echo; its engine saw the requests and left them alone.
   if [ "$(counter "$TMP/echo.log" rx_icmp)" -ge $ICMP_COUNT ] && [ "$(counter "$TMP/echo.log" tx_icmp_reply)" -eq 0 ]; then

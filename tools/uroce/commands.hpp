@@ -14,5 +14,6 @@ void add_memif_wire_command(CLI::App& app, int& exit_status);
 void add_node_command(CLI::App& app, int& exit_status);
 void add_pcap_check_command(CLI::App& app, int& exit_status);
 void add_stats_command(CLI::App& app, int& exit_status);
+void add_trace_command(CLI::App& app, int& exit_status);
 
 }  // namespace uroce::tools

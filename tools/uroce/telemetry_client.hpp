@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-#include "lib/config/result.hpp"
+#include "lib/util/result.hpp"
 
 namespace uroce::tools {
 

@@ -16,6 +16,7 @@
 // After a packet: retry counters restored on progress, the ACK timer
 // re-armed or cancelled, CQEs written, the requester run again (the
 // window may have opened).
+#include "lib/util/log.hpp"
 #include "transport/rnic/completer.hpp"
 
 #include <rte_mbuf.h>
@@ -261,6 +262,9 @@ Step on_rnr_nak(Ctx& x) {
     return Step::Error;
   }
   if (c.rnr_left != kInfiniteRnrRetry) --c.rnr_left;
+  UROCE_TRACE(TraceCat::Qp, "qp 0x%06x: RNR NAK for PSN 0x%06x, waiting %llu us (rnr_retry left %u)",
+              x.qp.qpn().value(), x.psn.value(),
+              static_cast<unsigned long long>(rnr_timer_ns(aeth(x).value()) / 1000), c.rnr_left);
   c.rnr_wait = true;
   x.engine.timers().cancel(c.ack_timer);
   x.engine.timers().arm(c.rnr_timer, x.engine.now() + rnr_timer_ns(aeth(x).value()));
@@ -304,6 +308,8 @@ Step retry(Ctx& x) {
   --c.retry_left;
   c.retry_started = true;
   c.retry_psn = c.psn;
+  UROCE_TRACE(TraceCat::Qp, "qp 0x%06x: go back N from PSN 0x%06x (retry_cnt left %u)",
+              x.qp.qpn().value(), c.psn.value(), c.retry_left);
   requester_rewind(x.qp);
   return Step::Done;
 }
@@ -378,6 +384,8 @@ void on_ack_timeout(Timer& t, uint64_t) {
   SendWqe* w = oldest(qp);
   if (w == nullptr) return;
   qp.rnic().counters().inc(RnicCtr::ack_timeouts);
+  UROCE_TRACE(TraceCat::Qp, "qp 0x%06x: ACK timeout at PSN 0x%06x (retry_cnt left %u)", qp.qpn().value(),
+              c.psn.value(), c.retry_left);
   if (c.retry_left == 0) {
     qp.rnic().counters().inc(RnicCtr::retry_exceeded);
     completer_fail(qp, *w, IBV_WC_RETRY_EXC_ERR);
@@ -435,6 +443,8 @@ void completer_retire(Qp& qp) noexcept {
 
 void completer_fail(Qp& qp, SendWqe& w, ibv_wc_status status) noexcept {
   transport::Engine& engine = qp.rnic().engine();
+  UROCE_TRACE(TraceCat::Qp, "qp 0x%06x: send WQE wr_id 0x%llx failed, ibv_wc_status %d", qp.qpn().value(),
+              static_cast<unsigned long long>(w.wr_id), static_cast<int>(status));
   w.status = status;
   w.state = WqeState::Error;
   completer_stop(qp, engine);

@@ -1,10 +1,9 @@
-// objects: MR translation, completion channels, CQs, receive queues and
+// objects: MR translation, CQs, receive queues and
 // SRQs.  The PD and the AH are plain data (objects.hpp); their life is in
 // rnic.cpp.
 #include "transport/rnic/objects.hpp"
 
 #include <fcntl.h>
-#include <sys/eventfd.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -17,26 +16,6 @@
 
 namespace uroce::rnic {
 namespace {
-
-// Read one count from a semaphore eventfd: blocking unless the fd is
-// O_NONBLOCK (then EAGAIN when none).  0 or an errno.
-int eventfd_take(int fd) {
-  for (;;) {
-    uint64_t v = 0;
-    const ssize_t n = ::read(fd, &v, sizeof v);
-    if (n == static_cast<ssize_t>(sizeof v)) return 0;
-    if (n < 0 && errno == EINTR) continue;
-    return n < 0 ? errno : EIO;
-  }
-}
-
-void eventfd_give(int fd) noexcept {
-  const uint64_t one = 1;
-  for (;;) {
-    const ssize_t n = ::write(fd, &one, sizeof one);
-    if (n >= 0 || errno != EINTR) return;
-  }
-}
 
 uint32_t ring_slots(uint32_t capacity) { return std::bit_ceil(std::max<uint32_t>(capacity, 1)); }
 
@@ -51,50 +30,6 @@ uint8_t* Mr::translate(uint64_t va, uint64_t len) const noexcept {
   const uint64_t off = va - iova;
   if (off > length || len > length - off) return nullptr;
   return addr + off;
-}
-
-// ---- completion channel ----------------------------------------------------------------
-
-CompChannel::CompChannel() : fd_(::eventfd(0, EFD_CLOEXEC | EFD_SEMAPHORE)) {}
-
-CompChannel::~CompChannel() {
-  if (fd_ >= 0) ::close(fd_);
-}
-
-void CompChannel::attach() {
-  std::lock_guard lock(mu_);
-  pending_.reserve(pending_.size() + users.load() + 1);
-}
-
-void CompChannel::detach(Cq* cq) {
-  std::lock_guard lock(mu_);
-  const auto it = std::remove(pending_.begin(), pending_.end(), cq);
-  const auto dropped = static_cast<size_t>(pending_.end() - it);
-  pending_.erase(it, pending_.end());
-  // Each queued event holds one count of the semaphore: take them back
-  // (the counter is >= the queue's length, so these reads do not block).
-  for (size_t i = 0; i < dropped; ++i) {
-    uint64_t v = 0;
-    if (::read(fd_, &v, sizeof v) != static_cast<ssize_t>(sizeof v)) break;
-  }
-}
-
-void CompChannel::notify(Cq* cq) noexcept {
-  {
-    std::lock_guard lock(mu_);
-    pending_.push_back(cq);  // capacity reserved by attach(): one event per armed CQ at most
-  }
-  eventfd_give(fd_);  // after the push: a reader that gets the count finds the event
-}
-
-int CompChannel::get_event(Cq** cq) {
-  if (fd_ < 0) return EBADF;
-  if (const int rc = eventfd_take(fd_)) return rc;
-  std::lock_guard lock(mu_);
-  if (pending_.empty()) return EAGAIN;  // the CQ was destroyed meanwhile
-  *cq = pending_.front();
-  pending_.erase(pending_.begin());
-  return 0;
 }
 
 // ---- CQ ------------------------------------------------------------------------------------

@@ -25,6 +25,7 @@
 
 #include "lib/wire/ipv6.hpp"
 #include "lib/wire/types.hpp"
+#include "transport/event_queue.hpp"
 #include "transport/rnic/limits.hpp"
 
 namespace uroce::transport {
@@ -96,26 +97,26 @@ enum class KeyCheck : uint8_t { Ok, NoKey, WrongPd, NoAccess, OutOfBounds };
 // queued in order; `get_event` pops one (blocking or not).
 class CompChannel {
  public:
-  CompChannel();
-  ~CompChannel();
+  CompChannel() = default;
   CompChannel(const CompChannel&) = delete;
   CompChannel& operator=(const CompChannel&) = delete;
-  int fd() const noexcept { return fd_; }
+  bool valid() const noexcept { return q_.valid(); }
+  int fd() const noexcept { return q_.fd(); }
   // [engine] a CQ armed with req_notify got its event.
-  void notify(class Cq* cq) noexcept;
+  void notify(class Cq* cq) { q_.push(cq); }
   // Application: the next event's CQ (blocks unless the fd is O_NONBLOCK;
   // EAGAIN when non-blocking and none).
-  int get_event(class Cq** cq);
+  int get_event(class Cq** cq) { return q_.take(cq); }
   std::atomic<uint32_t> users{0};  // CQs attached; destroy fails with EBUSY
   // Control path: a CQ attaches (room for its event, so that notify never
   // allocates) or detaches (its undelivered events are dropped).
-  void attach();
-  void detach(class Cq* cq);
+  void attach() { q_.reserve(users.load() + 1); }
+  void detach(class Cq* cq) {
+    q_.remove_if([cq](class Cq* c) { return c == cq; });
+  }
 
  private:
-  int fd_ = -1;
-  std::mutex mu_;
-  std::vector<class Cq*> pending_;
+  transport::EventQueue<class Cq*> q_;
 };
 
 // ---- CQ ----------------------------------------------------------------------------

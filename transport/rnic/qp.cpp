@@ -2,6 +2,7 @@
 // (IBA 10.3, ib_modify_qp_is_ok's table), query, post_send / post_recv
 // validation — and its engine-side bookkeeping: the error state and
 // flushing (IBA 10.3.1.5-7), retiring send WQEs into CQEs, SQ drain.
+#include "lib/util/log.hpp"
 #include "transport/rnic/qp.hpp"
 
 #include <array>
@@ -279,6 +280,9 @@ void Qp::apply_modify(const ibv_qp_attr& attr, int mask) {
   UROCE_ASSERT_ENGINE(engine);
   const ibv_qp_state cur = state();
   const ibv_qp_state next = (mask & IBV_QP_STATE) ? attr.qp_state : cur;
+  if (next != cur)
+    UROCE_TRACE(TraceCat::Qp, "qp 0x%06x: %s -> %s (ibv_modify_qp)", qpn_.value(), qp_state_name(cur),
+                qp_state_name(next));
 
   if (mask & IBV_QP_PKEY_INDEX) attrs_.pkey_index = attr.pkey_index;
   if ((mask & IBV_QP_QKEY) && !is_gsi()) attrs_.qkey = attr.qkey;
@@ -610,6 +614,9 @@ void Qp::doorbell(transport::Engine& engine) noexcept {
 void Qp::to_error(bool fatal) noexcept {
   UROCE_ASSERT_ENGINE(rnic_.engine());
   const bool was_err = state() == IBV_QPS_ERR;
+  if (!was_err)
+    UROCE_TRACE(TraceCat::Qp, "qp 0x%06x: %s -> ERR%s", qpn_.value(), qp_state_name(state()),
+                fatal ? " (fatal)" : "");
   state_.store(IBV_QPS_ERR, std::memory_order_release);
   completer_stop(*this, rnic_.engine());
   completer_flush(*this);
@@ -639,6 +646,7 @@ void Qp::send_error() noexcept {
     to_error(false);
     return;
   }
+  UROCE_TRACE(TraceCat::Qp, "qp 0x%06x: %s -> SQE", qpn_.value(), qp_state_name(state()));
   state_.store(IBV_QPS_SQE, std::memory_order_release);
   completer_flush(*this);
 }

@@ -130,6 +130,21 @@ constexpr StateCaps state_caps(ibv_qp_state s) noexcept {
   return {};
 }
 
+// "RESET", "INIT", "RTR", "RTS", "SQD", "SQE", "ERR" (trace lines).
+constexpr const char* qp_state_name(ibv_qp_state s) noexcept {
+  switch (s) {
+    case IBV_QPS_RESET: return "RESET";
+    case IBV_QPS_INIT: return "INIT";
+    case IBV_QPS_RTR: return "RTR";
+    case IBV_QPS_RTS: return "RTS";
+    case IBV_QPS_SQD: return "SQD";
+    case IBV_QPS_SQE: return "SQE";
+    case IBV_QPS_ERR: return "ERR";
+    case IBV_QPS_UNKNOWN: break;
+  }
+  return "UNKNOWN";
+}
+
 // ---- the QP ------------------------------------------------------------------------
 class Qp {
  public:

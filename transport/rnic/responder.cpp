@@ -11,6 +11,7 @@
 //               Fault (class C errors: NAK + QP to ERR; UC/UD: drop)
 //
 // [engine] everything here runs on the engine thread.
+#include "lib/util/log.hpp"
 #include "transport/rnic/responder.hpp"
 
 #include <endian.h>
@@ -917,6 +918,8 @@ Step fault(Rx& r) noexcept {
   RecvWqe* w = r.wqe != nullptr ? r.wqe : (s.in_message && wire::opcode_info(s.msg_opcode).op == Operation::Send
                                                ? current_wqe(r)
                                                : nullptr);
+  UROCE_TRACE(TraceCat::Qp, "qp 0x%06x: request PSN 0x%06x refused (%s)", r.qp.qpn().value(),
+              r.psn.value(), kRnicCtrInfo[static_cast<size_t>(r.rc() ? f.nak_ctr : f.drop_ctr)].name.data());
   if (r.rc()) {
     send_ack(r, r.psn, nak_syndrome(f.nak));
     r.ctr.inc(f.nak_ctr);

@@ -5,7 +5,6 @@
 #include "transport/rnic/rnic.hpp"
 
 #include <endian.h>
-#include <sys/eventfd.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -82,8 +81,7 @@ Rnic::Rnic(transport::Engine& engine, std::string name)
       key_table_(kMaxMr, nullptr),
       last_key_byte_(kMaxMr, 0),
       rng_((uint64_t{std::random_device{}()} << 32) ^ std::random_device{}()),
-      qp_table_(kMaxQp, nullptr),
-      async_fd_(::eventfd(0, EFD_CLOEXEC | EFD_SEMAPHORE)) {
+      qp_table_(kMaxQp, nullptr) {
   // The GID table (as the kernel fills rxe's from the netdev): the IPv6
   // link-local address first, then every address in the device's order,
   // IPv4 as ::ffff:a.b.c.d; all RoCE v2.
@@ -174,7 +172,6 @@ Rnic::~Rnic() {
   channels_.clear();
   mrs_.clear();
   pds_.clear();
-  if (async_fd_ >= 0) ::close(async_fd_);
 }
 
 uint64_t Rnic::node_guid() const noexcept {
@@ -431,7 +428,7 @@ int Rnic::dereg_mr(Mr* mr) {
 CompChannel* Rnic::create_comp_channel(int* err) {
   return control([&]() -> CompChannel* {
     auto ch = std::make_unique<CompChannel>();
-    if (ch->fd() < 0) {
+    if (!ch->valid()) {
       set_err(err, errno != 0 ? errno : EMFILE);
       return nullptr;
     }
@@ -705,15 +702,7 @@ Qp* Rnic::qp_by_num(Qpn qpn) noexcept { return qpn.value() < qp_table_.size() ? 
 
 // ---- async events ---------------------------------------------------------------------------------
 
-void Rnic::raise(const AsyncEvent& ev) noexcept {
-  {
-    std::lock_guard lock(async_mu_);
-    async_.push_back(ev);
-  }
-  const uint64_t one = 1;
-  while (::write(async_fd_, &one, sizeof one) < 0 && errno == EINTR) {
-  }
-}
+void Rnic::raise(const AsyncEvent& ev) noexcept { async_.push(ev); }
 
 void Rnic::on_link_poll(Timer& t, uint64_t now_ns) {
   Rnic& rnic = t.owner_as<Rnic>();
@@ -731,20 +720,7 @@ void Rnic::on_link_poll(Timer& t, uint64_t now_ns) {
   rnic.engine_.timers().arm(t, now_ns + kLinkPollNs);
 }
 
-int Rnic::get_async_event(AsyncEvent* ev) {
-  for (;;) {
-    uint64_t v = 0;
-    const ssize_t n = ::read(async_fd_, &v, sizeof v);  // blocks unless O_NONBLOCK
-    if (n == static_cast<ssize_t>(sizeof v)) break;
-    if (n < 0 && errno == EINTR) continue;
-    return n < 0 ? errno : EIO;
-  }
-  std::lock_guard lock(async_mu_);
-  if (async_.empty()) return EAGAIN;
-  *ev = async_.front();
-  async_.pop_front();
-  return 0;
-}
+int Rnic::get_async_event(AsyncEvent* ev) { return async_.take(ev); }
 
 // ---- doorbells ----------------------------------------------------------------------------------------
 

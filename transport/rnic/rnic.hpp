@@ -28,6 +28,7 @@
 
 #include "lib/util/counters.hpp"
 #include "transport/engine.hpp"
+#include "transport/event_queue.hpp"
 #include "transport/rnic/mcast.hpp"
 #include "transport/rnic/objects.hpp"
 #include "transport/rnic/qp.hpp"
@@ -167,7 +168,7 @@ class Rnic final : public transport::RoceSink {
   Qp* qp_by_num(Qpn qpn) noexcept;
 
   // ---- async events ----
-  int async_fd() const noexcept { return async_fd_; }
+  int async_fd() const noexcept { return async_.fd(); }
   void raise(const AsyncEvent& ev) noexcept;   // any thread
   int get_async_event(AsyncEvent* ev);          // blocks unless async_fd is O_NONBLOCK (EAGAIN)
 
@@ -223,9 +224,7 @@ class Rnic final : public transport::RoceSink {
   // 0, or the errno reg_mr/rereg_mr give for memory not mapped as `access` needs.
   static int check_memory(const void* addr, uint64_t length, int access);
   uint32_t next_pd_ = 1;
-  int async_fd_ = -1;
-  std::mutex async_mu_;
-  std::deque<AsyncEvent> async_;
+  transport::EventQueue<AsyncEvent> async_;  // ibv_get_async_event(3)
   // [engine] The port's link as last reported: a timer samples it every
   // kLinkPollNs and raises IBV_EVENT_PORT_ACTIVE / IBV_EVENT_PORT_ERR on a
   // change (IBA 11.6.3.3, unaffiliated port events).

@@ -1,5 +1,8 @@
 // Result<T, E>: a value or the reason there is none.  The control path's
-// return type (STYLE.md, "errors by layer") until C++23's std::expected.
+// return type (STYLE.md, "errors by layer") until C++23's std::expected;
+// the project's only one (drivers::Result<T> is this with drivers::Error,
+// the configuration's ConfigResult<T> this with ConfigError).
+// Result<void, E> is success with nothing, or the error.
 //
 //   Result<int, std::string> parse(...);
 //   if (auto r = parse(...); !r) return Err{r.error()};
@@ -60,6 +63,29 @@ class [[nodiscard]] Result {
   static constexpr size_t kValue = 0;
   static constexpr size_t kError = 1;
   std::variant<T, E> v_;
+};
+
+// Success carrying nothing, or the error.
+template <class E>
+class [[nodiscard]] Result<void, E> {
+ public:
+  using value_type = void;
+  using error_type = E;
+
+  Result() = default;
+  Result(E error) : error_(std::move(error)), ok_(false) {}  // NOLINT: implicit by design
+  template <class G>
+    requires std::is_constructible_v<E, G&&>
+  Result(Err<G> err) : error_(E(std::move(err.error))), ok_(false) {}  // NOLINT
+
+  bool ok() const noexcept { return ok_; }
+  explicit operator bool() const noexcept { return ok_; }
+  const E& error() const& { assert(!ok_); return error_; }
+  E&& error() && { assert(!ok_); return std::move(error_); }
+
+ private:
+  E error_{};
+  bool ok_ = true;
 };
 
 }  // namespace uroce
