@@ -177,6 +177,11 @@ bool GsiPort::send(const MadAddr& to, std::span<const uint8_t> mad) {
   return true;
 }
 
+void GsiPort::on_completion(rnic::Cq::PushHook wake, void* arg) noexcept {
+  UROCE_ASSERT_ENGINE(rnic_.engine());
+  if (cq_ != nullptr) cq_->set_push_hook(wake, arg);
+}
+
 unsigned GsiPort::poll(const Receiver& rx) {
   UROCE_ASSERT_ENGINE(rnic_.engine());
   if (cq_ == nullptr) return 0;

@@ -77,6 +77,11 @@ class GsiPort final : public MadPort {
   // number of completions handled.
   unsigned poll(const Receiver& rx);
 
+  // [engine] `wake(arg)` runs on the engine after each completion on QP 1
+  // (received MAD or finished send): the caller schedules a poll().  After
+  // open(); nullptr stops it.
+  void on_completion(rnic::Cq::PushHook wake, void* arg) noexcept;
+
   const GsiCounters& counters() const noexcept { return ctr_; }
   size_t ah_count() const noexcept { return ah_gauge_.load(std::memory_order_relaxed); }  // any thread
   rnic::Qp* qp() const noexcept { return qp_; }

@@ -152,6 +152,7 @@ RdmaCm::~RdmaCm() {
     transport::telemetry_unregister_set(d.cfg.rnic->name(), "cm", &d);
     transport::telemetry_unregister_set(d.cfg.rnic->name(), "gsi", &d);
     d.engine().run_sync([&] {
+      d.gsi->on_completion(nullptr, nullptr);
       d.engine().timers().cancel(d.poll_timer);
       d.engine().set_resolve_hook(nullptr);
       d.cfg.rnic->set_comm_est_hook(nullptr);
@@ -191,7 +192,10 @@ int RdmaCm::start() {
         std::lock_guard lock(mu_);
         on_comm_est(*dev, qp);
       });
-      e->timers().arm(d.poll_timer, e->now() + opt_.gsi_poll_ns);
+      // QP 1 is polled when a completion arrives on it, from the engine
+      // loop (never inside the push: the CM sends and modifies QPs).
+      d.gsi->on_completion(&RdmaCm::on_gsi_completion, dev);
+      e->timers().arm(d.poll_timer, e->now());
     });
     // The CM's counters (and its GSI port's), readable by `uroce stats`.
     transport::telemetry_register_set(d.cfg.rnic->name(), "cm", &d, [dev](const transport::CounterVisitor& f) {
@@ -234,14 +238,17 @@ RdmaCm::Usage RdmaCm::usage() {
   return u;
 }
 
-void RdmaCm::on_poll_timer(Timer& t, uint64_t now_ns) {
+// [engine] Armed by on_gsi_completion: takes every completion on QP 1.
+void RdmaCm::on_poll_timer(Timer& t, uint64_t) {
   RdmaDev& d = t.owner_as<RdmaDev>();
-  RdmaCm& m = *d.model;
-  {
-    std::lock_guard lock(m.mu_);
-    d.gsi->poll([&](const MadAddr& from, std::span<const uint8_t> mad) { d.cm->on_mad(from, mad); });
-  }
-  d.engine().timers().arm(t, now_ns + m.opt_.gsi_poll_ns);
+  std::lock_guard lock(d.model->mu_);
+  d.gsi->poll([&](const MadAddr& from, std::span<const uint8_t> mad) { d.cm->on_mad(from, mad); });
+}
+
+// [engine] A completion on QP 1: poll it on the next turn of the loop.
+void RdmaCm::on_gsi_completion(void* dev) noexcept {
+  RdmaDev& d = *static_cast<RdmaDev*>(dev);
+  if (!d.poll_timer.armed()) d.engine().timers().arm(d.poll_timer, d.engine().now());
 }
 
 void RdmaCm::progress() {

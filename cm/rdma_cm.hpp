@@ -89,7 +89,6 @@ struct RdmaCmOptions {
   // Linux's rdma_cm: 20 (4.3 s) and 15.
   uint8_t cm_response_timeout = kDefaultCmResponseTimeout;
   uint8_t max_cm_retries = kDefaultMaxCmRetries;
-  uint64_t gsi_poll_ns = 20'000;     // how often the engine looks at QP 1's CQ
   CmConfig cm;                        // ca_guid is each device's node GUID
 };
 
@@ -295,6 +294,7 @@ class RdmaCm {
   void on_engine(RdmaDev& d, F&& f);
   static void on_addr_timer(Timer& t, uint64_t now_ns);
   static void on_poll_timer(Timer& t, uint64_t now_ns);
+  static void on_gsi_completion(void* dev) noexcept;
 
   std::vector<std::unique_ptr<RdmaDev>> devs_;
   RdmaCmOptions opt_;
@@ -313,7 +313,7 @@ struct RdmaDev {
   RdmaCmDevice cfg;
   std::unique_ptr<GsiPort> gsi;
   std::unique_ptr<Cm> cm;
-  Timer poll_timer;
+  Timer poll_timer;                   // armed when QP 1 has a completion (on_gsi_completion)
   std::vector<RdmaId*> accepting;     // passive ids waiting for the RTU (first data counts)
   // One CM listen per service ID; the listening RdmaId for a REQ is found
   // from the port table by the destination address in its rdma_cm header

@@ -106,8 +106,10 @@ class Soak {
     ConnOpts co;
     co.mtu = IBV_MTU_1024;
     // ~4 ms: tail losses recover quickly, and a go-back-N of a full window
-    // still gets its ACKs back within it on a slow (sanitizer) build.
-    co.timeout = 10;
+    // still gets its ACKs back within it on an ASan build.  ThreadSanitizer
+    // slows the engine more than that: scripts/tsan sets
+    // UROCE_SOAK_TIMEOUT (the IBA exponent, 4.096 us << n) higher.
+    co.timeout = static_cast<uint8_t>(std::min<uint64_t>(env_u64("UROCE_SOAK_TIMEOUT", 10), 31));
     // Seven retries; progress restores them, so only eight timeouts in a
     // row with nothing acknowledged end a QP, which these loss rates never
     // cause (a QP that ends fails the test).

@@ -68,6 +68,7 @@ bool Cq::push(const ibv_wc& wc, bool solicited) noexcept {
       channel_->notify(this);
     }
   }
+  if (hook_ != nullptr) hook_(hook_arg_);
   return true;
 }
 

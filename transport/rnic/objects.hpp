@@ -146,6 +146,15 @@ class Cq {
   // with the SE bit (wakes a solicited-only request).
   bool push(const ibv_wc& wc, bool solicited = false) noexcept;
 
+  // [engine] Called on the engine thread after each entry is published:
+  // how an engine-side consumer (the GSI port, cm/gsi_port.hpp) learns of
+  // completions without polling.  Set on the engine before the CQ is used.
+  using PushHook = void (*)(void* arg) noexcept;
+  void set_push_hook(PushHook hook, void* arg) noexcept {
+    hook_ = hook;
+    hook_arg_ = arg;
+  }
+
   std::atomic<uint32_t> users{0};  // QPs and SRQs using it; destroy fails with EBUSY
   bool overflowed() const noexcept { return overflow_.load(std::memory_order_acquire); }
 
@@ -161,6 +170,8 @@ class Cq {
   // 0: not armed; 1: next completion; 2: solicited only.
   std::atomic<uint8_t> armed_{0};
   std::atomic<bool> overflow_{false};
+  PushHook hook_ = nullptr;  // engine-only
+  void* hook_arg_ = nullptr;
 };
 
 // ---- receive WQEs (RQ and SRQ) -----------------------------------------------------
