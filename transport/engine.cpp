@@ -4,11 +4,13 @@
 
 #include <rte_mbuf.h>
 
+#include <algorithm>
 #include <cassert>
 #include <chrono>
 #include <cstring>
 #include <ctime>
 
+#include "lib/wire/eth.hpp"
 #include "lib/wire/ipv4.hpp"
 #include "lib/wire/ipv6.hpp"
 #include "transport/params.hpp"
@@ -49,13 +51,17 @@ Engine::Engine(drivers::Port& port, EngineConfig cfg)
              }),
       doorbells_(cfg_.doorbell_capacity) {
   tx_.reserve(cfg_.tx_batch);
-  roce_.resize(cfg_.rx_burst);
+  loop_.reserve(params::kLoopbackFrames);
+  loop_rx_.reserve(params::kLoopbackFrames);
+  roce_.resize(std::max<size_t>(cfg_.rx_burst, params::kLoopbackFrames));
 }
 
 Engine::~Engine() {
   stop();
   engine_thread_.store(std::this_thread::get_id());  // the loop has stopped: it is ours now
   flush_tx();
+  for (rte_mbuf* m : loop_) rte_pktmbuf_free(m);
+  loop_.clear();
   capture_.close();
 }
 
@@ -105,6 +111,7 @@ unsigned Engine::poll_once() {
     handle_rx(pkts.data(), n);
     work += n;
   }
+  work += drain_loopback();
   work += wheel_.advance(now_ns_);
   if (!kernel_learned_.empty()) {  // rare: isolated ports (EngineConfig::kernel_neigh)
     for (const auto& [ip, mac] : kernel_learned_) neigh_.learn(ip, mac, true, now_ns_);
@@ -270,14 +277,15 @@ void Engine::count_drop(const wire::PktInfo& pi) {
   }
 }
 
-void Engine::handle_rx(rte_mbuf** pkts, uint16_t n) {
-  const uint64_t rt = capture_.is_open() ? realtime_ns() : 0;
+void Engine::handle_rx(rte_mbuf** pkts, uint16_t n, bool looped) {
+  const bool capture = capture_.is_open() && !looped;
+  const uint64_t rt = capture ? realtime_ns() : 0;
   uint16_t nroce = 0;
   uint64_t bytes = 0;
   for (uint16_t i = 0; i < n; ++i) {
     rte_mbuf* m = pkts[i];
     bytes += m->pkt_len;
-    if (capture_.is_open()) capture_.write(m, rt);
+    if (capture) capture_.write(m, rt);
     const uint8_t* f = rte_pktmbuf_mtod(m, const uint8_t*);
     // Frames are single-segment on every port we build (mbufs sized for
     // the largest frame); parse the first segment.
@@ -317,8 +325,10 @@ void Engine::handle_rx(rte_mbuf** pkts, uint16_t n) {
     }
     roce_[nroce++] = RoceRx{m, pi};
   }
-  ctr_.add(EngineCtr::rx_frames, n);
-  ctr_.add(EngineCtr::rx_bytes, bytes);
+  if (!looped) {
+    ctr_.add(EngineCtr::rx_frames, n);
+    ctr_.add(EngineCtr::rx_bytes, bytes);
+  }
   if (nroce) sink_->rx_burst(*this, roce_.data(), nroce);
 }
 
@@ -391,7 +401,38 @@ void Engine::send(rte_mbuf* m) noexcept {
   if (tx_.size() >= cfg_.tx_batch) flush_tx();
 }
 
-bool Engine::send_to(const IpAddr& dst, rte_mbuf* m) noexcept { return neigh_.send(dst, m, now_ns_); }
+bool Engine::send_to(const IpAddr& dst, rte_mbuf* m) noexcept {
+  if (cfg_.local.owns(dst)) return loop_back(m);
+  return neigh_.send(dst, m, now_ns_);
+}
+
+// Loopback (rxe's rxe_loopback, hardware's internal loopback): a frame to
+// our own address goes to our own receive path, addressed to our MAC, on
+// the loop's next turn (never inside the send: the sender may be the
+// responder or the completer in the middle of a packet).
+bool Engine::loop_back(rte_mbuf* m) noexcept {
+  UROCE_ASSERT_ENGINE(*this);
+  if (loop_.size() == loop_.capacity()) {
+    ctr_.inc(EngineCtr::drop_loopback_full);
+    rte_pktmbuf_free(m);
+    return false;
+  }
+  wire::Eth(rte_pktmbuf_mtod(m, uint8_t*)).set_dst(cfg_.local.mac);
+  loop_.push_back(m);
+  ctr_.inc(EngineCtr::loopback);
+  return true;
+}
+
+// [engine] Receives the frames looped back since the last turn; what they
+// cause (ACKs, responses) is looped on the following turn.
+unsigned Engine::drain_loopback() {
+  if (loop_.empty()) return 0;
+  loop_rx_.swap(loop_);
+  const auto n = static_cast<uint16_t>(loop_rx_.size());
+  handle_rx(loop_rx_.data(), n, true);
+  loop_rx_.clear();
+  return n;
+}
 
 void Engine::flush_tx() noexcept {
   UROCE_ASSERT_ENGINE(*this);

@@ -79,7 +79,9 @@ namespace uroce::transport {
   X(drop_host_ignored, "dropped: ARP/ICMP not addressed to us or not answerable")       \
   X(drop_no_mbuf, "dropped: no buffer to build a frame")                                \
   X(drop_tx_full, "dropped: the port did not take a frame")                             \
-  X(drop_neigh, "dropped: frame queued for a neighbour that did not resolve")
+  X(drop_neigh, "dropped: frame queued for a neighbour that did not resolve")            \
+  X(loopback, "frames to this device's own addresses, looped back (never on the wire)") \
+  X(drop_loopback_full, "dropped: the loopback queue was full (kLoopbackFrames)")
 
 UROCE_COUNTER_ENUM(EngineCtr, UROCE_ENGINE_COUNTERS)
 using EngineCounters = CounterSet<EngineCtr, kEngineCtrInfo>;
@@ -172,6 +174,8 @@ class Engine {
   rte_mbuf* alloc() noexcept;                       // counts drop_no_mbuf on failure
   void send(rte_mbuf* m) noexcept;                  // a complete frame
   // A frame whose Ethernet destination is filled in once `dst` resolves.
+  // A frame to one of the device's own addresses never reaches the wire:
+  // it is received on the loop's next turn, as rxe loops back (loopback).
   bool send_to(const IpAddr& dst, rte_mbuf* m) noexcept;
   void flush_tx() noexcept;
   static void set_frame_len(rte_mbuf* m, size_t len) noexcept;
@@ -200,7 +204,11 @@ class Engine {
 
  private:
   unsigned poll_once();  // the iteration itself; the caller has made its thread the loop's
-  void handle_rx(rte_mbuf** pkts, uint16_t n);
+  // `looped`: frames from the loopback queue (not counted as received from
+  // the port, not captured).
+  void handle_rx(rte_mbuf** pkts, uint16_t n, bool looped = false);
+  bool loop_back(rte_mbuf* m) noexcept;
+  unsigned drain_loopback();
   bool accept_mac(const uint8_t* frame) const noexcept;
   bool accept_roce_dst(const uint8_t* frame, const wire::PktInfo& pi) const noexcept;
   void handle_host(rte_mbuf* m, const wire::PktInfo& pi);
@@ -225,6 +233,8 @@ class Engine {
   drivers::Capture capture_;
   RoceSink* sink_ = nullptr;
   std::vector<rte_mbuf*> tx_;
+  std::vector<rte_mbuf*> loop_;      // frames to our own addresses, received next turn
+  std::vector<rte_mbuf*> loop_rx_;   // the turn's batch of them (swapped with loop_)
   std::vector<RoceRx> roce_;
   boost::lockfree::queue<Doorbell, boost::lockfree::fixed_sized<true>> doorbells_;
   std::function<void(const IpAddr&, bool)> resolve_hook_;

@@ -4,11 +4,17 @@
 #pragma once
 
 #include <array>
+#include <cstddef>
 #include <cstdint>
 
 namespace uroce::transport::params {
 
 // ---- the engine's poll loop (engine.cpp) -------------------------------------------
+// Frames to the device's own addresses waiting for the loop's next turn (as
+// a port's ring: a full queue drops, and RC retransmits).  A turn's
+// requester budget (kReqBudget per QP) stays far below it.
+inline constexpr size_t kLoopbackFrames = 2048;
+
 // An idle engine thread gives its core away by degrees: it spins for a
 // while (lowest latency), then yields to other runnable threads (the
 // application's own, which may be spinning on a CQ: on a machine with few
