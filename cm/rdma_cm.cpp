@@ -35,6 +35,18 @@ bool is_wildcard(const IpAddr& ip) {
   return ip == v4any || ip == IpAddr{};
 }
 
+// 127.0.0.0/8 and ::1: Linux's rdma_cm binds them to an RDMA device
+// (cma_bind_loopback) and resolves them to that device's own GID
+// (cma_resolve_loopback); the ids keep the loopback addresses.
+bool is_loopback(const IpAddr& ip) {
+  static const IpAddr v6one = [] {
+    IpAddr a;
+    a.bytes[15] = 1;
+    return a;
+  }();
+  return (ip.is_v4() && (ip.as_v4() >> 24) == 127) || ip == v6one;
+}
+
 bool in_subnet(const IpAddr& a, const RdmaCmAddr& net) {
   if (a.is_v4() != net.ip.is_v4()) return false;
   // IPv4 prefixes count the last 32 of the 128 bits.
@@ -446,6 +458,11 @@ int RdmaCm::destroy_id(RdmaId* id) {
 // ---- addresses -------------------------------------------------------------------------
 
 RdmaDev* RdmaCm::dev_for_addr(const IpAddr& ip) {
+  if (is_loopback(ip)) {  // the first device with an address (Linux: the first active port)
+    for (auto& d : devs_)
+      if (!d->cfg.addresses.empty()) return d.get();
+    return nullptr;
+  }
   for (auto& d : devs_)
     for (const RdmaCmAddr& a : d->cfg.addresses)
       if (a.ip == ip) return d.get();
@@ -474,6 +491,16 @@ RdmaDev* RdmaCm::dev_for_dst(const IpAddr& dst, const RdmaDev* prefer_not_owner)
     for (const RdmaCmAddr& a : d->cfg.addresses)
       if (a.ip.is_v4() == dst.is_v4()) return d.get();
   return nullptr;
+}
+
+// The address whose GID stands for `ip` on `d`: `ip` itself, or for a
+// loopback address the device's first address of that family (else its
+// first address).
+IpAddr RdmaCm::gid_ip(const RdmaDev& d, const IpAddr& ip) {
+  if (!is_loopback(ip) || d.cfg.addresses.empty()) return ip;
+  for (const RdmaCmAddr& a : d.cfg.addresses)
+    if (a.ip.is_v4() == ip.is_v4()) return a.ip;
+  return d.cfg.addresses.front().ip;
 }
 
 int RdmaCm::bind_locked(RdmaId* id, const sockaddr* addr) {
@@ -561,7 +588,7 @@ int RdmaCm::resolve_addr(RdmaId* id, const sockaddr* src, const sockaddr* dst, i
                id->state != RdmaIdState::RouteResolved) {
       return EINVAL;
     }
-    d = id->dev != nullptr ? id->dev : dev_for_dst(*dip, nullptr);
+    d = id->dev != nullptr ? id->dev : is_loopback(*dip) ? dev_for_addr(*dip) : dev_for_dst(*dip, nullptr);
     const uint16_t sport = port_of(sa(id->src));
     id->dst = {};
     std::memcpy(&id->dst, dst, sockaddr_len(dst));
@@ -579,6 +606,7 @@ int RdmaCm::resolve_addr(RdmaId* id, const sockaddr* src, const sockaddr* dst, i
     auto sip = ip_of(sa(id->src));
     if (!sip || is_wildcard(*sip) || sip->is_v4() != dip->is_v4()) {
       std::optional<IpAddr> pick;
+      if (is_loopback(*dip)) pick = *dip;  // Linux: a loopback destination is its own source
       for (const RdmaCmAddr& a : d->cfg.addresses)
         if (in_subnet(*dip, a)) {
           pick = a.ip;
@@ -601,7 +629,7 @@ int RdmaCm::resolve_addr(RdmaId* id, const sockaddr* src, const sockaddr* dst, i
   on_engine(*d, [&] {
     if (id->destroyed || id->state != RdmaIdState::AddrQuery) return;
     transport::Engine& e = d->engine();
-    const bool local = e.config().local.owns(*dip);
+    const bool local = is_loopback(*dip) || e.config().local.owns(*dip);
     // A multicast group maps to its MAC without ARP/ND (mcast.hpp).
     if (local || rnic::is_multicast_gid(dip->bytes) || e.neighbours().lookup(*dip, e.now()) != nullptr) {
       addr_done(*id, true, 0);
@@ -647,8 +675,10 @@ int RdmaCm::resolve_route(RdmaId* id, int /*timeout_ms*/) {
   std::lock_guard lock(mu_);
   if (id == nullptr || ids_.count(id) == 0) return EINVAL;
   if (id->state != RdmaIdState::AddrResolved && id->state != RdmaIdState::RouteResolved) return EINVAL;
-  const auto sip = ip_of(sa(id->src));
-  const auto dip = ip_of(sa(id->dst));
+  auto sip = ip_of(sa(id->src));
+  auto dip = ip_of(sa(id->dst));
+  if (sip) sip = gid_ip(*id->dev, *sip);
+  if (dip) dip = gid_ip(*id->dev, *dip);
   rnic::Rnic& r = *id->dev->cfg.rnic;
   RdmaEvent ev;
   id->sgid_index = sip ? r.find_gid(sip->bytes) : -1;
@@ -914,9 +944,10 @@ void RdmaCm::on_req(RdmaDev& d, const CmEvent& ev, bool sidr) {
   }
   set_sockaddr(id->src, our, lport);
   set_sockaddr(id->dst, peer, h.port);
-  id->sgid_index = d.cfg.rnic->find_gid(our.bytes);
+  const IpAddr our_gid = gid_ip(d, our);
+  id->sgid_index = d.cfg.rnic->find_gid(our_gid.bytes);
   CmPath& p = id->path;
-  p.local_gid = our.bytes;
+  p.local_gid = our_gid.bytes;
   p.remote_gid = ev.id->peer.gid;
   if (!sidr) {
     const ReqMsg& r = *ev.req;
@@ -1169,10 +1200,10 @@ int RdmaCm::connect(RdmaId* id, const rdma_conn_param* param) {
     const auto dip = ip_of(sa(id->dst));
     const uint16_t sport = port_of(sa(id->src));
     const uint16_t dport = port_of(sa(id->dst));
-    if (id->sgid_index < 0) id->sgid_index = d->cfg.rnic->find_gid(sip->bytes);
+    if (id->sgid_index < 0) id->sgid_index = d->cfg.rnic->find_gid(gid_ip(*d, *sip).bytes);
     if (!id->route_valid) {  // UD without rdma_resolve_route
-      id->path.local_gid = sip->bytes;
-      id->path.remote_gid = dip->bytes;
+      id->path.local_gid = gid_ip(*d, *sip).bytes;
+      id->path.remote_gid = gid_ip(*d, *dip).bytes;
     }
     const CmaHdr h = sip->is_v4() ? CmaHdr::ipv4(sip->as_v4(), dip->as_v4(), sport)
                                   : CmaHdr::ipv6(sip->bytes, dip->bytes, sport);
@@ -1184,7 +1215,7 @@ int RdmaCm::connect(RdmaId* id, const rdma_conn_param* param) {
     const size_t pd_len = kCmaHdrSize + (ud ? kSidrReqUserDataMax : kReqUserDataMax);
     format_cma_private_data(h, user, std::span<uint8_t>(pd.data(), pd_len));
     MadAddr dest;
-    dest.gid = dip->bytes;
+    dest.gid = gid_ip(*d, *dip).bytes;
     const uint64_t sid = cma_service_id(static_cast<PortSpace>(id->ps), dport);
     if (id->cm_id != nullptr) d->cm->destroy_id(id->cm_id);
     id->cm_id = d->cm->create_id(id);

@@ -273,6 +273,7 @@ class RdmaCm {
  private:
   friend struct RdmaDev;
   RdmaDev* dev_for_addr(const transport::IpAddr& ip);
+  static transport::IpAddr gid_ip(const RdmaDev& d, const transport::IpAddr& ip);
   RdmaDev* dev_for_dst(const transport::IpAddr& dst, const RdmaDev* prefer_not_owner);
   int bind_locked(RdmaId* id, const sockaddr* addr);
   void unbind_locked(RdmaId* id);

@@ -233,75 +233,100 @@ TEST_F(RdmaCmTest, ConnectAcceptDataDisconnect) {
   EXPECT_EQ(cm_->destroy_channel(cch), 0);
 }
 
-// Loopback (issue 13): a client connecting to its own device's address —
-// address resolution, the CM's MADs on QP 1 and the data all loop back
-// inside device A; B's wire stays silent.  The model has device A only,
-// as a process with one device (with two, a destination one of them owns
-// is reached from the other, over the wire: dev_for_dst).
-TEST_F(RdmaCmTest, ConnectToOwnAddressLoopsBack) {
-  start({}, false);
-  RdmaChannel* sch = cm_->create_channel();
-  RdmaChannel* cch = cm_->create_channel();
-  RdmaId* l = nullptr;
-  ASSERT_EQ(cm_->create_id(sch, nullptr, RDMA_PS_TCP, IBV_QPT_RC, &l), 0);
-  const sockaddr_in laddr = sin4(h_->a().ip4, 7300);
-  ASSERT_EQ(cm_->bind_addr(l, sa(laddr)), 0);
-  ASSERT_EQ(cm_->listen(l, 4), 0);
-  RdmaId* c = nullptr;
-  ASSERT_EQ(cm_->create_id(cch, nullptr, RDMA_PS_TCP, IBV_QPT_RC, &c), 0);
-  ASSERT_EQ(cm_->resolve_addr(c, nullptr, sa(laddr), 2000), 0);
-  expect(cch, RDMA_CM_EVENT_ADDR_RESOLVED);
-  ASSERT_EQ(cm_->resolve_route(c, 2000), 0);
-  expect(cch, RDMA_CM_EVENT_ROUTE_RESOLVED);
-  ASSERT_EQ(c->dev, l->dev);
+// Loopback (issue 13): a client connecting to its own device — to the
+// device's address or to 127.0.0.1, which binds the device as Linux's
+// rdma_cm does — has address and route resolution, the CM's MADs on QP 1
+// and the data loop back inside device A; B's wire stays silent.  The
+// model has device A only, as a process with one device (with two, a
+// destination one of them owns is reached from the other, over the wire:
+// dev_for_dst).
+class RdmaCmLoopback : public RdmaCmTest {
+ protected:
+  void SetUp() override { start({}, false); }
 
-  rnic::Cq* ccq = nullptr;
-  rnic::Qp* cqp = make_qp(h_->a(), IBV_QPT_RC, &ccq);
-  ASSERT_EQ(cm_->attach_qp(c, cqp), 0);
-  rdma_conn_param cp{};
-  cp.responder_resources = 1;
-  cp.initiator_depth = 1;
-  cp.retry_count = 7;
-  ASSERT_EQ(cm_->connect(c, &cp), 0);
-  RdmaEvent req = expect(sch, RDMA_CM_EVENT_CONNECT_REQUEST);
-  ASSERT_NE(req.id, nullptr);
-  rnic::Cq* scq = nullptr;
-  rnic::Qp* sqp = make_qp(h_->a(), IBV_QPT_RC, &scq);
-  ASSERT_EQ(cm_->attach_qp(req.id, sqp), 0);
-  ASSERT_EQ(cm_->accept(req.id, &cp), 0);
-  expect(cch, RDMA_CM_EVENT_ESTABLISHED);
-  expect(sch, RDMA_CM_EVENT_ESTABLISHED);
-  EXPECT_EQ(cqp->attrs().dest_qp_num, sqp->qpn().value());
+  // A listener on `listen_ip`, a client to `connect_ip`, both port 7300.
+  void connect_and_send(uint32_t listen_ip, uint32_t connect_ip) {
+    RdmaChannel* sch = cm_->create_channel();
+    RdmaChannel* cch = cm_->create_channel();
+    RdmaId* l = nullptr;
+    ASSERT_EQ(cm_->create_id(sch, nullptr, RDMA_PS_TCP, IBV_QPT_RC, &l), 0);
+    const sockaddr_in laddr = sin4(listen_ip, 7300), caddr = sin4(connect_ip, 7300);
+    ASSERT_EQ(cm_->bind_addr(l, sa(laddr)), 0);
+    ASSERT_EQ(cm_->listen(l, 4), 0);
+    RdmaId* c = nullptr;
+    ASSERT_EQ(cm_->create_id(cch, nullptr, RDMA_PS_TCP, IBV_QPT_RC, &c), 0);
+    ASSERT_EQ(cm_->resolve_addr(c, nullptr, sa(caddr), 2000), 0);
+    expect(cch, RDMA_CM_EVENT_ADDR_RESOLVED);
+    ASSERT_EQ(cm_->resolve_route(c, 2000), 0);
+    expect(cch, RDMA_CM_EVENT_ROUTE_RESOLVED);
+    ASSERT_NE(c->dev, nullptr);
+    EXPECT_EQ(c->sgid_index, h_->a().gid_v4);
+    // The id keeps the address it was given (rdma_get_local_addr/peer_addr).
+    EXPECT_EQ(ntohl(reinterpret_cast<const sockaddr_in*>(&c->dst)->sin_addr.s_addr), connect_ip);
 
-  auto sbuf = h_->buffer(h_->a(), 64, IBV_ACCESS_LOCAL_WRITE, 0x6B);
-  auto rbuf = h_->buffer(h_->a(), 64, IBV_ACCESS_LOCAL_WRITE, 0);
-  ibv_sge rs = rbuf.sge(0, 64);
-  ASSERT_EQ(rnic::testing::post_recv(sqp, 1, {&rs, 1}), 0);
-  ibv_sge ss = sbuf.sge(0, 64);
-  ibv_send_wr wr = rnic::testing::send_wr(IBV_WR_SEND, 2, {&ss, 1});
-  ASSERT_EQ(rnic::testing::post_send(cqp, wr), 0);
-  ibv_wc wc{};
-  const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(5);
-  int got = 0;
-  while (got == 0 && std::chrono::steady_clock::now() < end) got = scq->poll(1, &wc);
-  ASSERT_EQ(got, 1);
-  EXPECT_EQ(wc.status, IBV_WC_SUCCESS);
-  EXPECT_EQ(rbuf.data()[63], 0x6B);
+    rnic::Cq* ccq = nullptr;
+    rnic::Qp* cqp = make_qp(h_->a(), IBV_QPT_RC, &ccq);
+    ASSERT_EQ(cm_->attach_qp(c, cqp), 0);
+    rdma_conn_param cp{};
+    cp.responder_resources = 1;
+    cp.initiator_depth = 1;
+    cp.retry_count = 7;
+    ASSERT_EQ(cm_->connect(c, &cp), 0);
+    RdmaEvent req = expect(sch, RDMA_CM_EVENT_CONNECT_REQUEST);
+    ASSERT_NE(req.id, nullptr);
+    rnic::Cq* scq = nullptr;
+    rnic::Qp* sqp = make_qp(h_->a(), IBV_QPT_RC, &scq);
+    ASSERT_EQ(cm_->attach_qp(req.id, sqp), 0);
+    ASSERT_EQ(cm_->accept(req.id, &cp), 0);
+    expect(cch, RDMA_CM_EVENT_ESTABLISHED);
+    expect(sch, RDMA_CM_EVENT_ESTABLISHED);
+    EXPECT_EQ(cqp->attrs().dest_qp_num, sqp->qpn().value());
 
-  ASSERT_EQ(cm_->disconnect(c), 0);
-  expect(sch, RDMA_CM_EVENT_DISCONNECTED);
-  ASSERT_EQ(cm_->disconnect(req.id), 0);
-  expect(cch, RDMA_CM_EVENT_DISCONNECTED);
-  EXPECT_EQ(h_->b().engine->counters().get(transport::EngineCtr::rx_roce), 0u) << "nothing reached the wire";
-  EXPECT_GT(h_->a().engine->counters().get(transport::EngineCtr::loopback), 0u);
+    auto sbuf = h_->buffer(h_->a(), 64, IBV_ACCESS_LOCAL_WRITE, 0x6B);
+    auto rbuf = h_->buffer(h_->a(), 64, IBV_ACCESS_LOCAL_WRITE, 0);
+    ibv_sge rs = rbuf.sge(0, 64);
+    ASSERT_EQ(rnic::testing::post_recv(sqp, 1, {&rs, 1}), 0);
+    ibv_sge ss = sbuf.sge(0, 64);
+    ibv_send_wr wr = rnic::testing::send_wr(IBV_WR_SEND, 2, {&ss, 1});
+    ASSERT_EQ(rnic::testing::post_send(cqp, wr), 0);
+    ibv_wc wc{};
+    const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+    int got = 0;
+    while (got == 0 && std::chrono::steady_clock::now() < end) got = scq->poll(1, &wc);
+    ASSERT_EQ(got, 1);
+    EXPECT_EQ(wc.status, IBV_WC_SUCCESS);
+    EXPECT_EQ(rbuf.data()[63], 0x6B);
 
-  cm_->detach_qp(c);
-  cm_->detach_qp(req.id);
-  EXPECT_EQ(cm_->destroy_id(c), 0);
-  EXPECT_EQ(cm_->destroy_id(req.id), 0);
-  EXPECT_EQ(cm_->destroy_id(l), 0);
-  EXPECT_EQ(cm_->destroy_channel(sch), 0);
-  EXPECT_EQ(cm_->destroy_channel(cch), 0);
+    ASSERT_EQ(cm_->disconnect(c), 0);
+    expect(sch, RDMA_CM_EVENT_DISCONNECTED);
+    ASSERT_EQ(cm_->disconnect(req.id), 0);
+    expect(cch, RDMA_CM_EVENT_DISCONNECTED);
+    EXPECT_EQ(h_->b().engine->counters().get(transport::EngineCtr::rx_roce), 0u) << "nothing reached the wire";
+    EXPECT_GT(h_->a().engine->counters().get(transport::EngineCtr::loopback), 0u);
+
+    cm_->detach_qp(c);
+    cm_->detach_qp(req.id);
+    EXPECT_EQ(cm_->destroy_id(c), 0);
+    EXPECT_EQ(cm_->destroy_id(req.id), 0);
+    EXPECT_EQ(cm_->destroy_id(l), 0);
+    EXPECT_EQ(cm_->destroy_channel(sch), 0);
+    EXPECT_EQ(cm_->destroy_channel(cch), 0);
+  }
+};
+
+constexpr uint32_t kLocalhost = 0x7F000001;  // 127.0.0.1
+
+TEST_F(RdmaCmLoopback, ToTheDevicesOwnAddress) { connect_and_send(h_->a().ip4, h_->a().ip4); }
+TEST_F(RdmaCmLoopback, To127001) { connect_and_send(kLocalhost, kLocalhost); }
+TEST_F(RdmaCmLoopback, To127001WildcardListener) { connect_and_send(0, kLocalhost); }
+
+TEST_F(RdmaCmLoopback, BindLocalhostTakesTheDevice) {
+  RdmaId* id = nullptr;
+  ASSERT_EQ(cm_->create_id(nullptr, nullptr, RDMA_PS_TCP, IBV_QPT_RC, &id), 0);
+  const sockaddr_in lo = sin4(kLocalhost, 0);
+  ASSERT_EQ(cm_->bind_addr(id, sa(lo)), 0) << "Linux binds a loopback address to an RDMA device";
+  EXPECT_NE(id->dev, nullptr);
+  EXPECT_EQ(cm_->destroy_id(id), 0);
 }
 
 TEST_F(RdmaCmTest, RejectCarriesReasonAndPrivateData) {
