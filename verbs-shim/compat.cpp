@@ -257,7 +257,8 @@ UROCE_EXPORT void ibv_copy_path_rec_to_kern(ib_user_path_rec* dst, const ibv_sa_
 }
 
 // ---- import: objects shared through a kernel command fd ---------------------------------------
-// There is no kernel command fd (ibv_context.cmd_fd is -1).
+// There is no kernel command channel to import from (ibv_context.cmd_fd is
+// a memfd of the context's own).
 
 UROCE_EXPORT ibv_context* ibv_import_device(int) noexcept { return fail(EOPNOTSUPP, static_cast<ibv_context*>(nullptr)); }
 UROCE_EXPORT ibv_pd* ibv_import_pd(ibv_context*, uint32_t) noexcept { return fail(EOPNOTSUPP, static_cast<ibv_pd*>(nullptr)); }

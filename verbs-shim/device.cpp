@@ -6,6 +6,7 @@
 #include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -283,6 +284,7 @@ int query_device_ex_op(ibv_context* ctx, const ibv_query_device_ex_input* in, ib
   ibv_device_attr_ex full{};
   full.orig_attr = ctx_dev(ctx)->rnic->device_attr();
   full.device_cap_flags_ex = full.orig_attr.device_cap_flags;
+  full.phys_port_cnt_ex = full.orig_attr.phys_port_cnt;
   // No ODP, TSO, RSS, tag matching, packet pacing or device memory: zero.
   copy_sized(attr, attr_size, &full, sizeof full);
   return 0;
@@ -346,7 +348,15 @@ UROCE_EXPORT ibv_context* ibv_open_device(ibv_device* device) noexcept {
   // (or fall back to the plain verb), as for a provider without the op.
   ibv_context& ctx = v.context;
   ctx.device = device;
-  ctx.cmd_fd = -1;  // no kernel
+  // No kernel command channel, but programs dup, poll or pass the fd
+  // (pyverbs dups it for ibv_import_device): a memfd of the context's own,
+  // closed with it; ibv_import_device answers EOPNOTSUPP.
+  ctx.cmd_fd = ::memfd_create("uroce-context", MFD_CLOEXEC);
+  if (ctx.cmd_fd < 0) {
+    const int e = errno;
+    delete c;
+    return fail(e, static_cast<ibv_context*>(nullptr));
+  }
   ctx.async_fd = dev->rnic->async_fd();
   ctx.num_comp_vectors = kNumCompVectors;
   pthread_mutex_init(&ctx.mutex, nullptr);
@@ -367,6 +377,7 @@ UROCE_EXPORT int ibv_close_device(ibv_context* context) noexcept {
   if (context == nullptr) return EINVAL;
   Context* c = to_ctx(context);
   pthread_mutex_destroy(&context->mutex);
+  if (context->cmd_fd >= 0) ::close(context->cmd_fd);
   delete c;  // the async fd is the device's, shared by its contexts
   return 0;
 }

@@ -21,6 +21,7 @@
 #include <sys/select.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstddef>
 #include <cstdlib>
@@ -783,48 +784,83 @@ RDMACM_EXPORT void rdma_freeaddrinfo(rdma_addrinfo* res) noexcept {
   }
 }
 
+namespace {
+// A copy of `len` bytes of `src` in a sockaddr_storage of its own (freed by
+// rdma_freeaddrinfo); null when out of memory.
+sockaddr* dup_addr(const sockaddr* src, socklen_t len) {
+  auto* a = static_cast<sockaddr*>(std::calloc(1, sizeof(sockaddr_storage)));
+  if (a != nullptr) std::memcpy(a, src, std::min<size_t>(len, sizeof(sockaddr_storage)));
+  return a;
+}
+}  // namespace
+
 // Numeric or named hosts and service ports through getaddrinfo(3); one
-// result, as librdmacm gives for IP addresses.  Returns 0 or an EAI_*
-// code (what librdmacm returns from getaddrinfo).
+// result, as librdmacm gives for IP addresses.  With neither node nor
+// service, the hints' own addresses and fields make the result (librdmacm
+// does the same; fi_pingpong and rdma_cm programs pass only hints); an
+// address the hints carry fills the side the lookup left empty.  Returns 0
+// or an EAI_* code (what librdmacm returns from getaddrinfo).
 RDMACM_EXPORT int rdma_getaddrinfo(const char* node, const char* service, const rdma_addrinfo* hints,
                                    rdma_addrinfo** res) noexcept {
-  if (res == nullptr || (node == nullptr && service == nullptr)) return fail(EINVAL, -1);
-  addrinfo h{};
+  if (res == nullptr || (node == nullptr && service == nullptr && hints == nullptr)) return fail(EINVAL, -1);
   const int flags = hints != nullptr ? hints->ai_flags : 0;
-  h.ai_flags = ((flags & RAI_PASSIVE) != 0 ? AI_PASSIVE : 0) | ((flags & RAI_NUMERICHOST) != 0 ? AI_NUMERICHOST : 0);
-  h.ai_family = hints != nullptr ? hints->ai_family : AF_UNSPEC;
-  if (h.ai_family != AF_UNSPEC && h.ai_family != AF_INET && h.ai_family != AF_INET6) return EAI_FAMILY;
-  h.ai_socktype = SOCK_STREAM;
-  addrinfo* ai = nullptr;
-  if (const int rc = getaddrinfo(node, service, &h, &ai); rc != 0) return rc;
+  const int family = hints != nullptr ? hints->ai_family : AF_UNSPEC;
+  if (family != AF_UNSPEC && family != AF_INET && family != AF_INET6) return EAI_FAMILY;
   auto* r = static_cast<rdma_addrinfo*>(std::calloc(1, sizeof(rdma_addrinfo)));
-  auto* addr = static_cast<sockaddr*>(std::calloc(1, sizeof(sockaddr_storage)));
-  if (r == nullptr || addr == nullptr) {
-    std::free(r);
-    std::free(addr);
-    freeaddrinfo(ai);
-    return EAI_MEMORY;
-  }
-  std::memcpy(addr, ai->ai_addr, ai->ai_addrlen);
+  if (r == nullptr) return EAI_MEMORY;
   r->ai_flags = flags;
-  r->ai_family = ai->ai_family;
+  r->ai_family = family;
   r->ai_qp_type = hints != nullptr && hints->ai_qp_type != 0 ? hints->ai_qp_type : IBV_QPT_RC;
   r->ai_port_space = hints != nullptr && hints->ai_port_space != 0 ? hints->ai_port_space
                      : r->ai_qp_type == IBV_QPT_UD                   ? RDMA_PS_UDP
                                                                       : RDMA_PS_TCP;
-  if ((flags & RAI_PASSIVE) != 0) {
-    r->ai_src_addr = addr;
-    r->ai_src_len = static_cast<socklen_t>(ai->ai_addrlen);
-  } else {
-    r->ai_dst_addr = addr;
-    r->ai_dst_len = static_cast<socklen_t>(ai->ai_addrlen);
-    if (hints != nullptr && hints->ai_src_addr != nullptr && addr_len(hints->ai_src_addr) != 0) {
-      r->ai_src_len = addr_len(hints->ai_src_addr);
-      r->ai_src_addr = static_cast<sockaddr*>(std::calloc(1, sizeof(sockaddr_storage)));
-      if (r->ai_src_addr != nullptr) std::memcpy(r->ai_src_addr, hints->ai_src_addr, r->ai_src_len);
+  if (node != nullptr || service != nullptr) {
+    addrinfo h{};
+    h.ai_flags = ((flags & RAI_PASSIVE) != 0 ? AI_PASSIVE : 0) | ((flags & RAI_NUMERICHOST) != 0 ? AI_NUMERICHOST : 0);
+    h.ai_family = family;
+    h.ai_socktype = SOCK_STREAM;
+    addrinfo* ai = nullptr;
+    if (const int rc = getaddrinfo(node, service, &h, &ai); rc != 0) {
+      std::free(r);
+      return rc;
+    }
+    sockaddr* addr = dup_addr(ai->ai_addr, ai->ai_addrlen);
+    const auto len = static_cast<socklen_t>(ai->ai_addrlen);
+    r->ai_family = ai->ai_family;
+    freeaddrinfo(ai);
+    if (addr == nullptr) {
+      std::free(r);
+      return EAI_MEMORY;
+    }
+    if ((flags & RAI_PASSIVE) != 0) {
+      r->ai_src_addr = addr;
+      r->ai_src_len = len;
+    } else {
+      r->ai_dst_addr = addr;
+      r->ai_dst_len = len;
     }
   }
-  freeaddrinfo(ai);
+  bool oom = false;
+  if (hints != nullptr && r->ai_src_addr == nullptr && hints->ai_src_addr != nullptr &&
+      addr_len(hints->ai_src_addr) != 0) {
+    r->ai_src_len = addr_len(hints->ai_src_addr);
+    r->ai_src_addr = dup_addr(hints->ai_src_addr, r->ai_src_len);
+    oom = oom || r->ai_src_addr == nullptr;
+  }
+  if (hints != nullptr && r->ai_dst_addr == nullptr && hints->ai_dst_addr != nullptr &&
+      addr_len(hints->ai_dst_addr) != 0) {
+    r->ai_dst_len = addr_len(hints->ai_dst_addr);
+    r->ai_dst_addr = dup_addr(hints->ai_dst_addr, r->ai_dst_len);
+    oom = oom || r->ai_dst_addr == nullptr;
+  }
+  if (oom) {
+    rdma_freeaddrinfo(r);
+    return EAI_MEMORY;
+  }
+  if (r->ai_family == AF_UNSPEC) {
+    const sockaddr* any = r->ai_src_addr != nullptr ? r->ai_src_addr : r->ai_dst_addr;
+    if (any != nullptr) r->ai_family = any->sa_family;
+  }
   *res = r;
   return 0;
 }

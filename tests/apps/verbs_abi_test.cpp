@@ -9,6 +9,7 @@
 #include <gtest/gtest.h>
 #include <infiniband/verbs.h>
 #include <poll.h>
+#include <unistd.h>
 
 #include <array>
 #include <cerrno>
@@ -86,6 +87,11 @@ TEST_F(VerbsAbi, ContextIsAFullVerbsContext) {
   EXPECT_EQ(c->ops.alloc_mw, nullptr);
   EXPECT_GE(c->num_comp_vectors, 1);
   EXPECT_GE(fcntl(c->async_fd, F_GETFL), 0) << "the async fd is a real fd";
+  // cmd_fd: a real fd a program can dup (pyverbs does), its own per context.
+  const int d = dup(c->cmd_fd);
+  EXPECT_GE(d, 0) << "cmd_fd " << c->cmd_fd;
+  if (d >= 0) close(d);
+  EXPECT_NE(c->cmd_fd, ctx_[1]->cmd_fd);
 }
 
 TEST_F(VerbsAbi, PortQueryHonoursTheCallersSize) {
@@ -152,6 +158,7 @@ TEST_F(VerbsAbi, DeviceQueryExHonoursTheCallersSize) {
   ibv_device_attr_ex ex{};
   ASSERT_EQ(ibv_query_device_ex(ctx_[0], nullptr, &ex), 0);
   EXPECT_EQ(ex.orig_attr.vendor_id, 0xFFFFFFu);
+  EXPECT_EQ(ex.phys_port_cnt_ex, 1u);
   ibv_query_device_ex_input in{};
   in.comp_mask = 1;
   EXPECT_EQ(ibv_query_device_ex(ctx_[0], &in, &ex), EINVAL);
@@ -183,6 +190,17 @@ TEST_F(VerbsAbi, UnsupportedVerbsFailCleanly) {
   errno = 0;
   EXPECT_EQ(ibv_create_cq_ex(ctx_[0], &cqa), nullptr);
   EXPECT_EQ(errno, EOPNOTSUPP);
+  // A QP type verbs knows and the device does not do: EOPNOTSUPP (as rxe).
+  ibv_cq* cq = ibv_create_cq(ctx_[0], kCqe, nullptr, nullptr, 0);
+  ASSERT_NE(cq, nullptr);
+  ibv_qp_init_attr raw{};
+  raw.send_cq = raw.recv_cq = cq;
+  raw.qp_type = IBV_QPT_RAW_PACKET;
+  raw.cap = {4, 4, 1, 1, 0};
+  errno = 0;
+  EXPECT_EQ(ibv_create_qp(pd, &raw), nullptr);
+  EXPECT_EQ(errno, EOPNOTSUPP);
+  EXPECT_EQ(ibv_destroy_cq(cq), 0);
   errno = 0;
   EXPECT_EQ(ibv_import_device(3), nullptr);
   EXPECT_EQ(errno, EOPNOTSUPP);

@@ -514,6 +514,35 @@ TEST(Inline, CopiedAtPostTime) {
   EXPECT_EQ(post_send(p.qa, wr), EINVAL);
 }
 
+// max_inline_data is at least what the send SGEs occupy (16 bytes each), as
+// rxe sizes and reports it: a QP asked for 0 bytes and 1 SGE takes 16 bytes
+// inline (rdma_xclient does), not 17.
+TEST(Inline, AtLeastTheSgesRoom) {
+  Harness h;
+  QpCaps caps;
+  caps.max_inline_data = 0;
+  caps.max_send_sge = 1;
+  Pair p = h.pair(IBV_QPT_RC, {}, caps);
+  ASSERT_NE(p.qa, nullptr);
+  EXPECT_EQ(p.qa->cap().max_inline_data, 16u);
+  Buffer dst = h.buffer(h.b(), 64, kRemoteAll, 0xEE);
+  std::vector<uint8_t> plain(17);
+  fill_pattern(plain, 78);
+  ibv_sge r = dst.sge(0, 64);
+  ASSERT_EQ(post_recv(p.qb, 1, {&r, 1}), 0);
+  ibv_sge s{reinterpret_cast<uint64_t>(plain.data()), 16, 0};
+  ibv_send_wr wr = send_wr(IBV_WR_SEND, 1, {&s, 1}, IBV_SEND_SIGNALED | IBV_SEND_INLINE);
+  ASSERT_EQ(post_send(p.qa, wr), 0);
+  EXPECT_EQ(h.wait_wc(p.scq_a).status, IBV_WC_SUCCESS);
+  const ibv_wc wc = h.wait_wc(p.rcq_b);
+  EXPECT_EQ(wc.status, IBV_WC_SUCCESS);
+  EXPECT_EQ(wc.byte_len, 16u);
+  EXPECT_EQ(first_diff(dst.bytes(0, 16), {plain.data(), 16}), -1);
+  s.length = 17;
+  wr = send_wr(IBV_WR_SEND, 2, {&s, 1}, IBV_SEND_SIGNALED | IBV_SEND_INLINE);
+  EXPECT_EQ(post_send(p.qa, wr), EINVAL);
+}
+
 // ---- fence and ordering ------------------------------------------------------------------
 
 // READ into L, then a fenced WRITE from L: the WRITE carries what the READ

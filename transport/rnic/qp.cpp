@@ -5,6 +5,8 @@
 #include "lib/util/log.hpp"
 #include "transport/rnic/qp.hpp"
 
+#include <algorithm>
+
 #include <array>
 #include <bit>
 #include <cerrno>
@@ -222,6 +224,11 @@ Qp::Qp(Rnic& rnic, Pd* pd, Qpn qpn, const ibv_qp_init_attr& init)
     cap_.max_recv_wr = 0;
     cap_.max_recv_sge = 0;
   }
+  // Inline data: at least what the send SGEs would occupy in a WQE, as rxe
+  // sizes it (rxe_init_sq) and reports it back; programs count on it
+  // (rdma_xclient sends 16 bytes inline on a QP asked for 0 and 1 SGE).
+  cap_.max_inline_data = std::min(
+      kMaxInlineData, std::max(cap_.max_inline_data, cap_.max_send_sge * static_cast<uint32_t>(sizeof(ibv_sge))));
   sq.init(cap_.max_send_wr);
   rq.init(cap_.max_recv_wr);
   // UDP source port per QP (A17.4.3 leaves it free; 0xC000-0xFFFF as rxe,

@@ -545,7 +545,11 @@ Qp* Rnic::make_qp(Pd* pd, const ibv_qp_init_attr& init, uint32_t qpn, int* err) 
 Qp* Rnic::create_qp(Pd* pd, const ibv_qp_init_attr& init, int* err) {
   return control([&]() -> Qp* {
     if (init.qp_type != IBV_QPT_RC && init.qp_type != IBV_QPT_UC && init.qp_type != IBV_QPT_UD) {
-      set_err(err, EINVAL);
+      // A type verbs knows and this device does not do (raw packet, XRC,
+      // driver QPs): EOPNOTSUPP, as rxe answers; anything else: EINVAL.
+      const bool known = init.qp_type == IBV_QPT_RAW_PACKET || init.qp_type == IBV_QPT_XRC_SEND ||
+                         init.qp_type == IBV_QPT_XRC_RECV || init.qp_type == IBV_QPT_DRIVER;
+      set_err(err, known ? EOPNOTSUPP : EINVAL);
       return nullptr;
     }
     // QPNs 2 .. limit-1, never a live one, from a random place in the range:
