@@ -18,7 +18,6 @@ namespace {
 constexpr std::array<const char*, kNumLogTypes> kLogTypeNames = {"uroce.engine", "uroce.rnic", "uroce.cm",
                                                                    "uroce.shim"};
 constexpr std::array<std::string_view, kNumTraceCats> kTraceCatNames = {"qp", "conn"};
-constexpr const char* kTraceLogType = "uroce.trace";
 constexpr size_t kLineMax = 512;  // longer trace lines are cut
 constexpr std::string_view kTraceEnv = "UROCE_TRACE";
 
@@ -34,17 +33,15 @@ constexpr uint32_t rte_level(LogLevel l) noexcept {
 
 // The rte_log types, registered on first use (rte_log works before the
 // EAL starts: lines go to stderr until then).  Log types default to
-// WARNING; the trace type to INFO, so a trace line switched on is printed.
+// WARNING.
 struct Types {
   std::array<int, kNumLogTypes> log{};
-  int trace = -1;
 };
 
 const Types& types() {
   static const Types t = [] {
     Types r;
     for (size_t i = 0; i < kNumLogTypes; ++i) r.log[i] = rte_log_register_type_and_pick_level(kLogTypeNames[i], RTE_LOG_WARNING);
-    r.trace = rte_log_register_type_and_pick_level(kTraceLogType, RTE_LOG_INFO);
     return r;
   }();
   return t;
@@ -139,8 +136,12 @@ void trace_emit(TraceCat c, const char* fmt, ...) {
   va_start(ap, fmt);
   std::vsnprintf(line, sizeof line, fmt, ap);
   va_end(ap);
-  const int type = types().trace;
-  if (type >= 0) rte_log(RTE_LOG_INFO, static_cast<uint32_t>(type), "uroce.trace.%s: %s\n", kTraceCatNames[static_cast<size_t>(c)].data(), line);
+  // Straight to rte_log's stream: switching the category on is the filter
+  // (the EAL's global log level, often WARNING, would drop INFO lines).
+  if (FILE* f = rte_log_get_stream(); f != nullptr) {
+    std::fprintf(f, "uroce.trace.%s: %s\n", kTraceCatNames[static_cast<size_t>(c)].data(), line);
+    std::fflush(f);
+  }
   std::lock_guard lock(g_hook_mu);
   if (g_hook) g_hook(c, line);
 }

@@ -16,8 +16,9 @@
 //                              in a running process (DPDK telemetry:
 //                              /uroce/trace,qp=on)
 //
-// A line goes to rte_log (type uroce.trace, level INFO) and to the hook,
-// when one is set (tests, tools that collect them).  A trace point costs
+// A line goes to rte_log's stream (stderr unless the application chose
+// another) whatever the log levels, and to the hook when one is set
+// (tests, tools that collect them).  A trace point costs
 // one relaxed load while its category is off; it formats only when on.
 //
 // Threads: any.  The hook is called on the thread that traced (the engine

@@ -514,6 +514,44 @@ TEST(Inline, CopiedAtPostTime) {
   EXPECT_EQ(post_send(p.qa, wr), EINVAL);
 }
 
+// A send WQE's slot is free when its CQE is published: a program that
+// posts again as soon as it polls a completion finds room even at
+// max_send_wr 1 (qperf's latency tests).  The CQ's push hook runs right
+// after the entry is published, on the engine, and looks at the SQ then.
+struct PushProbe {
+  Qp* qp = nullptr;
+  int pushes = 0;
+  int sq_full_at_push = 0;
+};
+void probe_push(void* arg) noexcept {
+  auto* p = static_cast<PushProbe*>(arg);
+  ++p->pushes;
+  if (p->qp->sq.full()) ++p->sq_full_at_push;
+}
+
+TEST(SendQueue, SlotFreeBeforeItsCompletionIsSeen) {
+  Harness h;
+  QpCaps caps;
+  caps.max_send_wr = 1;
+  Pair p = h.pair(IBV_QPT_RC, {}, caps);
+  ASSERT_NE(p.qa, nullptr);
+  PushProbe probe{p.qa};
+  h.a().engine->run_sync([&] { p.scq_a->set_push_hook(&probe_push, &probe); });
+  Buffer src = h.buffer(h.a(), 64, kRemoteAll, 0x11);
+  Buffer dst = h.buffer(h.b(), 64, kRemoteAll, 0);
+  for (uint64_t i = 0; i < 4; ++i) {
+    ibv_sge s = src.sge(0, 64);
+    ibv_send_wr wr = i % 2 ? rdma_wr(IBV_WR_RDMA_READ, i, {&s, 1}, dst.addr(), dst.rkey())
+                           : rdma_wr(IBV_WR_RDMA_WRITE, i, {&s, 1}, dst.addr(), dst.rkey());
+    ASSERT_EQ(post_send(p.qa, wr), 0) << "post " << i;
+    const ibv_wc wc = h.wait_wc(p.scq_a);
+    EXPECT_EQ(wc.status, IBV_WC_SUCCESS) << wc_status_name(wc.status);
+  }
+  h.a().engine->run_sync([&] { p.scq_a->set_push_hook(nullptr, nullptr); });
+  EXPECT_EQ(probe.pushes, 4);
+  EXPECT_EQ(probe.sq_full_at_push, 0) << "a CQE was visible while its WQE still held the only slot";
+}
+
 // max_inline_data is at least what the send SGEs occupy (16 bytes each), as
 // rxe sizes and reports it: a QP asked for 0 bytes and 1 SGE takes 16 bytes
 // inline (rdma_xclient does), not 17.

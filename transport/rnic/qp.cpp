@@ -430,6 +430,7 @@ void Qp::query_engine(ibv_qp_attr* attr, int /*mask*/, ibv_qp_init_attr* init) c
 int Qp::post_send(const ibv_send_wr* wr, const ibv_send_wr** bad) {
   const TypeIdx t = type_idx(*this);
   int rc = 0;
+  const char* why = nullptr;  // the trace's reason for a refusal
   bool posted = false;
   {
     std::lock_guard lock(sq.post_mu);
@@ -439,31 +440,37 @@ int Qp::post_send(const ibv_send_wr* wr, const ibv_send_wr** bad) {
       // (10.3.1.6-7); RESET, INIT and RTR refuse them.
       if (!state_caps(state()).accepts_sends) {
         rc = EINVAL;
+        why = "QP state";
         break;
       }
       const long long opcode_raw = raw(wr->opcode);
       if (opcode_raw < IBV_WR_RDMA_WRITE || opcode_raw > IBV_WR_ATOMIC_WRITE) {
         rc = EINVAL;  // not an opcode at all (read before it is taken as one)
+        why = "opcode";
         break;
       }
       if (!opcode_ok(t, wr->opcode) || wr->num_sge < 0 ||
           static_cast<uint32_t>(wr->num_sge) > cap_.max_send_sge) {
         rc = EINVAL;
+        why = "opcode for this QP type, or num_sge";
         break;
       }
       const bool inl = (wr->send_flags & IBV_SEND_INLINE) != 0;
       if (inl && (wr->opcode == IBV_WR_RDMA_READ || is_atomic(wr->opcode))) {
         rc = EINVAL;  // nothing to send inline for a READ or an atomic
+        why = "inline READ or atomic";
         break;
       }
       uint64_t length = 0;
       for (int i = 0; i < wr->num_sge; ++i) length += wr->sg_list[i].length;
       if (inl && length > cap_.max_inline_data) {
         rc = EINVAL;
+        why = "inline length above max_inline_data";
         break;
       }
       if (is_atomic(wr->opcode) && (wr->num_sge != 1 || wr->sg_list[0].length < 8)) {
         rc = EINVAL;  // IBA 9.4.5: one 64-bit result buffer
+        why = "atomic result buffer";
         break;
       }
       Ah* ah = nullptr;
@@ -471,18 +478,22 @@ int Qp::post_send(const ibv_send_wr* wr, const ibv_send_wr** bad) {
         ah = wr->wr.ud.ah != nullptr ? Ah::from_ibv(wr->wr.ud.ah) : nullptr;
         if (ah == nullptr || ah->pd != pd_) {  // IBA 10.2.2: the AH must be on the QP's PD
           rc = EINVAL;
+          why = "address handle";
           break;
         }
         if (length > rnic_.active_mtu_bytes()) {  // IBA 9.9: a UD message is one packet
           rc = EINVAL;
+          why = "UD message above the MTU";
           break;
         }
       } else if (length > kMaxMsgSize) {
         rc = EINVAL;
+        why = "message above max_msg_sz";
         break;
       }
       if (sq.full()) {
         rc = ENOMEM;
+        why = "send queue full";
         break;
       }
       SendWqe& w = sq.next_free();
@@ -550,7 +561,11 @@ int Qp::post_send(const ibv_send_wr* wr, const ibv_send_wr** bad) {
       posted = true;
     }
   }
-  if (rc != 0 && bad != nullptr) *bad = wr;
+  if (rc != 0) {
+    UROCE_TRACE(TraceCat::Qp, "qp 0x%06x: post_send wr_id 0x%llx refused, errno %d (%s)", qpn_.value(),
+                static_cast<unsigned long long>(wr->wr_id), rc, why);
+    if (bad != nullptr) *bad = wr;
+  }
   if (posted) rnic_.ring_sq(*this);
   return rc;
 }
@@ -666,8 +681,8 @@ void Qp::flush_recv() noexcept {
     wc.status = IBV_WC_WR_FLUSH_ERR;
     wc.opcode = IBV_WC_RECV;
     wc.qp_num = qpn_.value();
+    rq.pop();  // free before its CQE is seen (as the completer does)
     recv_cq_->push(wc);
-    rq.pop();
   }
 }
 
