@@ -47,6 +47,18 @@ bool is_loopback(const IpAddr& ip) {
   return (ip.is_v4() && (ip.as_v4() >> 24) == 127) || ip == v6one;
 }
 
+// A conn trace line naming an rdma_cm id and an address.
+void trace_addr(const RdmaId* id, const char* what, const IpAddr& ip, uint16_t port, const char* extra) {
+  char text[INET6_ADDRSTRLEN] = "?";
+  if (ip.is_v4()) {
+    const uint32_t be = htonl(ip.as_v4());
+    inet_ntop(AF_INET, &be, text, sizeof text);
+  } else {
+    inet_ntop(AF_INET6, ip.bytes.data(), text, sizeof text);
+  }
+  trace_emit(TraceCat::Conn, "rdma_cm id %p: %s %s port %u%s", static_cast<const void*>(id), what, text, port, extra);
+}
+
 bool in_subnet(const IpAddr& a, const RdmaCmAddr& net) {
   if (a.is_v4() != net.ip.is_v4()) return false;
   // IPv4 prefixes count the last 32 of the 128 bits.
@@ -549,6 +561,7 @@ int RdmaCm::bind_locked(RdmaId* id, const sockaddr* addr) {
   id->dev = d;
   id->verbs = d != nullptr ? d->cfg.verbs : nullptr;
   id->state = RdmaIdState::AddrBound;
+  if (trace_on(TraceCat::Conn)) trace_addr(id, "bound to", *ip, port, d == nullptr ? " (every device)" : "");
   return 0;
 }
 
@@ -573,6 +586,7 @@ int RdmaCm::bind_addr(RdmaId* id, const sockaddr* addr) {
 int RdmaCm::resolve_addr(RdmaId* id, const sockaddr* src, const sockaddr* dst, int timeout_ms) {
   const auto dip = ip_of(dst);
   if (!dip) return dst == nullptr ? EINVAL : EAFNOSUPPORT;
+  if (trace_on(TraceCat::Conn)) trace_addr(id, "resolving", *dip, port_of(dst), "");
   RdmaDev* d = nullptr;
   {
     std::lock_guard lock(mu_);
