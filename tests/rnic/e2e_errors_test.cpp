@@ -43,6 +43,44 @@ std::vector<AsyncEvent> async_events(Rnic& r) {
 // No receive posted: the responder answers RNR NAK (IBA 9.7.5.2.8), the
 // requester waits min_rnr_timer and retries; once a receive is posted the
 // SEND completes, once.
+// A QP moved to RESET takes its completions not yet polled out of its CQs
+// (as mlx5 does); another QP's on the same CQ stay, in order.  rdma-core's
+// test_mr_rereg_* bring a QP from ERR back through RESET and must not poll
+// its old flush errors.
+TEST(Reset, CleansTheQpsCompletions) {
+  Harness h;
+  Cq* cq = h.cq(h.a());
+  Qp* q1 = h.qp(h.a(), IBV_QPT_RC, cq, cq);
+  Qp* q2 = h.qp(h.a(), IBV_QPT_RC, cq, cq);
+  ASSERT_NE(q1, nullptr);
+  ASSERT_NE(q2, nullptr);
+  Buffer b = h.buffer(h.a(), 64, IBV_ACCESS_LOCAL_WRITE);
+  ibv_qp_attr init{};
+  init.qp_state = IBV_QPS_INIT;
+  init.port_num = 1;
+  for (Qp* q : {q1, q2}) ASSERT_EQ(q->modify(init, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS), 0);
+  ibv_sge s = b.sge(0, 64);
+  for (uint64_t i = 0; i < 2; ++i) {
+    ASSERT_EQ(post_recv(q1, 10 + i, {&s, 1}), 0);
+    ASSERT_EQ(post_recv(q2, 20 + i, {&s, 1}), 0);
+  }
+  ibv_qp_attr err{};
+  err.qp_state = IBV_QPS_ERR;
+  ASSERT_EQ(q1->modify(err, IBV_QP_STATE), 0);
+  ASSERT_EQ(q2->modify(err, IBV_QP_STATE), 0);
+  ibv_qp_attr reset{};
+  reset.qp_state = IBV_QPS_RESET;
+  ASSERT_EQ(q1->modify(reset, IBV_QP_STATE), 0);
+  const std::vector<ibv_wc> left = h.poll_cq(cq);
+  ASSERT_EQ(left.size(), 2u) << "q2's two flushed receives";
+  EXPECT_EQ(left[0].wr_id, 20u);
+  EXPECT_EQ(left[1].wr_id, 21u);
+  for (const ibv_wc& wc : left) {
+    EXPECT_EQ(wc.qp_num, q2->qpn().value());
+    EXPECT_EQ(wc.status, IBV_WC_WR_FLUSH_ERR);
+  }
+}
+
 TEST(Rnr, RetriedUntilReceivePosted) {
   Harness h;
   ConnOpts o;

@@ -87,6 +87,24 @@ int Cq::poll(int n, ibv_wc* out) {
   return got;
 }
 
+void Cq::clean(Qpn qpn) {
+  std::lock_guard lock(poll_mu_);
+  const auto size = static_cast<uint32_t>(ring_.size());
+  const uint32_t head = head_.load(std::memory_order_relaxed);
+  const uint32_t tail = tail_.load(std::memory_order_relaxed);  // ours: the engine fills it
+  auto prev = [size](uint32_t i) { return i == 0 ? size - 1 : i - 1; };
+  // From the newest back to the oldest, kept entries slide towards the
+  // tail; the head then moves past what was removed.
+  uint32_t keep = tail;
+  for (uint32_t i = tail; i != head;) {
+    i = prev(i);
+    if (ring_[i].qp_num == qpn.value()) continue;
+    keep = prev(keep);
+    if (keep != i) ring_[keep] = ring_[i];
+  }
+  head_.store(keep, std::memory_order_release);
+}
+
 int Cq::req_notify(bool solicited_only) {
   if (channel_ == nullptr) return EINVAL;  // nothing to notify through
   // A later "next" request widens an armed "solicited" one, never narrows it.

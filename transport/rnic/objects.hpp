@@ -140,6 +140,9 @@ class Cq {
   int poll(int n, ibv_wc* out);              // number polled, or -errno
   int req_notify(bool solicited_only);       // 0 or errno
   int resize(uint32_t cqe);                  // 0 or errno (EINVAL when below the entries in use)
+  // [engine] Removes the entries of QP `qpn` not yet polled, keeping the
+  // others in order (under the poll lock: bounded work).
+  void clean(Qpn qpn);
 
   // [engine] false when the CQ overflowed: the entry is dropped, counted
   // (cq_overflows) and IBV_EVENT_CQ_ERR raised here; callers need not count.  `solicited`: the completion of a message

@@ -320,6 +320,11 @@ void Qp::apply_modify(const ibv_qp_attr& attr, int mask) {
       if (srq_ == nullptr) rq.clear();
       sender_reset(*this, engine);
       responder_reset(*this);
+      // Completions of this QP still in its CQs go too (mlx5 cleans its
+      // CQs on the move to RESET): a QP brought back from ERR through
+      // RESET to RTS does not hand its new user the old flush errors.
+      send_cq_->clean(qpn_);
+      if (recv_cq_ != send_cq_) recv_cq_->clean(qpn_);
       req.wqe_idx = 0;
       comp.wqe_idx = 0;
       attrs_.sqd_notify = false;
