@@ -3,6 +3,7 @@
 // which rdma_cm event with which status and private data, how the QP is
 // moved, how conn params are negotiated.  IBA rule numbers are chapter 12's.
 #include "cm/rdma_cm.hpp"
+#include "cm/rdma_cm_internal.hpp"
 #include "lib/util/log.hpp"
 
 #include "transport/telemetry.hpp"
@@ -18,85 +19,16 @@
 #include <random>
 
 namespace uroce::cm {
+
+using namespace detail;
+
 namespace {
 
-using transport::IpAddr;
-
-constexpr uint16_t kEphemeralLow = 32768;   // as Linux's ip_local_port_range
-constexpr uint16_t kEphemeralHigh = 60999;
 constexpr int kDefaultBacklog = 1024;
 
 constexpr std::string_view kStateNames[] = {
     "Idle", "AddrBound", "AddrQuery", "AddrResolved", "RouteQuery", "RouteResolved", "Connect",
     "Listen", "ConnectRequest", "Accepting", "Connected", "Disconnected", "Failed"};
-
-bool is_wildcard(const IpAddr& ip) {
-  static const IpAddr v4any = IpAddr::v4(0);
-  return ip == v4any || ip == IpAddr{};
-}
-
-// 127.0.0.0/8 and ::1: Linux's rdma_cm binds them to an RDMA device
-// (cma_bind_loopback) and resolves them to that device's own GID
-// (cma_resolve_loopback); the ids keep the loopback addresses.
-bool is_loopback(const IpAddr& ip) {
-  static const IpAddr v6one = [] {
-    IpAddr a;
-    a.bytes[15] = 1;
-    return a;
-  }();
-  return (ip.is_v4() && (ip.as_v4() >> 24) == 127) || ip == v6one;
-}
-
-// A conn trace line naming an rdma_cm id and an address.
-void trace_addr(const RdmaId* id, const char* what, const IpAddr& ip, uint16_t port, const char* extra) {
-  char text[INET6_ADDRSTRLEN] = "?";
-  if (ip.is_v4()) {
-    const uint32_t be = htonl(ip.as_v4());
-    inet_ntop(AF_INET, &be, text, sizeof text);
-  } else {
-    inet_ntop(AF_INET6, ip.bytes.data(), text, sizeof text);
-  }
-  trace_emit(TraceCat::Conn, "rdma_cm id %p: %s %s port %u%s", static_cast<const void*>(id), what, text, port, extra);
-}
-
-bool in_subnet(const IpAddr& a, const RdmaCmAddr& net) {
-  if (a.is_v4() != net.ip.is_v4()) return false;
-  // IPv4 prefixes count the last 32 of the 128 bits.
-  unsigned bits = net.ip.is_v4() ? 96u + net.prefix_len : net.prefix_len;
-  for (unsigned i = 0; i < 16 && bits > 0; ++i) {
-    const unsigned take = std::min(bits, 8u);
-    const auto mask = static_cast<uint8_t>(0xFF00u >> take);
-    if ((a.bytes[i] & mask) != (net.ip.bytes[i] & mask)) return false;
-    bits -= take;
-  }
-  return true;
-}
-
-void set_sockaddr(sockaddr_storage& ss, const IpAddr& ip, uint16_t port_host) {
-  std::memset(&ss, 0, sizeof ss);
-  if (ip.is_v4()) {
-    auto* sin = reinterpret_cast<sockaddr_in*>(&ss);
-    sin->sin_family = AF_INET;
-    sin->sin_port = htons(port_host);
-    std::memcpy(&sin->sin_addr, ip.bytes.data() + 12, 4);
-  } else {
-    auto* sin6 = reinterpret_cast<sockaddr_in6*>(&ss);
-    sin6->sin6_family = AF_INET6;
-    sin6->sin6_port = htons(port_host);
-    std::memcpy(&sin6->sin6_addr, ip.bytes.data(), 16);
-  }
-}
-
-const sockaddr* sa(const sockaddr_storage& ss) { return reinterpret_cast<const sockaddr*>(&ss); }
-
-// The IB MTU enum for a byte count (the largest that fits).
-uint8_t ib_mtu(uint32_t bytes) {
-  if (bytes >= 4096) return IBV_MTU_4096;
-  if (bytes >= 2048) return IBV_MTU_2048;
-  if (bytes >= 1024) return IBV_MTU_1024;
-  if (bytes >= 512) return IBV_MTU_512;
-  return IBV_MTU_256;
-}
 
 uint32_t random_psn() {
   static thread_local std::mt19937 rng{std::random_device{}()};
@@ -188,14 +120,6 @@ RdmaCm::~RdmaCm() {
   }
   for (RdmaId* id : ids_) delete id;
   for (RdmaChannel* ch : channels_) delete ch;
-}
-
-template <class F>
-void RdmaCm::on_engine(RdmaDev& d, F&& f) {
-  d.engine().run_sync([&] {
-    std::lock_guard lock(mu_);
-    f();
-  });
 }
 
 int RdmaCm::start() {
@@ -464,258 +388,6 @@ int RdmaCm::destroy_id(RdmaId* id) {
     if (other->listen_parent == id) other->listen_parent = nullptr;
   ids_.erase(id);
   delete id;
-  return 0;
-}
-
-// ---- addresses -------------------------------------------------------------------------
-
-RdmaDev* RdmaCm::dev_for_addr(const IpAddr& ip) {
-  if (is_loopback(ip)) {  // the first device with an address (Linux: the first active port)
-    for (auto& d : devs_)
-      if (!d->cfg.addresses.empty()) return d.get();
-    return nullptr;
-  }
-  for (auto& d : devs_)
-    for (const RdmaCmAddr& a : d->cfg.addresses)
-      if (a.ip == ip) return d.get();
-  return nullptr;
-}
-
-// The device that reaches `dst`: one with an address in its subnet
-// (preferring one that does not own dst itself, so two devices of one
-// process talk over their wire), else the first with an address of its
-// family.
-RdmaDev* RdmaCm::dev_for_dst(const IpAddr& dst, const RdmaDev* prefer_not_owner) {
-  RdmaDev* owner = nullptr;
-  for (auto& d : devs_) {
-    for (const RdmaCmAddr& a : d->cfg.addresses) {
-      if (!in_subnet(dst, a)) continue;
-      if (d.get() == prefer_not_owner || std::any_of(d->cfg.addresses.begin(), d->cfg.addresses.end(),
-                                                      [&](const RdmaCmAddr& x) { return x.ip == dst; })) {
-        if (owner == nullptr) owner = d.get();
-        continue;
-      }
-      return d.get();
-    }
-  }
-  if (owner != nullptr) return owner;
-  for (auto& d : devs_)
-    for (const RdmaCmAddr& a : d->cfg.addresses)
-      if (a.ip.is_v4() == dst.is_v4()) return d.get();
-  return nullptr;
-}
-
-// The address whose GID stands for `ip` on `d`: `ip` itself, or for a
-// loopback address the device's first address of that family (else its
-// first address).
-IpAddr RdmaCm::gid_ip(const RdmaDev& d, const IpAddr& ip) {
-  if (!is_loopback(ip) || d.cfg.addresses.empty()) return ip;
-  for (const RdmaCmAddr& a : d.cfg.addresses)
-    if (a.ip.is_v4() == ip.is_v4()) return a.ip;
-  return d.cfg.addresses.front().ip;
-}
-
-int RdmaCm::bind_locked(RdmaId* id, const sockaddr* addr) {
-  const auto ip = ip_of(addr);
-  if (!ip) return addr == nullptr ? EINVAL : EAFNOSUPPORT;
-  const bool wild = is_wildcard(*ip);
-  RdmaDev* d = nullptr;
-  if (!wild && (d = dev_for_addr(*ip)) == nullptr) return EADDRNOTAVAIL;
-  uint16_t port = port_of(addr);
-  const int ps = id->ps;
-  auto covers = [](const RdmaId* a, const IpAddr& aip, const IpAddr& bip) {
-    // a's binding overlaps b's address: same address, or a is a wildcard
-    // of b's family (an IPv6 wildcard covers IPv4 unless AFONLY).
-    if (aip == bip) return true;
-    if (!is_wildcard(aip)) return false;
-    if (aip.is_v4() == bip.is_v4()) return true;
-    return !aip.is_v4() && !a->afonly;
-  };
-  auto conflicts = [&](uint16_t p) {
-    auto it = ports_.find({ps, p});
-    if (it == ports_.end()) return false;
-    for (const RdmaId* o : it->second) {
-      const auto oip = ip_of(sa(o->src));
-      if (!oip) continue;
-      const bool overlap = covers(o, *oip, *ip) || covers(id, *ip, *oip);
-      if (!overlap) continue;
-      // SO_REUSEADDR-like: two non-listening ids may share a port.
-      if (id->reuseaddr && o->reuseaddr && o->state != RdmaIdState::Listen) continue;
-      return true;
-    }
-    return false;
-  };
-  if (port == 0) {
-    const uint32_t span = kEphemeralHigh - kEphemeralLow + 1;
-    uint32_t tries = 0;
-    do {
-      port = static_cast<uint16_t>(kEphemeralLow + (next_port_++ % span));
-    } while (ports_.count({ps, port}) != 0 && ++tries < span);
-    if (tries >= span) return EADDRINUSE;
-  } else if (conflicts(port)) {
-    return EADDRINUSE;
-  }
-  ports_[{ps, port}].push_back(id);
-  set_sockaddr(id->src, *ip, port);
-  id->bound = true;
-  id->dev = d;
-  id->verbs = d != nullptr ? d->cfg.verbs : nullptr;
-  id->state = RdmaIdState::AddrBound;
-  if (trace_on(TraceCat::Conn)) trace_addr(id, "bound to", *ip, port, d == nullptr ? " (every device)" : "");
-  return 0;
-}
-
-void RdmaCm::unbind_locked(RdmaId* id) {
-  if (!id->bound) return;
-  const uint16_t port = port_of(sa(id->src));
-  auto it = ports_.find({id->ps, port});
-  if (it != ports_.end()) {
-    std::erase(it->second, id);
-    if (it->second.empty()) ports_.erase(it);
-  }
-  id->bound = false;
-}
-
-int RdmaCm::bind_addr(RdmaId* id, const sockaddr* addr) {
-  std::lock_guard lock(mu_);
-  if (id == nullptr || ids_.count(id) == 0) return EINVAL;
-  if (id->state != RdmaIdState::Idle) return EINVAL;
-  return bind_locked(id, addr);
-}
-
-int RdmaCm::resolve_addr(RdmaId* id, const sockaddr* src, const sockaddr* dst, int timeout_ms) {
-  const auto dip = ip_of(dst);
-  if (!dip) return dst == nullptr ? EINVAL : EAFNOSUPPORT;
-  if (trace_on(TraceCat::Conn)) trace_addr(id, "resolving", *dip, port_of(dst), "");
-  RdmaDev* d = nullptr;
-  {
-    std::lock_guard lock(mu_);
-    if (id == nullptr || ids_.count(id) == 0) return EINVAL;
-    if (id->state == RdmaIdState::Idle) {
-      sockaddr_storage any{};
-      if (src == nullptr || src->sa_family == AF_UNSPEC) {
-        set_sockaddr(any, dip->is_v4() ? IpAddr::v4(0) : IpAddr{}, 0);
-        src = sa(any);
-      }
-      if (const int rc = bind_locked(id, src); rc != 0) return rc;
-    } else if (id->state != RdmaIdState::AddrBound && id->state != RdmaIdState::AddrResolved &&
-               id->state != RdmaIdState::RouteResolved) {
-      return EINVAL;
-    }
-    d = id->dev != nullptr ? id->dev : is_loopback(*dip) ? dev_for_addr(*dip) : dev_for_dst(*dip, nullptr);
-    const uint16_t sport = port_of(sa(id->src));
-    id->dst = {};
-    std::memcpy(&id->dst, dst, sockaddr_len(dst));
-    id->route_valid = false;
-    if (d == nullptr) {  // no device reaches that family
-      RdmaEvent ev;
-      ev.type = RDMA_CM_EVENT_ADDR_ERROR;
-      ev.status = -ENETUNREACH;
-      id->state = RdmaIdState::AddrBound;
-      queue_event(id, ev);
-      return 0;
-    }
-    // Our source address: the bound one, else the device's address in the
-    // destination's subnet, else its first of that family.
-    auto sip = ip_of(sa(id->src));
-    if (!sip || is_wildcard(*sip) || sip->is_v4() != dip->is_v4()) {
-      std::optional<IpAddr> pick;
-      if (is_loopback(*dip)) pick = *dip;  // Linux: a loopback destination is its own source
-      for (const RdmaCmAddr& a : d->cfg.addresses)
-        if (in_subnet(*dip, a)) {
-          pick = a.ip;
-          break;
-        }
-      if (!pick)
-        for (const RdmaCmAddr& a : d->cfg.addresses)
-          if (a.ip.is_v4() == dip->is_v4()) {
-            pick = a.ip;
-            break;
-          }
-      if (!pick) return EADDRNOTAVAIL;
-      set_sockaddr(id->src, *pick, sport);
-    }
-    id->dev = d;
-    id->verbs = d->cfg.verbs;
-    id->state = RdmaIdState::AddrQuery;
-  }
-  const uint64_t timeout_ns = uint64_t(timeout_ms > 0 ? timeout_ms : 2000) * 1'000'000;
-  on_engine(*d, [&] {
-    if (id->destroyed || id->state != RdmaIdState::AddrQuery) return;
-    transport::Engine& e = d->engine();
-    const bool local = is_loopback(*dip) || e.config().local.owns(*dip);
-    // A multicast group maps to its MAC without ARP/ND (mcast.hpp).
-    if (local || rnic::is_multicast_gid(dip->bytes) || e.neighbours().lookup(*dip, e.now()) != nullptr) {
-      addr_done(*id, true, 0);
-      return;
-    }
-    d->resolving.emplace(dip->bytes, id);
-    e.timers().arm(id->addr_timer, e.now() + timeout_ns);
-    e.neighbours().resolve(*dip, e.now());
-  });
-  return 0;
-}
-
-void RdmaCm::addr_done(RdmaId& id, bool ok, int status) {
-  if (id.dev != nullptr) id.dev->engine().timers().cancel(id.addr_timer);
-  RdmaEvent ev;
-  ev.type = ok ? RDMA_CM_EVENT_ADDR_RESOLVED : RDMA_CM_EVENT_ADDR_ERROR;
-  ev.status = status;
-  id.state = ok ? RdmaIdState::AddrResolved : RdmaIdState::AddrBound;
-  queue_event(&id, ev);
-}
-
-void RdmaCm::on_resolved(RdmaDev& d, const IpAddr& ip, bool ok) {
-  std::lock_guard lock(mu_);
-  auto [lo, hi] = d.resolving.equal_range(ip.bytes);
-  std::vector<RdmaId*> done;
-  for (auto it = lo; it != hi; ++it) done.push_back(it->second);
-  d.resolving.erase(lo, hi);
-  for (RdmaId* id : done) addr_done(*id, ok, ok ? 0 : -EHOSTUNREACH);
-}
-
-void RdmaCm::on_addr_timer(Timer& t, uint64_t /*now_ns*/) {
-  RdmaId& id = t.owner_as<RdmaId>();
-  RdmaDev& d = *id.dev;
-  RdmaCm& m = *d.model;
-  std::lock_guard lock(m.mu_);
-  for (auto it = d.resolving.begin(); it != d.resolving.end();) {
-    it = it->second == &id ? d.resolving.erase(it) : std::next(it);
-  }
-  m.addr_done(id, false, -ETIMEDOUT);
-}
-
-int RdmaCm::resolve_route(RdmaId* id, int /*timeout_ms*/) {
-  std::lock_guard lock(mu_);
-  if (id == nullptr || ids_.count(id) == 0) return EINVAL;
-  if (id->state != RdmaIdState::AddrResolved && id->state != RdmaIdState::RouteResolved) return EINVAL;
-  auto sip = ip_of(sa(id->src));
-  auto dip = ip_of(sa(id->dst));
-  if (sip) sip = gid_ip(*id->dev, *sip);
-  if (dip) dip = gid_ip(*id->dev, *dip);
-  rnic::Rnic& r = *id->dev->cfg.rnic;
-  RdmaEvent ev;
-  id->sgid_index = sip ? r.find_gid(sip->bytes) : -1;
-  if (!sip || !dip || id->sgid_index < 0) {
-    ev.type = RDMA_CM_EVENT_ROUTE_ERROR;
-    ev.status = -EADDRNOTAVAIL;
-    queue_event(id, ev);
-    return 0;
-  }
-  // RoCE has no SA: the path is the two GIDs, the port's MTU, the TOS
-  // as traffic class (Linux: cma_resolve_iboe_route).
-  CmPath p;
-  p.local_gid = sip->bytes;
-  p.remote_gid = dip->bytes;
-  p.mtu = ib_mtu(r.active_mtu_bytes());
-  p.traffic_class = id->tos;
-  p.hop_limit = 64;
-  if (id->ack_timeout) p.local_ack_timeout = *id->ack_timeout;
-  id->path = p;
-  id->route_valid = true;
-  id->state = RdmaIdState::RouteResolved;
-  ev.type = RDMA_CM_EVENT_ROUTE_RESOLVED;
-  queue_event(id, ev);
   return 0;
 }
 

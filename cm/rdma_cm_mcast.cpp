@@ -3,13 +3,10 @@
 #include <cstring>
 
 #include "cm/rdma_cm.hpp"
+#include "cm/rdma_cm_internal.hpp"
 
 namespace uroce::cm {
-namespace {
-
-const sockaddr* sa(const sockaddr_storage& ss) { return reinterpret_cast<const sockaddr*>(&ss); }
-
-}  // namespace
+using detail::sa;
 
 // ---- multicast ------------------------------------------------------------------------------
 // Linux's rdma_cm for RoCEv2 (cma_iboe_join_multicast): no SA and no

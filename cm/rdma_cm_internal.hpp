@@ -1,0 +1,106 @@
+// What the rdma_cm model's files (rdma_cm.cpp, rdma_cm_addr.cpp,
+// rdma_cm_mcast.cpp) share and nothing else sees: address helpers and the
+// port range.
+#pragma once
+
+#include <arpa/inet.h>
+#include <sys/socket.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+
+#include "cm/rdma_cm.hpp"
+#include "lib/util/log.hpp"
+
+namespace uroce::cm::detail {
+
+using transport::IpAddr;
+
+inline constexpr uint16_t kEphemeralLow = 32768;  // as Linux's ip_local_port_range
+inline constexpr uint16_t kEphemeralHigh = 60999;
+
+inline bool is_wildcard(const IpAddr& ip) {
+  static const IpAddr v4any = IpAddr::v4(0);
+  return ip == v4any || ip == IpAddr{};
+}
+
+// 127.0.0.0/8 and ::1: Linux's rdma_cm binds them to an RDMA device
+// (cma_bind_loopback) and resolves them to that device's own GID
+// (cma_resolve_loopback); the ids keep the loopback addresses.
+inline bool is_loopback(const IpAddr& ip) {
+  static const IpAddr v6one = [] {
+    IpAddr a;
+    a.bytes[15] = 1;
+    return a;
+  }();
+  return (ip.is_v4() && (ip.as_v4() >> 24) == 127) || ip == v6one;
+}
+
+// A conn trace line naming an rdma_cm id and an address.
+inline void trace_addr(const RdmaId* id, const char* what, const IpAddr& ip, uint16_t port, const char* extra) {
+  char text[INET6_ADDRSTRLEN] = "?";
+  if (ip.is_v4()) {
+    const uint32_t be = htonl(ip.as_v4());
+    inet_ntop(AF_INET, &be, text, sizeof text);
+  } else {
+    inet_ntop(AF_INET6, ip.bytes.data(), text, sizeof text);
+  }
+  trace_emit(TraceCat::Conn, "rdma_cm id %p: %s %s port %u%s", static_cast<const void*>(id), what, text, port, extra);
+}
+
+inline bool in_subnet(const IpAddr& a, const RdmaCmAddr& net) {
+  if (a.is_v4() != net.ip.is_v4()) return false;
+  // IPv4 prefixes count the last 32 of the 128 bits.
+  unsigned bits = net.ip.is_v4() ? 96u + net.prefix_len : net.prefix_len;
+  for (unsigned i = 0; i < 16 && bits > 0; ++i) {
+    const unsigned take = std::min(bits, 8u);
+    const auto mask = static_cast<uint8_t>(0xFF00u >> take);
+    if ((a.bytes[i] & mask) != (net.ip.bytes[i] & mask)) return false;
+    bits -= take;
+  }
+  return true;
+}
+
+inline void set_sockaddr(sockaddr_storage& ss, const IpAddr& ip, uint16_t port_host) {
+  std::memset(&ss, 0, sizeof ss);
+  if (ip.is_v4()) {
+    auto* sin = reinterpret_cast<sockaddr_in*>(&ss);
+    sin->sin_family = AF_INET;
+    sin->sin_port = htons(port_host);
+    std::memcpy(&sin->sin_addr, ip.bytes.data() + 12, 4);
+  } else {
+    auto* sin6 = reinterpret_cast<sockaddr_in6*>(&ss);
+    sin6->sin6_family = AF_INET6;
+    sin6->sin6_port = htons(port_host);
+    std::memcpy(&sin6->sin6_addr, ip.bytes.data(), 16);
+  }
+}
+
+inline const sockaddr* sa(const sockaddr_storage& ss) { return reinterpret_cast<const sockaddr*>(&ss); }
+
+// The IB MTU enum for a byte count (the largest that fits).
+inline uint8_t ib_mtu(uint32_t bytes) {
+  if (bytes >= 4096) return IBV_MTU_4096;
+  if (bytes >= 2048) return IBV_MTU_2048;
+  if (bytes >= 1024) return IBV_MTU_1024;
+  if (bytes >= 512) return IBV_MTU_512;
+  return IBV_MTU_256;
+}
+
+}  // namespace uroce::cm::detail
+
+namespace uroce::cm {
+
+// Runs `f` on the device's engine holding the model's lock (the threading
+// rule: engine state on the engine; the lock is taken there, not held
+// while waiting).
+template <class F>
+void RdmaCm::on_engine(RdmaDev& d, F&& f) {
+  d.engine().run_sync([&] {
+    std::lock_guard lock(mu_);
+    f();
+  });
+}
+
+}  // namespace uroce::cm
