@@ -23,6 +23,8 @@ struct PortStats {
   uint64_t tx_bytes = 0;
   uint64_t rx_dropped = 0;   // lost before the engine saw them (ring full, imissed)
   uint64_t tx_dropped = 0;   // handed to tx_burst but not sent (oerrors, link down)
+  uint64_t burst_faults = 0; // bursts cut short by a fault inside the PMD (a memif peer
+                             // unmapping the shared regions as it leaves)
 };
 
 class Port {

@@ -135,7 +135,10 @@ dpdk::EalOptions eal_options(const config::Config& cfg) {
 // ---- Device --------------------------------------------------------------------------
 
 Device::~Device() {
-  if (registered_) telemetry_unregister(info_.name);
+  if (registered_) {
+    telemetry_unregister_set(info_.name, "port", this);
+    telemetry_unregister(info_.name);
+  }
   if (engine_) stop();
   engine_.reset();  // flushes TX and the capture
   wrapper_.reset();
@@ -358,6 +361,16 @@ Status Devices::make_engine(Device& d, const config::DeviceConfig& dev) {
   d.engine_ = std::make_unique<Engine>(*d.top_, std::move(ec));
   if (Status st = d.engine_->init(); !st) return Error{st.error().code, device_error(dev, st.error().message)};
   telemetry_register(info.name, d.engine_.get());
+  // The port's own figures (`uroce stats`: set "port").
+  drivers::Port* port = d.top_;
+  telemetry_register_set(info.name, "port", &d, [port](const CounterVisitor& f) {
+    const drivers::PortStats ps = port->stats();
+    f("port_rx_frames", ps.rx_frames);
+    f("port_tx_frames", ps.tx_frames);
+    f("port_rx_dropped", ps.rx_dropped);
+    f("port_tx_dropped", ps.tx_dropped);
+    f("port_burst_faults", ps.burst_faults);
+  });
   d.registered_ = true;
   if (info.progress == Progress::Thread) {
     // The engine thread is not an EAL thread: register it, on the thread

@@ -47,6 +47,7 @@
 #pragma once
 
 #include <chrono>
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -149,7 +150,9 @@ class DpdkPort final : public Port {
 
  private:
   bool burst_allowed() const noexcept;
+  uint16_t guarded_burst(bool rx, rte_mbuf** pkts, uint16_t n) noexcept;
   bool is_memif_ = false;   // see burst_allowed()
+  std::atomic<uint64_t> burst_faults_{0};
   DpdkPort() = default;
   Status configure(const DpdkPortConfig& config);
   Status setup_queues(const DpdkPortConfig& config);

@@ -109,8 +109,8 @@ void print_counters(Device& dev) {
     if (v != 0) fmt::print("  {}={}  {}\n", name, v, help);
   });
   const drivers::PortStats ps = dev.port().stats();
-  fmt::print("port {}: rx_frames={} tx_frames={} rx_dropped={} tx_dropped={}\n", dev.info().port, ps.rx_frames,
-             ps.tx_frames, ps.rx_dropped, ps.tx_dropped);
+  fmt::print("port {}: rx_frames={} tx_frames={} rx_dropped={} tx_dropped={} burst_faults={}\n", dev.info().port,
+             ps.rx_frames, ps.tx_frames, ps.rx_dropped, ps.tx_dropped, ps.burst_faults);
 }
 
 void print_rtt(std::vector<uint64_t> rtt) {

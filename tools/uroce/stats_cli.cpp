@@ -47,6 +47,11 @@ const std::map<std::string, std::string, std::less<>>& counter_help() {
     m.emplace("pending_requests", "REQs/SIDR_REQs received and not yet answered");
     m.emplace("timewait", "connections in TimeWait");
     m.emplace("address_handles", "peer address handles the GSI port keeps");
+    m.emplace("port_rx_frames", "frames the port delivered");
+    m.emplace("port_tx_frames", "frames the port sent");
+    m.emplace("port_rx_dropped", "frames lost before the engine saw them (ring full, imissed)");
+    m.emplace("port_tx_dropped", "frames handed to the port and not sent");
+    m.emplace("port_burst_faults", "bursts cut short by a fault in the PMD (a memif peer unmapping as it left)");
     for (size_t i = 1; i < wire::kNumParseErrors; ++i) {
       const auto e = static_cast<wire::ParseError>(i);
       m.emplace(wire::parse_error_name(e), wire::parse_error_text(e));

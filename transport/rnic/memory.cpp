@@ -1,14 +1,11 @@
 // memory: registration checks against the process's mappings and guarded
 // accesses to registered memory (memory.hpp has the why).
 //
-// The guard: each accessor records a sigjmp_buf in a thread-local slot,
-// does the access, and clears the slot.  The SIGSEGV/SIGBUS handler, on a
-// thread whose slot is set, clears it and jumps back, and the accessor
-// returns false.  The handler is installed with SA_NODEFER, so jumping out
-// of it leaves no signal blocked (sigsetjmp with savemask 0 saves none: a
-// few nanoseconds per access).  Nothing between sigsetjmp and the access
-// has a destructor, so the jump skips no C++ cleanup.
+// Each accessor is a fault_guard region (lib/util/fault_guard.hpp): a
+// fault inside it makes it return false.
 #include "transport/rnic/memory.hpp"
+
+#include "lib/util/fault_guard.hpp"
 
 #include <fcntl.h>
 #include <setjmp.h>
@@ -68,54 +65,12 @@ bool parse_line(std::string_view line, Mapping* m) {
   return m->end > m->start;
 }
 
-// ---- the guard -----------------------------------------------------------------------
+std::atomic<uint64_t> g_faults{0};  // of these accessors only (fault_guard counts every user's)
 
-struct Guard {
-  sigjmp_buf env;
-};
-
-// The guard of this thread's access under way, or null.  Touched by the
-// accessors before any access, so the handler never makes the first
-// access to it (which could allocate the thread's TLS block).
-thread_local Guard* t_guard = nullptr;
-
-std::atomic<uint64_t> g_faults{0};
-struct sigaction g_prev_segv {};
-struct sigaction g_prev_bus {};
-std::once_flag g_installed;
-
-// Hand a fault that is not ours to whoever had the signal before us.
-void chain(int sig, siginfo_t* info, void* uc) {
-  const struct sigaction& prev = sig == SIGSEGV ? g_prev_segv : g_prev_bus;
-  if ((prev.sa_flags & SA_SIGINFO) != 0 && prev.sa_sigaction != nullptr) {
-    prev.sa_sigaction(sig, info, uc);
-    return;
-  }
-  if (prev.sa_handler == SIG_IGN) return;
-  if (prev.sa_handler == SIG_DFL) {
-    // Back to the default action: returning re-runs the faulting
-    // instruction, which now ends the process as it would have without us.
-    struct sigaction dfl {};
-    dfl.sa_handler = SIG_DFL;
-    sigemptyset(&dfl.sa_mask);
-    sigaction(sig, &dfl, nullptr);
-    return;
-  }
-  prev.sa_handler(sig);
+bool counted_fault() noexcept {
+  g_faults.fetch_add(1, std::memory_order_relaxed);
+  return false;
 }
-
-void on_fault(int sig, siginfo_t* info, void* uc) {
-  Guard* g = t_guard;
-  if (g != nullptr) {
-    t_guard = nullptr;
-    g_faults.fetch_add(1, std::memory_order_relaxed);
-    siglongjmp(g->env, 1);
-  }
-  chain(sig, info, uc);
-}
-
-// Keeps the compiler from moving the access across the slot's writes.
-inline void fence() noexcept { std::atomic_signal_fence(std::memory_order_seq_cst); }
 
 }  // namespace
 
@@ -145,53 +100,35 @@ int check_mapped(const void* addr, uint64_t len, bool write) noexcept {
   }
 }
 
-void install() noexcept {
-  std::call_once(g_installed, [] {
-    struct sigaction sa {};
-    sa.sa_sigaction = on_fault;
-    sa.sa_flags = SA_SIGINFO | SA_NODEFER | SA_ONSTACK;
-    sigemptyset(&sa.sa_mask);
-    sigaction(SIGSEGV, &sa, &g_prev_segv);
-    sigaction(SIGBUS, &sa, &g_prev_bus);
-  });
-}
+void install() noexcept { fault_guard::install(); }
 
 __attribute__((noinline)) bool copy(void* dst, const void* src, size_t n) noexcept {
   if (n == 0) return true;
-  Guard g;
-  t_guard = nullptr;
-  if (sigsetjmp(g.env, 0) != 0) return false;
-  t_guard = &g;
-  fence();
+  fault_guard::Guard g;
+  if (sigsetjmp(g.env, 0) != 0) return counted_fault();
+  fault_guard::enter(&g);
   std::memcpy(dst, src, n);
-  fence();
-  t_guard = nullptr;
+  fault_guard::leave();
   return true;
 }
 
 __attribute__((noinline)) bool cas64(uint64_t* word, uint64_t compare, uint64_t swap, uint64_t* orig) noexcept {
-  Guard g;
-  t_guard = nullptr;
-  if (sigsetjmp(g.env, 0) != 0) return false;
-  t_guard = &g;
-  fence();
+  fault_guard::Guard g;
+  if (sigsetjmp(g.env, 0) != 0) return counted_fault();
+  fault_guard::enter(&g);
   uint64_t expected = compare;
   __atomic_compare_exchange_n(word, &expected, swap, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
-  fence();
-  t_guard = nullptr;
+  fault_guard::leave();
   *orig = expected;  // the word's value before: `compare` when it matched
   return true;
 }
 
 __attribute__((noinline)) bool fetch_add64(uint64_t* word, uint64_t add, uint64_t* orig) noexcept {
-  Guard g;
-  t_guard = nullptr;
-  if (sigsetjmp(g.env, 0) != 0) return false;
-  t_guard = &g;
-  fence();
+  fault_guard::Guard g;
+  if (sigsetjmp(g.env, 0) != 0) return counted_fault();
+  fault_guard::enter(&g);
   const uint64_t before = __atomic_fetch_add(word, add, __ATOMIC_SEQ_CST);
-  fence();
-  t_guard = nullptr;
+  fault_guard::leave();
   *orig = before;
   return true;
 }
