@@ -27,7 +27,7 @@ case $MODE in afpacket|memif) ;; *) echo "$0: mode afpacket or memif" >&2; exit 
 
 skip() { echo "SKIP: $*"; exit $EXIT_SKIP; }
 [ "$(id -u)" -eq 0 ] || skip "needs root (DPDK ports, network namespaces)"
-for p in rping ucmatose udaddy mckey rdma_server rdma_client cmtime stdbuf; do
+for p in rping ucmatose udaddy mckey rdma_server rdma_client rdma_xserver rdma_xclient cmtime stdbuf; do
   command -v $p >/dev/null || skip "needs $p (scripts/setup installs rdmacm-utils)"
 done
 
@@ -71,6 +71,7 @@ PROGRAMS=(
   "udaddy|udaddy|udaddy -s @S@|data transfers complete|data transfers complete||"
   "mckey|mckey -m 239.1.1.1 -b @S@ -c 2 -C 10|mckey -m 239.1.1.1 -s -b @C@ -c 2 -C 10|data transfers complete|data transfers complete||"
   "rdma_server|rdma_server|rdma_client -s @S@|rdma_client: end 0|rdma_server: end 0||"
+  "rdma_xserver|rdma_xserver|rdma_xclient -s @S@|rdma_xclient: end 0|rdma_xserver: end 0||"
   "cmtime|cmtime|cmtime -s @S@ -c 100|^connect +:||25|"
 )
 
