@@ -122,17 +122,11 @@ nlohmann::ordered_json to_json(const std::vector<ProcessStats>& all) {
   return {{"processes", procs}};
 }
 
-std::vector<TelemetryTarget> targets(const StatsArgs& args, const std::string& base) {
-  if (args.pid == 0) return find_uroce_processes(base);
-  return {TelemetryTarget{args.pid, base + "/" + std::string(kUroceRuntimePrefix) + std::to_string(args.pid) + "/" +
-                                        std::string(kTelemetrySocketName)}};
-}
-
 int run_stats(const StatsArgs& args) {
   const std::string base = dpdk_runtime_base();
   std::vector<ProcessStats> all;
   bool any_device = false;
-  for (const TelemetryTarget& t : targets(args, base)) {
+  for (const TelemetryTarget& t : telemetry_targets(args.pid, base)) {
     auto p = read_process(t, args);
     if (!p) {
       // A directory left by a process that died is no error unless asked for.

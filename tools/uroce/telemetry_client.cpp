@@ -96,4 +96,10 @@ Result<nlohmann::ordered_json, std::string> TelemetryClient::query(const std::st
   return nlohmann::ordered_json(std::move(doc[key]));
 }
 
+std::vector<TelemetryTarget> telemetry_targets(int pid, const std::string& base) {
+  if (pid == 0) return find_uroce_processes(base);
+  return {TelemetryTarget{pid, base + "/" + std::string(kUroceRuntimePrefix) + std::to_string(pid) + "/" +
+                                   std::string(kTelemetrySocketName)}};
+}
+
 }  // namespace uroce::tools

@@ -33,6 +33,9 @@ struct TelemetryTarget {
 // Every uroce-<pid> runtime directory under `base` that holds a telemetry
 // socket, by pid.
 std::vector<TelemetryTarget> find_uroce_processes(const std::string& base);
+// `pid`'s socket under `base` (whether or not it exists), or with pid 0
+// every process find_uroce_processes finds.
+std::vector<TelemetryTarget> telemetry_targets(int pid, const std::string& base);
 
 class TelemetryClient {
  public:

@@ -30,15 +30,8 @@ int run_trace(const TraceArgs& args) {
   std::string spec;
   for (const std::string& w : args.spec) spec += (spec.empty() ? "" : ",") + w;
   if (!spec.empty()) command += "," + spec;
-  std::vector<TelemetryTarget> ts;
-  if (args.pid == 0) {
-    ts = find_uroce_processes(base);
-  } else {
-    ts.push_back({args.pid, base + "/" + std::string(kUroceRuntimePrefix) + std::to_string(args.pid) + "/" +
-                                std::string(kTelemetrySocketName)});
-  }
   int answered = 0;
-  for (const TelemetryTarget& t : ts) {
+  for (const TelemetryTarget& t : telemetry_targets(args.pid, base)) {
     auto client = TelemetryClient::connect(t.socket);
     if (!client) {
       if (args.pid != 0) fmt::print(stderr, "uroce trace: pid {}: {}\n", t.pid, client.error());
