@@ -78,6 +78,7 @@ Cm::Cm(MadPort& port, TimerWheel& wheel, Clock clock, CmConfig config, CmEventHa
       handler_(std::move(handler)),
       rng_(config.seed != 0 ? config.seed : (uint64_t{std::random_device{}()} << 32) ^ std::random_device{}()) {
   tid_low_ = static_cast<uint32_t>(rng_());
+  started_ns_ = clock_();
 }
 
 Cm::~Cm() {
@@ -1092,6 +1093,10 @@ void Cm::rx_req(const MadAddr& from, const uint8_t* mad) {
     return;
   }
   CmId* l = listener_for(req.service_id());
+  if (l == nullptr && in_listen_grace()) {
+    ctr_.inc(CmCtr::req_before_listen);  // forgotten unanswered: the peer's retry may find the listener
+    return;
+  }
   if (l == nullptr) {
     ctr_.inc(CmCtr::rej_no_listener);
     send_rej_stateless(from, tid, req.local_comm_id(), RejReason::InvalidServiceId, CmMsgRef::Req);
@@ -1120,6 +1125,10 @@ void Cm::rx_sidr_req(const MadAddr& from, const uint8_t* mad) {
     return;
   }
   CmId* l = listener_for(s.service_id());
+  if (l == nullptr && in_listen_grace()) {
+    ctr_.inc(CmCtr::req_before_listen);
+    return;
+  }
   if (l == nullptr) {  // 12.11.2 (SIDR_REP status 1), service ID not supported
     ctr_.inc(CmCtr::sidr_no_listener);
     SidrRepMsg r;

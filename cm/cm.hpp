@@ -178,6 +178,7 @@ std::string_view cm_event_name(CmEventType e) noexcept;
   X(retransmits, "REQ/REP/DREQ/SIDR_REQ retransmissions")                          \
   X(timeouts, "transactions that exhausted their retries")                         \
   X(rej_no_listener, "REJ sent: invalid service ID")                               \
+  X(req_before_listen, "REQs/SIDR_REQs for no listener in the start-up grace, forgotten (the peer retries)") \
   X(rej_transport, "REJ sent: unsupported transport service type")                 \
   X(rej_stale, "REJ sent: stale connection")                                       \
   X(rej_stale_rep, "REJ sent to a REP: stale connection (its ID or QPN in use)")    \
@@ -215,6 +216,12 @@ struct CmConfig {
   uint32_t max_pending_requests = 4096;
   uint32_t max_timewait = 8192;
   uint32_t ended_memory = 4096;
+  // For this long after the CM starts, a REQ or SIDR_REQ for a service
+  // nobody listens on is forgotten unanswered (the peer retries) instead
+  // of rejected: the program that brought the device up is still on its
+  // way to rdma_listen (the device starts inside it, ~0.6 s of EAL start;
+  // a kernel device is up long before).  0: reject at once, as ib_cm.
+  uint64_t no_listener_grace_ns = 0;
 };
 
 // The path of a connection (what rdma_resolve_route produces).
@@ -519,6 +526,8 @@ class Cm {
   CmCounters ctr_;
   std::mt19937_64 rng_;
   uint32_t tid_low_ = 0;
+  uint64_t started_ns_ = 0;  // the clock when constructed (no_listener_grace_ns)
+  bool in_listen_grace() const { return clock_() - started_ns_ < cfg_.no_listener_grace_ns; }
 
   std::unordered_map<uint32_t, std::unique_ptr<CmId>> ids_;
   std::vector<CmId*> listeners_;

@@ -16,6 +16,11 @@
 namespace uroce::shim {
 namespace {
 
+// How long after the devices start a REQ for a service nobody listens on
+// is forgotten rather than rejected (CmConfig::no_listener_grace_ns): the
+// EAL start (~0.6 s here) and the program's own set-up before rdma_listen.
+constexpr uint64_t kNoListenerGraceNs = 3'000'000'000;
+
 uint8_t env_u8(const char* name, uint8_t dflt, uint8_t max) {
   const char* v = std::getenv(name);
   if (v == nullptr || *v == '\0') return dflt;
@@ -71,6 +76,9 @@ UROCE_EXPORT cm::RdmaCm* uroce_rdmacm() noexcept {
     cm::RdmaCmOptions opt;
     opt.cm_response_timeout = shim::env_u8("UROCE_CM_RESPONSE_TIMEOUT", opt.cm_response_timeout, 31);
     opt.max_cm_retries = shim::env_u8("UROCE_CM_RETRIES", opt.max_cm_retries, 15);
+    // A program's device starts inside it, moments before it listens: REQs
+    // that arrive in between are left for the peer's retry, not rejected.
+    opt.cm.no_listener_grace_ns = shim::kNoListenerGraceNs;
     auto* m = new (std::nothrow) cm::RdmaCm(std::move(devs), opt);
     if (m == nullptr) return;
     if (const int rc = m->start(); rc != 0) {

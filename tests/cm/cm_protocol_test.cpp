@@ -85,8 +85,9 @@ class CmPair : public ::testing::Test {
     }
   }
 
-  void make(int side, uint64_t guid, uint64_t seed = 0) {
+  void make(int side, uint64_t guid, uint64_t seed = 0, uint64_t no_listener_grace_ns = 0) {
     CmConfig c;
+    c.no_listener_grace_ns = no_listener_grace_ns;
     c.ca_guid = guid;
     c.seed = seed != 0 ? seed : 0x1234 + static_cast<uint64_t>(side);
     c.packet_life_ns = 0;
@@ -321,6 +322,35 @@ TEST_F(CmPair, RejectWithPrivateData) {
     }
   };
   run(1 * kMs);
+  EXPECT_EQ(a2->state, CmState::Idle);
+}
+
+// In the start-up grace (CmConfig::no_listener_grace_ns) a REQ for a
+// service nobody listens on yet is forgotten, not rejected; the active
+// side's retry finds the listener and connects.  After the grace: REJ.
+TEST_F(CmPair, ReqBeforeListenInTheGraceIsLeftForTheRetry) {
+  make(1, kGuidB, 0, 50 * kMs);
+  auto_consumers();
+  CmId* a = connect_a();
+  run(1 * kMs);
+  EXPECT_EQ(cm[1]->counters().get(CmCtr::req_before_listen), 1u);
+  EXPECT_EQ(cm[1]->counters().get(CmCtr::rej_no_listener), 0u);
+  EXPECT_EQ(last(0, CmEventType::RejReceived), nullptr);
+  EXPECT_EQ(a->state, CmState::ReqSent);
+  listen_b();
+  run(200 * kMs);  // A's REQ retransmission
+  EXPECT_EQ(a->state, CmState::Established);
+  ASSERT_NE(b_id, nullptr);
+  EXPECT_EQ(b_id->state, CmState::Established);
+
+  // Past the grace, a REQ for another service is rejected at once.
+  ConnectParams p = params_a();
+  p.service_id = cma_service_id(PortSpace::Tcp, kPort + 1);
+  p.qpn = Qpn(0x16);  // not the established connection's (that would be a stale REQ)
+  CmId* a2 = cm[0]->create_id();
+  ASSERT_EQ(cm[0]->connect(a2, p), 0);
+  run(1 * kMs);
+  EXPECT_EQ(cm[1]->counters().get(CmCtr::rej_no_listener), 1u);
   EXPECT_EQ(a2->state, CmState::Idle);
 }
 
