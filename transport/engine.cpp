@@ -423,6 +423,18 @@ bool Engine::loop_back(rte_mbuf* m) noexcept {
   return true;
 }
 
+void Engine::send_multicast(const wire::Ipv6Addr& mgid, rte_mbuf* m) noexcept {
+  UROCE_ASSERT_ENGINE(*this);
+  if (sink_ != nullptr && sink_->mcast_member(mgid)) {
+    if (rte_mbuf* copy = rte_pktmbuf_copy(m, port_.pool(), 0, UINT32_MAX); copy != nullptr) {
+      loop_back(copy);
+    } else {
+      ctr_.inc(EngineCtr::drop_no_mbuf);
+    }
+  }
+  send(m);
+}
+
 // [engine] Receives the frames looped back since the last turn; what they
 // cause (ACKs, responses) is looped on the following turn.
 unsigned Engine::drain_loopback() {

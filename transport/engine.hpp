@@ -102,6 +102,9 @@ class RoceSink {
  public:
   virtual ~RoceSink() = default;
   virtual void rx_burst(Engine& engine, RoceRx* pkts, uint16_t n) = 0;
+  // [engine] Whether a QP of this device is attached to multicast group
+  // `mgid` (one call per multicast frame sent: its loopback copy).
+  virtual bool mcast_member(const wire::Ipv6Addr& /*mgid*/) const noexcept { return false; }
 };
 
 enum class Progress : uint8_t { Thread, Inline };
@@ -177,6 +180,11 @@ class Engine {
   // A frame to one of the device's own addresses never reaches the wire:
   // it is received on the loop's next turn, as rxe loops back (loopback).
   bool send_to(const IpAddr& dst, rte_mbuf* m) noexcept;
+  // A frame to multicast group `mgid` (its Ethernet destination the group's
+  // MAC): to the wire, and a copy looped back when a QP of this device is
+  // attached to the group (multicast loopback, as the host's IP stack gives
+  // rxe and as ConnectX does unless a QP blocks it).
+  void send_multicast(const wire::Ipv6Addr& mgid, rte_mbuf* m) noexcept;
   void flush_tx() noexcept;
   static void set_frame_len(rte_mbuf* m, size_t len) noexcept;
 

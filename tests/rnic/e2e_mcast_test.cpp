@@ -54,14 +54,15 @@ class Mcast : public ::testing::Test {
     fill_pattern(src_.bytes(0, kMsg), 7);
   }
 
-  Receiver receiver(uint32_t qkey = kUdQkey, int recvs = 4) {
+  Receiver receiver(uint32_t qkey = kUdQkey, int recvs = 4) { return receiver_on(h_.b(), qkey, recvs); }
+  Receiver receiver_on(Node& n, uint32_t qkey = kUdQkey, int recvs = 4) {
     Receiver r;
-    r.cq = h_.cq(h_.b());
-    r.qp = h_.qp(h_.b(), IBV_QPT_UD, r.cq, r.cq);
+    r.cq = h_.cq(n);
+    r.qp = h_.qp(n, IBV_QPT_UD, r.cq, r.cq);
     EXPECT_NE(r.qp, nullptr);
     if (r.qp == nullptr) return r;
     EXPECT_EQ(h_.ud_ready(r.qp, qkey), 0);
-    r.buf = h_.buffer(h_.b(), kRecvLen * static_cast<size_t>(recvs), kLocalWrite);
+    r.buf = h_.buffer(n, kRecvLen * static_cast<size_t>(recvs), kLocalWrite);
     for (int i = 0; i < recvs; ++i) {
       ibv_sge sge = r.buf.sge(kRecvLen * static_cast<size_t>(i), kRecvLen);
       EXPECT_EQ(post_recv(r.qp, static_cast<uint64_t>(i), {&sge, 1}), 0);
@@ -142,6 +143,32 @@ TEST_F(Mcast, EveryAttachedQpGetsItsOwnCopy) {
   // A second message uses each QP's next WQE.
   send(v4_group(), kUdQkey, 2);
   for (Receiver& r : rs) expect_one(r, 1);
+}
+
+// Multicast loopback: a QP of the sending device attached to the group
+// gets the message too (a copy looped back; the wire carries one frame),
+// as rxe's host IP stack and ConnectX give it; a QP of that device not
+// attached gets nothing, and a device with no member loops nothing back.
+TEST_F(Mcast, LoopedBackToTheSendersOwnMembers) {
+  Receiver local = receiver_on(h_.a());
+  Receiver local_outsider = receiver_on(h_.a());
+  Receiver remote = receiver();
+  ASSERT_EQ(h_.a().rnic->attach_mcast(local.qp, v4_group()), 0);
+  ASSERT_EQ(h_.b().rnic->attach_mcast(remote.qp, v4_group()), 0);
+  const uint64_t tx0 = h_.a().engine->counters().get(transport::EngineCtr::tx_frames);
+  send(v4_group());
+  expect_one(local, 0);
+  expect_one(remote, 0);
+  expect_none(local_outsider);
+  EXPECT_EQ(h_.a().engine->counters().get(transport::EngineCtr::loopback), 1u);
+  EXPECT_EQ(h_.a().engine->counters().get(transport::EngineCtr::tx_frames), tx0 + 1) << "one frame on the wire";
+  // Detached: nothing loops back any more (no copy, nothing dropped).
+  ASSERT_EQ(h_.a().rnic->detach_mcast(local.qp, v4_group()), 0);
+  send(v4_group(), kUdQkey, 2);
+  expect_one(remote, 1);
+  expect_none(local);
+  EXPECT_EQ(h_.a().engine->counters().get(transport::EngineCtr::loopback), 1u);
+  EXPECT_EQ(h_.a().rnic->counters().get(RnicCtr::drop_mcast_no_group), 0u);
 }
 
 TEST_F(Mcast, Ipv6Group) {

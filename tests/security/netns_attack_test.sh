@@ -217,7 +217,10 @@ case_mad_flood() {
   "${S_ENV[@]}" stdbuf -oL "${RUN[@]}" rping -s -v -V -C 10 -a $IP_S >"$TMP/flood-s.log" 2>&1 &
   SPID=$!
   PIDS+=("$SPID")
-  sleep 1.5
+  # Past the CM's start-up grace (3 s: REQs for no listener are forgotten,
+  # not rejected, so they would make no address handles): the flood then
+  # meets the REJ path, which keeps a handle per source.
+  sleep 4
   local spid rss0 rss1
   spid=$(pid_of "$NS_S" rping)
   rss0=$(awk '/VmRSS/ {print $2}' /proc/"$spid"/status)

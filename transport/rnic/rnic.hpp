@@ -178,6 +178,7 @@ class Rnic final : public transport::RoceSink {
 
   // ---- the engine's RoceSink: the receive dispatcher (recv.cpp) ----
   void rx_burst(transport::Engine& engine, transport::RoceRx* pkts, uint16_t n) override;
+  bool mcast_member(const wire::Ipv6Addr& mgid) const noexcept override { return mcast_.find(mgid) != nullptr; }
   // [engine] Called on a connected QP's first request since RTR (IBA
   // 11.6.3.1, communication established), after the application's async
   // event: the connection manager's view of it (it stands for a late RTU).

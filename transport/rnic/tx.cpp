@@ -29,7 +29,7 @@ void tx_fill_path(const transport::Engine& engine, const AhAttr& path, uint16_t 
 bool tx_out(transport::Engine& engine, const AhAttr& path, rte_mbuf* m) noexcept {
   if (const auto mac = multicast_mac(path.dgid)) {
     wire::Eth(rte_pktmbuf_mtod(m, uint8_t*)).set_dst(*mac);
-    engine.send(m);
+    engine.send_multicast(path.dgid, m);
     return true;
   }
   return engine.send_to(transport::IpAddr::v6(path.dgid), m);
