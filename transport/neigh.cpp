@@ -67,7 +67,7 @@ NeighTable::Entry* NeighTable::find(const IpAddr& ip) const {
 
 NeighTable::Entry* NeighTable::create(const IpAddr& ip, uint64_t /*now_ns*/) {
   if (entries_.size() >= cfg_.max_entries) {
-    ++stats_.table_full;
+    stats_.table_full.fetch_add(1, std::memory_order_relaxed);
     return nullptr;
   }
   auto e = std::make_unique<Entry>();
@@ -81,13 +81,14 @@ NeighTable::Entry* NeighTable::create(const IpAddr& ip, uint64_t /*now_ns*/) {
   };
   Entry* raw = e.get();
   entries_.emplace(ip, std::move(e));
+  size_.store(entries_.size(), std::memory_order_relaxed);
   return raw;
 }
 
 void NeighTable::probe(Entry& e, uint64_t now_ns) {
   e.probing = true;
   ++e.requests;
-  ++stats_.requests_sent;
+  stats_.requests_sent.fetch_add(1, std::memory_order_relaxed);
   hooks_.send_request(e.ip);
   wheel_.arm(e.timer, now_ns + cfg_.retry_interval_ns);
 }
@@ -147,20 +148,20 @@ bool NeighTable::send(const IpAddr& ip, rte_mbuf* m, uint64_t now_ns) {
   if (!e) {
     e = create(ip, now_ns);
     if (!e) {
-      ++stats_.pending_dropped;
+      stats_.pending_dropped.fetch_add(1, std::memory_order_relaxed);
       hooks_.drop(m);
       return false;
     }
     probe(*e, now_ns);
   }
   if (e->state == NeighState::Failed) {
-    ++stats_.pending_dropped;
+    stats_.pending_dropped.fetch_add(1, std::memory_order_relaxed);
     hooks_.drop(m);
     return false;
   }
   if (e->pending.size() >= cfg_.max_pending) {
     // Keep the newest, as the kernel's unresolved queue does.
-    ++stats_.pending_dropped;
+    stats_.pending_dropped.fetch_add(1, std::memory_order_relaxed);
     hooks_.drop(e->pending.front());
     e->pending.erase(e->pending.begin());
   }
@@ -184,7 +185,7 @@ void NeighTable::learn(const IpAddr& ip, const wire::MacAddr& mac, bool solicite
   e->expires_ns = now_ns + cfg_.reachable_ns;
   wheel_.arm(e->timer, e->expires_ns);
   if (was_waiting) {
-    ++stats_.resolved;
+    stats_.resolved.fetch_add(1, std::memory_order_relaxed);
     flush_pending(*e);
     hooks_.resolved(ip, true);
   }
@@ -210,8 +211,8 @@ void NeighTable::flush_pending(Entry& e) {
 void NeighTable::fail(Entry& e, uint64_t now_ns) {
   e.state = NeighState::Failed;
   e.probing = false;
-  ++stats_.failed;
-  stats_.pending_dropped += e.pending.size();
+  stats_.failed.fetch_add(1, std::memory_order_relaxed);
+  stats_.pending_dropped.fetch_add(e.pending.size(), std::memory_order_relaxed);
   for (rte_mbuf* m : e.pending) hooks_.drop(m);
   e.pending.clear();
   e.expires_ns = now_ns + cfg_.failed_hold_ns;
@@ -235,6 +236,7 @@ void NeighTable::on_timer(Entry& e, uint64_t now_ns) {
     case NeighState::Failed: {
       const IpAddr ip = e.ip;
       entries_.erase(ip);  // destroys `e`; its timer is no longer armed
+      size_.store(entries_.size(), std::memory_order_relaxed);
       return;
     }
   }

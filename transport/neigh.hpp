@@ -12,6 +12,7 @@
 #pragma once
 
 #include <array>
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -55,12 +56,13 @@ struct NeighConfig {
   size_t max_entries = 4096;
 };
 
+// One writer (the engine); read relaxed from any thread (telemetry).
 struct NeighStats {
-  uint64_t requests_sent = 0;
-  uint64_t resolved = 0;
-  uint64_t failed = 0;
-  uint64_t pending_dropped = 0;   // queue full or resolution failed
-  uint64_t table_full = 0;
+  std::atomic<uint64_t> requests_sent{0};
+  std::atomic<uint64_t> resolved{0};
+  std::atomic<uint64_t> failed{0};
+  std::atomic<uint64_t> pending_dropped{0};   // queue full or resolution failed
+  std::atomic<uint64_t> table_full{0};
 };
 
 class NeighTable {
@@ -102,7 +104,7 @@ class NeighTable {
   void add_static(const IpAddr& ip, const wire::MacAddr& mac);
 
   std::optional<NeighState> state(const IpAddr& ip) const;
-  size_t size() const noexcept { return entries_.size(); }
+  size_t size() const noexcept { return size_.load(std::memory_order_relaxed); }  // any thread
   const NeighStats& stats() const noexcept { return stats_; }
 
  private:
@@ -119,6 +121,7 @@ class NeighTable {
   Hooks hooks_;
   std::unordered_map<IpAddr, std::unique_ptr<Entry>, IpAddrHash> entries_;
   NeighStats stats_;
+  std::atomic<size_t> size_{0};  // entries_.size(), for other threads
 };
 
 }  // namespace uroce::transport

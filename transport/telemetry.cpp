@@ -90,11 +90,12 @@ int cmd_neigh(const char*, const char* params, rte_tel_data* d) {
   const NeighStats& s = e->neighbours().stats();
   rte_tel_data_start_dict(d);
   rte_tel_data_add_dict_u64(d, "entries", e->neighbours().size());
-  rte_tel_data_add_dict_u64(d, "requests_sent", s.requests_sent);
-  rte_tel_data_add_dict_u64(d, "resolved", s.resolved);
-  rte_tel_data_add_dict_u64(d, "failed", s.failed);
-  rte_tel_data_add_dict_u64(d, "pending_dropped", s.pending_dropped);
-  rte_tel_data_add_dict_u64(d, "table_full", s.table_full);
+  // NeighStats and the size are atomics: the engine writes them meanwhile.
+  rte_tel_data_add_dict_u64(d, "requests_sent", s.requests_sent.load(std::memory_order_relaxed));
+  rte_tel_data_add_dict_u64(d, "resolved", s.resolved.load(std::memory_order_relaxed));
+  rte_tel_data_add_dict_u64(d, "failed", s.failed.load(std::memory_order_relaxed));
+  rte_tel_data_add_dict_u64(d, "pending_dropped", s.pending_dropped.load(std::memory_order_relaxed));
+  rte_tel_data_add_dict_u64(d, "table_full", s.table_full.load(std::memory_order_relaxed));
   return 0;
 }
 

@@ -76,7 +76,7 @@ TEST_F(Fixture, RetriesThenFailsAndDropsPending) {
   EXPECT_EQ(dropped.size(), 1u);
   ASSERT_EQ(results.size(), 1u);
   EXPECT_FALSE(results[0].second);
-  EXPECT_EQ(t->stats().failed, 1u);
+  EXPECT_EQ(t->stats().failed.load(), 1u);
   // Held as failed, then forgotten.
   for (uint64_t now = 10'000'000; now <= 20'000'000; now += 100'000) wheel.advance(now);
   EXPECT_FALSE(t->state(kPeer).has_value());
