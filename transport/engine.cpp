@@ -53,7 +53,7 @@ Engine::Engine(drivers::Port& port, EngineConfig cfg)
   tx_.reserve(cfg_.tx_batch);
   loop_.reserve(params::kLoopbackFrames);
   loop_rx_.reserve(params::kLoopbackFrames);
-  roce_.resize(std::max<size_t>(cfg_.rx_burst, params::kLoopbackFrames));
+  roce_.resize(cfg_.rx_burst);
 }
 
 Engine::~Engine() {
@@ -440,10 +440,15 @@ void Engine::send_multicast(const wire::Ipv6Addr& mgid, rte_mbuf* m) noexcept {
 unsigned Engine::drain_loopback() {
   if (loop_.empty()) return 0;
   loop_rx_.swap(loop_);
-  const auto n = static_cast<uint16_t>(loop_rx_.size());
-  handle_rx(loop_rx_.data(), n, true);
+  // In bursts of rx_burst, as from the port (roce_ holds one burst).
+  const size_t n = loop_rx_.size();
+  for (size_t at = 0; at < n;) {
+    const auto k = static_cast<uint16_t>(std::min<size_t>(n - at, std::max<uint16_t>(cfg_.rx_burst, 1)));
+    handle_rx(loop_rx_.data() + at, k, true);
+    at += k;
+  }
   loop_rx_.clear();
-  return n;
+  return static_cast<unsigned>(n);
 }
 
 void Engine::flush_tx() noexcept {

@@ -15,7 +15,7 @@ namespace {
 constexpr int kLocalWrite = IBV_ACCESS_LOCAL_WRITE;
 constexpr int kRemote = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ |
                         IBV_ACCESS_REMOTE_ATOMIC;
-constexpr size_t kLen = 20000;  // several packets at MTU 1024
+constexpr size_t kLen = 200000;  // ~200 packets at MTU 1024: more than a receive burst per turn
 
 using transport::EngineCtr;
 

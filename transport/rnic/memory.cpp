@@ -9,14 +9,12 @@
 
 #include <fcntl.h>
 #include <setjmp.h>
-#include <signal.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <cerrno>
 #include <charconv>
 #include <cstring>
-#include <mutex>
 #include <string>
 #include <string_view>
 
