@@ -34,14 +34,10 @@ constexpr uint32_t rte_level(LogLevel l) noexcept {
 // The rte_log types, registered on first use (rte_log works before the
 // EAL starts: lines go to stderr until then).  Log types default to
 // WARNING.
-struct Types {
-  std::array<int, kNumLogTypes> log{};
-};
-
-const Types& types() {
-  static const Types t = [] {
-    Types r;
-    for (size_t i = 0; i < kNumLogTypes; ++i) r.log[i] = rte_log_register_type_and_pick_level(kLogTypeNames[i], RTE_LOG_WARNING);
+const std::array<int, kNumLogTypes>& log_types() {
+  static const std::array<int, kNumLogTypes> t = [] {
+    std::array<int, kNumLogTypes> r{};
+    for (size_t i = 0; i < kNumLogTypes; ++i) r[i] = rte_log_register_type_and_pick_level(kLogTypeNames[i], RTE_LOG_WARNING);
     return r;
   }();
   return t;
@@ -72,7 +68,7 @@ std::string_view trace_cat_name(TraceCat c) noexcept { return kTraceCatNames[sta
 void log_line(LogType type, LogLevel level, const char* fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
-  vlog(types().log[static_cast<size_t>(type)], rte_level(level), kLogTypeNames[static_cast<size_t>(type)], fmt, ap);
+  vlog(log_types()[static_cast<size_t>(type)], rte_level(level), kLogTypeNames[static_cast<size_t>(type)], fmt, ap);
   va_end(ap);
 }
 
