@@ -406,6 +406,29 @@ bool Engine::send_to(const IpAddr& dst, rte_mbuf* m) noexcept {
   return neigh_.send(dst, m, now_ns_);
 }
 
+bool Engine::send_to(const IpAddr& dst, rte_mbuf* m, NextHop& hop) noexcept {
+  UROCE_ASSERT_ENGINE(*this);
+  if (hop.generation == neigh_.generation() && hop.ip == dst.bytes) {
+    if (hop.loopback) return loop_back(m);
+    wire::Eth(rte_pktmbuf_mtod(m, uint8_t*)).set_dst(hop.mac);
+    send(m);
+    return true;
+  }
+  hop.generation = 0;
+  if (cfg_.local.owns(dst)) {
+    // Our own addresses do not change while the engine runs.
+    hop = NextHop{neigh_.generation(), dst.bytes, {}, true};
+    return loop_back(m);
+  }
+  if (const wire::MacAddr* mac = neigh_.lookup(dst, now_ns_)) {
+    hop = NextHop{neigh_.generation(), dst.bytes, *mac, false};
+    wire::Eth(rte_pktmbuf_mtod(m, uint8_t*)).set_dst(*mac);
+    send(m);
+    return true;
+  }
+  return neigh_.send(dst, m, now_ns_);
+}
+
 // Loopback (rxe's rxe_loopback, hardware's internal loopback): a frame to
 // our own address goes to our own receive path, addressed to our MAC, on
 // the loop's next turn (never inside the send: the sender may be the

@@ -180,6 +180,11 @@ class Engine {
   // A frame to one of the device's own addresses never reaches the wire:
   // it is received on the loop's next turn, as rxe loops back (loopback).
   bool send_to(const IpAddr& dst, rte_mbuf* m) noexcept;
+  // send_to for a path that sends many frames (a QP's, an AH's): `hop`
+  // remembers where the last frame to `dst` went — loopback, or the MAC the
+  // neighbour table gave — and the next frame to the same `dst` goes there
+  // without a table lookup while NeighTable::generation() is unchanged.
+  bool send_to(const IpAddr& dst, rte_mbuf* m, NextHop& hop) noexcept;
   // A frame to multicast group `mgid` (its Ethernet destination the group's
   // MAC): to the wire, and a copy looped back when a QP of this device is
   // attached to the group (multicast loopback, as the host's IP stack gives

@@ -178,6 +178,7 @@ void NeighTable::learn(const IpAddr& ip, const wire::MacAddr& mac, bool solicite
   }
   if (e->permanent) return;
   const bool was_waiting = e->state == NeighState::Incomplete || e->state == NeighState::Failed;
+  if (e->state != NeighState::Reachable || e->mac != mac) ++generation_;
   e->mac = mac;
   e->state = NeighState::Reachable;
   e->probing = false;
@@ -196,6 +197,7 @@ void NeighTable::add_static(const IpAddr& ip, const wire::MacAddr& mac) {
   if (!e) e = create(ip, 0);
   if (!e) return;
   wheel_.cancel(e->timer);
+  ++generation_;
   e->mac = mac;
   e->state = NeighState::Reachable;
   e->permanent = true;
@@ -209,6 +211,7 @@ void NeighTable::flush_pending(Entry& e) {
 }
 
 void NeighTable::fail(Entry& e, uint64_t now_ns) {
+  ++generation_;
   e.state = NeighState::Failed;
   e.probing = false;
   stats_.failed.fetch_add(1, std::memory_order_relaxed);
@@ -223,6 +226,7 @@ void NeighTable::fail(Entry& e, uint64_t now_ns) {
 void NeighTable::on_timer(Entry& e, uint64_t now_ns) {
   switch (e.state) {
     case NeighState::Reachable:
+      ++generation_;  // the next use re-probes (lookup)
       e.state = NeighState::Stale;
       return;
     case NeighState::Incomplete:
@@ -235,6 +239,7 @@ void NeighTable::on_timer(Entry& e, uint64_t now_ns) {
       return;
     case NeighState::Failed: {
       const IpAddr ip = e.ip;
+      ++generation_;
       entries_.erase(ip);  // destroys `e`; its timer is no longer armed
       size_.store(entries_.size(), std::memory_order_relaxed);
       return;

@@ -43,6 +43,16 @@ struct IpAddrHash {
   size_t operator()(const IpAddr& a) const noexcept;
 };
 
+// Engine::send_to's memory of one path's destination, kept by the path's
+// owner (rnic::AhAttr) and touched by the engine thread only.  Copying it
+// with its path is harmless: it is checked against the destination.
+struct NextHop {
+  uint64_t generation = 0;  // NeighTable::generation() when filled; 0: empty
+  wire::Ipv6Addr ip{};      // the destination it was filled for
+  wire::MacAddr mac{};
+  bool loopback = false;    // one of the device's own addresses
+};
+
 enum class NeighState : uint8_t { Incomplete, Reachable, Stale, Failed };
 
 const char* neigh_state_name(NeighState s) noexcept;
@@ -104,6 +114,12 @@ class NeighTable {
   void add_static(const IpAddr& ip, const wire::MacAddr& mac);
 
   std::optional<NeighState> state(const IpAddr& ip) const;
+  // Changes whenever any entry's MAC or state changes or an entry goes
+  // (never 0): a MAC copied from lookup() while the generation is unchanged
+  // is still what lookup() would answer, and using it needs no re-probe
+  // (a Stale entry's probe started when it was copied).  Engine::send_to's
+  // per-path cache (NextHop) rests on it.
+  uint64_t generation() const noexcept { return generation_; }
   size_t size() const noexcept { return size_.load(std::memory_order_relaxed); }  // any thread
   const NeighStats& stats() const noexcept { return stats_; }
 
@@ -122,6 +138,7 @@ class NeighTable {
   std::unordered_map<IpAddr, std::unique_ptr<Entry>, IpAddrHash> entries_;
   NeighStats stats_;
   std::atomic<size_t> size_{0};  // entries_.size(), for other threads
+  uint64_t generation_ = 1;
 };
 
 }  // namespace uroce::transport

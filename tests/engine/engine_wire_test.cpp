@@ -164,6 +164,33 @@ TEST_F(EngineWire, ArpResolutionAndRoceDelivery) {
   EXPECT_EQ(std::memcmp(sink_b.frames[0].data(), expect.data(), 6), 0);
 }
 
+// A path's NextHop: the first frame resolves, later ones reuse the MAC
+// without the table, and a neighbour that moves is followed at once.
+TEST_F(EngineWire, PathNextHopFollowsTheNeighbourTable) {
+  resolve(*a, IpAddr::v4(kIpB));
+  ASSERT_TRUE(run_until([&] { return mac_of(*a, IpAddr::v4(kIpB)).has_value(); }));
+  NextHop hop;
+  auto f = roce_frame(wire::op::UD_SEND_ONLY, 0x11, MacAddr{}, kIpB);
+  a->run_sync([&] { EXPECT_TRUE(a->send_to(IpAddr::v4(kIpB), frame(f.data(), f.size(), pa->pool()), hop)); });
+  EXPECT_NE(hop.generation, 0u);
+  EXPECT_FALSE(hop.loopback);
+  EXPECT_EQ(hop.mac, pb->mac());
+  a->run_sync([&] { EXPECT_TRUE(a->send_to(IpAddr::v4(kIpB), frame(f.data(), f.size(), pa->pool()), hop)); });
+  ASSERT_TRUE(run_until([&] { return sink_b.frames.size() == 2; }));
+  for (const auto& got : sink_b.frames) EXPECT_EQ(std::memcmp(got.data(), pb->mac().data(), 6), 0);
+
+  // The neighbour moves (a gratuitous ARP would do this): the next frame
+  // goes to the new MAC, and the engine's own address loops back.
+  const MacAddr moved{2, 0, 0, 0, 0x77, 0x77};
+  a->run_sync([&] { a->neighbours().learn(IpAddr::v4(kIpB), moved, true, a->now()); });
+  a->run_sync([&] { EXPECT_TRUE(a->send_to(IpAddr::v4(kIpB), frame(f.data(), f.size(), pa->pool()), hop)); });
+  EXPECT_EQ(hop.mac, moved);
+  const uint64_t looped = a->counters().get(EngineCtr::loopback);
+  a->run_sync([&] { EXPECT_TRUE(a->send_to(IpAddr::v4(kIpA), frame(f.data(), f.size(), pa->pool()), hop)); });
+  EXPECT_TRUE(hop.loopback);
+  EXPECT_EQ(a->counters().get(EngineCtr::loopback), looped + 1);
+}
+
 TEST_F(EngineWire, Ipv6NeighbourDiscovery) {
   resolve(*a, v6addr(2));
   ASSERT_TRUE(run_until([&] { return mac_of(*a, v6addr(2)).has_value(); }));

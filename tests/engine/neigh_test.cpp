@@ -121,6 +121,39 @@ TEST_F(Fixture, StaticEntryIsPermanent) {
   EXPECT_EQ(*t->lookup(kPeer, 6), kMac);
 }
 
+// What a per-path copy of a MAC (Engine::send_to's NextHop) relies on:
+// every change lookup() could answer differently for moves the generation.
+TEST_F(Fixture, GenerationMovesWithEveryChangeALookupWouldSee) {
+  uint64_t g = t->generation();
+  EXPECT_NE(g, 0u);
+  t->send(kPeer, frame(1), 0);  // Incomplete: nothing to copy yet
+  t->learn(kPeer, kMac, true, 1);
+  EXPECT_NE(t->generation(), g) << "resolved";
+  g = t->generation();
+  t->learn(kPeer, kMac, true, 2);
+  EXPECT_EQ(t->generation(), g) << "the same answer again changes nothing";
+  const wire::MacAddr moved{2, 0, 0, 0, 0, 9};
+  t->learn(kPeer, moved, false, 3);
+  EXPECT_NE(t->generation(), g) << "moved MAC";
+  g = t->generation();
+  wheel.advance(60'000'000);
+  ASSERT_EQ(t->state(kPeer), NeighState::Stale);
+  EXPECT_NE(t->generation(), g) << "stale: the next use must re-probe";
+  g = t->generation();
+  ASSERT_NE(t->lookup(kPeer, 60'000'000), nullptr);
+  EXPECT_EQ(t->generation(), g) << "probing a stale entry keeps its answer";
+  for (uint64_t now = 60'000'000; now <= 64'000'000; now += 100'000) wheel.advance(now);
+  ASSERT_EQ(t->state(kPeer), NeighState::Failed);
+  EXPECT_NE(t->generation(), g) << "failed";
+  g = t->generation();
+  for (uint64_t now = 64'000'000; now <= 80'000'000; now += 100'000) wheel.advance(now);
+  ASSERT_FALSE(t->state(kPeer).has_value());
+  EXPECT_NE(t->generation(), g) << "forgotten";
+  g = t->generation();
+  t->add_static(kPeer, kMac);
+  EXPECT_NE(t->generation(), g) << "static";
+}
+
 TEST(IpAddr, MappedV4) {
   const IpAddr a = IpAddr::v4(0x0A010203);
   EXPECT_TRUE(a.is_v4());

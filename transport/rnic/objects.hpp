@@ -26,6 +26,7 @@
 #include "lib/wire/ipv6.hpp"
 #include "lib/wire/types.hpp"
 #include "transport/event_queue.hpp"
+#include "transport/neigh.hpp"
 #include "transport/rnic/limits.hpp"
 
 namespace uroce::transport {
@@ -249,6 +250,8 @@ struct AhAttr {
   uint8_t traffic_class = 0;
   uint8_t hop_limit = 64;
   uint32_t flow_label = 0;
+  // Where this path's frames went last (engine thread only; tx_out).
+  mutable transport::NextHop next_hop{};
 };
 
 // `ibv` comes first: the ibv_ah* of a UD work request (wr.ud.ah) is

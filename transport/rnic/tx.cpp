@@ -32,7 +32,7 @@ bool tx_out(transport::Engine& engine, const AhAttr& path, rte_mbuf* m) noexcept
     engine.send_multicast(path.dgid, m);
     return true;
   }
-  return engine.send_to(transport::IpAddr::v6(path.dgid), m);
+  return engine.send_to(transport::IpAddr::v6(path.dgid), m, path.next_hop);
 }
 
 }  // namespace uroce::rnic
