@@ -26,10 +26,6 @@ namespace {
 
 constexpr int kDefaultBacklog = 1024;
 
-constexpr std::string_view kStateNames[] = {
-    "Idle", "AddrBound", "AddrQuery", "AddrResolved", "RouteQuery", "RouteResolved", "Connect",
-    "Listen", "ConnectRequest", "Accepting", "Connected", "Disconnected", "Failed"};
-
 uint32_t random_psn() {
   static thread_local std::mt19937 rng{std::random_device{}()};
   return rng() & 0xFFFFFF;
@@ -57,7 +53,6 @@ uint8_t rd_atomic(uint8_t asked, const rnic::Rnic& r) {
 
 }  // namespace
 
-std::string_view rdma_id_state_name(RdmaIdState s) noexcept { return kStateNames[static_cast<size_t>(s)]; }
 
 std::optional<IpAddr> ip_of(const sockaddr* s) {
   if (s == nullptr) return std::nullopt;
@@ -113,6 +108,7 @@ RdmaCm::~RdmaCm() {
       d.engine().set_resolve_hook(nullptr);
       d.cfg.rnic->set_comm_est_hook(nullptr);
       std::lock_guard lock(mu_);
+      detail::MuHolder held(this);  // the CM's destructor may report
       for (RdmaId* id : ids_) d.engine().timers().cancel(id->addr_timer);
       d.cm.reset();
     });
@@ -134,12 +130,10 @@ int RdmaCm::start() {
     RdmaDev* dev = &d;
     d.engine().run_sync([&] {
       d.cm = std::make_unique<Cm>(*d.gsi, e->timers(), [e] { return e->now(); }, cc,
-                                  [this, dev](const CmEvent& ev) { on_cm_event(*dev, ev); });
-      e->set_resolve_hook([this, dev](const IpAddr& ip, bool ok) { on_resolved(*dev, ip, ok); });
-      d.cfg.rnic->set_comm_est_hook([this, dev](rnic::Qp& qp) {
-        std::lock_guard lock(mu_);
-        on_comm_est(*dev, qp);
-      });
+                                  [this, dev](const CmEvent& ev) { from_engine([&] { on_cm_event(*dev, ev); }); });
+      e->set_resolve_hook(
+          [this, dev](const IpAddr& ip, bool ok) { from_engine([&] { on_resolved(*dev, ip, ok); }); });
+      d.cfg.rnic->set_comm_est_hook([this, dev](rnic::Qp& qp) { from_engine([&] { on_comm_est(*dev, qp); }); });
       // QP 1 is polled when a completion arrives on it, from the engine
       // loop (never inside the push: the CM sends and modifies QPs).
       d.gsi->on_completion(&RdmaCm::on_gsi_completion, dev);
@@ -189,8 +183,8 @@ RdmaCm::Usage RdmaCm::usage() {
 // [engine] Armed by on_gsi_completion: takes every completion on QP 1.
 void RdmaCm::on_poll_timer(Timer& t, uint64_t) {
   RdmaDev& d = t.owner_as<RdmaDev>();
-  std::lock_guard lock(d.model->mu_);
-  d.gsi->poll([&](const MadAddr& from, std::span<const uint8_t> mad) { d.cm->on_mad(from, mad); });
+  d.model->from_engine(
+      [&] { d.gsi->poll([&](const MadAddr& from, std::span<const uint8_t> mad) { d.cm->on_mad(from, mad); }); });
 }
 
 // [engine] A completion on QP 1: poll it on the next turn of the loop.
@@ -403,11 +397,11 @@ int RdmaCm::listen(RdmaId* id, int backlog) {
       any.sin_family = AF_INET;
       if (const int rc = bind_locked(id, reinterpret_cast<const sockaddr*>(&any)); rc != 0) return rc;
     }
-    if (id->state == RdmaIdState::Listen) {
+    if (!rdma_id_allows(id->state, RdmaIdInput::Listen)) return EINVAL;
+    if (id->state == RdmaIdState::Listen) {  // again: the new backlog
       id->backlog = backlog > 0 ? backlog : kDefaultBacklog;
       return 0;
     }
-    if (id->state != RdmaIdState::AddrBound) return EINVAL;
     // Another listener on an overlapping address and this port?
     auto it = ports_.find({id->ps, port_of(sa(id->src))});
     if (it != ports_.end()) {
@@ -419,7 +413,7 @@ int RdmaCm::listen(RdmaId* id, int backlog) {
           return EADDRINUSE;
       }
     }
-    id->state = RdmaIdState::Listen;
+    step(*id, RdmaIdInput::Listen);
     id->backlog = backlog > 0 ? backlog : kDefaultBacklog;
     if (id->dev != nullptr) {
       devs.push_back(id->dev);
@@ -482,7 +476,6 @@ RdmaId* RdmaCm::listener_for(RdmaDev& d, uint64_t service_id, const std::optiona
 // ---- the CM's events ---------------------------------------------------------------------------
 
 void RdmaCm::on_cm_event(RdmaDev& d, const CmEvent& ev) {
-  std::lock_guard lock(mu_);
   if (ev.type == CmEventType::ReqReceived || ev.type == CmEventType::SidrReqReceived) {
     on_req(d, ev, ev.type == CmEventType::SidrReqReceived);
     return;
@@ -500,8 +493,8 @@ void RdmaCm::on_cm_event(RdmaDev& d, const CmEvent& ev) {
       return;
     case CmEventType::Established:
       std::erase(d.accepting, id);
-      if (ev.id->active || id->state == RdmaIdState::Connected) return;  // the active side reported at the REP
-      id->state = RdmaIdState::Connected;
+      if (ev.id->active) return;  // the active side reported at the REP
+      if (!step(*id, RdmaIdInput::Established)) return;
       out.type = RDMA_CM_EVENT_ESTABLISHED;
       out.conn.responder_resources = id->responder_resources;
       out.conn.initiator_depth = id->initiator_depth;
@@ -510,9 +503,9 @@ void RdmaCm::on_cm_event(RdmaDev& d, const CmEvent& ev) {
     case CmEventType::RejReceived:
       // cma_ib_handler: the QP to ERR, REJECTED with the REJ's reason as
       // status and its whole private-data field.
+      if (!step(*id, RdmaIdInput::Rejected)) return;
       qp_to_error(*id);
       std::erase(d.accepting, id);
-      id->state = RdmaIdState::Failed;
       out.type = RDMA_CM_EVENT_REJECTED;
       out.status = ev.reason;
       set_pdata(out, ev.private_data(), 0);
@@ -523,9 +516,8 @@ void RdmaCm::on_cm_event(RdmaDev& d, const CmEvent& ev) {
     case CmEventType::DrepReceived:
     case CmEventType::DreqTimeout:
       qp_to_error(*id);  // outstanding work requests flush
-      if (id->disconnect_reported) return;
+      if (id->disconnect_reported || !step(*id, RdmaIdInput::Disconnected)) return;
       id->disconnect_reported = true;
-      id->state = RdmaIdState::Disconnected;
       out.type = RDMA_CM_EVENT_DISCONNECTED;
       queue_event(id, out);
       return;
@@ -536,9 +528,9 @@ void RdmaCm::on_cm_event(RdmaDev& d, const CmEvent& ev) {
     case CmEventType::ReqTimeout:
     case CmEventType::RepTimeout:
     case CmEventType::SidrTimeout:
+      if (!step(*id, RdmaIdInput::Unreachable)) return;
       qp_to_error(*id);
       std::erase(d.accepting, id);
-      id->state = RdmaIdState::Failed;
       out.type = RDMA_CM_EVENT_UNREACHABLE;
       out.status = -ETIMEDOUT;
       out.ud = ev.type == CmEventType::SidrTimeout;
@@ -546,12 +538,12 @@ void RdmaCm::on_cm_event(RdmaDev& d, const CmEvent& ev) {
       return;
     case CmEventType::SidrRepReceived: {
       out.ud = true;
+      if (!step(*id, ev.sidr_status == SidrStatus::Success ? RdmaIdInput::Established : RdmaIdInput::Unreachable))
+        return;
       if (ev.sidr_status != SidrStatus::Success) {
-        id->state = RdmaIdState::Failed;
         out.type = RDMA_CM_EVENT_UNREACHABLE;
         out.status = static_cast<int>(ev.sidr_status);
       } else {
-        id->state = RdmaIdState::Connected;
         out.type = RDMA_CM_EVENT_ESTABLISHED;
         ibv_ah_attr& ah = out.ud_param.ah_attr;
         ah.is_global = 1;
@@ -652,7 +644,7 @@ void RdmaCm::on_req(RdmaDev& d, const CmEvent& ev, bool sidr) {
     p.mtu = ib_mtu(d.cfg.rnic->active_mtu_bytes());
   }
   id->route_valid = true;
-  id->state = RdmaIdState::ConnectRequest;
+  step(*id, RdmaIdInput::ConnectRequest);
   ids_.insert(id);
   ++l->pending_requests;
 
@@ -681,6 +673,7 @@ void RdmaCm::on_req(RdmaDev& d, const CmEvent& ev, bool sidr) {
 
 void RdmaCm::on_rep(RdmaId& id, const CmEvent& ev) {
   RdmaDev& d = *id.dev;
+  if (!rdma_id_allows(id.state, RdmaIdInput::ConnectResponse)) return;  // Connect: what a REP answers
   const RepMsg& rep = *ev.rep;
   RdmaEvent out;
   out.conn.responder_resources = rep.responder_resources;
@@ -694,13 +687,14 @@ void RdmaCm::on_rep(RdmaId& id, const CmEvent& ev) {
   id.initiator_depth = id.cm_id->initiator_depth;
   if (id.qp == nullptr) {  // the application moves its own QP, then rdma_establish
     out.type = RDMA_CM_EVENT_CONNECT_RESPONSE;
+    step(id, RdmaIdInput::ConnectResponse);
     queue_event(&id, out);
     return;
   }
   if (const int rc = modify_connected_qp(id); rc != 0) {
     d.cm->reject(id.cm_id, RejReason::ConsumerReject);
     qp_to_error(id);
-    id.state = RdmaIdState::Failed;
+    step(id, RdmaIdInput::ConnectError);
     RdmaEvent err;
     err.type = RDMA_CM_EVENT_CONNECT_ERROR;
     err.status = -rc;
@@ -708,7 +702,7 @@ void RdmaCm::on_rep(RdmaId& id, const CmEvent& ev) {
     return;
   }
   d.cm->send_rtu(id.cm_id);
-  id.state = RdmaIdState::Connected;
+  step(id, RdmaIdInput::Established);
   out.type = RDMA_CM_EVENT_ESTABLISHED;
   queue_event(&id, out);
 }
@@ -868,7 +862,7 @@ int RdmaCm::connect(RdmaId* id, const rdma_conn_param* param) {
     std::lock_guard lock(mu_);
     if (id == nullptr || ids_.count(id) == 0) return EINVAL;
     const bool ud = id->qp_type == IBV_QPT_UD || id->ps == RDMA_PS_UDP;
-    if (id->state != RdmaIdState::RouteResolved && !(ud && id->state == RdmaIdState::AddrResolved)) return EINVAL;
+    if (!rdma_id_allows(id->state, ud ? RdmaIdInput::ConnectUd : RdmaIdInput::Connect)) return EINVAL;
     if (param == nullptr && id->qp == nullptr && !ud) return EINVAL;
     const size_t max = ud ? kSidrReqUserDataMax : kReqUserDataMax;
     if (param != nullptr && param->private_data_len > max) return EINVAL;
@@ -877,11 +871,12 @@ int RdmaCm::connect(RdmaId* id, const rdma_conn_param* param) {
   }
   int rc = 0;
   on_engine(*d, [&] {
-    if (id->destroyed) {
+    const bool ud = id->qp_type == IBV_QPT_UD || id->ps == RDMA_PS_UDP;
+    const RdmaIdInput in = ud ? RdmaIdInput::ConnectUd : RdmaIdInput::Connect;
+    if (id->destroyed || !rdma_id_allows(id->state, in)) {  // it may have moved since the check
       rc = EINVAL;
       return;
     }
-    const bool ud = id->qp_type == IBV_QPT_UD || id->ps == RDMA_PS_UDP;
     const auto sip = ip_of(sa(id->src));
     const auto dip = ip_of(sa(id->dst));
     const uint16_t sport = port_of(sa(id->src));
@@ -938,7 +933,7 @@ int RdmaCm::connect(RdmaId* id, const rdma_conn_param* param) {
       id->initiator_depth = p.initiator_depth;
       rc = -d->cm->connect(id->cm_id, p);
     }
-    if (rc == 0) id->state = RdmaIdState::Connect;
+    if (rc == 0) step(*id, in);
   });
   return rc;
 }
@@ -947,7 +942,7 @@ int RdmaCm::accept(RdmaId* id, const rdma_conn_param* param) {
   RdmaDev* d = nullptr;
   {
     std::lock_guard lock(mu_);
-    if (id == nullptr || ids_.count(id) == 0 || id->state != RdmaIdState::ConnectRequest) return EINVAL;
+    if (id == nullptr || ids_.count(id) == 0 || !rdma_id_allows(id->state, RdmaIdInput::Accept)) return EINVAL;
     const bool ud = id->qp_type == IBV_QPT_UD;
     if (param == nullptr && id->qp == nullptr) return EINVAL;
     if (param != nullptr && param->private_data_len > (ud ? kSidrRepUserDataMax : kRepUserDataMax)) return EINVAL;
@@ -955,7 +950,7 @@ int RdmaCm::accept(RdmaId* id, const rdma_conn_param* param) {
   }
   int rc = 0;
   on_engine(*d, [&] {
-    if (id->destroyed || id->cm_id == nullptr) {
+    if (id->destroyed || id->cm_id == nullptr || !rdma_id_allows(id->state, RdmaIdInput::Accept)) {
       rc = EINVAL;
       return;
     }
@@ -972,7 +967,7 @@ int RdmaCm::accept(RdmaId* id, const rdma_conn_param* param) {
       p.qkey = id->qkey;
       p.private_data = user;
       rc = -d->cm->sidr_reply(id->cm_id, p);
-      if (rc == 0) id->state = RdmaIdState::Connected;
+      if (rc == 0) step(*id, RdmaIdInput::AcceptUd);
     } else {
       rnic::Rnic& r = *d->cfg.rnic;
       // librdmacm's rdma_accept: the asked values, or the request's when
@@ -1004,7 +999,7 @@ int RdmaCm::accept(RdmaId* id, const rdma_conn_param* param) {
         if (rc != 0) {
           d->cm->reject(id->cm_id, RejReason::ConsumerReject);
           qp_to_error(*id);
-          id->state = RdmaIdState::Failed;
+          step(*id, RdmaIdInput::ConnectError);
           return;
         }
       }
@@ -1020,7 +1015,7 @@ int RdmaCm::accept(RdmaId* id, const rdma_conn_param* param) {
       p.private_data = user;
       rc = -d->cm->accept(id->cm_id, p);
       if (rc == 0) {
-        id->state = RdmaIdState::Accepting;
+        step(*id, RdmaIdInput::Accept);
         if (id->qp != nullptr) d->accepting.push_back(id);
       }
     }
@@ -1032,12 +1027,16 @@ int RdmaCm::reject(RdmaId* id, const void* pdata, uint8_t len) {
   RdmaDev* d = nullptr;
   {
     std::lock_guard lock(mu_);
-    if (id == nullptr || ids_.count(id) == 0 || id->state != RdmaIdState::ConnectRequest) return EINVAL;
+    if (id == nullptr || ids_.count(id) == 0 || !rdma_id_allows(id->state, RdmaIdInput::Reject)) return EINVAL;
     if (len > (id->qp_type == IBV_QPT_UD ? kSidrRepUserDataMax : kRejUserDataMax)) return EINVAL;
     d = id->dev;
   }
   int rc = 0;
   on_engine(*d, [&] {
+    if (id->destroyed || !rdma_id_allows(id->state, RdmaIdInput::Reject)) {
+      rc = EINVAL;
+      return;
+    }
     const std::span<const uint8_t> user =
         len > 0 && pdata != nullptr ? std::span<const uint8_t>(static_cast<const uint8_t*>(pdata), len)
                                     : std::span<const uint8_t>{};
@@ -1049,7 +1048,7 @@ int RdmaCm::reject(RdmaId* id, const void* pdata, uint8_t len) {
     } else {
       rc = -d->cm->reject(id->cm_id, RejReason::ConsumerReject, user);  // reason 28 (IBA table 109)
     }
-    if (rc == 0) id->state = RdmaIdState::Failed;
+    if (rc == 0) step(*id, RdmaIdInput::Reject);
   });
   return rc;
 }
@@ -1084,10 +1083,7 @@ int RdmaCm::disconnect(RdmaId* id) {
   {
     std::lock_guard lock(mu_);
     if (id == nullptr || ids_.count(id) == 0 || id->dev == nullptr || id->cm_id == nullptr) return EINVAL;
-    if (id->state != RdmaIdState::Connected && id->state != RdmaIdState::Accepting &&
-        id->state != RdmaIdState::Disconnected && id->state != RdmaIdState::Connect) {
-      return EINVAL;
-    }
+    if (!rdma_id_allows(id->state, RdmaIdInput::Disconnect)) return EINVAL;
     d = id->dev;
   }
   int rc = 0;
@@ -1115,14 +1111,19 @@ int RdmaCm::establish(RdmaId* id) {
   RdmaDev* d = nullptr;
   {
     std::lock_guard lock(mu_);
-    if (id == nullptr || ids_.count(id) == 0 || id->cm_id == nullptr || id->state != RdmaIdState::Connect)
+    if (id == nullptr || ids_.count(id) == 0 || id->cm_id == nullptr ||
+        !rdma_id_allows(id->state, RdmaIdInput::Establish))
       return EINVAL;
     d = id->dev;
   }
   int rc = 0;
   on_engine(*d, [&] {
+    if (id->destroyed || id->cm_id == nullptr || !rdma_id_allows(id->state, RdmaIdInput::Establish)) {
+      rc = EINVAL;
+      return;
+    }
     rc = -d->cm->send_rtu(id->cm_id);
-    if (rc == 0) id->state = RdmaIdState::Connected;
+    if (rc == 0) step(*id, RdmaIdInput::Establish);
   });
   return rc;
 }
@@ -1153,12 +1154,12 @@ int RdmaCm::set_option(RdmaId* id, int level, int name, const void* val, size_t 
         return 0;
       case RDMA_OPTION_ID_REUSEADDR:
         if (len != sizeof(int)) return EINVAL;
-        if (id->state != RdmaIdState::Idle) return EINVAL;
+        if (!rdma_id_allows(id->state, RdmaIdInput::SetAddrOption)) return EINVAL;
         id->reuseaddr = *static_cast<const int*>(val) != 0;
         return 0;
       case RDMA_OPTION_ID_AFONLY:
         if (len != sizeof(int)) return EINVAL;
-        if (id->state != RdmaIdState::Idle) return EINVAL;
+        if (!rdma_id_allows(id->state, RdmaIdInput::SetAddrOption)) return EINVAL;
         id->afonly = *static_cast<const int*>(val) != 0;
         return 0;
       case RDMA_OPTION_ID_ACK_TIMEOUT:

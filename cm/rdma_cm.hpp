@@ -37,8 +37,10 @@
 // Threads.  Application threads call the public functions.  Each device's
 // CM runs in its engine's loop (the MADs, its timers, a poll timer for QP 1);
 // calls reach it through Engine::run_sync.  One mutex (`mu_`) guards the
-// model's tables; it is never held across run_sync, so an engine thread may
-// take it from its callbacks.
+// model's tables, taken once per entry: a consumer call's caller part, the
+// engine part on_engine runs, or from_engine for the engine's own work; it
+// is never held across run_sync, so an engine thread may take it.  An id's
+// state changes only through step() (rdma_cm_state.cpp's table).
 #pragma once
 
 #include <infiniband/verbs.h>
@@ -116,17 +118,57 @@ enum class RdmaIdState : uint8_t {
   AddrBound,      // rdma_bind_addr
   AddrQuery,      // rdma_resolve_addr under way
   AddrResolved,
-  RouteQuery,
-  RouteResolved,
+  RouteResolved,  // rdma_resolve_route: RoCE has no SA, so it completes at once
   Connect,        // REQ / SIDR_REQ sent
   Listen,
   ConnectRequest, // passive: CONNECT_REQUEST reported, not yet accepted
   Accepting,      // passive: REP / SIDR_REP sent
   Connected,      // ESTABLISHED
   Disconnected,   // DISCONNECTED reported
-  Failed,         // REJECTED / UNREACHABLE / CONNECT_ERROR / ADDR_ERROR reported
+  Failed,         // REJECTED / UNREACHABLE / CONNECT_ERROR reported, or rdma_reject
+  kCount
 };
 std::string_view rdma_id_state_name(RdmaIdState s) noexcept;
+
+// What moves an id from state to state (rdma_cm_state.cpp's table):
+// the consumer's calls, checked in their caller part and applied when
+// their engine part succeeds, and what the CM and the address resolution
+// report.  An input the id's state does not allow is refused: a call
+// fails EINVAL, an event is ignored (Linux's cma_ib_handler ignores a CM
+// event unless the id is connecting or connected).
+enum class RdmaIdInput : uint8_t {
+  // the consumer's
+  Bind,            // rdma_bind_addr, or the implicit bind of listen/resolve_addr
+  SetAddrOption,   // RDMA_OPTION_ID_REUSEADDR / AFONLY: before the bind
+  ResolveAddr,     // rdma_resolve_addr
+  ResolveRoute,    // rdma_resolve_route, ROUTE_RESOLVED reported
+  RouteError,      // rdma_resolve_route, ROUTE_ERROR reported
+  Listen,          // rdma_listen (again on a listener: its backlog)
+  JoinMulticast,   // rdma_join_multicast (UD)
+  Connect,         // rdma_connect: REQ sent
+  ConnectUd,       // rdma_connect on a UD id: SIDR_REQ sent
+  Accept,          // rdma_accept: REP sent
+  AcceptUd,        // rdma_accept on a UD id: SIDR_REP sent
+  Reject,          // rdma_reject
+  Establish,       // rdma_establish: RTU sent after CONNECT_RESPONSE
+  Disconnect,      // rdma_disconnect (the state changes with DISCONNECTED)
+  // what is reported
+  AddrResolved,    // ADDR_RESOLVED
+  AddrError,       // ADDR_ERROR
+  ConnectRequest,  // CONNECT_REQUEST: a new passive id
+  ConnectResponse, // CONNECT_RESPONSE: a REP for an id with no QP
+  Established,     // ESTABLISHED (REP with RTU sent, RTU or first data, SIDR_REP)
+  Rejected,        // REJECTED
+  ConnectError,    // CONNECT_ERROR: our QP could not follow the REP
+  Unreachable,     // UNREACHABLE: a timeout, or a SIDR_REP refusing
+  Disconnected,    // DISCONNECTED: DREQ, DREP or the DREQ's timeout
+  kCount
+};
+std::string_view rdma_id_input_name(RdmaIdInput in) noexcept;
+// Whether an id in state `s` takes `in`.
+bool rdma_id_allows(RdmaIdState s, RdmaIdInput in) noexcept;
+// The state `in` leads to from `s` (which allows it).
+RdmaIdState rdma_id_next(RdmaIdState s, RdmaIdInput in) noexcept;
 
 // One multicast group an id joined (rdma_join_multicast).
 struct RdmaMcast {
@@ -278,12 +320,12 @@ class RdmaCm {
   int bind_locked(RdmaId* id, const sockaddr* addr);
   void unbind_locked(RdmaId* id);
   void queue_event(RdmaId* id, RdmaEvent ev);          // under mu_
-  void on_cm_event(RdmaDev& d, const CmEvent& ev);     // [engine]
+  void on_cm_event(RdmaDev& d, const CmEvent& ev);     // [engine] under mu_ (from_engine)
   void on_req(RdmaDev& d, const CmEvent& ev, bool sidr);
   RdmaId* listener_for(RdmaDev& d, uint64_t service_id, const std::optional<CmaHdr>& hdr);
   void update_cm_listens(RdmaDev& d, rdma_port_space ps, uint16_t port);  // [engine]
   void on_rep(RdmaId& id, const CmEvent& ev);
-  void on_resolved(RdmaDev& d, const transport::IpAddr& ip, bool ok);  // [engine]
+  void on_resolved(RdmaDev& d, const transport::IpAddr& ip, bool ok);  // [engine] under mu_ (from_engine)
   void addr_done(RdmaId& id, bool ok, int status);
   void qp_to_error(RdmaId& id);
   int modify_connected_qp(RdmaId& id);                 // INIT -> INIT -> RTR -> RTS from the CM
@@ -293,14 +335,23 @@ class RdmaCm {
   // the engine thread may be waiting for it).
   template <class F>
   void on_engine(RdmaDev& d, F&& f);
+  // [engine] How the engine's own work enters the model (CM events,
+  // neighbour results, COMM_EST, timers): with mu_, taken here unless this
+  // thread holds it already because the entry came out of a call on_engine
+  // made (the CM reports some events inside the call that causes them).
+  template <class F>
+  void from_engine(F&& f);
+  // The id's state machine's driver (under mu_): `in` moves the id, traced
+  // as `conn`; false, and nothing changes, when its state does not take it.
+  bool step(RdmaId& id, RdmaIdInput in);
   static void on_addr_timer(Timer& t, uint64_t now_ns);
   static void on_poll_timer(Timer& t, uint64_t now_ns);
   static void on_gsi_completion(void* dev) noexcept;
 
   std::vector<std::unique_ptr<RdmaDev>> devs_;
   RdmaCmOptions opt_;
-  std::recursive_mutex mu_;             // recursive: CM callbacks run inside CM calls made under it
-  std::condition_variable_any acked_;
+  std::mutex mu_;                       // taken once per entry (on_engine, from_engine, a consumer call)
+  std::condition_variable acked_;
   std::set<RdmaId*> ids_;
   std::set<RdmaChannel*> channels_;
   std::map<std::pair<int, uint16_t>, std::vector<RdmaId*>> ports_;  // (ps, port) -> bound ids

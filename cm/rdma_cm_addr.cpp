@@ -108,7 +108,7 @@ int RdmaCm::bind_locked(RdmaId* id, const sockaddr* addr) {
   id->bound = true;
   id->dev = d;
   id->verbs = d != nullptr ? d->cfg.verbs : nullptr;
-  id->state = RdmaIdState::AddrBound;
+  step(*id, RdmaIdInput::Bind);
   if (trace_on(TraceCat::Conn)) trace_addr(id, "bound to", *ip, port, d == nullptr ? " (every device)" : "");
   return 0;
 }
@@ -127,7 +127,7 @@ void RdmaCm::unbind_locked(RdmaId* id) {
 int RdmaCm::bind_addr(RdmaId* id, const sockaddr* addr) {
   std::lock_guard lock(mu_);
   if (id == nullptr || ids_.count(id) == 0) return EINVAL;
-  if (id->state != RdmaIdState::Idle) return EINVAL;
+  if (!rdma_id_allows(id->state, RdmaIdInput::Bind)) return EINVAL;
   return bind_locked(id, addr);
 }
 
@@ -146,8 +146,7 @@ int RdmaCm::resolve_addr(RdmaId* id, const sockaddr* src, const sockaddr* dst, i
         src = sa(any);
       }
       if (const int rc = bind_locked(id, src); rc != 0) return rc;
-    } else if (id->state != RdmaIdState::AddrBound && id->state != RdmaIdState::AddrResolved &&
-               id->state != RdmaIdState::RouteResolved) {
+    } else if (!rdma_id_allows(id->state, RdmaIdInput::ResolveAddr)) {
       return EINVAL;
     }
     d = id->dev != nullptr ? id->dev : is_loopback(*dip) ? dev_for_addr(*dip) : dev_for_dst(*dip, nullptr);
@@ -159,7 +158,8 @@ int RdmaCm::resolve_addr(RdmaId* id, const sockaddr* src, const sockaddr* dst, i
       RdmaEvent ev;
       ev.type = RDMA_CM_EVENT_ADDR_ERROR;
       ev.status = -ENETUNREACH;
-      id->state = RdmaIdState::AddrBound;
+      step(*id, RdmaIdInput::ResolveAddr);
+      step(*id, RdmaIdInput::AddrError);
       queue_event(id, ev);
       return 0;
     }
@@ -185,7 +185,7 @@ int RdmaCm::resolve_addr(RdmaId* id, const sockaddr* src, const sockaddr* dst, i
     }
     id->dev = d;
     id->verbs = d->cfg.verbs;
-    id->state = RdmaIdState::AddrQuery;
+    step(*id, RdmaIdInput::ResolveAddr);
   }
   const uint64_t timeout_ns = uint64_t(timeout_ms > 0 ? timeout_ms : 2000) * 1'000'000;
   on_engine(*d, [&] {
@@ -209,12 +209,11 @@ void RdmaCm::addr_done(RdmaId& id, bool ok, int status) {
   RdmaEvent ev;
   ev.type = ok ? RDMA_CM_EVENT_ADDR_RESOLVED : RDMA_CM_EVENT_ADDR_ERROR;
   ev.status = status;
-  id.state = ok ? RdmaIdState::AddrResolved : RdmaIdState::AddrBound;
+  if (!step(id, ok ? RdmaIdInput::AddrResolved : RdmaIdInput::AddrError)) return;
   queue_event(&id, ev);
 }
 
 void RdmaCm::on_resolved(RdmaDev& d, const IpAddr& ip, bool ok) {
-  std::lock_guard lock(mu_);
   auto [lo, hi] = d.resolving.equal_range(ip.bytes);
   std::vector<RdmaId*> done;
   for (auto it = lo; it != hi; ++it) done.push_back(it->second);
@@ -226,17 +225,18 @@ void RdmaCm::on_addr_timer(Timer& t, uint64_t /*now_ns*/) {
   RdmaId& id = t.owner_as<RdmaId>();
   RdmaDev& d = *id.dev;
   RdmaCm& m = *d.model;
-  std::lock_guard lock(m.mu_);
-  for (auto it = d.resolving.begin(); it != d.resolving.end();) {
-    it = it->second == &id ? d.resolving.erase(it) : std::next(it);
-  }
-  m.addr_done(id, false, -ETIMEDOUT);
+  m.from_engine([&] {
+    for (auto it = d.resolving.begin(); it != d.resolving.end();) {
+      it = it->second == &id ? d.resolving.erase(it) : std::next(it);
+    }
+    m.addr_done(id, false, -ETIMEDOUT);
+  });
 }
 
 int RdmaCm::resolve_route(RdmaId* id, int /*timeout_ms*/) {
   std::lock_guard lock(mu_);
   if (id == nullptr || ids_.count(id) == 0) return EINVAL;
-  if (id->state != RdmaIdState::AddrResolved && id->state != RdmaIdState::RouteResolved) return EINVAL;
+  if (!rdma_id_allows(id->state, RdmaIdInput::ResolveRoute)) return EINVAL;
   auto sip = ip_of(sa(id->src));
   auto dip = ip_of(sa(id->dst));
   if (sip) sip = gid_ip(*id->dev, *sip);
@@ -247,6 +247,7 @@ int RdmaCm::resolve_route(RdmaId* id, int /*timeout_ms*/) {
   if (!sip || !dip || id->sgid_index < 0) {
     ev.type = RDMA_CM_EVENT_ROUTE_ERROR;
     ev.status = -EADDRNOTAVAIL;
+    step(*id, RdmaIdInput::RouteError);
     queue_event(id, ev);
     return 0;
   }
@@ -261,7 +262,7 @@ int RdmaCm::resolve_route(RdmaId* id, int /*timeout_ms*/) {
   if (id->ack_timeout) p.local_ack_timeout = *id->ack_timeout;
   id->path = p;
   id->route_valid = true;
-  id->state = RdmaIdState::RouteResolved;
+  step(*id, RdmaIdInput::ResolveRoute);
   ev.type = RDMA_CM_EVENT_ROUTE_RESOLVED;
   queue_event(id, ev);
   return 0;

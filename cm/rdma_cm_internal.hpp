@@ -92,6 +92,20 @@ inline uint8_t ib_mtu(uint32_t bytes) {
 
 namespace uroce::cm {
 
+namespace detail {
+// The model whose lock this thread holds through on_engine/from_engine
+// (null: none): what lets an entry from inside such a call skip the lock.
+inline thread_local const RdmaCm* tl_mu_holder = nullptr;
+
+struct MuHolder {
+  explicit MuHolder(const RdmaCm* m) : prev(tl_mu_holder) { tl_mu_holder = m; }
+  ~MuHolder() { tl_mu_holder = prev; }
+  MuHolder(const MuHolder&) = delete;
+  MuHolder& operator=(const MuHolder&) = delete;
+  const RdmaCm* prev;
+};
+}  // namespace detail
+
 // Runs `f` on the device's engine holding the model's lock (the threading
 // rule: engine state on the engine; the lock is taken there, not held
 // while waiting).
@@ -99,8 +113,20 @@ template <class F>
 void RdmaCm::on_engine(RdmaDev& d, F&& f) {
   d.engine().run_sync([&] {
     std::lock_guard lock(mu_);
+    detail::MuHolder held(this);
     f();
   });
+}
+
+template <class F>
+void RdmaCm::from_engine(F&& f) {
+  if (detail::tl_mu_holder == this) {
+    f();
+    return;
+  }
+  std::lock_guard lock(mu_);
+  detail::MuHolder held(this);
+  f();
 }
 
 }  // namespace uroce::cm

@@ -31,7 +31,7 @@ int RdmaCm::join_multicast(RdmaId* id, const sockaddr* addr, int join_flags, voi
     std::lock_guard lock(mu_);
     if (id == nullptr || ids_.count(id) == 0 || id->destroyed) return EINVAL;
     // Linux: a UD id bound to a device, address bound or resolved.
-    if (id->dev == nullptr || (id->state != RdmaIdState::AddrBound && id->state != RdmaIdState::AddrResolved) ||
+    if (id->dev == nullptr || !rdma_id_allows(id->state, RdmaIdInput::JoinMulticast) ||
         id->qp_type != IBV_QPT_UD || (id->ps != RDMA_PS_UDP && id->ps != RDMA_PS_IPOIB))
       return EINVAL;
     const auto sip = ip_of(sa(id->src));

@@ -17,12 +17,14 @@
 #include <iostream>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <set>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "cm/rdma_cm.hpp"
+#include "lib/util/log.hpp"
 #include "lib/wire/build.hpp"
 #include "tests/rnic/harness.hpp"
 
@@ -224,6 +226,122 @@ TEST_F(RdmaCmTest, ConnectAcceptDataDisconnect) {
   EXPECT_EQ(wc.wr_id, 3u);
   EXPECT_EQ(wc.status, IBV_WC_WR_FLUSH_ERR);
 
+  cm_->detach_qp(c);
+  cm_->detach_qp(s);
+  EXPECT_EQ(cm_->destroy_id(c), 0);
+  EXPECT_EQ(cm_->destroy_id(s), 0);
+  EXPECT_EQ(cm_->destroy_id(l), 0);
+  EXPECT_EQ(cm_->destroy_channel(sch), 0);
+  EXPECT_EQ(cm_->destroy_channel(cch), 0);
+}
+
+// The id's state machine (rdma_cm_state.cpp): what each consumer call
+// takes, as rdma_cm(7) and Linux's cma.c have it, and no state that
+// nothing reaches or nothing leaves except the ends (a listener, a failed
+// or a disconnected id: only rdma_destroy_id is left to them).
+TEST(RdmaIdStateMachine, TableAsTheManPagesHaveIt) {
+  using S = RdmaIdState;
+  using In = RdmaIdInput;
+  const auto takes = [](In in) {
+    std::set<S> out;
+    for (unsigned s = 0; s < static_cast<unsigned>(S::kCount); ++s)
+      if (rdma_id_allows(static_cast<S>(s), in)) out.insert(static_cast<S>(s));
+    return out;
+  };
+  EXPECT_EQ(takes(In::Bind), (std::set<S>{S::Idle}));
+  EXPECT_EQ(takes(In::ResolveAddr), (std::set<S>{S::AddrBound, S::AddrResolved, S::RouteResolved}));
+  EXPECT_EQ(takes(In::ResolveRoute), (std::set<S>{S::AddrResolved, S::RouteResolved}));
+  EXPECT_EQ(takes(In::Listen), (std::set<S>{S::AddrBound, S::Listen}));
+  EXPECT_EQ(takes(In::Connect), (std::set<S>{S::RouteResolved}));
+  EXPECT_EQ(takes(In::ConnectUd), (std::set<S>{S::AddrResolved, S::RouteResolved}));
+  for (In in : {In::Accept, In::AcceptUd, In::Reject}) EXPECT_EQ(takes(in), (std::set<S>{S::ConnectRequest}));
+  EXPECT_EQ(takes(In::Establish), (std::set<S>{S::Connect}));
+  EXPECT_EQ(rdma_id_next(S::Accepting, In::Established), S::Connected);
+  EXPECT_EQ(rdma_id_next(S::Connect, In::Rejected), S::Failed);
+  EXPECT_EQ(rdma_id_next(S::Connected, In::Disconnected), S::Disconnected);
+  EXPECT_EQ(rdma_id_next(S::AddrQuery, In::AddrError), S::AddrBound) << "bound still: resolve again";
+  EXPECT_EQ(rdma_id_next(S::Listen, In::Listen), S::Listen);
+
+  // Every state is reached from Idle; only Listen, Failed and Disconnected are ends.
+  std::set<S> seen{S::Idle};
+  std::vector<S> todo{S::Idle};
+  while (!todo.empty()) {
+    const S s = todo.back();
+    todo.pop_back();
+    for (unsigned i = 0; i < static_cast<unsigned>(In::kCount); ++i) {
+      const auto in = static_cast<In>(i);
+      if (!rdma_id_allows(s, in)) continue;
+      const S to = rdma_id_next(s, in);
+      if (seen.insert(to).second) todo.push_back(to);
+    }
+  }
+  EXPECT_EQ(seen.size(), static_cast<size_t>(S::kCount));
+  for (unsigned s = 0; s < static_cast<unsigned>(S::kCount); ++s) {
+    bool leaves = false;
+    for (unsigned i = 0; i < static_cast<unsigned>(In::kCount); ++i)
+      leaves |= rdma_id_allows(static_cast<S>(s), static_cast<In>(i)) &&
+                rdma_id_next(static_cast<S>(s), static_cast<In>(i)) != static_cast<S>(s);
+    const bool end = static_cast<S>(s) == S::Failed || static_cast<S>(s) == S::Disconnected ||
+                     static_cast<S>(s) == S::Listen;
+    EXPECT_EQ(leaves, !end) << rdma_id_state_name(static_cast<S>(s));
+  }
+}
+
+// Every change of an id's state goes through the driver: with `conn`
+// tracing on, a connection's ids leave one line per step, and a call the
+// state does not take fails EINVAL and changes nothing.
+TEST_F(RdmaCmTest, IdTraceFollowsEachStateChange) {
+  std::vector<std::string> lines;
+  std::mutex lines_mu;
+  set_trace_hook([&](TraceCat c, std::string_view line) {
+    std::lock_guard lock(lines_mu);
+    if (c == TraceCat::Conn) lines.emplace_back(line);
+  });
+  ASSERT_TRUE(trace_apply("conn"));
+  RdmaChannel* sch = cm_->create_channel();
+  RdmaChannel* cch = cm_->create_channel();
+  RdmaId* l = server(sch, RDMA_PS_TCP, 7101);
+  RdmaId* c = resolved_client(cch, RDMA_PS_TCP, 7101);
+  rnic::Cq* ccq = nullptr;
+  ASSERT_EQ(cm_->attach_qp(c, make_qp(h_->a(), IBV_QPT_RC, &ccq)), 0);
+  EXPECT_EQ(cm_->accept(c, nullptr), EINVAL) << "an active id has no request to accept";
+  EXPECT_EQ(cm_->listen(c, 1), EINVAL);
+  ASSERT_EQ(cm_->connect(c, nullptr), 0);
+  RdmaEvent req = expect(sch, RDMA_CM_EVENT_CONNECT_REQUEST);
+  RdmaId* s = req.id;
+  ASSERT_NE(s, nullptr);
+  rnic::Cq* scq = nullptr;
+  ASSERT_EQ(cm_->attach_qp(s, make_qp(h_->b(), IBV_QPT_RC, &scq)), 0);
+  ASSERT_EQ(cm_->accept(s, nullptr), 0);
+  expect(cch, RDMA_CM_EVENT_ESTABLISHED);
+  expect(sch, RDMA_CM_EVENT_ESTABLISHED);
+  EXPECT_EQ(cm_->accept(s, nullptr), EINVAL) << "accepted already";
+  EXPECT_EQ(s->state, RdmaIdState::Connected);
+  ASSERT_TRUE(trace_apply("none"));
+  set_trace_hook(nullptr);
+
+  const auto has = [&](const RdmaId* id, const char* step) {
+    char want[160];
+    std::snprintf(want, sizeof want, "rdma_cm id %p: %s", static_cast<const void*>(id), step);
+    return std::find(lines.begin(), lines.end(), std::string(want)) != lines.end();
+  };
+  EXPECT_TRUE(has(l, "Idle --bind--> AddrBound"));
+  EXPECT_TRUE(has(l, "AddrBound --listen--> Listen"));
+  EXPECT_TRUE(has(c, "AddrBound --resolve_addr--> AddrQuery"));
+  EXPECT_TRUE(has(c, "AddrQuery --ADDR_RESOLVED--> AddrResolved"));
+  EXPECT_TRUE(has(c, "AddrResolved --resolve_route--> RouteResolved"));
+  EXPECT_TRUE(has(c, "RouteResolved --connect--> Connect"));
+  EXPECT_TRUE(has(c, "Connect --ESTABLISHED--> Connected"));
+  EXPECT_TRUE(has(s, "Idle --CONNECT_REQUEST--> ConnectRequest"));
+  EXPECT_TRUE(has(s, "ConnectRequest --accept--> Accepting"));
+  EXPECT_TRUE(has(s, "Accepting --ESTABLISHED--> Connected"));
+
+  ASSERT_EQ(cm_->disconnect(c), 0);
+  expect(sch, RDMA_CM_EVENT_DISCONNECTED);
+  ASSERT_EQ(cm_->disconnect(s), 0);
+  expect(cch, RDMA_CM_EVENT_DISCONNECTED);
+  EXPECT_EQ(c->state, RdmaIdState::Disconnected);
+  EXPECT_EQ(cm_->connect(c, nullptr), EINVAL) << "Disconnected is an end";
   cm_->detach_qp(c);
   cm_->detach_qp(s);
   EXPECT_EQ(cm_->destroy_id(c), 0);
