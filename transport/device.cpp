@@ -1,5 +1,7 @@
 #include "transport/device.hpp"
 
+#include "transport/rnic/rnic.hpp"
+
 #include <algorithm>
 #include <cerrno>
 #include <filesystem>
@@ -8,6 +10,7 @@
 
 #include "drivers/sim/sim_wire.hpp"
 #include "lib/config/mac.hpp"
+#include "transport/rnic/rnic.hpp"
 #include "transport/telemetry.hpp"
 
 namespace uroce::transport {
@@ -135,6 +138,7 @@ dpdk::EalOptions eal_options(const config::Config& cfg) {
 // ---- Device --------------------------------------------------------------------------
 
 Device::~Device() {
+  rnic_.reset();  // its QPs' timers and the engine's sink go with it (run_sync)
   if (registered_) {
     telemetry_unregister_set(info_.name, "port", this);
     telemetry_unregister(info_.name);
@@ -274,10 +278,13 @@ void Devices::close(std::string_view name) {
   if (it != open_.end()) close_locked(it);
 }
 
-void Devices::shutdown() {
+void Devices::shutdown(Teardown how) {
   std::lock_guard lock(mu_);
   if (shut_down_) return;
   shut_down_ = true;
+  if (how == Teardown::Exit) {
+    for (auto& d : open_) (void)d->rnic_.release();  // see Teardown::Exit
+  }
   for (auto& d : open_) d->stop();  // every engine quiet before any port closes
   while (!open_.empty()) close_locked(std::prev(open_.end()));
   sim_ports_.clear();
@@ -463,6 +470,7 @@ drivers::Result<std::unique_ptr<Device>> Devices::bring_up(const config::DeviceC
   info.pcap = capture_for(dev);
   info.progress = engine_progress(cfg_->progress);
   if (Status st = make_engine(*d, dev); !st) return st.error();
+  d->rnic_ = std::make_unique<rnic::Rnic>(*d->engine_, dev.name);
   return drivers::Result<std::unique_ptr<Device>>(std::move(d));
 }
 

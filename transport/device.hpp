@@ -1,11 +1,13 @@
-// Bring-up: from a Config (lib/config) to running engines, one per
-// [[device]].  The C++ API the verbs shim calls (ibv_get_device_list,
-// ibv_open_device), and what `uroce node` uses.
+// Bring-up: from a Config (lib/config) to running devices, one per
+// [[device]]: the port, the engine on it, and the RNIC on the engine.  The
+// C++ API the verbs shim calls (ibv_get_device_list, ibv_open_device), and
+// what `uroce node` uses.  (The CM of a device runs on its RNIC's QP 1 and
+// belongs to the rdma_cm model, cm/, a layer above.)
 //
 //   auto& devs = Devices::instance();          // the process's registry
 //   auto dev = devs.open("uroce0");            // lazy: EAL, port, engine
 //   dev->engine().run_sync([&] { ... });
-//   devs.shutdown();                            // or at exit
+//   devs.shutdown();                            // or at exit (Devices::Exit)
 //
 // What open() builds for a device:
 //   - the EAL (once per process): the config's [eal] options and log
@@ -20,7 +22,9 @@
 //     for the first device) changes anything;
 //   - the addresses (DESIGN.md "Addresses") — see plan_addresses below;
 //   - the engine: capture file, progress mode, telemetry under the
-//     device's name (/uroce/stats,<name>).
+//     device's name (/uroce/stats,<name>);
+//   - the RNIC (transport/rnic) on the engine, named as the device.
+// A Device is torn down in reverse: RNIC, engine, ports.
 //
 // Capture: the device's `pcap`, else the global one.  When the global path
 // serves more than one configured device, each device writes
@@ -47,6 +51,10 @@
 #include "drivers/result.hpp"
 #include "lib/config/config.hpp"
 #include "transport/engine.hpp"
+
+namespace uroce::rnic {
+class Rnic;
+}  // namespace uroce::rnic
 
 namespace uroce::drivers::sim {
 class SimWire;
@@ -123,6 +131,7 @@ class Device {
   const std::string& name() const noexcept { return info_.name; }
   const DeviceInfo& info() const noexcept { return info_; }
   Engine& engine() noexcept { return *engine_; }
+  rnic::Rnic& rnic() noexcept { return *rnic_; }  // what the verbs act on
   drivers::Port& port() noexcept { return *top_; }  // what the engine drives
   // The DpdkPort underneath, or null (sim).
   drivers::dpdk::DpdkPort* dpdk_port() noexcept { return dpdk_port_.get(); }
@@ -150,6 +159,7 @@ class Device {
   std::unique_ptr<drivers::Port> wrapper_;
   drivers::Port* top_ = nullptr;
   std::unique_ptr<Engine> engine_;
+  std::unique_ptr<rnic::Rnic> rnic_;  // destroyed first (~Device)
   bool registered_ = false;  // with telemetry
   static constexpr unsigned kNoLcore = ~0u;
   unsigned engine_lcore_ = kNoLcore;  // the engine thread's lcore id (rte_thread_register)
@@ -185,7 +195,16 @@ class Devices {
   void close(std::string_view name);
   // Closes every device, then the sim wire, then the EAL (if this registry
   // started it: the EAL cannot start twice, so this is final).
-  void shutdown();
+  //   Teardown::Full   every object freed, in reverse order (tests, tools,
+  //                    the registry's destructor);
+  //   Teardown::Exit   the process is ending (the drop-in's exit handler):
+  //                    engines stopped, ports and the EAL closed, but the
+  //                    RNICs and what the program made on them stay in
+  //                    memory, because other threads of the program may
+  //                    still poll a CQ or read an MR until the process is
+  //                    gone (a provider's rings likewise outlive exit()).
+  enum class Teardown : uint8_t { Full, Exit };
+  void shutdown(Teardown how = Teardown::Full);
 
   // The EAL this registry runs on, once a device is open.
   const drivers::dpdk::EalInfo* eal() const;

@@ -147,7 +147,7 @@ static_assert(offsetof(ibv_device, name) == 24);
 static_assert(offsetof(ibv_device, dev_name) == 88);
 static_assert(offsetof(ibv_device, dev_path) == 152);
 static_assert(offsetof(ibv_device, ibdev_path) == 408);
-static_assert(offsetof(Device, dev) == 0);
+static_assert(offsetof(IbvDevice, dev) == 0);
 static_assert(offsetof(Pd, base) == 0 && offsetof(Mr, base) == 0 && offsetof(Channel, base) == 0);
 static_assert(offsetof(Srq, base) == 0);
 static_assert(offsetof(rnic::Ah, ibv) == 0);  // wr.ud.ah is the rnic::Ah itself

@@ -98,7 +98,7 @@ void disconnect_and_linger() {
       if (i % 64 == 0 && rdmacm_disconnects_pending() == 0) break;
     }
     bool drove = false;
-    for (Device* d : devices()) drove |= d->inline_progress && d->tdev->progress();
+    for (IbvDevice* d : devices()) drove |= d->inline_progress && d->tdev->progress();
     if (!drove) std::this_thread::sleep_for(kLingerStep);
   }
 }
@@ -180,7 +180,9 @@ void take_term_signals() {
 
 void exit_gate() {
   claim_exit();
-  transport::Devices::instance().shutdown();  // engines stopped and ports closed here, once
+  // Engines stopped and ports closed here, once; the RNICs stay for the
+  // program's threads still running (Teardown::Exit).
+  transport::Devices::instance().shutdown(transport::Devices::Teardown::Exit);
 }
 
 std::mutex g_mu;           // the device list
@@ -216,7 +218,7 @@ void start_devices_locked() {
       continue;
     }
     transport::Device* tdev = *opened;
-    auto* d = new (std::nothrow) Device{};
+    auto* d = new (std::nothrow) IbvDevice{};
     if (d == nullptr) return;
     const size_t index = devices().size();
     d->dev.node_type = IBV_NODE_CA;
@@ -227,16 +229,12 @@ void start_devices_locked() {
     set_str(d->dev.ibdev_path, sizeof d->dev.ibdev_path, "/sys/class/infiniband/" + name);
     d->tdev = tdev;
     d->inline_progress = tdev->info().progress == transport::Progress::Inline;
-    d->rnic = new (std::nothrow) rnic::Rnic(tdev->engine(), name);
-    if (d->rnic == nullptr) {
-      delete d;
-      return;
-    }
+    d->rnic = &tdev->rnic();
     devices().push_back(d);
   }
 }
 
-Device* ctx_dev(ibv_context* ctx) noexcept { return to_ctx(ctx)->dev; }
+IbvDevice* ctx_dev(ibv_context* ctx) noexcept { return to_ctx(ctx)->dev; }
 
 bool valid_port(uint32_t port) noexcept { return port == rnic::kPortNum; }
 
@@ -251,20 +249,20 @@ void copy_sized(void* out, size_t len, const void* full, size_t full_size) noexc
 
 }  // namespace
 
-std::vector<Device*>& devices() noexcept {
+std::vector<IbvDevice*>& devices() noexcept {
   // Never destroyed, as the Devices in it: a thread of the program still
   // running during exit may read it (see exit_gate).
-  static auto* list = new std::vector<Device*>;
+  static auto* list = new std::vector<IbvDevice*>;
   return *list;
 }
 
-void kick(Device* dev) noexcept {
+void kick(IbvDevice* dev) noexcept {
   // Inline mode: the loop runs here.  With an engine thread: this caller
   // assists it, and the thread stays off the core while calls keep coming.
   dev->tdev->progress();
 }
 
-void kick_once(Device* dev) noexcept { dev->tdev->progress(transport::Engine::Assist::Once); }
+void kick_once(IbvDevice* dev) noexcept { dev->tdev->progress(transport::Engine::Assist::Once); }
 
 // ---- context ops -------------------------------------------------------------------
 
@@ -334,7 +332,7 @@ UROCE_EXPORT ibv_context* ibv_open_device(ibv_device* device) noexcept {
   if (device == nullptr) return fail(EINVAL, static_cast<ibv_context*>(nullptr));
   auto* c = new (std::nothrow) Context{};
   if (c == nullptr) return fail(ENOMEM, static_cast<ibv_context*>(nullptr));
-  Device* dev = to_dev(device);
+  IbvDevice* dev = to_dev(device);
   c->dev = dev;
   verbs_context& v = c->vctx;
   // sz: the bytes from the first field we define to the end (verbs_get_ctx_op
@@ -498,7 +496,7 @@ UROCE_EXPORT int ibv_get_pkey_index(ibv_context* context, uint8_t port_num, __be
 
 UROCE_EXPORT int ibv_get_async_event(ibv_context* context, ibv_async_event* event) noexcept {
   if (context == nullptr || event == nullptr) return fail(EINVAL, -1);
-  Device* dev = ctx_dev(context);
+  IbvDevice* dev = ctx_dev(context);
   rnic::AsyncEvent ev;
   int rc;
   while ((rc = dev->rnic->get_async_event(&ev)) == EAGAIN && dev->inline_progress &&
@@ -582,7 +580,7 @@ UROCE_EXPORT ibv_context* uroce_shim_open_device(const char* name) noexcept {
     std::lock_guard lock(g_mu);
     start_devices_locked();
   }
-  for (Device* d : devices()) {
+  for (IbvDevice* d : devices()) {
     if (name == nullptr || std::strcmp(d->dev.name, name) == 0) return ibv_open_device(&d->dev);
   }
   return fail(ENODEV, static_cast<ibv_context*>(nullptr));

@@ -19,7 +19,7 @@
 namespace uroce::shim {
 namespace {
 
-Device* dev_of(ibv_context* ctx) noexcept { return to_ctx(ctx)->dev; }
+IbvDevice* dev_of(ibv_context* ctx) noexcept { return to_ctx(ctx)->dev; }
 rnic::Rnic& rnic_of(ibv_context* ctx) noexcept { return *dev_of(ctx)->rnic; }
 
 // The man page's access bits; IBV_ACCESS_OPTIONAL_RANGE (bits 20-29, e.g.
@@ -317,7 +317,7 @@ UROCE_EXPORT int ibv_destroy_cq(ibv_cq* ibcq) noexcept {
 UROCE_EXPORT int ibv_get_cq_event(ibv_comp_channel* channel, ibv_cq** cq_out, void** cq_context) noexcept {
   if (channel == nullptr || cq_out == nullptr || cq_context == nullptr) return fail(EINVAL, -1);
   Channel* ch = to_channel(channel);
-  Device* dev = dev_of(channel->context);
+  IbvDevice* dev = dev_of(channel->context);
   if (dev->inline_progress && (fcntl(channel->fd, F_GETFL) & O_NONBLOCK) == 0) {
     // Nobody else drives the loop: do it until the channel has an event.
     pollfd pfd{channel->fd, POLLIN, 0};

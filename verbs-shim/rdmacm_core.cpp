@@ -60,7 +60,7 @@ UROCE_EXPORT cm::RdmaCm* uroce_rdmacm() noexcept {
     if (list == nullptr) return;
     ibv_free_device_list(list);
     std::vector<cm::RdmaCmDevice> devs;
-    for (shim::Device* d : shim::devices()) {
+    for (shim::IbvDevice* d : shim::devices()) {
       cm::RdmaCmDevice c;
       c.rnic = d->rnic;
       c.verbs = ibv_open_device(&d->dev);

@@ -32,12 +32,14 @@ class Device;
 namespace uroce::shim {
 
 // ---- device ------------------------------------------------------------------------
-// One per configured uroce device that came up, for the life of the process
-// (ibv_free_device_list frees only the array, as upstream).
-struct Device {
+// The ibv_device an application's ibv_get_device_list finds: one per
+// configured uroce device that came up, for the life of the process
+// (ibv_free_device_list frees only the array, as upstream).  The device
+// itself — port, engine, RNIC — is transport::Device.
+struct IbvDevice {
   ibv_device dev;                        // first: what the application holds
-  transport::Device* tdev = nullptr;     // the engine and its port
-  rnic::Rnic* rnic = nullptr;            // never destroyed: the engine may deliver to it until exit
+  transport::Device* tdev = nullptr;     // the device: port, engine, RNIC
+  rnic::Rnic* rnic = nullptr;            // &tdev->rnic()
   bool inline_progress = false;          // UROCE_PROGRESS=inline: callers drive the loop
 };
 
@@ -46,7 +48,7 @@ struct Device {
 // extended ops are found by going back from it (verbs_get_ctx).
 struct Context {
   verbs_context vctx;
-  Device* dev = nullptr;
+  IbvDevice* dev = nullptr;
 };
 
 // ---- objects -----------------------------------------------------------------------
@@ -126,7 +128,7 @@ Obj* from_abi(Abi* p) noexcept {
   return reinterpret_cast<Obj*>(p);
 }
 
-inline Device* to_dev(ibv_device* d) noexcept { return from_abi<Device>(d); }
+inline IbvDevice* to_dev(ibv_device* d) noexcept { return from_abi<IbvDevice>(d); }
 inline Pd* to_pd(ibv_pd* p) noexcept { return from_abi<Pd>(p); }
 inline Mr* to_mr(ibv_mr* m) noexcept { return from_abi<Mr>(m); }
 inline Channel* to_channel(ibv_comp_channel* c) noexcept { return from_abi<Channel>(c); }
@@ -156,10 +158,10 @@ T fail(int err, T ret) noexcept {
 // One iteration of the device's loop from the caller's thread when no other
 // thread is in it: how the loop runs with UROCE_PROGRESS=inline, and an
 // assist that keeps the engine thread off the caller's core otherwise.
-void kick(Device* dev) noexcept;
+void kick(IbvDevice* dev) noexcept;
 // After a post: one iteration, without holding the engine thread back (the
 // application may not call again for a while: it may spin on memory).
-void kick_once(Device* dev) noexcept;
+void kick_once(IbvDevice* dev) noexcept;
 // At exit, before the linger: disconnect the rdma_cm model's connections
 // that are still up (nothing when the model never started).
 void rdmacm_at_exit() noexcept;
@@ -168,7 +170,7 @@ void rdmacm_at_exit() noexcept;
 size_t rdmacm_disconnects_pending() noexcept;
 
 // The devices that came up (ibv_get_device_list starts them on first use).
-std::vector<Device*>& devices() noexcept;
+std::vector<IbvDevice*>& devices() noexcept;
 
 // Context ops (device.cpp, objects.cpp, qp.cpp) that open_device installs.
 int query_port_op(ibv_context* ctx, uint8_t port, ibv_port_attr* attr, size_t len) noexcept;

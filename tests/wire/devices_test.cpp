@@ -15,6 +15,7 @@
 #include "tools/uroce/node_session.hpp"
 #include "tools/uroce/telemetry_client.hpp"
 #include "transport/device.hpp"
+#include "transport/rnic/rnic.hpp"
 
 namespace uroce::transport {
 namespace {
@@ -160,6 +161,35 @@ TEST(Devices, OpenIsLazyAndIdempotent) {
   devs.close("simA");
   EXPECT_EQ(devs.find("simA"), nullptr);
   EXPECT_NE(rte_eal_lcore_role(lcore), ROLE_NON_EAL);  // released
+}
+
+// The device is port, engine and RNIC in one object: the verbs act on
+// device.rnic(), which receives the engine's RoCE frames, and close()
+// tears all three down in reverse with the program's objects still on
+// the RNIC.
+TEST(Devices, TheDeviceCarriesItsRnicAndClosesInReverse) {
+  Devices devs;
+  ASSERT_TRUE(devs.configure(two_sims()));
+  auto a = devs.open("simA");
+  ASSERT_TRUE(a) << a.error().message;
+  rnic::Rnic& r = (*a)->rnic();
+  EXPECT_EQ(r.name(), "simA");
+  EXPECT_EQ(r.gid_count(), (*a)->info().local.ips.size());
+  int err = 0;
+  rnic::Pd* pd = r.alloc_pd(&err);
+  ASSERT_NE(pd, nullptr) << err;
+  rnic::Cq* cq = r.create_cq(16, nullptr, nullptr, 0, &err);
+  ASSERT_NE(cq, nullptr) << err;
+  ibv_qp_init_attr init{};
+  init.send_cq = init.recv_cq = reinterpret_cast<ibv_cq*>(cq);
+  init.qp_type = IBV_QPT_RC;
+  init.cap.max_send_wr = init.cap.max_recv_wr = 4;
+  init.cap.max_send_sge = init.cap.max_recv_sge = 1;
+  rnic::Qp* qp = r.create_qp(pd, init, &err);
+  ASSERT_NE(qp, nullptr) << err;
+  EXPECT_EQ(qp->state(), IBV_QPS_RESET);
+  devs.close("simA");
+  EXPECT_EQ(devs.find("simA"), nullptr);
 }
 
 TEST(Devices, RoceRoundTripsBetweenTwoDevices) {
