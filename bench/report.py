@@ -1,0 +1,240 @@
+#!/usr/bin/python3
+"""bench/run's report: results.csv -> report.md (each uroce figure beside
+the wire's limit for it and their ratio, and the issue 16 targets), and
+latency.png / bandwidth.png through gnuplot when it is installed.
+
+The wire's limit for a figure, from the raw frames measured in the same
+run (all on the same veth, same ports):
+  - one-way latency of a message of s bytes: half the ping-pong RTT of the
+    frame its first packet needs, plus the rest of its packets at the raw
+    stream's frame rate for full-MTU frames;
+  - ib_read_lat (perftest reports the whole round trip): a request frame's
+    one-way time plus the response's, as above;
+  - bandwidth: the raw stream's received frame rate at the frame the
+    message's packets need, times the payload per frame; message rate:
+    that frame rate (one packet per message up to the path MTU).
+perftest's MB/s are MiB/s (2^20 bytes), as the wire's figures here.
+"""
+import argparse
+import csv
+import datetime
+import math
+import os
+import shutil
+import subprocess
+import tempfile
+import sys
+
+MIB = 1024 * 1024
+READ_REQUEST_PAYLOAD = 16  # the RETH a READ request carries instead of data
+
+
+def load(path):
+    wire_rtt, wire_rate, uroce = {}, {}, {}
+    with open(path) as f:
+        for row in csv.DictReader(f):
+            if row["value"] == "":
+                uroce.setdefault((row["program"], int(row["size"])), {})
+                continue
+            v = float(row["value"])
+            if row["kind"] == "wire" and row["program"] == "ping":
+                wire_rtt[int(row["size"])] = v
+            elif row["kind"] == "wire" and row["program"] == "stream":
+                wire_rate[int(row["size"])] = v
+            else:
+                uroce.setdefault((row["program"], int(row["size"])), {})[row["metric"]] = v
+    return wire_rtt, wire_rate, uroce
+
+
+class Wire:
+    def __init__(self, rtt, rate, pmtu, overhead):
+        self.rtt, self.rate, self.pmtu, self.overhead = rtt, rate, pmtu, overhead
+
+    def frame(self, payload):
+        return max(payload + self.overhead, 64)
+
+    def one_way_us(self, size):
+        first = self.rtt.get(self.frame(min(size, self.pmtu)))
+        if first is None:
+            return None
+        packets = max(1, math.ceil(size / self.pmtu))
+        rest = 0.0
+        if packets > 1:
+            full = self.rate.get(self.frame(self.pmtu))
+            if not full:
+                return None
+            rest = (packets - 1) / full * 1e9
+        return (first / 2 + rest) / 1000
+
+    def read_us(self, size):
+        req = self.rtt.get(self.frame(READ_REQUEST_PAYLOAD))
+        resp = self.one_way_us(size)
+        if req is None or resp is None:
+            return None
+        return req / 2 / 1000 + resp
+
+    def bw_mib(self, size):
+        payload = min(size, self.pmtu)
+        rate = self.rate.get(self.frame(payload))
+        return None if rate is None else rate * payload / MIB
+
+    def msg_rate_mpps(self, size):
+        if size > self.pmtu:
+            return None
+        rate = self.rate.get(self.frame(size))
+        return None if rate is None else rate / 1e6
+
+
+def fmt(v, digits=2):
+    return "—" if v is None else f"{v:.{digits}f}"
+
+
+def fx(v):
+    return "—" if v is None else f"{v:.2f}×"
+
+
+def ratio(a, b):
+    return None if a is None or b is None or b == 0 else a / b
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("csv")
+    ap.add_argument("out")
+    ap.add_argument("--pmtu", type=int, default=1024)
+    ap.add_argument("--overhead", type=int, default=58)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--machine", default="")
+    a = ap.parse_args()
+    rtt, rate, uroce = load(a.csv)
+    w = Wire(rtt, rate, a.pmtu, a.overhead)
+    sizes = sorted({s for (_, s) in uroce})
+    L = []
+    L.append("# uroce against the wire: perftest over uroce beside raw frames, same wire, same run\n")
+    L.append(f"Measured {datetime.date.today()} by `bench/run` (root), {a.rounds} run(s) per figure, "
+             f"median kept. {a.machine}. Path MTU {a.pmtu} (IB MTU on a 1500-byte link). "
+             "perftest through the drop-ins, default progress (an engine thread per process), "
+             "`-x 0 -F`. Ratios are what to compare; absolute figures on a shared 2-core machine move "
+             "from run to run.\n")
+
+    L.append("## The wire (raw DPDK frames, uroce-wire-limit)\n")
+    L.append("| frame B | ping-pong RTT µs (median) | one-way µs | stream frames/s received | payload MiB/s at this frame |")
+    L.append("|---|---|---|---|---|")
+    for f in sorted(set(rtt) | set(rate)):
+        r = rtt.get(f)
+        fr = rate.get(f)
+        pay = None if fr is None else fr * (f - a.overhead) / MIB
+        L.append(f"| {f} | {fmt(r / 1000 if r else None)} | {fmt(r / 2000 if r else None)} | "
+                 f"{fmt(fr, 0)} | {fmt(pay, 1)} |")
+    L.append("")
+
+    L.append("## Latency (perftest t_typical, µs)\n")
+    L.append("ib_send_lat and ib_write_lat report half the round trip; ib_read_lat the whole READ.\n")
+    L.append("| size B | send_lat | wire one-way | ratio | write_lat | ratio | read_lat | wire READ | ratio |")
+    L.append("|---|---|---|---|---|---|---|---|---|")
+    for s in sizes:
+        sl = uroce.get(("ib_send_lat", s), {}).get("t_typical_us")
+        wl = uroce.get(("ib_write_lat", s), {}).get("t_typical_us")
+        rl = uroce.get(("ib_read_lat", s), {}).get("t_typical_us")
+        ow, rw = w.one_way_us(s), w.read_us(s)
+        L.append(f"| {s} | {fmt(sl)} | {fmt(ow)} | {fx(ratio(sl, ow))} | {fmt(wl)} | {fx(ratio(wl, ow))} | "
+                 f"{fmt(rl)} | {fmt(rw)} | {fx(ratio(rl, rw))} |")
+    L.append("")
+
+    L.append("## Bandwidth (perftest BW average, MiB/s; message rate, M/s)\n")
+    L.append("| size B | wire MiB/s | send_bw | ratio | write_bw | ratio | read_bw | ratio | wire M/s | send M/s | ratio |")
+    L.append("|---|---|---|---|---|---|---|---|---|---|---|")
+    for s in sizes:
+        wb = w.bw_mib(s)
+        sb = uroce.get(("ib_send_bw", s), {}).get("bw_mb_s")
+        wr = uroce.get(("ib_write_bw", s), {}).get("bw_mb_s")
+        rb = uroce.get(("ib_read_bw", s), {}).get("bw_mb_s")
+        wm = w.msg_rate_mpps(s)
+        sm = uroce.get(("ib_send_bw", s), {}).get("msg_rate_mpps")
+        L.append(f"| {s} | {fmt(wb, 1)} | {fmt(sb, 1)} | {fx(ratio(sb, wb))} | {fmt(wr, 1)} | "
+                 f"{fx(ratio(wr, wb))} | {fmt(rb, 1)} | {fx(ratio(rb, wb))} | {fmt(wm, 3)} | {fmt(sm, 3)} | "
+                 f"{fx(ratio(sm, wm))} |")
+    L.append("")
+
+    L.append("## Issue 16's targets\n")
+    L.append("| target | measured | goal | met |")
+    L.append("|---|---|---|---|")
+
+    def target(name, value, goal, want_le):
+        met = "—" if value is None else ("yes" if (value <= goal if want_le else value >= goal) else "no")
+        L.append(f"| {name} | {fx(value)} | {'≤' if want_le else '≥'} {goal}× | {met} |")
+
+    target("ib_send_lat 64 B / raw one-way",
+           ratio(uroce.get(("ib_send_lat", 64), {}).get("t_typical_us"), w.one_way_us(64)), 1.3, True)
+    target("ib_write_lat 64 B / ib_send_lat 64 B",
+           ratio(uroce.get(("ib_write_lat", 64), {}).get("t_typical_us"),
+                 uroce.get(("ib_send_lat", 64), {}).get("t_typical_us")), 1.5, True)
+    target("64 B message rate / raw frame rate",
+           ratio(uroce.get(("ib_send_bw", 64), {}).get("msg_rate_mpps"), w.msg_rate_mpps(64)), 0.8, False)
+    big = max(sizes) if sizes else 0  # the target names 64 KiB; the largest size measured stands for it
+    target(f"RDMA WRITE {big} B / raw stream at the path MTU",
+           ratio(uroce.get(("ib_write_bw", big), {}).get("bw_mb_s"), w.bw_mib(big)), 0.8, False)
+    L.append("")
+    missing = sorted(f"{p} {s} B" for (p, s), v in uroce.items() if not v)
+    if missing:
+        L.append("Runs that printed no figure: " + ", ".join(missing) + ".\n")
+    have_plots = plot(a.out, sizes, uroce, w)
+    if have_plots:
+        L.append("Plots: [latency.png](latency.png), [bandwidth.png](bandwidth.png).\n")
+    else:
+        L.append("No plots: gnuplot is not installed (scripts/setup installs gnuplot-nox).\n")
+    with open(os.path.join(a.out, "report.md"), "w") as f:
+        f.write("\n".join(L))
+    return 0
+
+
+def plot(out, sizes, uroce, w):
+    gp = shutil.which("gnuplot")
+    if gp is None:
+        return False
+    dat = os.path.join(tempfile.mkdtemp(prefix="uroce-plot."), "plot.dat")
+    with open(dat, "w") as f:
+        f.write("# size send_lat write_lat read_lat wire_one_way wire_read send_bw write_bw read_bw wire_bw\n")
+        for s in sizes:
+            def g(p, m):
+                v = uroce.get((p, s), {}).get(m)
+                return "NaN" if v is None else f"{v:.4f}"
+            def n(v):
+                return "NaN" if v is None else f"{v:.4f}"
+            f.write(" ".join([str(s), g("ib_send_lat", "t_typical_us"), g("ib_write_lat", "t_typical_us"),
+                              g("ib_read_lat", "t_typical_us"), n(w.one_way_us(s)), n(w.read_us(s)),
+                              g("ib_send_bw", "bw_mb_s"), g("ib_write_bw", "bw_mb_s"), g("ib_read_bw", "bw_mb_s"),
+                              n(w.bw_mib(s))]) + "\n")
+    script = f"""
+set terminal pngcairo size 900,560 noenhanced
+set logscale x 2
+set xlabel "message size (bytes)"
+set key top left
+set grid
+set output "{os.path.join(out, 'latency.png')}"
+set title "Latency: perftest over uroce and the raw wire (same run)"
+set ylabel "microseconds (t_typical)"
+set logscale y 10
+plot "{dat}" using 1:2 with linespoints title "ib_send_lat", \\
+     "" using 1:3 with linespoints title "ib_write_lat", \\
+     "" using 1:4 with linespoints title "ib_read_lat", \\
+     "" using 1:5 with lines dashtype 2 lw 2 title "wire one-way", \\
+     "" using 1:6 with lines dashtype 3 lw 2 title "wire READ round trip"
+set output "{os.path.join(out, 'bandwidth.png')}"
+set title "Bandwidth: perftest over uroce and the raw wire (same run)"
+set ylabel "MiB/s"
+unset logscale y
+plot "{dat}" using 1:7 with linespoints title "ib_send_bw", \\
+     "" using 1:8 with linespoints title "ib_write_bw", \\
+     "" using 1:9 with linespoints title "ib_read_bw", \\
+     "" using 1:10 with lines dashtype 2 lw 2 title "wire (raw stream payload)"
+"""
+    r = subprocess.run([gp], input=script, text=True, capture_output=True)
+    if r.returncode != 0:
+        sys.stderr.write(r.stderr)
+        return False
+    return True
+
+
+if __name__ == "__main__":
+    sys.exit(main())
