@@ -334,6 +334,11 @@ UROCE_EXPORT ibv_context* ibv_open_device(ibv_device* device) noexcept {
   if (c == nullptr) return fail(ENOMEM, static_cast<ibv_context*>(nullptr));
   IbvDevice* dev = to_dev(device);
   c->dev = dev;
+  c->objects = new_context_objects();
+  if (c->objects == nullptr) {
+    delete c;
+    return fail(ENOMEM, static_cast<ibv_context*>(nullptr));
+  }
   verbs_context& v = c->vctx;
   // sz: the bytes from the first field we define to the end (verbs_get_ctx_op
   // treats an op as present when sz >= sizeof - offsetof(op)).
@@ -352,6 +357,7 @@ UROCE_EXPORT ibv_context* ibv_open_device(ibv_device* device) noexcept {
   ctx.cmd_fd = ::memfd_create("uroce-context", MFD_CLOEXEC);
   if (ctx.cmd_fd < 0) {
     const int e = errno;
+    close_context_objects(&ctx);
     delete c;
     return fail(e, static_cast<ibv_context*>(nullptr));
   }
@@ -374,6 +380,9 @@ UROCE_EXPORT ibv_context* ibv_open_device(ibv_device* device) noexcept {
 UROCE_EXPORT int ibv_close_device(ibv_context* context) noexcept {
   if (context == nullptr) return EINVAL;
   Context* c = to_ctx(context);
+  // What the program left on the context goes with it, as the kernel frees
+  // a uverbs file's objects when it closes.
+  close_context_objects(context);
   pthread_mutex_destroy(&context->mutex);
   if (context->cmd_fd >= 0) ::close(context->cmd_fd);
   delete c;  // the async fd is the device's, shared by its contexts
@@ -572,6 +581,17 @@ UROCE_EXPORT void ibv_ack_async_event(ibv_async_event* event) noexcept {
 // The RNIC behind a context this library opened.
 UROCE_EXPORT rnic::Rnic* uroce_shim_rnic(ibv_context* context) noexcept {
   return context == nullptr ? nullptr : ctx_dev(context)->rnic;
+}
+
+// How many objects of each kind the device behind `context` holds, in
+// `out` (PDs, MRs, completion channels, CQs, SRQs, QPs, AHs; `n` of them):
+// 0, or EINVAL.  For tests and tools: what ibv_close_device left.
+UROCE_EXPORT int uroce_shim_object_counts(ibv_context* context, size_t* out, size_t n) noexcept {
+  if (context == nullptr || out == nullptr) return EINVAL;
+  const rnic::Rnic::Usage u = ctx_dev(context)->rnic->usage();
+  const size_t all[] = {u.pds, u.mrs, u.channels, u.cqs, u.srqs, u.qps, u.ahs};
+  for (size_t i = 0; i < n && i < std::size(all); ++i) out[i] = all[i];
+  return 0;
 }
 
 // Opens the device called `name` (starting the devices on first use).

@@ -5,10 +5,15 @@
 #include <fcntl.h>
 #include <poll.h>
 
+#include <array>
 #include <cerrno>
 #include <cstring>
+#include <mutex>
 #include <new>
+#include <unordered_set>
+#include <vector>
 
+#include "lib/util/log.hpp"
 #include "lib/wire/ipv6.hpp"
 #include "transport/device.hpp"
 #include "verbs-shim/shim.hpp"
@@ -103,6 +108,7 @@ Cq* make_cq(ibv_context* ctx, int cqe, void* cq_context, ibv_comp_channel* chann
     ++channel->refcnt;
     pthread_mutex_unlock(&ctx->mutex);
   }
+  own(ctx, Owned::Cq, &cq->ex);
   return cq;
 }
 
@@ -139,6 +145,79 @@ ibv_cq_ex* create_cq_ex_op(ibv_context* ctx, ibv_cq_init_attr_ex* attr) noexcept
   return &cq->ex;
 }
 
+// ---- what a context owns -------------------------------------------------------------
+
+struct ContextObjects {
+  std::mutex mu;
+  std::array<std::unordered_set<void*>, static_cast<size_t>(Owned::kCount)> sets;
+};
+
+ContextObjects* new_context_objects() noexcept { return new (std::nothrow) ContextObjects{}; }
+
+void own(ibv_context* ctx, Owned kind, void* obj) noexcept {
+  ContextObjects* o = to_ctx(ctx)->objects;
+  if (o == nullptr || obj == nullptr) return;
+  try {
+    std::lock_guard lock(o->mu);
+    o->sets[static_cast<size_t>(kind)].insert(obj);
+  } catch (...) {
+    // No memory for the record: the object works, only close_device will not free it.
+  }
+}
+
+void disown(ibv_context* ctx, Owned kind, void* obj) noexcept {
+  ContextObjects* o = to_ctx(ctx)->objects;
+  if (o == nullptr) return;
+  std::lock_guard lock(o->mu);
+  o->sets[static_cast<size_t>(kind)].erase(obj);
+}
+
+namespace {
+
+int destroy_owned(Owned kind, void* obj) noexcept {
+  switch (kind) {
+    case Owned::Qp: return ibv_destroy_qp(static_cast<ibv_qp*>(obj));
+    case Owned::Srq: return ibv_destroy_srq(static_cast<ibv_srq*>(obj));
+    case Owned::Ah: return ibv_destroy_ah(static_cast<ibv_ah*>(obj));
+    case Owned::Mr: return ibv_dereg_mr(static_cast<ibv_mr*>(obj));
+    case Owned::Cq: return ibv_destroy_cq(static_cast<ibv_cq*>(obj));
+    case Owned::Channel: {
+      // Its CQs went just before; nothing holds a reference now.
+      auto* ch = static_cast<ibv_comp_channel*>(obj);
+      ch->refcnt = 0;
+      return ibv_destroy_comp_channel(ch);
+    }
+    case Owned::Pd: return ibv_dealloc_pd(static_cast<ibv_pd*>(obj));
+    case Owned::kCount: break;
+  }
+  return EINVAL;
+}
+
+}  // namespace
+
+void close_context_objects(ibv_context* ctx) noexcept {
+  ContextObjects* o = to_ctx(ctx)->objects;
+  if (o == nullptr) return;
+  for (size_t k = 0; k < static_cast<size_t>(Owned::kCount); ++k) {
+    std::vector<void*> left;
+    {
+      std::lock_guard lock(o->mu);
+      try {
+        left.assign(o->sets[k].begin(), o->sets[k].end());
+      } catch (...) {
+        continue;
+      }
+    }
+    for (void* obj : left) {
+      if (const int rc = destroy_owned(static_cast<Owned>(k), obj); rc != 0)
+        log_line(LogType::Shim, LogLevel::Warning, "ibv_close_device: an object the program left could not be freed: %s",
+                 std::strerror(rc));
+    }
+  }
+  to_ctx(ctx)->objects = nullptr;
+  delete o;
+}
+
 int post_srq_recv_op(ibv_srq* ibsrq, ibv_recv_wr* wr, ibv_recv_wr** bad) noexcept {
   const ibv_recv_wr* bad_c = nullptr;
   const int rc = to_srq(ibsrq)->impl->post_recv(wr, &bad_c);
@@ -165,6 +244,7 @@ UROCE_EXPORT ibv_pd* ibv_alloc_pd(ibv_context* context) noexcept {
   }
   pd->base.context = context;
   pd->base.handle = pd->impl->handle();
+  own(context, Owned::Pd, &pd->base);
   return &pd->base;
 }
 
@@ -172,8 +252,10 @@ UROCE_EXPORT int ibv_dealloc_pd(ibv_pd* ibpd) noexcept {
   if (ibpd == nullptr) return EINVAL;
   Pd* pd = to_pd(ibpd);
   const int rc = rnic_of(ibpd->context).dealloc_pd(pd->impl);
-  if (rc == 0) delete pd;
-  return rc;
+  if (rc != 0) return rc;
+  disown(ibpd->context, Owned::Pd, ibpd);
+  delete pd;
+  return 0;
 }
 
 // ---- MR --------------------------------------------------------------------------------
@@ -197,6 +279,7 @@ UROCE_EXPORT ibv_mr* ibv_reg_mr_iova2(ibv_pd* ibpd, void* addr, size_t length, u
   mr->base.handle = mr->impl->lkey.value();
   mr->base.lkey = mr->impl->lkey.value();
   mr->base.rkey = mr->impl->rkey.value();
+  own(ibpd->context, Owned::Mr, &mr->base);
   return &mr->base;
 }
 
@@ -241,8 +324,10 @@ UROCE_EXPORT int ibv_dereg_mr(ibv_mr* ibmr) noexcept {
   if (ibmr == nullptr) return EINVAL;
   Mr* mr = to_mr(ibmr);
   const int rc = rnic_of(ibmr->context).dereg_mr(mr->impl);
-  if (rc == 0) delete mr;
-  return rc;
+  if (rc != 0) return rc;
+  disown(ibmr->context, Owned::Mr, ibmr);
+  delete mr;
+  return 0;
 }
 
 // ---- completion channel ---------------------------------------------------------------
@@ -260,6 +345,7 @@ UROCE_EXPORT ibv_comp_channel* ibv_create_comp_channel(ibv_context* context) noe
   ch->base.context = context;
   ch->base.fd = ch->impl->fd();
   ch->base.refcnt = 0;
+  own(context, Owned::Channel, &ch->base);
   return &ch->base;
 }
 
@@ -272,8 +358,10 @@ UROCE_EXPORT int ibv_destroy_comp_channel(ibv_comp_channel* channel) noexcept {
   if (busy) return EBUSY;
   Channel* ch = to_channel(channel);
   const int rc = rnic_of(context).destroy_comp_channel(ch->impl);
-  if (rc == 0) delete ch;
-  return rc;
+  if (rc != 0) return rc;
+  disown(context, Owned::Channel, channel);
+  delete ch;
+  return 0;
 }
 
 // ---- CQ --------------------------------------------------------------------------------
@@ -308,6 +396,7 @@ UROCE_EXPORT int ibv_destroy_cq(ibv_cq* ibcq) noexcept {
     --channel->refcnt;
     pthread_mutex_unlock(&context->mutex);
   }
+  disown(context, Owned::Cq, ibcq);
   pthread_cond_destroy(&ibcq->cond);
   pthread_mutex_destroy(&ibcq->mutex);
   delete cq;
@@ -369,6 +458,7 @@ UROCE_EXPORT ibv_srq* ibv_create_srq(ibv_pd* ibpd, ibv_srq_init_attr* init) noex
     init->attr.max_wr = actual.max_wr;
     init->attr.max_sge = actual.max_sge;
   }
+  own(ibpd->context, Owned::Srq, &s);
   return &s;
 }
 
@@ -387,6 +477,7 @@ UROCE_EXPORT int ibv_destroy_srq(ibv_srq* ibsrq) noexcept {
   Srq* srq = to_srq(ibsrq);
   const int rc = rnic_of(ibsrq->context).destroy_srq(srq->impl);
   if (rc != 0) return rc;
+  disown(ibsrq->context, Owned::Srq, ibsrq);
   pthread_cond_destroy(&ibsrq->cond);
   pthread_mutex_destroy(&ibsrq->mutex);
   delete srq;
@@ -402,12 +493,16 @@ UROCE_EXPORT ibv_ah* ibv_create_ah(ibv_pd* ibpd, ibv_ah_attr* attr) noexcept {
   if (ah == nullptr) return fail(err, static_cast<ibv_ah*>(nullptr));
   ah->ibv.context = ibpd->context;
   ah->ibv.pd = ibpd;
+  own(ibpd->context, Owned::Ah, &ah->ibv);
   return &ah->ibv;
 }
 
 UROCE_EXPORT int ibv_destroy_ah(ibv_ah* ah) noexcept {
   if (ah == nullptr) return EINVAL;
-  return rnic_of(ah->context).destroy_ah(rnic::Ah::from_ibv(ah));
+  ibv_context* context = ah->context;
+  const int rc = rnic_of(context).destroy_ah(rnic::Ah::from_ibv(ah));
+  if (rc == 0) disown(context, Owned::Ah, ah);
+  return rc;
 }
 
 // The address of the sender of a UD completion, from the 40-byte GRH area

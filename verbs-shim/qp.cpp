@@ -232,6 +232,7 @@ ibv_qp* make_qp(ibv_pd* ibpd, ibv_qp_init_attr* init, uint64_t send_ops) noexcep
   pthread_cond_init(&q.cond, nullptr);
   if (qp->extended) install_wr_ops(qp);
   init->cap = qp->impl->cap();  // the man page: the actual capacities are written back
+  own(ibpd->context, Owned::Qp, &q);
   return &q;
 }
 
@@ -324,6 +325,7 @@ UROCE_EXPORT int ibv_destroy_qp(ibv_qp* ibqp) noexcept {
   Qp* qp = to_qp(ibqp);
   const int rc = rnic_of(ibqp->context).destroy_qp(qp->impl);
   if (rc != 0) return rc;
+  disown(ibqp->context, Owned::Qp, ibqp);
   pthread_cond_destroy(&ibqp->cond);
   pthread_mutex_destroy(&ibqp->mutex);
   delete qp->batch;

@@ -46,10 +46,28 @@ struct IbvDevice {
 // ---- context -----------------------------------------------------------------------
 // The verbs_context ends with the ibv_context the application holds; the
 // extended ops are found by going back from it (verbs_get_ctx).
+// What an application made on a context, by kind, in the order
+// ibv_close_device destroys what is left (users before what they use).
+enum class Owned : uint8_t { Qp, Srq, Ah, Mr, Cq, Channel, Pd, kCount };
+
+struct ContextObjects;  // objects.cpp
+
 struct Context {
   verbs_context vctx;
   IbvDevice* dev = nullptr;
+  ContextObjects* objects = nullptr;  // what ibv_close_device frees
 };
+
+// Records `obj` (the ABI pointer handed out) as made on `ctx`, or forgets
+// it when destroyed.  ibv_close_device destroys whatever is still recorded,
+// as closing the uverbs fd makes the kernel do (uverbs_destroy_ufile_hw):
+// a closed context leaves no QP that still answers the wire, no MR that
+// still admits RDMA into memory the program may reuse.
+void own(ibv_context* ctx, Owned kind, void* obj) noexcept;
+void disown(ibv_context* ctx, Owned kind, void* obj) noexcept;
+ContextObjects* new_context_objects() noexcept;
+// Destroys what is still recorded, then the record.
+void close_context_objects(ibv_context* ctx) noexcept;
 
 // ---- objects -----------------------------------------------------------------------
 struct Pd {

@@ -19,6 +19,9 @@
 // rdma-core's private ABI (driver.h is not installed).
 extern "C" int ibv_query_gid_type(ibv_context*, uint8_t, unsigned int, int*);
 
+// uroce's private entry (UROCE_PRIVATE_1): the device's object counts.
+extern "C" int uroce_shim_object_counts(ibv_context*, size_t*, size_t);
+
 namespace {
 
 constexpr uint8_t kPort = 1;
@@ -50,6 +53,50 @@ class VerbsAbi : public ::testing::Test {
 };
 ibv_device** VerbsAbi::list_ = nullptr;
 std::array<ibv_context*, 2> VerbsAbi::ctx_{};
+
+// ibv_close_device frees what the program left on the context, in order
+// (QPs before the CQs and PD they use), as the kernel does when a uverbs
+// file closes; the device's other contexts keep theirs.
+TEST_F(VerbsAbi, CloseDeviceFreesWhatTheProgramLeft) {
+  constexpr size_t kKinds = 7;  // PDs, MRs, channels, CQs, SRQs, QPs, AHs
+  std::array<size_t, kKinds> before{}, during{}, after{};
+  ASSERT_EQ(uroce_shim_object_counts(ctx_[0], before.data(), kKinds), 0);
+  ibv_context* c = ibv_open_device(list_[0]);
+  ASSERT_NE(c, nullptr);
+  ibv_pd* pd = ibv_alloc_pd(c);
+  ASSERT_NE(pd, nullptr);
+  static std::array<uint8_t, kBuf> buf;
+  ASSERT_NE(ibv_reg_mr(pd, buf.data(), buf.size(), IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE), nullptr);
+  ibv_comp_channel* ch = ibv_create_comp_channel(c);
+  ASSERT_NE(ch, nullptr);
+  ibv_cq* cq = ibv_create_cq(c, kCqe, nullptr, ch, 0);
+  ASSERT_NE(cq, nullptr);
+  ibv_srq_init_attr si{};
+  si.attr.max_wr = 8;
+  si.attr.max_sge = 1;
+  ibv_srq* srq = ibv_create_srq(pd, &si);
+  ASSERT_NE(srq, nullptr);
+  ibv_qp_init_attr qi{};
+  qi.send_cq = qi.recv_cq = cq;
+  qi.qp_type = IBV_QPT_RC;
+  qi.srq = srq;
+  qi.cap.max_send_wr = 4;
+  qi.cap.max_send_sge = 1;
+  ASSERT_NE(ibv_create_qp(pd, &qi), nullptr);
+  ibv_ah_attr ah{};
+  ah.is_global = 1;
+  ah.port_num = kPort;
+  ah.grh.sgid_index = kGidIndex;
+  ah.grh.hop_limit = 64;
+  ASSERT_EQ(ibv_query_gid(ctx_[1], kPort, kGidIndex, &ah.grh.dgid), 0);
+  ASSERT_NE(ibv_create_ah(pd, &ah), nullptr);
+  ASSERT_EQ(uroce_shim_object_counts(c, during.data(), kKinds), 0);
+  for (size_t k = 0; k < kKinds; ++k) EXPECT_EQ(during[k], before[k] + 1) << "kind " << k;
+
+  ASSERT_EQ(ibv_close_device(c), 0);  // nothing destroyed by the program
+  ASSERT_EQ(uroce_shim_object_counts(ctx_[0], after.data(), kKinds), 0);
+  EXPECT_EQ(after, before);
+}
 
 TEST_F(VerbsAbi, DevicesAreTheConfiguredOnes) {
   EXPECT_STREQ(ibv_get_device_name(list_[0]), "uroce0");

@@ -268,6 +268,20 @@ int Rnic::resolve_path(const ibv_ah_attr& attr, AhAttr* out) const {
 
 // ---- PD ------------------------------------------------------------------------------------
 
+Rnic::Usage Rnic::usage() {
+  return control([&] {
+    Usage u;
+    u.pds = pds_.size();
+    u.mrs = static_cast<size_t>(std::count_if(mrs_.begin(), mrs_.end(), [](const auto& m) { return m != nullptr; }));
+    u.channels = channels_.size();
+    u.cqs = cqs_.size();
+    u.srqs = srqs_.size();
+    u.qps = qps_.size();
+    u.ahs = ahs_.size();
+    return u;
+  });
+}
+
 Pd* Rnic::alloc_pd(int* err) {
   return control([&]() -> Pd* {
     if (pds_.size() >= kMaxPd) {

@@ -119,6 +119,13 @@ class Rnic final : public transport::RoceSink {
   int query_gid_type(uint8_t port, int index, int* type) const;         // IBV_GID_TYPE_ROCE_V2
   int query_pkey(uint8_t port, int index, uint16_t* pkey) const;
   size_t gid_count() const noexcept;
+
+  // How many objects of each kind the RNIC holds now (control path: a leak
+  // check for tests and tools).
+  struct Usage {
+    size_t pds = 0, mrs = 0, channels = 0, cqs = 0, srqs = 0, qps = 0, ahs = 0;
+  };
+  Usage usage();
   // The GID index holding `addr`, or -1.
   int find_gid(const wire::Ipv6Addr& addr) const noexcept;
   // A QP's / AH's path from ibv_ah_attr (is_global and a valid sgid_index
