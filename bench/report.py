@@ -230,6 +230,7 @@ plot "{dat}" using 1:7 with linespoints title "ib_send_bw", \\
      "" using 1:10 with lines dashtype 2 lw 2 title "wire (raw stream payload)"
 """
     r = subprocess.run([gp], input=script, text=True, capture_output=True)
+    shutil.rmtree(os.path.dirname(dat), ignore_errors=True)
     if r.returncode != 0:
         sys.stderr.write(r.stderr)
         return False
