@@ -144,9 +144,16 @@ int Cq::resize(uint32_t cqe) {
 
 // ---- receive queues -------------------------------------------------------------------------
 
-void RecvQueue::init(uint32_t capacity) {
+void RecvQueue::place(std::vector<RecvWqe>& ring, std::vector<ibv_sge>& sges) noexcept {
+  for (size_t i = 0; i < ring.size(); ++i) ring[i].sge = &sges[i * max_sge_];
+}
+
+void RecvQueue::init(uint32_t capacity, uint32_t max_sge) {
   capacity_ = capacity;
+  max_sge_ = std::max<uint32_t>(max_sge, 1);
   ring_.assign(ring_slots(capacity), RecvWqe{});
+  sges_.assign(ring_.size() * max_sge_, ibv_sge{});
+  place(ring_, sges_);
   head_.store(0, std::memory_order_relaxed);
   tail_.store(0, std::memory_order_release);
 }
@@ -157,13 +164,16 @@ uint32_t RecvQueue::size() const noexcept {
 
 bool RecvQueue::full() const noexcept { return size() >= capacity_; }
 
-void RecvQueue::push(const RecvWqe& w) noexcept {
+void RecvQueue::push(uint64_t wr_id, const ibv_sge* sge, uint32_t n) noexcept {
   const uint32_t tail = tail_.load(std::memory_order_relaxed);
   RecvWqe& slot = ring_[tail & (ring_.size() - 1)];
-  slot.wr_id = w.wr_id;
-  slot.num_sge = w.num_sge;
-  slot.total_len = w.total_len;
-  std::copy_n(w.sge, w.num_sge, slot.sge);
+  slot.wr_id = wr_id;
+  slot.num_sge = n;
+  slot.total_len = 0;
+  for (uint32_t i = 0; i < n; ++i) {
+    slot.sge[i] = sge[i];
+    slot.total_len += sge[i].length;
+  }
   tail_.store(tail + 1, std::memory_order_release);  // publishes the WQE to the engine
 }
 
@@ -184,8 +194,18 @@ bool RecvQueue::resize(uint32_t capacity) {
   const uint32_t used = tail_.load(std::memory_order_relaxed) - head;
   if (used > capacity) return false;
   std::vector<RecvWqe> ring(ring_slots(capacity));
-  for (uint32_t i = 0; i < used; ++i) ring[i] = ring_[(head + i) & (ring_.size() - 1)];
+  std::vector<ibv_sge> sges(ring.size() * max_sge_);
+  place(ring, sges);
+  for (uint32_t i = 0; i < used; ++i) {
+    const RecvWqe& from = ring_[(head + i) & (ring_.size() - 1)];
+    RecvWqe& to = ring[i];
+    to.wr_id = from.wr_id;
+    to.num_sge = from.num_sge;
+    to.total_len = from.total_len;
+    std::copy_n(from.sge, from.num_sge, to.sge);
+  }
   ring_.swap(ring);
+  sges_.swap(sges);
   capacity_ = capacity;
   head_.store(0, std::memory_order_relaxed);
   tail_.store(used, std::memory_order_release);
@@ -196,7 +216,7 @@ bool RecvQueue::resize(uint32_t capacity) {
 
 Srq::Srq(Rnic& rnic, Pd* pd, const ibv_srq_attr& attr, void* context)
     : rnic_(rnic), pd_(pd), context_(context), max_sge_(attr.max_sge), limit_(attr.srq_limit) {
-  rq_.init(attr.max_wr);
+  rq_.init(attr.max_wr, attr.max_sge);
 }
 
 Srq::~Srq() = default;
@@ -212,14 +232,7 @@ int Srq::post_recv(const ibv_recv_wr* wr, const ibv_recv_wr** bad) {
       if (bad) *bad = wr;
       return ENOMEM;
     }
-    RecvWqe w;
-    w.wr_id = wr->wr_id;
-    w.num_sge = static_cast<uint32_t>(wr->num_sge);
-    for (uint32_t i = 0; i < w.num_sge; ++i) {
-      w.sge[i] = wr->sg_list[i];
-      w.total_len += wr->sg_list[i].length;
-    }
-    rq_.push(w);
+    rq_.push(wr->wr_id, wr->sg_list, static_cast<uint32_t>(wr->num_sge));
   }
   return 0;
 }

@@ -179,11 +179,13 @@ class Cq {
 };
 
 // ---- receive WQEs (RQ and SRQ) -----------------------------------------------------
+// Its SGEs live in the queue's side array, max_sge per slot (the QP's or
+// SRQ's cap, not the device's: a slot costs what the queue asked for).
 struct RecvWqe {
   uint64_t wr_id = 0;
   uint32_t num_sge = 0;
   uint64_t total_len = 0;  // sum of the SGE lengths
-  ibv_sge sge[kMaxSge]{};
+  ibv_sge* sge = nullptr;  // num_sge of them
 };
 
 // A ring of RecvWqe.  Producers: application threads under `post_mu_`
@@ -191,12 +193,13 @@ struct RecvWqe {
 // the CQ's: writer fills the slot, then tail_ release; reader acquires.
 class RecvQueue {
  public:
-  void init(uint32_t capacity);  // usable entries
+  void init(uint32_t capacity, uint32_t max_sge);  // usable entries, SGEs per entry
   uint32_t capacity() const noexcept { return capacity_; }
   // Application: the number of WQEs in the queue (for SRQ limit and query).
   uint32_t size() const noexcept;
   bool full() const noexcept;
-  void push(const RecvWqe& w) noexcept;  // under post_mu_, after !full()
+  // Under post_mu_, after !full(), with n <= max_sge.
+  void push(uint64_t wr_id, const ibv_sge* sge, uint32_t n) noexcept;
   // [engine]
   RecvWqe* front() noexcept;             // nullptr when empty
   void pop() noexcept;
@@ -208,8 +211,11 @@ class RecvQueue {
   std::mutex post_mu;
 
  private:
+  void place(std::vector<RecvWqe>& ring, std::vector<ibv_sge>& sges) noexcept;
   uint32_t capacity_ = 0;
+  uint32_t max_sge_ = 1;
   std::vector<RecvWqe> ring_;  // a power of two >= capacity_ slots; free-running indexes
+  std::vector<ibv_sge> sges_;  // max_sge_ per slot
   alignas(64) std::atomic<uint32_t> head_{0};
   alignas(64) std::atomic<uint32_t> tail_{0};
 };

@@ -191,9 +191,15 @@ bool is_atomic(ibv_wr_opcode op) noexcept {
 
 // ---- SendQueue ----------------------------------------------------------------------
 
-void SendQueue::init(uint32_t capacity) {
+void SendQueue::init(uint32_t capacity, uint32_t max_sge, uint32_t max_inline) {
   capacity_ = capacity;
   ring_.assign(std::bit_ceil(std::max<uint32_t>(capacity, 1)), SendWqe{});
+  sges_.assign(ring_.size() * max_sge, ibv_sge{});
+  inline_bytes_.assign(ring_.size() * max_inline, 0);
+  for (size_t i = 0; i < ring_.size(); ++i) {
+    ring_[i].sge = max_sge != 0 ? &sges_[i * max_sge] : nullptr;
+    ring_[i].inline_data = max_inline != 0 ? &inline_bytes_[i * max_inline] : nullptr;
+  }
   head_.store(0, std::memory_order_relaxed);
   tail_.store(0, std::memory_order_release);
 }
@@ -229,8 +235,8 @@ Qp::Qp(Rnic& rnic, Pd* pd, Qpn qpn, const ibv_qp_init_attr& init)
   // (rdma_xclient sends 16 bytes inline on a QP asked for 0 and 1 SGE).
   cap_.max_inline_data = std::min(
       kMaxInlineData, std::max(cap_.max_inline_data, cap_.max_send_sge * static_cast<uint32_t>(sizeof(ibv_sge))));
-  sq.init(cap_.max_send_wr);
-  rq.init(cap_.max_recv_wr);
+  sq.init(cap_.max_send_wr, cap_.max_send_sge, cap_.max_inline_data);
+  rq.init(cap_.max_recv_wr, cap_.max_recv_sge);
   // UDP source port per QP (A17.4.3 leaves it free; 0xC000-0xFFFF as rxe,
   // spread by a multiplicative hash of the QPN so that ECMP spreads QPs).
   attrs_.sport = static_cast<uint16_t>(0xC000u | (((qpn.value() * 0x61C88647u) >> 18) & 0x3FFFu));
@@ -597,14 +603,7 @@ int Qp::post_recv(const ibv_recv_wr* wr, const ibv_recv_wr** bad) {
         rc = ENOMEM;
         break;
       }
-      RecvWqe w;
-      w.wr_id = wr->wr_id;
-      w.num_sge = static_cast<uint32_t>(wr->num_sge);
-      for (uint32_t i = 0; i < w.num_sge; ++i) {
-        w.sge[i] = wr->sg_list[i];
-        w.total_len += wr->sg_list[i].length;
-      }
-      rq.push(w);
+      rq.push(wr->wr_id, wr->sg_list, static_cast<uint32_t>(wr->num_sge));
       posted = true;
       if (st == IBV_QPS_ERR) flush = true;
     }

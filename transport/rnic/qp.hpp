@@ -55,9 +55,9 @@ struct SendWqe {
   uint32_t remote_qpn = 0;          // UD
   uint32_t remote_qkey = 0;         // UD
   uint32_t num_sge = 0;
-  ibv_sge sge[kMaxSge]{};           // unused when inline
+  ibv_sge* sge = nullptr;           // the queue's side array: max_send_sge per slot (unused when inline)
   uint64_t length = 0;              // total message bytes
-  uint8_t inline_data[kMaxInlineData];  // IBV_SEND_INLINE: the bytes, copied at post time
+  uint8_t* inline_data = nullptr;   // IBV_SEND_INLINE: the bytes, copied at post time (max_inline_data per slot)
 
   // Progress (engine only; requester and completer).
   WqeState state = WqeState::Posted;
@@ -83,7 +83,8 @@ struct SendWqe {
 // from head_ (release, so that posters see the freed slot).
 class SendQueue {
  public:
-  void init(uint32_t capacity);
+  // Slots sized by the QP's caps: max_sge SGEs and max_inline bytes each.
+  void init(uint32_t capacity, uint32_t max_sge, uint32_t max_inline);
   uint32_t capacity() const noexcept { return capacity_; }
   bool full() const noexcept;
   SendWqe& slot(uint32_t idx) noexcept { return ring_[idx % ring_.size()]; }
@@ -101,6 +102,8 @@ class SendQueue {
  private:
   uint32_t capacity_ = 0;
   std::vector<SendWqe> ring_;  // a power of two >= capacity_ slots; indexes are free-running uint32_t
+  std::vector<ibv_sge> sges_;  // max_sge per slot
+  std::vector<uint8_t> inline_bytes_;  // max_inline per slot
   alignas(64) std::atomic<uint32_t> head_{0};
   alignas(64) std::atomic<uint32_t> tail_{0};
 };
