@@ -1,7 +1,5 @@
 #include "transport/device.hpp"
 
-#include "transport/rnic/rnic.hpp"
-
 #include <algorithm>
 #include <cerrno>
 #include <filesystem>
@@ -10,6 +8,7 @@
 
 #include "drivers/sim/sim_wire.hpp"
 #include "lib/config/mac.hpp"
+#include "transport/params.hpp"
 #include "transport/rnic/rnic.hpp"
 #include "transport/telemetry.hpp"
 
@@ -379,15 +378,21 @@ Status Devices::make_engine(Device& d, const config::DeviceConfig& dev) {
     f("port_burst_faults", ps.burst_faults);
   });
   d.registered_ = true;
+  // The engine thread (or inline progress's backstop) is not an EAL
+  // thread: register it, on the thread itself, so it has an lcore id
+  // (mempool caches; net_af_xdp loses frames without one), and release the
+  // id when it ends.
+  Device* dev_ptr = &d;
+  auto on_start = [dev_ptr] {
+    if (rte_thread_register() == 0) dev_ptr->engine_lcore_ = rte_lcore_id();
+  };
+  auto on_exit = [] {
+    if (rte_lcore_id() != LCORE_ID_ANY) rte_thread_unregister();
+  };
   if (info.progress == Progress::Thread) {
-    // The engine thread is not an EAL thread: register it, on the thread
-    // itself, so it has an lcore id (mempool caches; net_af_xdp loses frames
-    // without one), and release the id when it ends.
-    Device* dev_ptr = &d;
-    d.engine_->start([dev_ptr] { if (rte_thread_register() == 0) dev_ptr->engine_lcore_ = rte_lcore_id(); },
-                     [] {
-                       if (rte_lcore_id() != LCORE_ID_ANY) rte_thread_unregister();
-                     });
+    d.engine_->start(on_start, on_exit);
+  } else {
+    d.engine_->start_backstop(params::kInlineBackstopNs, on_start, on_exit);
   }
   return {};
 }

@@ -100,6 +100,7 @@ unsigned Engine::poll() {
 
 unsigned Engine::poll_once() {
   now_ns_ = steady_ns();
+  last_poll_ns_.store(now_ns_, std::memory_order_relaxed);
   // Application requests first (posts, run_sync calls such as rdma_listen),
   // then the wire and the timers: a request made before this iteration is
   // in effect before anything this iteration receives is handled.
@@ -175,7 +176,23 @@ void Engine::idle_backoff(uint64_t idle_ns) noexcept {
   nanosleep(&kIdleNap, nullptr);
 }
 
+void Engine::start_backstop(uint64_t period_ns, std::function<void()> on_start, std::function<void()> on_exit) {
+  if (running_.load() || backstop_running_.exchange(true)) return;
+  backstop_ = std::thread([this, period_ns, on_start = std::move(on_start), on_exit = std::move(on_exit)] {
+    if (on_start) on_start();
+    const timespec nap{static_cast<time_t>(period_ns / 1'000'000'000),
+                       static_cast<long>(period_ns % 1'000'000'000)};
+    while (backstop_running_.load(std::memory_order_relaxed)) {
+      nanosleep(&nap, nullptr);
+      const uint64_t since = steady_ns() - last_poll_ns_.load(std::memory_order_relaxed);
+      if (static_cast<int64_t>(since) >= static_cast<int64_t>(period_ns)) try_progress(Assist::Once);
+    }
+    if (on_exit) on_exit();
+  });
+}
+
 void Engine::stop() {
+  if (backstop_running_.exchange(false) && backstop_.joinable()) backstop_.join();
   if (!running_.exchange(false)) return;
   if (thread_.joinable()) thread_.join();
 }

@@ -152,7 +152,13 @@ class Engine {
   // the EAL, which run_sync cannot do (it may run its function on the
   // calling thread).
   void start(std::function<void()> on_start = {}, std::function<void()> on_exit = {});
-  void stop();   // joins it; flushes TX and the capture
+  // Inline progress's backstop: a thread that runs one iteration only when
+  // no thread has for `period_ns`.  Application threads still drive the
+  // loop from their verbs calls; a program that spins on memory between
+  // calls (ib_write_lat, RDMA-write protocols) still gets its data, one
+  // period late at most, instead of never.  Hooks as start()'s.
+  void start_backstop(uint64_t period_ns, std::function<void()> on_start = {}, std::function<void()> on_exit = {});
+  void stop();   // joins the engine thread or the backstop; flushes TX and the capture
   // Poll once if no other thread is polling.  Inline mode: how the loop
   // runs.  With an engine thread: an application thread assisting it.
   // Hold: the caller will keep calling (it polls a CQ or waits for an
@@ -258,6 +264,9 @@ class Engine {
   // engine thread runs; the thread stays off the core
   // params::kAssistHoldNs after it.
   std::atomic<uint64_t> assist_ns_{0};
+  std::atomic<uint64_t> last_poll_ns_{0};  // when the latest iteration began (the backstop reads it)
+  std::atomic<bool> backstop_running_{false};
+  std::thread backstop_;
   std::atomic<bool> running_{false};
   std::thread thread_;
   std::atomic<std::thread::id> engine_thread_{};

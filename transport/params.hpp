@@ -31,6 +31,9 @@ inline constexpr long kIdleNapNs = 50'000;           // then 50 us naps
 // here made ib_write_lat's typical latency ~80 us against ~40 us at 10 us,
 // with ibv_rc_pingpong's thread mode unchanged at ~16 us).
 inline constexpr uint64_t kAssistHoldNs = 10'000;
+// Inline progress: the backstop polls when no thread has for this long
+// (Engine::start_backstop).
+inline constexpr uint64_t kInlineBackstopNs = 100'000;
 inline constexpr long kAssistNapNs = 20'000;  // the engine thread's nap while assisted
 
 // ---- the RNIC -----------------------------------------------------------------------------
