@@ -36,10 +36,7 @@ Engine::Engine(drivers::Port& port, EngineConfig cfg)
       neigh_(wheel_, cfg_.neigh,
              NeighTable::Hooks{
                  [this](const IpAddr& ip) { send_neigh_request(ip); },
-                 [this](rte_mbuf* m, const wire::MacAddr& mac) {
-                   wire::Eth(rte_pktmbuf_mtod(m, uint8_t*)).set_dst(mac);
-                   send(m);
-                 },
+                 [this](rte_mbuf* m, const wire::MacAddr& mac) { send_to_mac(m, mac); },
                  [this](rte_mbuf* m) {
                    ctr_.inc(EngineCtr::drop_neigh);
                    rte_pktmbuf_free(m);
@@ -425,25 +422,23 @@ bool Engine::send_to(const IpAddr& dst, rte_mbuf* m) noexcept {
 
 bool Engine::send_to(const IpAddr& dst, rte_mbuf* m, NextHop& hop) noexcept {
   UROCE_ASSERT_ENGINE(*this);
-  if (hop.generation == neigh_.generation() && hop.ip == dst.bytes) {
-    if (hop.loopback) return loop_back(m);
-    wire::Eth(rte_pktmbuf_mtod(m, uint8_t*)).set_dst(hop.mac);
-    send(m);
-    return true;
+  if (hop.generation != neigh_.generation() || hop.ip != dst.bytes) {
+    if (cfg_.local.owns(dst)) {  // our own addresses do not change while the engine runs
+      hop = NextHop{neigh_.generation(), dst.bytes, {}, true};
+    } else if (const wire::MacAddr* mac = neigh_.lookup(dst, now_ns_)) {
+      hop = NextHop{neigh_.generation(), dst.bytes, *mac, false};
+    } else {
+      return neigh_.send(dst, m, now_ns_);  // unresolved: queued (or refused) there
+    }
   }
-  hop.generation = 0;
-  if (cfg_.local.owns(dst)) {
-    // Our own addresses do not change while the engine runs.
-    hop = NextHop{neigh_.generation(), dst.bytes, {}, true};
-    return loop_back(m);
-  }
-  if (const wire::MacAddr* mac = neigh_.lookup(dst, now_ns_)) {
-    hop = NextHop{neigh_.generation(), dst.bytes, *mac, false};
-    wire::Eth(rte_pktmbuf_mtod(m, uint8_t*)).set_dst(*mac);
-    send(m);
-    return true;
-  }
-  return neigh_.send(dst, m, now_ns_);
+  if (hop.loopback) return loop_back(m);
+  send_to_mac(m, hop.mac);
+  return true;
+}
+
+void Engine::send_to_mac(rte_mbuf* m, const wire::MacAddr& mac) noexcept {
+  wire::Eth(rte_pktmbuf_mtod(m, uint8_t*)).set_dst(mac);
+  send(m);
 }
 
 // Loopback (rxe's rxe_loopback, hardware's internal loopback): a frame to

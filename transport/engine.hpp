@@ -233,6 +233,7 @@ class Engine {
   void handle_host(rte_mbuf* m, const wire::PktInfo& pi);
   void count_drop(const wire::PktInfo& pi);
   void send_neigh_request(const IpAddr& ip);
+  void send_to_mac(rte_mbuf* m, const wire::MacAddr& mac) noexcept;  // fills the Ethernet destination, sends
   // Control path (ARP/ND we originate): allocate a buffer, let `build(out)`
   // write a frame and return its length, count it under `ctr`, queue it.
   // False when no buffer could be had.
