@@ -53,7 +53,6 @@ uint8_t rd_atomic(uint8_t asked, const rnic::Rnic& r) {
 
 }  // namespace
 
-
 std::optional<IpAddr> ip_of(const sockaddr* s) {
   if (s == nullptr) return std::nullopt;
   if (s->sa_family == AF_INET) {
@@ -107,10 +106,10 @@ RdmaCm::~RdmaCm() {
       d.engine().timers().cancel(d.poll_timer);
       d.engine().set_resolve_hook(nullptr);
       d.cfg.rnic->set_comm_est_hook(nullptr);
-      std::lock_guard lock(mu_);
-      detail::MuHolder held(this);  // the CM's destructor may report
-      for (RdmaId* id : ids_) d.engine().timers().cancel(id->addr_timer);
-      d.cm.reset();
+      from_engine([&] {  // the CM's destructor may report: it finds the lock held
+        for (RdmaId* id : ids_) d.engine().timers().cancel(id->addr_timer);
+        d.cm.reset();
+      });
     });
     d.gsi->close();
   }

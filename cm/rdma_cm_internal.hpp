@@ -111,11 +111,7 @@ struct MuHolder {
 // while waiting).
 template <class F>
 void RdmaCm::on_engine(RdmaDev& d, F&& f) {
-  d.engine().run_sync([&] {
-    std::lock_guard lock(mu_);
-    detail::MuHolder held(this);
-    f();
-  });
+  d.engine().run_sync([&] { from_engine(f); });
 }
 
 template <class F>
