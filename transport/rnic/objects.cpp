@@ -196,14 +196,7 @@ bool RecvQueue::resize(uint32_t capacity) {
   std::vector<RecvWqe> ring(ring_slots(capacity));
   std::vector<ibv_sge> sges(ring.size() * max_sge_);
   place(ring, sges);
-  for (uint32_t i = 0; i < used; ++i) {
-    const RecvWqe& from = ring_[(head + i) & (ring_.size() - 1)];
-    RecvWqe& to = ring[i];
-    to.wr_id = from.wr_id;
-    to.num_sge = from.num_sge;
-    to.total_len = from.total_len;
-    std::copy_n(from.sge, from.num_sge, to.sge);
-  }
+  for (uint32_t i = 0; i < used; ++i) copy_recv_wqe(ring[i], ring_[(head + i) & (ring_.size() - 1)]);
   ring_.swap(ring);
   sges_.swap(sges);
   capacity_ = capacity;

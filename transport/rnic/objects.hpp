@@ -16,6 +16,7 @@
 
 #include <infiniband/verbs.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <memory>
@@ -188,6 +189,15 @@ struct RecvWqe {
   ibv_sge* sge = nullptr;  // num_sge of them
 };
 
+// Copies `from` into `to`, keeping `to`'s own SGE storage (room for
+// from.num_sge).
+inline void copy_recv_wqe(RecvWqe& to, const RecvWqe& from) noexcept {
+  to.wr_id = from.wr_id;
+  to.num_sge = from.num_sge;
+  to.total_len = from.total_len;
+  std::copy_n(from.sge, from.num_sge, to.sge);
+}
+
 // A ring of RecvWqe.  Producers: application threads under `post_mu_`
 // (validated before they are written).  Consumer: the engine.  Ordering as
 // the CQ's: writer fills the slot, then tail_ release; reader acquires.
@@ -195,6 +205,7 @@ class RecvQueue {
  public:
   void init(uint32_t capacity, uint32_t max_sge);  // usable entries, SGEs per entry
   uint32_t capacity() const noexcept { return capacity_; }
+  uint32_t max_sge() const noexcept { return max_sge_; }
   // Application: the number of WQEs in the queue (for SRQ limit and query).
   uint32_t size() const noexcept;
   bool full() const noexcept;

@@ -229,6 +229,7 @@ Qp::Qp(Rnic& rnic, Pd* pd, Qpn qpn, const ibv_qp_init_attr& init)
   if (srq_ != nullptr) {
     cap_.max_recv_wr = 0;
     cap_.max_recv_sge = 0;
+    resp.srq_sges.resize(srq_->rq().max_sge());  // the SRQ WQE the responder holds (responder.cpp take_wqe)
   }
   // Inline data: at least what the send SGEs would occupy in a WQE, as rxe
   // sizes it (rxe_init_sq) and reports it back; programs count on it

@@ -341,9 +341,8 @@ RecvWqe* take_wqe(Rx& r) noexcept {
   if (!r.s.have_srq_wqe) {
     RecvWqe* w = srq->rq().front();
     if (w == nullptr) return nullptr;
-    r.s.srq_wqe = *w;
     r.s.srq_wqe.sge = r.s.srq_sges.data();
-    std::copy_n(w->sge, w->num_sge, r.s.srq_sges.begin());
+    copy_recv_wqe(r.s.srq_wqe, *w);
     srq->rq().pop();
     srq->after_pop();
     r.s.have_srq_wqe = true;

@@ -3,7 +3,6 @@
 // out.  IBA 9.7.5 (responder), 9.7.4.1 (PSN checks), 9.9 (UD), 9.8 (UC).
 #pragma once
 
-#include <array>
 #include <cstdint>
 #include <vector>
 
@@ -64,8 +63,8 @@ struct RespState {
   // SRQ: the receive WQE taken for the message under way (an SRQ is shared,
   // so its WQE is popped at FIRST and kept here until the message ends).
   bool have_srq_wqe = false;
-  RecvWqe srq_wqe{};                          // its sge: srq_sges
-  std::array<ibv_sge, kMaxSge> srq_sges{};    // the SRQ slot is reused once popped
+  RecvWqe srq_wqe{};                // its sge: srq_sges
+  std::vector<ibv_sge> srq_sges;    // the SRQ's max_sge (Qp::Qp); the SRQ slot is reused once popped
   // A READ response being streamed, params::kRespBudget packets per engine
   // iteration (a long READ must not flood the port's TX ring or the
   // peer's RX ring).  Requests arriving meanwhile wait in `backlog`, in
