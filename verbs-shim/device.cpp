@@ -229,12 +229,10 @@ void start_devices_locked() {
     set_str(d->dev.ibdev_path, sizeof d->dev.ibdev_path, "/sys/class/infiniband/" + name);
     d->tdev = tdev;
     d->inline_progress = tdev->info().progress == transport::Progress::Inline;
-    d->rnic = &tdev->rnic();
     devices().push_back(d);
   }
 }
 
-IbvDevice* ctx_dev(ibv_context* ctx) noexcept { return to_ctx(ctx)->dev; }
 
 bool valid_port(uint32_t port) noexcept { return port == rnic::kPortNum; }
 
@@ -248,6 +246,8 @@ void copy_sized(void* out, size_t len, const void* full, size_t full_size) noexc
 }
 
 }  // namespace
+
+rnic::Rnic& IbvDevice::rnic() const noexcept { return tdev->rnic(); }
 
 std::vector<IbvDevice*>& devices() noexcept {
   // Never destroyed, as the Devices in it: a thread of the program still
@@ -269,7 +269,7 @@ void kick_once(IbvDevice* dev) noexcept { dev->tdev->progress(transport::Engine:
 int query_port_op(ibv_context* ctx, uint8_t port, ibv_port_attr* attr, size_t len) noexcept {
   if (attr == nullptr) return EINVAL;
   ibv_port_attr full{};
-  const int rc = ctx_dev(ctx)->rnic->query_port(port, &full);
+  const int rc = ctx_dev(ctx)->rnic().query_port(port, &full);
   if (rc != 0) return rc;
   copy_sized(attr, len, &full, sizeof full);
   return 0;
@@ -280,7 +280,7 @@ int query_device_ex_op(ibv_context* ctx, const ibv_query_device_ex_input* in, ib
   if (in != nullptr && in->comp_mask != 0) return EINVAL;
   if (attr == nullptr || attr_size < sizeof(ibv_device_attr)) return EINVAL;
   ibv_device_attr_ex full{};
-  full.orig_attr = ctx_dev(ctx)->rnic->device_attr();
+  full.orig_attr = ctx_dev(ctx)->rnic().device_attr();
   full.device_cap_flags_ex = full.orig_attr.device_cap_flags;
   full.phys_port_cnt_ex = full.orig_attr.phys_port_cnt;
   // No ODP, TSO, RSS, tag matching, packet pacing or device memory: zero.
@@ -323,7 +323,7 @@ UROCE_EXPORT int ibv_get_device_index(ibv_device* device) noexcept {
 
 UROCE_EXPORT __be64 ibv_get_device_guid(ibv_device* device) noexcept {
   if (device == nullptr) return 0;
-  return to_dev(device)->rnic->device_attr().node_guid;  // network order, as ibv_device_attr
+  return to_dev(device)->rnic().device_attr().node_guid;  // network order, as ibv_device_attr
 }
 
 // ---- open / close --------------------------------------------------------------------
@@ -361,7 +361,7 @@ UROCE_EXPORT ibv_context* ibv_open_device(ibv_device* device) noexcept {
     delete c;
     return fail(e, static_cast<ibv_context*>(nullptr));
   }
-  ctx.async_fd = dev->rnic->async_fd();
+  ctx.async_fd = dev->rnic().async_fd();
   ctx.num_comp_vectors = kNumCompVectors;
   pthread_mutex_init(&ctx.mutex, nullptr);
   ctx.abi_compat = __VERBS_ABI_IS_EXTENDED;
@@ -393,7 +393,7 @@ UROCE_EXPORT int ibv_close_device(ibv_context* context) noexcept {
 
 UROCE_EXPORT int ibv_query_device(ibv_context* context, ibv_device_attr* attr) noexcept {
   if (context == nullptr || attr == nullptr) return EINVAL;
-  *attr = ctx_dev(context)->rnic->device_attr();
+  *attr = ctx_dev(context)->rnic().device_attr();
   return 0;
 }
 
@@ -412,7 +412,7 @@ UROCE_EXPORT int ibv_query_gid(ibv_context* context, uint8_t port_num, int index
     return -1;
   }
   // An empty slot inside the table reads as the zero GID, as upstream.
-  if (ctx_dev(context)->rnic->query_gid(port_num, index, gid) != 0) std::memset(gid, 0, sizeof *gid);
+  if (ctx_dev(context)->rnic().query_gid(port_num, index, gid) != 0) std::memset(gid, 0, sizeof *gid);
   return 0;
 }
 
@@ -423,7 +423,7 @@ UROCE_EXPORT int _ibv_query_gid_ex(ibv_context* context, uint32_t port_num, uint
     return EINVAL;
   }
   if (gid_index >= rnic::kMaxGid) return EINVAL;
-  rnic::Rnic& r = *ctx_dev(context)->rnic;
+  rnic::Rnic& r = ctx_dev(context)->rnic();
   ibv_gid_entry e{};
   int type = IBV_GID_TYPE_ROCE_V2;
   if (r.query_gid(static_cast<uint8_t>(port_num), static_cast<int>(gid_index), &e.gid) != 0 ||
@@ -441,7 +441,7 @@ UROCE_EXPORT int _ibv_query_gid_ex(ibv_context* context, uint32_t port_num, uint
 UROCE_EXPORT ssize_t _ibv_query_gid_table(ibv_context* context, ibv_gid_entry* entries, size_t max_entries,
                                           uint32_t flags, size_t entry_size) noexcept {
   if (context == nullptr || flags != 0 || entry_size < sizeof(ibv_gid_entry) - sizeof(uint32_t)) return -EINVAL;
-  rnic::Rnic& r = *ctx_dev(context)->rnic;
+  rnic::Rnic& r = ctx_dev(context)->rnic();
   const size_t n = r.gid_count();
   if (max_entries < n) return -EINVAL;
   ssize_t out = 0;
@@ -465,7 +465,7 @@ UROCE_EXPORT int uroce_query_gid_type(ibv_context* context, uint8_t port_num, un
     return -1;
   }
   int t = 0;
-  if (ctx_dev(context)->rnic->query_gid_type(port_num, static_cast<int>(index), &t) != 0) {
+  if (ctx_dev(context)->rnic().query_gid_type(port_num, static_cast<int>(index), &t) != 0) {
     *type = kGidTypeSysfsIbRoceV1;  // an empty slot: what upstream answers when sysfs has no type
     return 0;
   }
@@ -487,7 +487,7 @@ __asm__(".symver uroce_query_gid_type_64, ibv_query_gid_type@IBVERBS_PRIVATE_64"
 UROCE_EXPORT int ibv_query_pkey(ibv_context* context, uint8_t port_num, int index, __be16* pkey) noexcept {
   if (context == nullptr || pkey == nullptr || !valid_port(port_num) || index < 0) return -1;
   uint16_t v = 0;
-  if (ctx_dev(context)->rnic->query_pkey(port_num, index, &v) != 0) return -1;
+  if (ctx_dev(context)->rnic().query_pkey(port_num, index, &v) != 0) return -1;
   *pkey = htobe16(v);
   return 0;
 }
@@ -508,7 +508,7 @@ UROCE_EXPORT int ibv_get_async_event(ibv_context* context, ibv_async_event* even
   IbvDevice* dev = ctx_dev(context);
   rnic::AsyncEvent ev;
   int rc;
-  while ((rc = dev->rnic->get_async_event(&ev)) == EAGAIN && dev->inline_progress &&
+  while ((rc = dev->rnic().get_async_event(&ev)) == EAGAIN && dev->inline_progress &&
          (fcntl(context->async_fd, F_GETFL) & O_NONBLOCK) == 0) {
     kick(dev);  // nobody else drives the loop
   }
@@ -580,7 +580,7 @@ UROCE_EXPORT void ibv_ack_async_event(ibv_async_event* event) noexcept {
 
 // The RNIC behind a context this library opened.
 UROCE_EXPORT rnic::Rnic* uroce_shim_rnic(ibv_context* context) noexcept {
-  return context == nullptr ? nullptr : ctx_dev(context)->rnic;
+  return context == nullptr ? nullptr : &ctx_dev(context)->rnic();
 }
 
 // How many objects of each kind the device behind `context` holds, in
@@ -588,7 +588,7 @@ UROCE_EXPORT rnic::Rnic* uroce_shim_rnic(ibv_context* context) noexcept {
 // 0, or EINVAL.  For tests and tools: what ibv_close_device left.
 UROCE_EXPORT int uroce_shim_object_counts(ibv_context* context, size_t* out, size_t n) noexcept {
   if (context == nullptr || out == nullptr) return EINVAL;
-  const rnic::Rnic::Usage u = ctx_dev(context)->rnic->usage();
+  const rnic::Rnic::Usage u = ctx_dev(context)->rnic().usage();
   const size_t all[] = {u.pds, u.mrs, u.channels, u.cqs, u.srqs, u.qps, u.ahs};
   for (size_t i = 0; i < n && i < std::size(all); ++i) out[i] = all[i];
   return 0;

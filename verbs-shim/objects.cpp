@@ -24,8 +24,6 @@
 namespace uroce::shim {
 namespace {
 
-IbvDevice* dev_of(ibv_context* ctx) noexcept { return to_ctx(ctx)->dev; }
-rnic::Rnic& rnic_of(ibv_context* ctx) noexcept { return *dev_of(ctx)->rnic; }
 
 // The man page's access bits; IBV_ACCESS_OPTIONAL_RANGE (bits 20-29, e.g.
 // RELAXED_ORDERING) are hints a device may ignore, and uroce does.
@@ -181,12 +179,7 @@ int destroy_owned(Owned kind, void* obj) noexcept {
     case Owned::Ah: return ibv_destroy_ah(static_cast<ibv_ah*>(obj));
     case Owned::Mr: return ibv_dereg_mr(static_cast<ibv_mr*>(obj));
     case Owned::Cq: return ibv_destroy_cq(static_cast<ibv_cq*>(obj));
-    case Owned::Channel: {
-      // Its CQs went just before; nothing holds a reference now.
-      auto* ch = static_cast<ibv_comp_channel*>(obj);
-      ch->refcnt = 0;
-      return ibv_destroy_comp_channel(ch);
-    }
+    case Owned::Channel: return ibv_destroy_comp_channel(static_cast<ibv_comp_channel*>(obj));  // its CQs went just before
     case Owned::Pd: return ibv_dealloc_pd(static_cast<ibv_pd*>(obj));
     case Owned::kCount: break;
   }
@@ -406,7 +399,7 @@ UROCE_EXPORT int ibv_destroy_cq(ibv_cq* ibcq) noexcept {
 UROCE_EXPORT int ibv_get_cq_event(ibv_comp_channel* channel, ibv_cq** cq_out, void** cq_context) noexcept {
   if (channel == nullptr || cq_out == nullptr || cq_context == nullptr) return fail(EINVAL, -1);
   Channel* ch = to_channel(channel);
-  IbvDevice* dev = dev_of(channel->context);
+  IbvDevice* dev = ctx_dev(channel->context);
   if (dev->inline_progress && (fcntl(channel->fd, F_GETFL) & O_NONBLOCK) == 0) {
     // Nobody else drives the loop: do it until the channel has an event.
     pollfd pfd{channel->fd, POLLIN, 0};

@@ -10,8 +10,6 @@
 namespace uroce::shim {
 namespace {
 
-rnic::Rnic& rnic_of(ibv_context* ctx) noexcept { return *to_ctx(ctx)->dev->rnic; }
-
 // The RNIC reads the CQ and SRQ of an ibv_qp_init_attr as its own objects
 // (opaque handles), so the application's are swapped for them.
 ibv_cq* rnic_handle(ibv_cq* cq) noexcept {

@@ -62,7 +62,7 @@ UROCE_EXPORT cm::RdmaCm* uroce_rdmacm() noexcept {
     std::vector<cm::RdmaCmDevice> devs;
     for (shim::IbvDevice* d : shim::devices()) {
       cm::RdmaCmDevice c;
-      c.rnic = d->rnic;
+      c.rnic = &d->rnic();
       c.verbs = ibv_open_device(&d->dev);
       c.inline_progress = d->inline_progress;
       for (const config::IpPrefix& p : d->tdev->info().addresses) {

@@ -39,7 +39,7 @@ namespace uroce::shim {
 struct IbvDevice {
   ibv_device dev;                        // first: what the application holds
   transport::Device* tdev = nullptr;     // the device: port, engine, RNIC
-  rnic::Rnic* rnic = nullptr;            // &tdev->rnic()
+  rnic::Rnic& rnic() const noexcept;     // tdev->rnic()
   bool inline_progress = false;          // UROCE_PROGRESS=inline: callers drive the loop
 };
 
@@ -161,6 +161,8 @@ inline Context* to_ctx(ibv_context* c) noexcept {
   auto* vctx = reinterpret_cast<verbs_context*>(reinterpret_cast<uint8_t*>(c) - offsetof(verbs_context, context));
   return from_abi<Context>(vctx);
 }
+inline IbvDevice* ctx_dev(ibv_context* c) noexcept { return to_ctx(c)->dev; }
+inline rnic::Rnic& rnic_of(ibv_context* c) noexcept { return ctx_dev(c)->rnic(); }
 
 inline ibv_cq* abi(Cq* c) noexcept { return reinterpret_cast<ibv_cq*>(&c->ex); }
 inline ibv_qp* abi(Qp* q) noexcept { return &q->ex.qp_base; }
