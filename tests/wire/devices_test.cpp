@@ -95,6 +95,19 @@ struct StopEngines {
   }
 };
 
+// An echo session on B and a ping session from A to it, started; the
+// engines stop before the sessions go, however the test ends.
+struct EchoPing {
+  EchoSession echo;
+  PingSession ping;
+  StopEngines stop;
+  EchoPing(Device& a, Device& b, const PingConfig& cfg) : echo(b.engine(), 0), ping(a.engine(), cfg), stop{{&a, &b}} {
+    attach(b.engine(), echo);
+    attach(a.engine(), ping);
+    a.engine().run_sync([&] { ping.start(); });
+  }
+};
+
 // Takes a session out of a running engine (declare it after the session).
 struct Unhook {
   Engine& engine;
@@ -199,12 +212,8 @@ TEST(Devices, RoceRoundTripsBetweenTwoDevices) {
   Device* a = devs.find("simA");
   Device* b = devs.find("simB");
   ASSERT_TRUE(a && b);
-  EchoSession echo(b->engine(), 0);
-  attach(b->engine(), echo);
-  PingSession ping(a->engine(), ping_config("10.0.0.2", 50));
-  StopEngines stop{{a, b}};
-  attach(a->engine(), ping);
-  a->engine().run_sync([&] { ping.start(); });
+  EchoPing s(*a, *b, ping_config("10.0.0.2", 50));
+  PingSession& ping = s.ping;
   ASSERT_TRUE(wait_for([&] { return ping.done(); }));
   detach(*a);
   detach(*b);
@@ -216,7 +225,7 @@ TEST(Devices, RoceRoundTripsBetweenTwoDevices) {
   EXPECT_EQ(r.received, 50u);
   EXPECT_EQ(r.lost, 0u);
   EXPECT_EQ(r.rtt_ns.size(), 50u);
-  EXPECT_EQ(echo.echoed(), 50u);
+  EXPECT_EQ(s.echo.echoed(), 50u);
   EXPECT_EQ(b->engine().counters().get(EngineCtr::tx_arp_reply), 1u);
   EXPECT_EQ(a->engine().counters().get(EngineCtr::rx_roce), 50u);
   EXPECT_EQ(a->engine().counters().get(EngineCtr::drop_icrc), 0u);
@@ -264,12 +273,8 @@ TEST(Devices, InlineProgressIsDrivenByTheCaller) {
   Device* b = devs.find("simB");
   ASSERT_TRUE(a && b);
   EXPECT_EQ(a->info().progress, Progress::Inline);
-  EchoSession echo(b->engine(), 0);
-  attach(b->engine(), echo);
-  PingSession ping(a->engine(), ping_config("10.0.0.2", 30));
-  StopEngines stop{{a, b}};
-  attach(a->engine(), ping);
-  a->engine().run_sync([&] { ping.start(); });
+  EchoPing s(*a, *b, ping_config("10.0.0.2", 30));
+  PingSession& ping = s.ping;
   // The caller runs the loop: its calls find the loop free, except the
   // rare one that meets the backstop (it polls only after 100 us without).
   unsigned calls = 0, ran = 0;
@@ -293,12 +298,8 @@ TEST(Devices, InlineBackstopRunsTheLoopWhenNobodyCalls) {
   Device* a = devs.find("simA");
   Device* b = devs.find("simB");
   ASSERT_TRUE(a && b);
-  EchoSession echo(b->engine(), 0);
-  attach(b->engine(), echo);
-  PingSession ping(a->engine(), ping_config("10.0.0.2", 10));
-  StopEngines stop{{a, b}};
-  attach(a->engine(), ping);
-  a->engine().run_sync([&] { ping.start(); });
+  EchoPing s(*a, *b, ping_config("10.0.0.2", 10));
+  PingSession& ping = s.ping;
   ASSERT_TRUE(wait_for([&] { return ping.done(); }));  // no step: this thread never polls
   EXPECT_EQ(ping.results().received, 10u);
   detach(*a);
@@ -318,14 +319,10 @@ TEST(Devices, FaultsWrapThePort) {
   ASSERT_TRUE(a->info().faults);
   EXPECT_DOUBLE_EQ(a->info().faults->drop, 0.3);
   EXPECT_EQ(b->fault_port(), nullptr);
-  EchoSession echo(b->engine(), 0);
-  attach(b->engine(), echo);
   PingConfig pc = ping_config("10.0.0.2", 60);
   pc.timeout_ns = 20'000'000;
-  PingSession ping(a->engine(), pc);
-  StopEngines stop{{a, b}};
-  attach(a->engine(), ping);
-  a->engine().run_sync([&] { ping.start(); });
+  EchoPing s(*a, *b, pc);
+  PingSession& ping = s.ping;
   ASSERT_TRUE(wait_for([&] { return ping.done(); }));
   detach(*a);
   detach(*b);
