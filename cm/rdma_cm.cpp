@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <deque>
 #include <cerrno>
 #include <cstring>
 #include <random>
@@ -197,6 +198,18 @@ void RdmaCm::progress() {
     if (d->cfg.inline_progress) d->engine().try_progress();
 }
 
+int RdmaCm::wait_count(RdmaChannel* ch, bool drive) {
+  if (!drive) return ch->q.take_count();
+  // Nobody else runs inline engines: run them once (the event may be one
+  // iteration away), then let their backstops run them while this thread
+  // sleeps in read(2), where a signal interrupts it.
+  progress();
+  std::deque<transport::Engine::Sleeper> sleepers;
+  for (auto& d : devs_)
+    if (d->cfg.inline_progress) sleepers.emplace_back(d->engine());
+  return ch->q.take_count();
+}
+
 rnic::Rnic* RdmaCm::rnic_of(ibv_context* verbs) {
   for (auto& d : devs_)
     if (d->cfg.verbs == verbs) return d->cfg.rnic;
@@ -248,10 +261,7 @@ int RdmaCm::get_event(RdmaChannel* ch, RdmaEvent* out) {
   const bool nonblock = ch->q.nonblocking();
   const bool drive = std::any_of(devs_.begin(), devs_.end(), [](auto& d) { return d->cfg.inline_progress; });
   for (;;) {
-    if (drive && !nonblock) {  // nobody else runs the engine: poll it while waiting
-      while (!ch->q.readable()) progress();
-    }
-    if (const int rc = ch->q.take_count()) return rc;
+    if (const int rc = wait_count(ch, drive && !nonblock)) return rc;
     std::unique_lock lock(mu_);
     // The application destroyed the channel while a thread of its own
     // was waiting on it (rping does, at exit).  A read blocked on a closed

@@ -280,6 +280,9 @@ class RdmaCm {
 
   // Drives inline-progress engines once (blocking waits call it).
   virtual void progress();
+  // One count from ch's fd; `drive`: this blocking wait is all that
+  // would run the inline-progress engines (their backstops do meanwhile).
+  int wait_count(RdmaChannel* ch, bool drive);
 
   // rdma_join_multicast_ex(3) on a UD id (RDMA_PS_UDP / RDMA_PS_IPOIB)
   // bound to a device (ADDR_BOUND or ADDR_RESOLVED): `addr` an IPv4 or

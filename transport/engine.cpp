@@ -177,21 +177,65 @@ void Engine::start_backstop(uint64_t period_ns, std::function<void()> on_start, 
   if (running_.load() || backstop_running_.exchange(true)) return;
   backstop_ = std::thread([this, period_ns, on_start = std::move(on_start), on_exit = std::move(on_exit)] {
     if (on_start) on_start();
-    const timespec nap{static_cast<time_t>(period_ns / 1'000'000'000),
-                       static_cast<long>(period_ns % 1'000'000'000)};
+    uint64_t idle_since = 0;  // while a Sleeper waits: 0 after an iteration that did work
     while (backstop_running_.load(std::memory_order_relaxed)) {
-      nanosleep(&nap, nullptr);
+      if (sleepers_.load(std::memory_order_acquire) != 0) {
+        // A thread sleeps on an event: be its engine thread.
+        const int work = poll_if_free();
+        const uint64_t now = steady_ns();
+        if (work != 0) {  // did work, or another thread is polling: stay close
+          idle_since = 0;
+          if (work < 0) std::this_thread::yield();
+          continue;
+        }
+        if (idle_since == 0) idle_since = now;
+        idle_backoff(now - idle_since);
+        continue;
+      }
+      idle_since = 0;
+      {
+        std::unique_lock lock(backstop_mu_);
+        backstop_cv_.wait_for(lock, std::chrono::nanoseconds(period_ns), [this] {
+          return sleepers_.load(std::memory_order_relaxed) != 0 || !backstop_running_.load(std::memory_order_relaxed);
+        });
+      }
       const uint64_t since = steady_ns() - last_poll_ns_.load(std::memory_order_relaxed);
-      if (static_cast<int64_t>(since) >= static_cast<int64_t>(period_ns)) try_progress(Assist::Once);
+      if (static_cast<int64_t>(since) >= static_cast<int64_t>(period_ns)) poll_if_free();
     }
     if (on_exit) on_exit();
   });
 }
 
+Engine::Sleeper::Sleeper(Engine& e) noexcept : e_(e) {
+  if (e_.sleepers_.fetch_add(1, std::memory_order_acq_rel) == 0) {
+    std::lock_guard lock(e_.backstop_mu_);  // not lost between the backstop's check and its wait
+    e_.backstop_cv_.notify_all();
+  }
+}
+
+Engine::Sleeper::~Sleeper() { e_.sleepers_.fetch_sub(1, std::memory_order_acq_rel); }
+
 void Engine::stop() {
-  if (backstop_running_.exchange(false) && backstop_.joinable()) backstop_.join();
+  if (backstop_running_.exchange(false)) {
+    {
+      std::lock_guard lock(backstop_mu_);
+      backstop_cv_.notify_all();
+    }
+    if (backstop_.joinable()) backstop_.join();
+  }
   if (!running_.exchange(false)) return;
   if (thread_.joinable()) thread_.join();
+}
+
+int Engine::poll_if_free(uint64_t* clock) {
+  std::unique_lock lock(poll_mutex_, std::try_to_lock);
+  if (!lock.owns_lock()) return -1;
+  const std::thread::id previous = engine_thread_.load();
+  engine_thread_.store(std::this_thread::get_id());
+  const unsigned work = poll_once();
+  engine_thread_.store(previous);
+  if (clock != nullptr) *clock = now_ns_;  // under the lock: every poller writes it
+  return static_cast<int>(work);
 }
 
 bool Engine::try_progress(Assist how) {
@@ -199,16 +243,12 @@ bool Engine::try_progress(Assist how) {
   // thread backs off while such callers keep coming (lowest latency on few
   // cores, DESIGN.md "Progress").
   const bool assist = how == Assist::Hold && running_.load(std::memory_order_relaxed);
-  std::unique_lock lock(poll_mutex_, std::try_to_lock);
-  if (!lock.owns_lock()) {
+  uint64_t clock = 0;
+  if (poll_if_free(&clock) < 0) {
     if (assist) assist_ns_.store(steady_ns(), std::memory_order_relaxed);
     return false;
   }
-  const std::thread::id previous = engine_thread_.load();
-  engine_thread_.store(std::this_thread::get_id());
-  poll_once();
-  engine_thread_.store(previous);
-  if (assist) assist_ns_.store(now_ns_, std::memory_order_relaxed);  // the poll's own clock sample
+  if (assist) assist_ns_.store(clock, std::memory_order_relaxed);  // the poll's own clock sample
   return true;
 }
 

@@ -28,6 +28,7 @@
 #include <array>
 #include <cassert>
 #include <atomic>
+#include <condition_variable>
 #include <cstdint>
 #include <functional>
 #include <mutex>
@@ -158,6 +159,23 @@ class Engine {
   // calls (ib_write_lat, RDMA-write protocols) still gets its data, one
   // period late at most, instead of never.  Hooks as start()'s.
   void start_backstop(uint64_t period_ns, std::function<void()> on_start = {}, std::function<void()> on_exit = {});
+  // A thread that is about to block in read(2) on an event fd (a CQ
+  // channel, the rdma_cm channel, the async fd) while inline progress is
+  // on: nobody would run the loop that produces its event, so the backstop
+  // runs it as an engine thread would (spin, yield, nap) until the last
+  // such thread leaves.  The thread blocks in the kernel, where a signal
+  // interrupts it (EINTR) as with any RDMA device; spinning in the library
+  // instead would swallow the signal (qperf's end-of-test alarm).
+  class Sleeper {
+   public:
+    explicit Sleeper(Engine& e) noexcept;
+    ~Sleeper();
+    Sleeper(const Sleeper&) = delete;
+    Sleeper& operator=(const Sleeper&) = delete;
+
+   private:
+    Engine& e_;
+  };
   void stop();   // joins the engine thread or the backstop; flushes TX and the capture
   // Poll once if no other thread is polling.  Inline mode: how the loop
   // runs.  With an engine thread: an application thread assisting it.
@@ -223,6 +241,9 @@ class Engine {
 
  private:
   unsigned poll_once();  // the iteration itself; the caller has made its thread the loop's
+  // One iteration unless another thread is running one: its work (as
+  // poll()), or -1 when busy; `clock` gets the iteration's time sample.
+  int poll_if_free(uint64_t* clock = nullptr);
   // `looped`: frames from the loopback queue (not counted as received from
   // the port, not captured).
   void handle_rx(rte_mbuf** pkts, uint16_t n, bool looped = false);
@@ -268,6 +289,9 @@ class Engine {
   std::atomic<uint64_t> last_poll_ns_{0};  // when the latest iteration began (the backstop reads it)
   std::atomic<bool> backstop_running_{false};
   std::thread backstop_;
+  std::atomic<unsigned> sleepers_{0};  // Sleeper objects alive
+  std::mutex backstop_mu_;             // with backstop_cv_: wakes the backstop's nap early
+  std::condition_variable backstop_cv_;
   std::atomic<bool> running_{false};
   std::thread thread_;
   std::atomic<std::thread::id> engine_thread_{};

@@ -66,7 +66,9 @@ class EventQueue {
 
   // One count (blocking unless the fd is O_NONBLOCK), then the oldest
   // event.  0; EAGAIN when non-blocking and nothing is queued; else the
-  // read's errno.
+  // read's errno: EINTR when a signal whose handler lacks SA_RESTART
+  // arrives while blocked, as libibverbs/librdmacm report it (qperf ends a
+  // test with an alarm that must get its thread out of ibv_get_cq_event).
   int take(T* out) {
     for (;;) {
       if (const int rc = take_count()) return rc;
@@ -79,13 +81,10 @@ class EventQueue {
   // engine while it waits), then pop() for the event.
   int take_count() {
     if (fd_ < 0) return EBADF;
-    for (;;) {
-      uint64_t v = 0;
-      const ssize_t n = ::read(fd_, &v, sizeof v);
-      if (n == static_cast<ssize_t>(sizeof v)) return 0;
-      if (n < 0 && errno == EINTR) continue;
-      return n < 0 ? errno : EIO;
-    }
+    uint64_t v = 0;
+    const ssize_t n = ::read(fd_, &v, sizeof v);
+    if (n == static_cast<ssize_t>(sizeof v)) return 0;
+    return n < 0 ? errno : EIO;
   }
   bool pop(T* out) {
     std::lock_guard lock(mu_);

@@ -508,9 +508,12 @@ UROCE_EXPORT int ibv_get_async_event(ibv_context* context, ibv_async_event* even
   IbvDevice* dev = ctx_dev(context);
   rnic::AsyncEvent ev;
   int rc;
-  while ((rc = dev->rnic().get_async_event(&ev)) == EAGAIN && dev->inline_progress &&
-         (fcntl(context->async_fd, F_GETFL) & O_NONBLOCK) == 0) {
-    kick(dev);  // nobody else drives the loop
+  if (dev->inline_progress && (fcntl(context->async_fd, F_GETFL) & O_NONBLOCK) == 0) {
+    kick(dev);
+    const transport::Engine::Sleeper asleep(dev->tdev->engine());  // the backstop runs the loop meanwhile
+    rc = dev->rnic().get_async_event(&ev);
+  } else {
+    rc = dev->rnic().get_async_event(&ev);
   }
   if (rc != 0) return fail(rc, -1);
   std::memset(event, 0, sizeof *event);

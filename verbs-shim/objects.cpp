@@ -3,7 +3,6 @@
 // notify and the SRQ's post are context ops that inline code calls.
 #include <endian.h>
 #include <fcntl.h>
-#include <poll.h>
 
 #include <array>
 #include <cerrno>
@@ -400,13 +399,15 @@ UROCE_EXPORT int ibv_get_cq_event(ibv_comp_channel* channel, ibv_cq** cq_out, vo
   if (channel == nullptr || cq_out == nullptr || cq_context == nullptr) return fail(EINVAL, -1);
   Channel* ch = to_channel(channel);
   IbvDevice* dev = ctx_dev(channel->context);
-  if (dev->inline_progress && (fcntl(channel->fd, F_GETFL) & O_NONBLOCK) == 0) {
-    // Nobody else drives the loop: do it until the channel has an event.
-    pollfd pfd{channel->fd, POLLIN, 0};
-    while (poll(&pfd, 1, 0) == 0) kick(dev);
-  }
   rnic::Cq* rcq = nullptr;
-  const int rc = ch->impl->get_event(&rcq);
+  int rc;
+  if (dev->inline_progress && (fcntl(channel->fd, F_GETFL) & O_NONBLOCK) == 0) {
+    kick(dev);  // the event may be one iteration away
+    const transport::Engine::Sleeper asleep(dev->tdev->engine());  // the backstop runs the loop meanwhile
+    rc = ch->impl->get_event(&rcq);
+  } else {
+    rc = ch->impl->get_event(&rcq);
+  }
   if (rc != 0) return fail(rc, -1);
   Cq* cq = static_cast<Cq*>(rcq->context());
   *cq_out = abi(cq);
