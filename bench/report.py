@@ -18,6 +18,7 @@ perftest's MB/s are MiB/s (2^20 bytes), as the wire's figures here.
 import argparse
 import csv
 import datetime
+import json
 import math
 import os
 import shutil
@@ -97,6 +98,16 @@ def ratio(a, b):
     return None if a is None or b is None or b == 0 else a / b
 
 
+def load_stages(path):
+    """The last JSON object line of a uroce-stages --json output, or None."""
+    try:
+        with open(path) as f:
+            lines = [l for l in f if l.startswith("{")]
+        return json.loads(lines[-1]) if lines else None
+    except (OSError, ValueError):
+        return None
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("csv")
@@ -105,6 +116,8 @@ def main():
     ap.add_argument("--overhead", type=int, default=58)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--machine", default="")
+    ap.add_argument("--stages", action="append", default=[],
+                    help="uroce-stages --json output (repeatable: one per progress mode)")
     a = ap.parse_args()
     rtt, rate, uroce = load(a.csv)
     w = Wire(rtt, rate, a.pmtu, a.overhead)
@@ -155,6 +168,26 @@ def main():
                  f"{fx(ratio(wr, wb))} | {fmt(rb, 1)} | {fx(ratio(rb, wb))} | {fmt(wm, 3)} | {fmt(sm, 3)} | "
                  f"{fx(ratio(sm, wm))} |")
     L.append("")
+
+    stages = [load_stages(p) for p in a.stages]
+    stages = [x for x in stages if x]
+    if stages:
+        L.append("## Where a 64-byte SEND's time goes (uroce-stages, ns)\n")
+        L.append("The stack's own stage stamps (lib/util/stamps.hpp) over a SEND ping-pong between the two "
+                 "ends of the veth opened by one process, so both sides' stamps share one clock; medians "
+                 "(10th–90th percentile). One thread polls both devices: `poll` includes the rest of the "
+                 "receiving engine's iteration (its ACK's transmission).\n")
+        head = "| stage | " + " | ".join(f"{x['progress']} progress" for x in stages) + " |"
+        L.append(head)
+        L.append("|---|" + "---|" * len(stages))
+        for i, st in enumerate(stages[0]["stages"]):
+            cells = []
+            for x in stages:
+                e = x["stages"][i]
+                cells.append(f"{e['p50_ns']:.0f} ({e['p10_ns']:.0f}–{e['p90_ns']:.0f})")
+            L.append(f"| {st['stage']} | " + " | ".join(cells) + " |")
+        L.append("| post to poll (one way) | " + " | ".join(f"{x['one_way_ns']:.0f}" for x in stages) + " |")
+        L.append("")
 
     L.append("## Issue 16's targets\n")
     L.append("| target | measured | goal | met |")

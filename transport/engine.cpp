@@ -10,6 +10,7 @@
 #include <cstring>
 #include <ctime>
 
+#include "lib/util/stamps.hpp"
 #include "lib/wire/eth.hpp"
 #include "lib/wire/ipv4.hpp"
 #include "lib/wire/ipv6.hpp"
@@ -106,6 +107,7 @@ unsigned Engine::poll_once() {
   const uint16_t burst = cfg_.rx_burst < pkts.size() ? cfg_.rx_burst : static_cast<uint16_t>(pkts.size());
   const uint16_t n = port_.rx_burst(pkts.data(), burst);
   if (n) {
+    UROCE_STAMP(Received);
     handle_rx(pkts.data(), n);
     work += n;
   }
@@ -537,6 +539,7 @@ void Engine::flush_tx() noexcept {
   for (rte_mbuf* m : tx_) bytes += m->pkt_len;
   const uint16_t n = static_cast<uint16_t>(tx_.size());
   const uint16_t sent = port_.tx_burst(tx_.data(), n);
+  if (sent != 0) UROCE_STAMP(Sent);
   for (uint16_t i = sent; i < n; ++i) {
     bytes -= tx_[i]->pkt_len;
     rte_pktmbuf_free(tx_[i]);

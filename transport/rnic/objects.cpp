@@ -11,6 +11,7 @@
 #include <cerrno>
 #include <cstring>
 
+#include "lib/util/stamps.hpp"
 #include "transport/engine.hpp"
 #include "transport/rnic/rnic.hpp"
 
@@ -83,7 +84,10 @@ int Cq::poll(int n, ibv_wc* out) {
     out[got++] = ring_[head];
     head = head + 1 == size ? 0 : head + 1;
   }
-  if (got) head_.store(head, std::memory_order_release);  // frees the slots for the engine
+  if (got) {
+    head_.store(head, std::memory_order_release);  // frees the slots for the engine
+    UROCE_STAMP(Polled);
+  }
   return got;
 }
 

@@ -3,6 +3,7 @@
 // validation — and its engine-side bookkeeping: the error state and
 // flushing (IBA 10.3.1.5-7), retiring send WQEs into CQEs, SQ drain.
 #include "lib/util/log.hpp"
+#include "lib/util/stamps.hpp"
 #include "transport/rnic/qp.hpp"
 
 #include <algorithm>
@@ -440,6 +441,7 @@ void Qp::query_engine(ibv_qp_attr* attr, int /*mask*/, ibv_qp_init_attr* init) c
 // ---- posting --------------------------------------------------------------------------------
 
 int Qp::post_send(const ibv_send_wr* wr, const ibv_send_wr** bad) {
+  UROCE_STAMP(PostBegin);
   const TypeIdx t = type_idx(*this);
   int rc = 0;
   const char* why = nullptr;  // the trace's reason for a refusal
@@ -578,7 +580,10 @@ int Qp::post_send(const ibv_send_wr* wr, const ibv_send_wr** bad) {
                 static_cast<unsigned long long>(wr->wr_id), rc, why);
     if (bad != nullptr) *bad = wr;
   }
-  if (posted) rnic_.ring_sq(*this);
+  if (posted) {
+    UROCE_STAMP(Posted);
+    rnic_.ring_sq(*this);
+  }
   return rc;
 }
 

@@ -20,6 +20,7 @@
 #include <cstring>
 #include <optional>
 
+#include "lib/util/stamps.hpp"
 #include "lib/wire/bth.hpp"
 #include "lib/wire/ipv4.hpp"
 #include "lib/wire/ipv6.hpp"
@@ -62,6 +63,7 @@ bool our_pkey(const uint8_t* frame, const wire::PktInfo& pi) noexcept {
 
 void Rnic::rx_burst(transport::Engine& engine, transport::RoceRx* pkts, uint16_t n) {
   UROCE_ASSERT_ENGINE(engine);
+  UROCE_STAMP(Classified);
   for (uint16_t i = 0; i < n; ++i) {
     transport::RoceRx& pkt = pkts[i];
     const uint8_t* frame = rte_pktmbuf_mtod(pkt.m, const uint8_t*);

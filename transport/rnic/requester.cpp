@@ -18,6 +18,7 @@
 #include <array>
 #include <cstring>
 
+#include "lib/util/stamps.hpp"
 #include "lib/wire/opcode.hpp"
 #include "transport/params.hpp"
 #include "transport/rnic/completer.hpp"
@@ -275,6 +276,7 @@ void requester_run(transport::Engine& engine, Qp& qp) noexcept {
   ReqState& r = qp.req;
   CompState& c = qp.comp;
   if (c.rnr_wait) return;  // the RNR timer restarts us
+  if (r.wqe_idx != qp.sq.tail()) UROCE_STAMP(Picked);
   const bool rc = qp.type() == IBV_QPT_RC && !qp.is_gsi();
   const uint32_t mtu = pmtu(qp);
   uint32_t budget = kReqBudget;

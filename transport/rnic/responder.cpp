@@ -24,6 +24,7 @@
 #include <mutex>
 #include <string_view>
 
+#include "lib/util/stamps.hpp"
 #include "lib/wire/bth.hpp"
 #include "lib/wire/ext.hpp"
 #include "lib/wire/ipv4.hpp"
@@ -394,6 +395,7 @@ bool complete_recv(Rx& r, RecvWqe& w, ibv_wc_status status, uint32_t byte_len) n
     r.qp.to_error(true);
     return false;
   }
+  UROCE_STAMP(Completed);
   return true;
 }
 
@@ -686,6 +688,7 @@ Step execute_send(Rx& r) noexcept {
     r.fault = Fault::RecvProt;
     return Step::Fault;
   }
+  UROCE_STAMP(Placed);
   s.recv_offset += r.len;
   return Step::Complete;
 }
@@ -722,6 +725,7 @@ Step exec_write(Rx& r) noexcept {
     r.s.write_va += r.len;
     r.s.write_resid -= r.len;
   }
+  UROCE_STAMP(Placed);
   return advance(r);
 }
 
@@ -970,7 +974,10 @@ void process(transport::Engine& engine, Qp& qp, transport::RoceRx& pkt) noexcept
       case Step::CheckResource: step = check_resource(r); continue;
       case Step::CheckLength: step = check_length(r); continue;
       case Step::CheckRkey: step = check_rkey(r); continue;
-      case Step::Execute: step = execute(r); continue;
+      case Step::Execute:
+        UROCE_STAMP(Checked);
+        step = execute(r);
+        continue;
       case Step::ReadReply: step = read_reply(r); continue;
       case Step::AtomicReply: step = atomic_reply(r); continue;
       case Step::Complete: step = complete(r); continue;

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <cstring>
 
+#include "lib/util/stamps.hpp"
 #include "lib/wire/build.hpp"
 #include "transport/engine.hpp"
 #include "transport/rnic/objects.hpp"
@@ -66,7 +67,9 @@ TxResult tx_frame(transport::Engine& engine, rte_mbuf* m, const AhAttr& path, co
     rte_pktmbuf_free(m);
     return TxResult::CopyFault;
   }
+  UROCE_STAMP(Built);
   transport::Engine::set_frame_len(m, wire::finish(frame, d, payload_len));
+  UROCE_STAMP(Sealed);
   return tx_out(engine, path, m) ? TxResult::Sent : TxResult::NoNeighbour;
 }
 

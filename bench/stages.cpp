@@ -1,0 +1,263 @@
+// Where a SEND's time goes (issue 16's per-stage breakdown): one RC QP pair
+// between two devices of this process, a 64-byte SEND ping-pong; for each
+// ping the stack's own stage stamps (lib/util/stamps.hpp) are armed before
+// the post and read once the receiver's poll returned the CQE.  Prints each
+// stage's median, 10th and 90th percentile in nanoseconds, and the median
+// one-way time from the post to the poll.
+//
+//   uroce-stages [--iters N] [--size BYTES] [--json]
+//
+// The devices: the first two of the configuration (UROCE_CONFIG and the
+// other variables, as every uroce program reads them; UROCE_PROGRESS
+// chooses the progress mode), else two sim devices on one in-memory wire.
+// bench/run uses a veth pair whose two ends this one process opens, so
+// that every stamp, both sides', comes from one clock.  The pong and the
+// ACKs run with the stamps disarmed; a ping whose stamps are out of order
+// (a frame other than the ping reached a point first: an ARP, a late ACK)
+// is counted and left out.
+#include <infiniband/verbs.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "lib/config/config.hpp"
+#include "lib/config/ip.hpp"
+#include "lib/util/stamps.hpp"
+#include "transport/device.hpp"
+#include "transport/rnic/qp.hpp"
+#include "transport/rnic/rnic.hpp"
+
+namespace {
+
+using namespace uroce;
+using stamps::kPoints;
+
+struct Options {
+  unsigned iters = 20'000;
+  unsigned warmup = 1'000;
+  uint32_t size = 64;
+  bool json = false;
+};
+
+bool parse(int argc, char** argv, Options& o) {
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    auto value = [&](auto& out) {
+      if (i + 1 >= argc) return false;
+      out = static_cast<std::remove_reference_t<decltype(out)>>(std::strtoul(argv[++i], nullptr, 10));
+      return true;
+    };
+    if (a == "--iters") {
+      if (!value(o.iters) || o.iters == 0) return false;
+    } else if (a == "--size") {
+      if (!value(o.size) || o.size == 0 || o.size > 4096) return false;
+    } else if (a == "--json") {
+      o.json = true;
+    } else {
+      return false;
+    }
+  }
+  return true;
+}
+
+int fail(const std::string& what, int err = 0) {
+  std::fprintf(stderr, "uroce-stages: %s%s%s\n", what.c_str(), err ? ": " : "", err ? std::strerror(err) : "");
+  return 1;
+}
+
+config::Config sim_pair() {
+  config::Config cfg;
+  cfg.progress = config::Progress::kInline;
+  for (int i = 0; i < 2; ++i) {
+    config::DeviceConfig d;
+    d.name = "stage" + std::to_string(i);
+    d.kind = config::DeviceKind::kSim;
+    d.addresses.push_back(*config::parse_ip_prefix(i == 0 ? "10.77.0.1/24" : "10.77.0.2/24"));
+    cfg.devices.push_back(d);
+  }
+  return cfg;
+}
+
+// One side: device, PD, CQ, buffer, RC QP.
+struct Side {
+  transport::Device* dev = nullptr;
+  rnic::Pd* pd = nullptr;
+  rnic::Cq* cq = nullptr;
+  rnic::Mr* mr = nullptr;
+  rnic::Qp* qp = nullptr;
+  std::vector<uint8_t> buf = std::vector<uint8_t>(8192, 0);
+  ibv_gid gid{};
+
+  int open(transport::Device* d) {
+    dev = d;
+    rnic::Rnic& r = d->rnic();
+    int err = 0;
+    if ((pd = r.alloc_pd(&err)) == nullptr) return err;
+    if ((cq = r.create_cq(64, nullptr, nullptr, 0, &err)) == nullptr) return err;
+    mr = r.reg_mr(pd, buf.data(), buf.size(), reinterpret_cast<uintptr_t>(buf.data()), IBV_ACCESS_LOCAL_WRITE, &err);
+    if (mr == nullptr) return err;
+    ibv_qp_init_attr init{};
+    init.send_cq = init.recv_cq = reinterpret_cast<ibv_cq*>(cq);
+    init.qp_type = IBV_QPT_RC;
+    init.cap.max_send_wr = init.cap.max_recv_wr = 16;
+    init.cap.max_send_sge = init.cap.max_recv_sge = 1;
+    if ((qp = r.create_qp(pd, init, &err)) == nullptr) return err;
+    return r.query_gid(1, 0, &gid) == 0 ? 0 : EINVAL;
+  }
+
+  int connect(const Side& peer) {
+    ibv_qp_attr a{};
+    a.qp_state = IBV_QPS_INIT;
+    a.port_num = 1;
+    a.qp_access_flags = IBV_ACCESS_LOCAL_WRITE;
+    if (int err = qp->modify(a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS)) return err;
+    a = {};
+    a.qp_state = IBV_QPS_RTR;
+    a.path_mtu = IBV_MTU_1024;
+    a.dest_qp_num = peer.qp->qpn().value();
+    a.max_dest_rd_atomic = 1;
+    a.min_rnr_timer = 1;
+    a.ah_attr.is_global = 1;
+    a.ah_attr.port_num = 1;
+    a.ah_attr.grh.dgid = peer.gid;
+    a.ah_attr.grh.hop_limit = 64;
+    if (int err = qp->modify(a, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
+                                    IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER))
+      return err;
+    a = {};
+    a.qp_state = IBV_QPS_RTS;
+    a.timeout = 14;
+    a.retry_cnt = 7;
+    a.rnr_retry = 7;
+    a.max_rd_atomic = 1;
+    return qp->modify(a, IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN |
+                             IBV_QP_MAX_QP_RD_ATOMIC);
+  }
+
+  int post_recv() {
+    ibv_sge sge{reinterpret_cast<uintptr_t>(buf.data()), 4096, mr->lkey.value()};
+    ibv_recv_wr wr{};
+    wr.sg_list = &sge;
+    wr.num_sge = 1;
+    const ibv_recv_wr* bad = nullptr;
+    return qp->post_recv(&wr, &bad);
+  }
+
+  int post_send(uint32_t len) {
+    ibv_sge sge{reinterpret_cast<uintptr_t>(buf.data() + 4096), len, mr->lkey.value()};
+    ibv_send_wr wr{};
+    wr.sg_list = &sge;
+    wr.num_sge = 1;
+    wr.opcode = IBV_WR_SEND;
+    wr.send_flags = IBV_SEND_SIGNALED;
+    const ibv_send_wr* bad = nullptr;
+    return qp->post_send(&wr, &bad);
+  }
+};
+
+// Polls `cq` for one completion, driving both devices' loops as a program
+// polling through the verbs would (inline progress: the loop runs here;
+// engine threads: this thread assists).  False after 5 s or on an error.
+bool wait_one(Side& a, Side& b, rnic::Cq* cq) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  ibv_wc wc{};
+  for (unsigned spin = 0;; ++spin) {
+    a.dev->progress();
+    b.dev->progress();
+    if (cq->poll(1, &wc) == 1) return wc.status == IBV_WC_SUCCESS;
+    if ((spin & 1023) == 0 && std::chrono::steady_clock::now() > deadline) return false;
+  }
+}
+
+double percentile(std::vector<double>& v, double p) {
+  if (v.empty()) return 0;
+  const size_t k = std::min(v.size() - 1, static_cast<size_t>(p * static_cast<double>(v.size() - 1) + 0.5));
+  std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(k), v.end());
+  return v[k];
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Options o;
+  if (!parse(argc, argv, o)) {
+    std::fprintf(stderr, "usage: uroce-stages [--iters N] [--size BYTES (1-4096)] [--json]\n");
+    return 2;
+  }
+  config::Config cfg;
+  if (std::getenv("UROCE_CONFIG") != nullptr || std::getenv("UROCE_DEVICE") != nullptr) {
+    auto loaded = config::load_config(config::process_env());
+    if (!loaded) return fail(loaded.error().message());
+    cfg = std::move(*loaded);
+  } else {
+    cfg = sim_pair();
+  }
+  if (cfg.devices.size() < 2) return fail("the configuration names fewer than two devices");
+  const std::string name_a = cfg.devices[0].name, name_b = cfg.devices[1].name;
+  const bool inline_progress = cfg.progress == config::Progress::kInline;
+  transport::Devices devs;
+  if (auto st = devs.configure(std::move(cfg)); !st) return fail("configure", st.error().code);
+  Side a, b;
+  for (auto [side, name] : {std::pair{&a, &name_a}, std::pair{&b, &name_b}}) {
+    auto opened = devs.open(*name);
+    if (!opened) return fail(*name + ": " + opened.error().message);
+    if (int err = side->open(*opened)) return fail("set-up on " + *name, err);
+  }
+  if (int err = a.connect(b)) return fail("connect", err);
+  if (int err = b.connect(a)) return fail("connect", err);
+
+  std::vector<std::vector<double>> stage(kPoints);
+  std::vector<double> one_way;
+  const double ns_per_tick = 1e9 / static_cast<double>(stamps::tsc_hz());
+  unsigned unordered = 0;
+  for (unsigned i = 0; i < o.warmup + o.iters; ++i) {
+    if (b.post_recv() || a.post_recv()) return fail("post_recv");
+    const bool measured = i >= o.warmup;
+    if (measured) stamps::arm();
+    if (int err = a.post_send(o.size)) return fail("post_send", err);
+    if (!wait_one(a, b, b.cq)) return fail("the ping did not arrive");
+    if (measured) {
+      stamps::disarm();
+      const stamps::Snapshot s = stamps::snapshot();
+      bool ordered = true;
+      for (size_t p = 0; p < kPoints; ++p) ordered = ordered && s[p] != 0 && (p == 0 || s[p] >= s[p - 1]);
+      if (!ordered) {
+        ++unordered;
+      } else {
+        for (size_t p = 1; p < kPoints; ++p) stage[p].push_back(static_cast<double>(s[p] - s[p - 1]) * ns_per_tick);
+        one_way.push_back(static_cast<double>(s[kPoints - 1] - s[0]) * ns_per_tick);
+      }
+    }
+    if (!wait_one(a, b, a.cq)) return fail("the ping's completion");
+    if (b.post_send(o.size)) return fail("post_send");
+    if (!wait_one(a, b, a.cq) || !wait_one(a, b, b.cq)) return fail("the pong");
+  }
+
+  const size_t kept = one_way.size();
+  if (o.json) {
+    std::printf("{\"size\": %u, \"progress\": \"%s\", \"pings\": %u, \"kept\": %zu, \"one_way_ns\": %.0f, \"stages\": [",
+                o.size, inline_progress ? "inline" : "thread", o.iters, kept, percentile(one_way, 0.5));
+    for (size_t p = 1; p < kPoints; ++p) {
+      std::printf("%s{\"stage\": \"%s\", \"p10_ns\": %.0f, \"p50_ns\": %.0f, \"p90_ns\": %.0f}", p > 1 ? ", " : "",
+                  std::string(stamps::stage_name(p)).c_str(), percentile(stage[p], 0.1), percentile(stage[p], 0.5),
+                  percentile(stage[p], 0.9));
+    }
+    std::printf("]}\n");
+  } else {
+    std::printf("%u-byte RC SEND, %s progress: %zu of %u pings kept (%u out of order)\n", o.size,
+                inline_progress ? "inline" : "thread", kept, o.iters, unordered);
+    std::printf("| stage | p10 ns | median ns | p90 ns |\n|---|---:|---:|---:|\n");
+    for (size_t p = 1; p < kPoints; ++p) {
+      std::printf("| %s | %.0f | %.0f | %.0f |\n", std::string(stamps::stage_name(p)).c_str(),
+                  percentile(stage[p], 0.1), percentile(stage[p], 0.5), percentile(stage[p], 0.9));
+    }
+    std::printf("| post to poll (one way) | %.0f | %.0f | %.0f |\n", percentile(one_way, 0.1),
+                percentile(one_way, 0.5), percentile(one_way, 0.9));
+  }
+  return kept > 0 ? 0 : 1;
+}
