@@ -355,6 +355,7 @@ Status Devices::make_engine(Device& d, const config::DeviceConfig& dev) {
   ec.announce = info.answer_host;  // a kernel that shares the netdev announces its own addresses
   ec.pcap_path = info.pcap;
   ec.progress = info.progress;
+  ec.ack_hold_ns = params::kAckHoldNs;
   if (d.dpdk_port_ && d.dpdk_port_->isolated()) {
     // Flow isolation keeps ARP/ND replies with the kernel: ask it.
     const int ifindex = d.netdev_ifindex_;

@@ -118,9 +118,27 @@ unsigned Engine::poll_once() {
     work += static_cast<unsigned>(kernel_learned_.size());
     kernel_learned_.clear();
   }
-  flush_tx();
+  end_turn_tx();
   if (capture_.is_open()) capture_.maybe_flush(realtime_ns());
   return work;
+}
+
+void Engine::end_turn_tx() noexcept {
+  if (tx_.empty()) return;
+  if (cfg_.ack_hold_ns != 0 && tx_only_acks()) {
+    if (ack_hold_since_ == 0) ack_hold_since_ = now_ns_;
+    if (now_ns_ - ack_hold_since_ < cfg_.ack_hold_ns) return;
+  }
+  flush_tx();
+}
+
+bool Engine::tx_only_acks() noexcept {
+  for (; tx_acks_ < tx_.size(); ++tx_acks_) {
+    const rte_mbuf* m = tx_[tx_acks_];
+    const wire::PktInfo pi = wire::parse({rte_pktmbuf_mtod(m, const uint8_t*), m->data_len});
+    if (pi.cls != wire::FrameClass::RoceV2 || pi.opcode != wire::op::RC_ACK) return false;
+  }
+  return true;
 }
 
 void Engine::start(std::function<void()> on_start, std::function<void()> on_exit) {
@@ -544,6 +562,8 @@ void Engine::flush_tx() noexcept {
     bytes -= tx_[i]->pkt_len;
     rte_pktmbuf_free(tx_[i]);
   }
+  tx_acks_ = 0;
+  ack_hold_since_ = 0;
   if (sent < n) ctr_.add(EngineCtr::drop_tx_full, n - sent);
   ctr_.add(EngineCtr::tx_frames, sent);
   ctr_.add(EngineCtr::tx_bytes, bytes);

@@ -118,6 +118,13 @@ struct EngineConfig {
   uint32_t max_qpn = 1u << 16;    // the RNIC allocates QPNs below this (its O(1) table)
   uint16_t rx_burst = 32;
   uint16_t tx_batch = 64;
+  // A turn that ends with only ACKs to send holds them this long for the
+  // next turns (IBA 9.7.5.1.1 lets a responder coalesce ACKs): the
+  // application's response to the message just delivered (ib_send_lat's
+  // pong) then leaves in the same tx_burst instead of waiting behind the
+  // ACK's (on af_packet a system call that runs the veth delivery).  0:
+  // every turn flushes.  transport::Device sets params::kAckHoldNs.
+  uint64_t ack_hold_ns = 0;
   uint32_t doorbell_capacity = 4096;
   std::string pcap_path;          // empty: no capture
   Progress progress = Progress::Thread;
@@ -241,6 +248,8 @@ class Engine {
 
  private:
   unsigned poll_once();  // the iteration itself; the caller has made its thread the loop's
+  void end_turn_tx() noexcept;  // flush_tx, unless holding ACKs (EngineConfig::ack_hold_ns)
+  bool tx_only_acks() noexcept;
   // One iteration unless another thread is running one: its work (as
   // poll()), or -1 when busy; `clock` gets the iteration's time sample.
   int poll_if_free(uint64_t* clock = nullptr);
@@ -274,6 +283,8 @@ class Engine {
   drivers::Capture capture_;
   RoceSink* sink_ = nullptr;
   std::vector<rte_mbuf*> tx_;
+  size_t tx_acks_ = 0;          // leading frames of tx_ known to be ACKs
+  uint64_t ack_hold_since_ = 0; // when tx_ began holding only ACKs; 0: not holding
   std::vector<rte_mbuf*> loop_;      // frames to our own addresses, received next turn
   std::vector<rte_mbuf*> loop_rx_;   // the turn's batch of them (swapped with loop_)
   std::vector<RoceRx> roce_;

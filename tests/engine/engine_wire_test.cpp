@@ -191,6 +191,39 @@ TEST_F(EngineWire, PathNextHopFollowsTheNeighbourTable) {
   EXPECT_EQ(a->counters().get(EngineCtr::loopback), looped + 1);
 }
 
+// EngineConfig::ack_hold_ns: a turn that ends with only ACKs to send keeps
+// them; the next frame that is not an ACK takes them along in its burst,
+// in order; held ACKs leave by themselves once the hold is over.
+TEST_F(EngineWire, AcksWaitForTheNextFrameUpToTheHold) {
+  EngineConfig c = config_for(*pa, kIpA, 1);
+  c.ack_hold_ns = 1'000'000'000;  // 1 s: far longer than the checks below take
+  a.reset();
+  a = std::make_unique<Engine>(*pa, c);
+  ASSERT_TRUE(a->init());
+  resolve(*a, IpAddr::v4(kIpB));
+  ASSERT_TRUE(run_until([&] { return mac_of(*a, IpAddr::v4(kIpB)).has_value(); }));
+  auto ack = roce_frame(wire::op::RC_ACK, 0x11, MacAddr{}, kIpB);
+  auto send = roce_frame(wire::op::UD_SEND_ONLY, 0x11, MacAddr{}, kIpB);
+  const uint64_t sent0 = a->counters().get(EngineCtr::tx_frames);
+  a->run_sync([&] { EXPECT_TRUE(a->send_to(IpAddr::v4(kIpB), frame(ack.data(), ack.size(), pa->pool()))); });
+  for (int i = 0; i < 100; ++i) {
+    a->poll();
+    b->poll();
+  }
+  EXPECT_EQ(sink_b.frames.size(), 0u) << "an ACK alone is held";
+  EXPECT_EQ(a->counters().get(EngineCtr::tx_frames), sent0);
+
+  a->run_sync([&] { EXPECT_TRUE(a->send_to(IpAddr::v4(kIpB), frame(send.data(), send.size(), pa->pool()))); });
+  EXPECT_EQ(a->counters().get(EngineCtr::tx_frames), sent0 + 2) << "the SEND's turn sends both in one burst";
+  ASSERT_TRUE(run_until([&] { return sink_b.frames.size() == 2; }));
+  EXPECT_EQ(wire::parse(sink_b.frames[0]).opcode, wire::op::RC_ACK) << "the ACK first";
+  EXPECT_EQ(wire::parse(sink_b.frames[1]).opcode, wire::op::UD_SEND_ONLY);
+
+  // Nothing follows: the ACK leaves when its hold is over.
+  a->run_sync([&] { EXPECT_TRUE(a->send_to(IpAddr::v4(kIpB), frame(ack.data(), ack.size(), pa->pool()))); });
+  ASSERT_TRUE(run_until([&] { return sink_b.frames.size() == 3; })) << "held past ack_hold_ns";
+}
+
 TEST_F(EngineWire, Ipv6NeighbourDiscovery) {
   resolve(*a, v6addr(2));
   ASSERT_TRUE(run_until([&] { return mac_of(*a, v6addr(2)).has_value(); }));
