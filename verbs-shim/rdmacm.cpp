@@ -113,8 +113,12 @@ socklen_t addr_len(const sockaddr* s) {
   return s->sa_family == AF_INET6 ? sizeof(sockaddr_in6) : s->sa_family == AF_INET ? sizeof(sockaddr_in) : 0;
 }
 
-// The fields applications read, from the model's id.
+// The fields applications read, from the model's id.  Two threads may
+// write them at once (one returns from rdma_resolve_addr while another
+// takes that id's ADDR_RESOLVED event): one lock for all ids, control path.
 void sync_fields(Id* x) {
+  static std::mutex mu;
+  std::lock_guard lock(mu);
   uroce::cm::RdmaId* m = x->impl;
   rdma_cm_id& id = x->id;
   id.verbs = m->verbs;
