@@ -168,17 +168,21 @@ void Engine::start(std::function<void()> on_start, std::function<void()> on_exit
         work = poll_once();
         clock = now_ns_;  // read under the lock: callers' polls write it too
       }
-      if (work != 0) {
-        idle_since = 0;
-        continue;
-      }
-      if (idle_since == 0) idle_since = clock;
-      idle_backoff(clock - idle_since);
+      after_turn(work, clock, idle_since);
     }
     engine_thread_.store(std::thread::id{});
     if (on_exit) on_exit();
   });
   while (!started.load(std::memory_order_acquire)) std::this_thread::yield();
+}
+
+void Engine::after_turn(unsigned work, uint64_t clock, uint64_t& idle_since) noexcept {
+  if (work != 0) {
+    idle_since = 0;
+    return;
+  }
+  if (idle_since == 0) idle_since = clock;
+  idle_backoff(clock - idle_since);
 }
 
 // An idle engine thread gives its core away by degrees (params.hpp):
@@ -201,15 +205,14 @@ void Engine::start_backstop(uint64_t period_ns, std::function<void()> on_start, 
     while (backstop_running_.load(std::memory_order_relaxed)) {
       if (sleepers_.load(std::memory_order_acquire) != 0) {
         // A thread sleeps on an event: be its engine thread.
-        const int work = poll_if_free();
-        const uint64_t now = steady_ns();
-        if (work != 0) {  // did work, or another thread is polling: stay close
+        uint64_t clock = 0;
+        const int work = poll_if_free(&clock);
+        if (work < 0) {  // another thread is polling: stay close
           idle_since = 0;
-          if (work < 0) std::this_thread::yield();
+          std::this_thread::yield();
           continue;
         }
-        if (idle_since == 0) idle_since = now;
-        idle_backoff(now - idle_since);
+        after_turn(static_cast<unsigned>(work), clock, idle_since);
         continue;
       }
       idle_since = 0;

@@ -249,6 +249,10 @@ class Engine {
  private:
   unsigned poll_once();  // the iteration itself; the caller has made its thread the loop's
   void end_turn_tx() noexcept;  // flush_tx, unless holding ACKs (EngineConfig::ack_hold_ns)
+  // A thread that runs the loop for good (the engine thread, the backstop
+  // while a Sleeper waits), after a turn: `idle_since` follows how long
+  // it has found no work, and idle_backoff gives the core away by degrees.
+  static void after_turn(unsigned work, uint64_t clock, uint64_t& idle_since) noexcept;
   bool tx_only_acks() noexcept;
   // One iteration unless another thread is running one: its work (as
   // poll()), or -1 when busy; `clock` gets the iteration's time sample.

@@ -233,7 +233,6 @@ void start_devices_locked() {
   }
 }
 
-
 bool valid_port(uint32_t port) noexcept { return port == rnic::kPortNum; }
 
 // Copies min(len, sizeof full) bytes of `full` into `out` and zeroes the
@@ -263,6 +262,13 @@ void kick(IbvDevice* dev) noexcept {
 }
 
 void kick_once(IbvDevice* dev) noexcept { dev->tdev->progress(transport::Engine::Assist::Once); }
+
+int wait_event(IbvDevice* dev, int fd, const std::function<int()>& take) noexcept {
+  if (!dev->inline_progress || (fcntl(fd, F_GETFL) & O_NONBLOCK) != 0) return take();
+  kick(dev);  // the event may be one iteration away
+  const transport::Engine::Sleeper asleep(dev->tdev->engine());
+  return take();
+}
 
 // ---- context ops -------------------------------------------------------------------
 
@@ -507,14 +513,7 @@ UROCE_EXPORT int ibv_get_async_event(ibv_context* context, ibv_async_event* even
   if (context == nullptr || event == nullptr) return fail(EINVAL, -1);
   IbvDevice* dev = ctx_dev(context);
   rnic::AsyncEvent ev;
-  int rc;
-  if (dev->inline_progress && (fcntl(context->async_fd, F_GETFL) & O_NONBLOCK) == 0) {
-    kick(dev);
-    const transport::Engine::Sleeper asleep(dev->tdev->engine());  // the backstop runs the loop meanwhile
-    rc = dev->rnic().get_async_event(&ev);
-  } else {
-    rc = dev->rnic().get_async_event(&ev);
-  }
+  const int rc = wait_event(dev, context->async_fd, [&] { return dev->rnic().get_async_event(&ev); });
   if (rc != 0) return fail(rc, -1);
   std::memset(event, 0, sizeof *event);
   event->event_type = ev.type;

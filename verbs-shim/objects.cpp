@@ -2,7 +2,6 @@
 // libibverbs' conventions around the RNIC's objects.  The CQ's poll and
 // notify and the SRQ's post are context ops that inline code calls.
 #include <endian.h>
-#include <fcntl.h>
 
 #include <array>
 #include <cerrno>
@@ -22,7 +21,6 @@
 
 namespace uroce::shim {
 namespace {
-
 
 // The man page's access bits; IBV_ACCESS_OPTIONAL_RANGE (bits 20-29, e.g.
 // RELAXED_ORDERING) are hints a device may ignore, and uroce does.
@@ -398,16 +396,8 @@ UROCE_EXPORT int ibv_destroy_cq(ibv_cq* ibcq) noexcept {
 UROCE_EXPORT int ibv_get_cq_event(ibv_comp_channel* channel, ibv_cq** cq_out, void** cq_context) noexcept {
   if (channel == nullptr || cq_out == nullptr || cq_context == nullptr) return fail(EINVAL, -1);
   Channel* ch = to_channel(channel);
-  IbvDevice* dev = ctx_dev(channel->context);
   rnic::Cq* rcq = nullptr;
-  int rc;
-  if (dev->inline_progress && (fcntl(channel->fd, F_GETFL) & O_NONBLOCK) == 0) {
-    kick(dev);  // the event may be one iteration away
-    const transport::Engine::Sleeper asleep(dev->tdev->engine());  // the backstop runs the loop meanwhile
-    rc = ch->impl->get_event(&rcq);
-  } else {
-    rc = ch->impl->get_event(&rcq);
-  }
+  const int rc = wait_event(ctx_dev(channel->context), channel->fd, [&] { return ch->impl->get_event(&rcq); });
   if (rc != 0) return fail(rc, -1);
   Cq* cq = static_cast<Cq*>(rcq->context());
   *cq_out = abi(cq);

@@ -16,6 +16,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <type_traits>
 #include <vector>
 
@@ -182,6 +183,11 @@ void kick(IbvDevice* dev) noexcept;
 // After a post: one iteration, without holding the engine thread back (the
 // application may not call again for a while: it may spin on memory).
 void kick_once(IbvDevice* dev) noexcept;
+// A blocking event wait: `take` reads `fd` (a CQ channel, the async fd).
+// Under inline progress with `fd` blocking, nobody else would run the loop:
+// it runs once here, then the backstop runs it while `take` sleeps in
+// read(2), where a signal interrupts it (Engine::Sleeper).  take()'s result.
+int wait_event(IbvDevice* dev, int fd, const std::function<int()>& take) noexcept;
 // At exit, before the linger: disconnect the rdma_cm model's connections
 // that are still up (nothing when the model never started).
 void rdmacm_at_exit() noexcept;
