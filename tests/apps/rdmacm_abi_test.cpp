@@ -10,15 +10,11 @@
 #include <rdma/rdma_cma.h>
 #include <rdma/rdma_verbs.h>
 
-#include <pthread.h>
-
-#include <atomic>
 #include <cerrno>
-#include <chrono>
-#include <csignal>
-#include <thread>
 #include <cstring>
 #include <string>
+
+#include "signal_wait.hpp"
 
 namespace {
 
@@ -175,9 +171,6 @@ TEST(RdmaCmLoopback, Localhost) { connect_in_process("127.0.0.1", "127.0.0.1", 7
 TEST(RdmaCmLoopback, WildcardListenerLocalhostClient) { connect_in_process("0.0.0.0", "127.0.0.1", 7481); }
 TEST(RdmaCmLoopback, TheDevicesOwnAddress) { connect_in_process("10.9.0.1", "10.9.0.1", 7482, "10.9.0.1"); }
 
-std::atomic<int> g_signals{0};
-void count_signal(int) { g_signals.fetch_add(1); }
-
 // A signal whose handler lacks SA_RESTART ends a blocked rdma_get_cm_event
 // with EINTR, as librdmacm's read(2) on the kernel's rdma_cm fd does; with
 // SA_RESTART the wait goes on and returns the event that comes later.  In
@@ -190,48 +183,20 @@ TEST(RdmaCmEvents, SignalInterruptsABlockedWait) {
   ASSERT_EQ(rdma_create_id(ch, &id, nullptr, RDMA_PS_TCP), 0);
   sockaddr_in dst = sin4("10.9.0.2", 7484);
   auto resolve = [&] { EXPECT_EQ(rdma_resolve_addr(id, nullptr, sa(dst), 2000), 0) << std::strerror(errno); };
-  struct sigaction act {}, old {};
-  act.sa_handler = count_signal;
-  sigemptyset(&act.sa_mask);
-  ASSERT_EQ(sigaction(SIGUSR1, &act, &old), 0);
-  g_signals = 0;
-  const pthread_t self = pthread_self();
   rdma_cm_event* ev = nullptr;
-  {
-    std::atomic<bool> returned{false};
-    std::thread t([&] {
-      std::this_thread::sleep_for(std::chrono::milliseconds(100));
-      pthread_kill(self, SIGUSR1);
-      // Should the signal not end the wait, an event does, and the
-      // expectations below fail instead of the test hanging.
-      for (int i = 0; i < 300 && !returned.load(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
-      if (!returned.load()) resolve();
-    });
-    errno = 0;
-    const int rc = rdma_get_cm_event(ch, &ev);
-    returned = true;
-    t.join();
-    ASSERT_EQ(rc, -1) << "no event came within 100 ms: the signal must end the wait";
-    EXPECT_EQ(errno, EINTR);
-  }
-  EXPECT_EQ(g_signals.load(), 1);
+  auto get = [&] { return rdma_get_cm_event(ch, &ev); };
+  uroce_test::SignalledWait w = uroce_test::signalled_wait(false, get, resolve);
+  ASSERT_TRUE(w.installed);
+  ASSERT_EQ(w.rc, -1) << "no event came within 100 ms: the signal must end the wait";
+  EXPECT_EQ(w.err, EINTR);
+  EXPECT_EQ(w.signals, 1);
 
-  act.sa_flags = SA_RESTART;
-  ASSERT_EQ(sigaction(SIGUSR1, &act, nullptr), 0);
-  {
-    std::thread t([&] {
-      std::this_thread::sleep_for(std::chrono::milliseconds(100));
-      pthread_kill(self, SIGUSR1);
-      std::this_thread::sleep_for(std::chrono::milliseconds(100));
-      resolve();
-    });
-    ASSERT_EQ(rdma_get_cm_event(ch, &ev), 0) << std::strerror(errno);
-    t.join();
-  }
-  EXPECT_EQ(g_signals.load(), 2);
+  w = uroce_test::signalled_wait(true, get, resolve);
+  ASSERT_TRUE(w.installed);
+  ASSERT_EQ(w.rc, 0) << std::strerror(w.err);
+  EXPECT_EQ(w.signals, 1);
   EXPECT_EQ(ev->event, RDMA_CM_EVENT_ADDR_RESOLVED) << rdma_event_str(ev->event);
   rdma_ack_cm_event(ev);
-  ASSERT_EQ(sigaction(SIGUSR1, &old, nullptr), 0);
   EXPECT_EQ(rdma_destroy_id(id), 0);
   rdma_destroy_event_channel(ch);
 }

@@ -9,17 +9,14 @@
 #include <gtest/gtest.h>
 #include <infiniband/verbs.h>
 #include <poll.h>
-#include <pthread.h>
 #include <unistd.h>
 
 #include <array>
-#include <atomic>
-#include <chrono>
-#include <csignal>
-#include <thread>
 #include <cerrno>
 #include <cstring>
 #include <vector>
+
+#include "signal_wait.hpp"
 
 // rdma-core's private ABI (driver.h is not installed).
 extern "C" int ibv_query_gid_type(ibv_context*, uint8_t, unsigned int, int*);
@@ -387,6 +384,19 @@ struct Side {
     ASSERT_EQ(ibv_post_recv(qp, &wr, &bad), 0);
   }
 
+  // A signaled SEND of `len` bytes from the start of buf.
+  void post_send(uint64_t id, uint32_t len) {
+    ibv_sge sge{reinterpret_cast<uintptr_t>(buf.data()), len, mr->lkey};
+    ibv_send_wr wr{};
+    wr.wr_id = id;
+    wr.sg_list = &sge;
+    wr.num_sge = 1;
+    wr.opcode = IBV_WR_SEND;
+    wr.send_flags = IBV_SEND_SIGNALED;
+    ibv_send_wr* bad = nullptr;
+    EXPECT_EQ(ibv_post_send(qp, &wr, &bad), 0);
+  }
+
   // Waits on the completion channel (a real fd, poll()ed) for one completion.
   ibv_wc wait_one() {
     ibv_wc wc{};
@@ -485,9 +495,6 @@ TEST_F(VerbsAbi, RcSendAndWriteThroughTheInlineOps) {
   b.close();
 }
 
-std::atomic<int> g_signals{0};
-void count_signal(int) { g_signals.fetch_add(1); }
-
 // A signal whose handler lacks SA_RESTART gets a thread out of a blocked
 // ibv_get_cq_event with EINTR, as a kernel device's read(2) does (qperf
 // ends every test with an alarm and must not hang in the wait); with
@@ -500,68 +507,29 @@ TEST_F(VerbsAbi, SignalInterruptsABlockedCqEventWait) {
   ASSERT_NO_FATAL_FAILURE(b.open(ctx_[1], IBV_QPT_RC, false));
   ASSERT_NO_FATAL_FAILURE(a.connect(b));
   ASSERT_NO_FATAL_FAILURE(b.connect(a));
-  struct sigaction act {}, old {};
-  act.sa_handler = count_signal;
-  sigemptyset(&act.sa_mask);
-  act.sa_flags = 0;
-  ASSERT_EQ(sigaction(SIGUSR1, &act, &old), 0);
-  g_signals = 0;
-  const pthread_t self = pthread_self();
   ASSERT_EQ(ibv_req_notify_cq(b.cq, 0), 0);
   ibv_cq* ev_cq = nullptr;
   void* ev_ctx = nullptr;
-  auto send_from_a = [&a] {
-    ibv_sge sge{reinterpret_cast<uintptr_t>(a.buf.data()), 32, a.mr->lkey};
-    ibv_send_wr wr{};
-    wr.wr_id = 9;
-    wr.sg_list = &sge;
-    wr.num_sge = 1;
-    wr.opcode = IBV_WR_SEND;
-    wr.send_flags = IBV_SEND_SIGNALED;
-    ibv_send_wr* bad = nullptr;
-    EXPECT_EQ(ibv_post_send(a.qp, &wr, &bad), 0);
-  };
+  auto get = [&] { return ibv_get_cq_event(b.ch, &ev_cq, &ev_ctx); };
+  auto send_from_a = [&a] { a.post_send(9, 32); };
   b.post_recv(1, 64);
-  {
-    std::atomic<bool> returned{false};
-    std::thread t([&] {
-      std::this_thread::sleep_for(std::chrono::milliseconds(100));
-      pthread_kill(self, SIGUSR1);
-      // Should the signal not end the wait, an event does, and the
-      // expectations below fail instead of the test hanging.
-      for (int i = 0; i < 300 && !returned.load(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
-      if (!returned.load()) send_from_a();
-    });
-    errno = 0;
-    const int rc = ibv_get_cq_event(b.ch, &ev_cq, &ev_ctx);
-    returned = true;
-    t.join();
-    ASSERT_EQ(rc, -1) << "no event came within 100 ms: the signal must end the wait";
-    EXPECT_EQ(errno, EINTR);
-  }
-  EXPECT_EQ(g_signals.load(), 1);
+  uroce_test::SignalledWait w = uroce_test::signalled_wait(false, get, send_from_a);
+  ASSERT_TRUE(w.installed);
+  ASSERT_EQ(w.rc, -1) << "no event came within 100 ms: the signal must end the wait";
+  EXPECT_EQ(w.err, EINTR);
+  EXPECT_EQ(w.signals, 1);
 
-  act.sa_flags = SA_RESTART;
-  ASSERT_EQ(sigaction(SIGUSR1, &act, nullptr), 0);
-  {
-    std::thread t([&] {
-      std::this_thread::sleep_for(std::chrono::milliseconds(100));
-      pthread_kill(self, SIGUSR1);
-      std::this_thread::sleep_for(std::chrono::milliseconds(100));
-      send_from_a();
-    });
-    EXPECT_EQ(ibv_get_cq_event(b.ch, &ev_cq, &ev_ctx), 0) << std::strerror(errno);
-    EXPECT_EQ(ev_cq, b.cq);
-    t.join();
-  }
-  EXPECT_EQ(g_signals.load(), 2);
+  w = uroce_test::signalled_wait(true, get, send_from_a);
+  ASSERT_TRUE(w.installed);
+  EXPECT_EQ(w.rc, 0) << std::strerror(w.err);
+  EXPECT_EQ(ev_cq, b.cq);
+  EXPECT_EQ(w.signals, 1);
   ibv_ack_cq_events(b.cq, 1);
   ibv_wc wc{};
   ASSERT_EQ(ibv_poll_cq(b.cq, 1, &wc), 1);
   EXPECT_EQ(wc.status, IBV_WC_SUCCESS);
   EXPECT_EQ(wc.byte_len, 32u);
   EXPECT_EQ(a.wait_one().status, IBV_WC_SUCCESS);
-  ASSERT_EQ(sigaction(SIGUSR1, &old, nullptr), 0);
   a.close();
   b.close();
 }
