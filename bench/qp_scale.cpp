@@ -20,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/rc_connect.hpp"
 #include "lib/config/config.hpp"
 #include "lib/config/ip.hpp"
 #include "transport/device.hpp"
@@ -142,38 +143,7 @@ int main(int argc, char** argv) {
   // Pairs (2k, 2k+1), each to the other through the device's loopback.
   t = Clock::now();
   for (unsigned i = 0; i < o.qps; ++i) {
-    rnic::Qp* qp = qps[i];
-    rnic::Qp* peer = qps[i ^ 1u];
-    ibv_qp_attr a{};
-    a.qp_state = IBV_QPS_INIT;
-    a.port_num = 1;
-    a.qp_access_flags = IBV_ACCESS_LOCAL_WRITE;
-    if ((err = qp->modify(a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS)) != 0)
-      return fail("modify INIT", err);
-    a = {};
-    a.qp_state = IBV_QPS_RTR;
-    a.path_mtu = IBV_MTU_1024;
-    a.dest_qp_num = peer->qpn().value();
-    a.rq_psn = 0;
-    a.max_dest_rd_atomic = 1;
-    a.min_rnr_timer = 1;
-    a.ah_attr.is_global = 1;
-    a.ah_attr.port_num = 1;
-    a.ah_attr.grh.dgid = gid;
-    a.ah_attr.grh.hop_limit = 64;
-    if ((err = qp->modify(a, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
-                                 IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER)) != 0)
-      return fail("modify RTR", err);
-    a = {};
-    a.qp_state = IBV_QPS_RTS;
-    a.timeout = 14;
-    a.retry_cnt = 7;
-    a.rnr_retry = 7;
-    a.sq_psn = 0;
-    a.max_rd_atomic = 1;
-    if ((err = qp->modify(a, IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN |
-                                 IBV_QP_MAX_QP_RD_ATOMIC)) != 0)
-      return fail("modify RTS", err);
+    if ((err = bench::connect_rc(*qps[i], qps[i ^ 1u]->qpn().value(), gid)) != 0) return fail("connect", err);
   }
   const double connect_ms = ms_since(t);
 

@@ -25,6 +25,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/rc_connect.hpp"
 #include "lib/config/config.hpp"
 #include "lib/config/ip.hpp"
 #include "lib/util/stamps.hpp"
@@ -110,34 +111,7 @@ struct Side {
     return r.query_gid(1, 0, &gid) == 0 ? 0 : EINVAL;
   }
 
-  int connect(const Side& peer) {
-    ibv_qp_attr a{};
-    a.qp_state = IBV_QPS_INIT;
-    a.port_num = 1;
-    a.qp_access_flags = IBV_ACCESS_LOCAL_WRITE;
-    if (int err = qp->modify(a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS)) return err;
-    a = {};
-    a.qp_state = IBV_QPS_RTR;
-    a.path_mtu = IBV_MTU_1024;
-    a.dest_qp_num = peer.qp->qpn().value();
-    a.max_dest_rd_atomic = 1;
-    a.min_rnr_timer = 1;
-    a.ah_attr.is_global = 1;
-    a.ah_attr.port_num = 1;
-    a.ah_attr.grh.dgid = peer.gid;
-    a.ah_attr.grh.hop_limit = 64;
-    if (int err = qp->modify(a, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
-                                    IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER))
-      return err;
-    a = {};
-    a.qp_state = IBV_QPS_RTS;
-    a.timeout = 14;
-    a.retry_cnt = 7;
-    a.rnr_retry = 7;
-    a.max_rd_atomic = 1;
-    return qp->modify(a, IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN |
-                             IBV_QP_MAX_QP_RD_ATOMIC);
-  }
+  int connect(const Side& peer) { return bench::connect_rc(*qp, peer.qp->qpn().value(), peer.gid); }
 
   int post_recv() {
     ibv_sge sge{reinterpret_cast<uintptr_t>(buf.data()), 4096, mr->lkey.value()};
