@@ -418,7 +418,7 @@ int RdmaCm::listen(RdmaId* id, int backlog) {
       for (const RdmaId* o : it->second) {
         if (o == id || o->state != RdmaIdState::Listen) continue;
         const auto oip = ip_of(sa(o->src));
-        if (oip && (*oip == *ip || is_wildcard(*oip) || is_wildcard(*ip)) && oip->is_v4() == ip->is_v4())
+        if (oip && (*oip == *ip || binds_any(*oip) || binds_any(*ip)) && oip->is_v4() == ip->is_v4())
           return EADDRINUSE;
       }
     }
@@ -477,7 +477,7 @@ RdmaId* RdmaCm::listener_for(RdmaDev& d, uint64_t service_id, const std::optiona
     const auto oip = ip_of(sa(o->src));
     if (!oip) continue;
     if (dst && *oip == *dst) return o;
-    if (is_wildcard(*oip) && (!dst || oip->is_v4() == dst->is_v4() || (!oip->is_v4() && !o->afonly))) wild = o;
+    if (binds_any(*oip) && (!dst || oip->is_v4() == dst->is_v4() || (!oip->is_v4() && !o->afonly))) wild = o;
   }
   return wild;
 }

@@ -66,32 +66,33 @@ IpAddr RdmaCm::gid_ip(const RdmaDev& d, const IpAddr& ip) {
 int RdmaCm::bind_locked(RdmaId* id, const sockaddr* addr) {
   const auto ip = ip_of(addr);
   if (!ip) return addr == nullptr ? EINVAL : EAFNOSUPPORT;
-  const bool wild = is_wildcard(*ip);
+  const bool wild = binds_any(*ip);
   RdmaDev* d = nullptr;
   if (!wild && (d = dev_for_addr(*ip)) == nullptr) return EADDRNOTAVAIL;
   uint16_t port = port_of(addr);
   const int ps = id->ps;
   auto covers = [](const RdmaId* a, const IpAddr& aip, const IpAddr& bip) {
-    // a's binding overlaps b's address: same address, or a is a wildcard
-    // of b's family (an IPv6 wildcard covers IPv4 unless AFONLY).
-    if (aip == bip) return true;
-    if (!is_wildcard(aip)) return false;
+    // a's binding overlaps b's address through a wildcard: a binds any
+    // address of b's family (an IPv6 one covers IPv4 unless AFONLY).
+    if (!binds_any(aip)) return false;
     if (aip.is_v4() == bip.is_v4()) return true;
     return !aip.is_v4() && !a->afonly;
   };
-  auto conflicts = [&](uint16_t p) {
+  // Linux's cma_check_port: the same address twice is EADDRINUSE; an
+  // overlap through a wildcard (or loopback) binding is EADDRNOTAVAIL.
+  auto conflict = [&](uint16_t p) -> int {
     auto it = ports_.find({ps, p});
-    if (it == ports_.end()) return false;
+    if (it == ports_.end()) return 0;
     for (const RdmaId* o : it->second) {
       const auto oip = ip_of(sa(o->src));
       if (!oip) continue;
-      const bool overlap = covers(o, *oip, *ip) || covers(id, *ip, *oip);
-      if (!overlap) continue;
+      const bool same = *oip == *ip;
+      if (!same && !covers(o, *oip, *ip) && !covers(id, *ip, *oip)) continue;
       // SO_REUSEADDR-like: two non-listening ids may share a port.
       if (id->reuseaddr && o->reuseaddr && o->state != RdmaIdState::Listen) continue;
-      return true;
+      return same ? EADDRINUSE : EADDRNOTAVAIL;
     }
-    return false;
+    return 0;
   };
   if (port == 0) {
     const uint32_t span = kEphemeralHigh - kEphemeralLow + 1;
@@ -100,8 +101,8 @@ int RdmaCm::bind_locked(RdmaId* id, const sockaddr* addr) {
       port = static_cast<uint16_t>(kEphemeralLow + (next_port_++ % span));
     } while (ports_.count({ps, port}) != 0 && ++tries < span);
     if (tries >= span) return EADDRINUSE;
-  } else if (conflicts(port)) {
-    return EADDRINUSE;
+  } else if (const int rc = conflict(port); rc != 0) {
+    return rc;
   }
   ports_[{ps, port}].push_back(id);
   set_sockaddr(id->src, *ip, port);
@@ -166,7 +167,7 @@ int RdmaCm::resolve_addr(RdmaId* id, const sockaddr* src, const sockaddr* dst, i
     // Our source address: the bound one, else the device's address in the
     // destination's subnet, else its first of that family.
     auto sip = ip_of(sa(id->src));
-    if (!sip || is_wildcard(*sip) || sip->is_v4() != dip->is_v4()) {
+    if (!sip || binds_any(*sip) || sip->is_v4() != dip->is_v4()) {
       std::optional<IpAddr> pick;
       if (is_loopback(*dip)) pick = *dip;  // Linux: a loopback destination is its own source
       for (const RdmaCmAddr& a : d->cfg.addresses)

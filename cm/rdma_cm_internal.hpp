@@ -25,9 +25,9 @@ inline bool is_wildcard(const IpAddr& ip) {
   return ip == v4any || ip == IpAddr{};
 }
 
-// 127.0.0.0/8 and ::1: Linux's rdma_cm binds them to an RDMA device
-// (cma_bind_loopback) and resolves them to that device's own GID
-// (cma_resolve_loopback); the ids keep the loopback addresses.
+// 127.0.0.0/8 and ::1.  As a destination, Linux's rdma_cm resolves them
+// to the first device with an active port (cma_resolve_loopback); the ids
+// keep the loopback addresses.
 inline bool is_loopback(const IpAddr& ip) {
   static const IpAddr v6one = [] {
     IpAddr a;
@@ -36,6 +36,14 @@ inline bool is_loopback(const IpAddr& ip) {
   }();
   return (ip.is_v4() && (ip.as_v4() >> 24) == 127) || ip == v6one;
 }
+
+// As a source, Linux's rdma_cm counts a loopback address as a wildcard
+// (cma_any_addr): rdma_bind_addr(127.0.0.1) binds no device (id->verbs
+// stays NULL), a listener on it hears requests to any of the host's
+// devices, and it conflicts with every other binding of its port.
+// Checked against kernel 6.1's rxe; libfabric's verbs provider relies on
+// it to find a device's address when given none.
+inline bool binds_any(const IpAddr& ip) { return is_wildcard(ip) || is_loopback(ip); }
 
 // A conn trace line naming an rdma_cm id and an address.
 inline void trace_addr(const RdmaId* id, const char* what, const IpAddr& ip, uint16_t port, const char* extra) {

@@ -170,6 +170,30 @@ void connect_in_process(const char* listen_ip, const char* connect_ip, uint16_t 
 TEST(RdmaCmLoopback, Localhost) { connect_in_process("127.0.0.1", "127.0.0.1", 7480); }
 TEST(RdmaCmLoopback, WildcardListenerLocalhostClient) { connect_in_process("0.0.0.0", "127.0.0.1", 7481); }
 TEST(RdmaCmLoopback, TheDevicesOwnAddress) { connect_in_process("10.9.0.1", "10.9.0.1", 7482, "10.9.0.1"); }
+// A listener bound to 127.0.0.1 is a wildcard (Linux's cma_any_addr): it
+// hears a client of the device's own address, and binding it leaves
+// id->verbs NULL, which libfabric's verbs provider reads as "pick one of
+// the device's addresses" (kernel 6.1 with rxe does the same).
+TEST(RdmaCmLoopback, LocalhostListenerDeviceAddressClient) {
+  connect_in_process("127.0.0.1", "10.9.0.1", 7483, "10.9.0.1");
+}
+TEST(RdmaCmLoopback, BindLocalhostBindsNoDevice) {
+  rdma_cm_id* id = nullptr;
+  ASSERT_EQ(rdma_create_id(nullptr, &id, nullptr, RDMA_PS_TCP), 0);
+  sockaddr_in lo = sin4("127.0.0.1", 7484);
+  ASSERT_EQ(rdma_bind_addr(id, sa(lo)), 0) << std::strerror(errno);
+  EXPECT_EQ(id->verbs, nullptr);
+  const auto* local = reinterpret_cast<const sockaddr_in*>(rdma_get_local_addr(id));
+  EXPECT_EQ(local->sin_addr.s_addr, lo.sin_addr.s_addr);
+  EXPECT_EQ(rdma_get_src_port(id), htons(7484));
+  rdma_cm_id* other = nullptr;
+  ASSERT_EQ(rdma_create_id(nullptr, &other, nullptr, RDMA_PS_TCP), 0);
+  sockaddr_in own = sin4("10.9.0.1", 7484);
+  EXPECT_EQ(rdma_bind_addr(other, sa(own)), -1);
+  EXPECT_EQ(errno, EADDRNOTAVAIL);
+  EXPECT_EQ(rdma_destroy_id(other), 0);
+  EXPECT_EQ(rdma_destroy_id(id), 0);
+}
 
 // A signal whose handler lacks SA_RESTART ends a blocked rdma_get_cm_event
 // with EINTR, as librdmacm's read(2) on the kernel's rdma_cm fd does; with

@@ -438,12 +438,30 @@ TEST_F(RdmaCmLoopback, ToTheDevicesOwnAddress) { connect_and_send(h_->a().ip4, h
 TEST_F(RdmaCmLoopback, To127001) { connect_and_send(kLocalhost, kLocalhost); }
 TEST_F(RdmaCmLoopback, To127001WildcardListener) { connect_and_send(0, kLocalhost); }
 
-TEST_F(RdmaCmLoopback, BindLocalhostTakesTheDevice) {
+// A listener on 127.0.0.1 hears a client of the device's own address: as
+// a source, Linux counts a loopback address as a wildcard.
+TEST_F(RdmaCmLoopback, ListenerOn127001HearsTheDevicesAddress) { connect_and_send(kLocalhost, h_->a().ip4); }
+
+// Kernel 6.1 (rxe): rdma_bind_addr(127.0.0.1) succeeds with id->verbs NULL,
+// keeps the address and port, and overlaps every binding of its port
+// (EADDRNOTAVAIL), 127.0.0.2 included.  libfabric's verbs provider counts
+// on the NULL verbs to pick a device address of its own.
+TEST_F(RdmaCmLoopback, BindLocalhostBindsNoDevice) {
   RdmaId* id = nullptr;
   ASSERT_EQ(cm_->create_id(nullptr, nullptr, RDMA_PS_TCP, IBV_QPT_RC, &id), 0);
-  const sockaddr_in lo = sin4(kLocalhost, 0);
-  ASSERT_EQ(cm_->bind_addr(id, sa(lo)), 0) << "Linux binds a loopback address to an RDMA device";
-  EXPECT_NE(id->dev, nullptr);
+  const sockaddr_in lo = sin4(kLocalhost, 7310);
+  ASSERT_EQ(cm_->bind_addr(id, sa(lo)), 0);
+  EXPECT_EQ(id->dev, nullptr);
+  EXPECT_EQ(id->verbs, nullptr);
+  EXPECT_EQ(ntohl(reinterpret_cast<const sockaddr_in*>(&id->src)->sin_addr.s_addr), kLocalhost);
+  EXPECT_EQ(port_of(reinterpret_cast<const sockaddr*>(&id->src)), 7310);
+  for (const uint32_t other : {h_->a().ip4, uint32_t{0}, kLocalhost + 1}) {
+    RdmaId* o = nullptr;
+    ASSERT_EQ(cm_->create_id(nullptr, nullptr, RDMA_PS_TCP, IBV_QPT_RC, &o), 0);
+    const sockaddr_in addr = sin4(other, 7310);
+    EXPECT_EQ(cm_->bind_addr(o, sa(addr)), EADDRNOTAVAIL) << std::hex << other;
+    EXPECT_EQ(cm_->destroy_id(o), 0);
+  }
   EXPECT_EQ(cm_->destroy_id(id), 0);
 }
 
@@ -624,10 +642,17 @@ TEST_F(RdmaCmTest, BindingRules) {
   const sockaddr_in any0 = sin4(0, 0);
   ASSERT_EQ(cm_->bind_addr(a, sa(any0)), 0);
   EXPECT_NE(port_of(reinterpret_cast<const sockaddr*>(&a->src)), 0) << "port 0 picks one";
-  const sockaddr_in same = sin4(h_->b().ip4, port_of(reinterpret_cast<const sockaddr*>(&a->src)));
-  EXPECT_EQ(cm_->bind_addr(b, sa(same)), EADDRINUSE);
+  // Linux's cma_check_port: a specific address under a wildcard binding of
+  // its port is EADDRNOTAVAIL; the same address twice is EADDRINUSE.
+  const uint16_t port = port_of(reinterpret_cast<const sockaddr*>(&a->src));
+  const sockaddr_in specific = sin4(h_->b().ip4, port);
+  EXPECT_EQ(cm_->bind_addr(b, sa(specific)), EADDRNOTAVAIL);
+  EXPECT_EQ(cm_->destroy_id(a), 0);
+  ASSERT_EQ(cm_->bind_addr(b, sa(specific)), 0) << "the port is free once the wildcard is gone";
+  ASSERT_EQ(cm_->create_id(ch, nullptr, RDMA_PS_TCP, IBV_QPT_RC, &a), 0);
+  EXPECT_EQ(cm_->bind_addr(a, sa(specific)), EADDRINUSE);
   const sockaddr_in foreign = sin4(0x0A0000FE, 5000);
-  EXPECT_EQ(cm_->bind_addr(b, sa(foreign)), EADDRNOTAVAIL);
+  EXPECT_EQ(cm_->bind_addr(a, sa(foreign)), EADDRNOTAVAIL) << "no device owns it";
   EXPECT_EQ(cm_->destroy_id(a), 0);
   EXPECT_EQ(cm_->destroy_id(b), 0);
 }

@@ -14,7 +14,10 @@ inline constexpr uint32_t kMaxSge = 32;                // per WR, send and recei
 inline constexpr uint32_t kMaxSgeRd = 32;
 inline constexpr uint32_t kMaxInlineData = 512;        // bytes per WR
 inline constexpr uint32_t kMaxCq = 16384;
-inline constexpr uint32_t kMaxCqe = (1u << 16) - 1;
+// CQ entries: mlx5's limit, not rxe's 32767.  libfabric's verbs;ofi_rxm
+// sizes its CQ by universe size times queue depth (2^18 at its defaults)
+// without reading max_cqe; the ring's memory is touched only as it fills.
+inline constexpr uint32_t kMaxCqe = (1u << 22) - 1;
 inline constexpr uint32_t kMaxPd = 0x7ffc;
 inline constexpr uint32_t kMaxMr = 1u << 18;
 inline constexpr uint64_t kMaxMrSize = uint64_t{1} << 40;

@@ -36,12 +36,14 @@ uint8_t* Mr::translate(uint64_t va, uint64_t len) const noexcept {
 // ---- CQ ------------------------------------------------------------------------------------
 
 Cq::Cq(Rnic& rnic, uint32_t capacity, void* context, CompChannel* channel)
-    : rnic_(rnic), context_(context), channel_(channel), capacity_(capacity), ring_(capacity + 1) {}
+    : rnic_(rnic), context_(context), channel_(channel), capacity_(capacity),
+      ring_(std::make_unique_for_overwrite<ibv_wc[]>(capacity + 1)),
+      slots_(capacity + 1) {}
 
 Cq::~Cq() = default;
 
 bool Cq::push(const ibv_wc& wc, bool solicited) noexcept {
-  const auto size = static_cast<uint32_t>(ring_.size());
+  const uint32_t size = slots_;
   const uint32_t tail = tail_.load(std::memory_order_relaxed);
   const uint32_t next = tail + 1 == size ? 0 : tail + 1;
   if (next == head_.load(std::memory_order_acquire)) {
@@ -76,7 +78,7 @@ bool Cq::push(const ibv_wc& wc, bool solicited) noexcept {
 int Cq::poll(int n, ibv_wc* out) {
   if (n < 0) return -EINVAL;
   std::lock_guard lock(poll_mu_);
-  const auto size = static_cast<uint32_t>(ring_.size());
+  const uint32_t size = slots_;
   uint32_t head = head_.load(std::memory_order_relaxed);
   const uint32_t tail = tail_.load(std::memory_order_acquire);
   int got = 0;
@@ -93,7 +95,7 @@ int Cq::poll(int n, ibv_wc* out) {
 
 void Cq::clean(Qpn qpn) {
   std::lock_guard lock(poll_mu_);
-  const auto size = static_cast<uint32_t>(ring_.size());
+  const uint32_t size = slots_;
   const uint32_t head = head_.load(std::memory_order_relaxed);
   const uint32_t tail = tail_.load(std::memory_order_relaxed);  // ours: the engine fills it
   auto prev = [size](uint32_t i) { return i == 0 ? size - 1 : i - 1; };
@@ -127,7 +129,7 @@ int Cq::resize(uint32_t cqe) {
   // while it waits for the engine.
   rnic_.engine().run_sync([&] {
     std::lock_guard lock(poll_mu_);
-    const auto size = static_cast<uint32_t>(ring_.size());
+    const uint32_t size = slots_;
     const uint32_t head = head_.load(std::memory_order_relaxed);
     const uint32_t tail = tail_.load(std::memory_order_relaxed);
     const uint32_t used = tail >= head ? tail - head : size - head + tail;
@@ -135,9 +137,10 @@ int Cq::resize(uint32_t cqe) {
       rc = EINVAL;
       return;
     }
-    std::vector<ibv_wc> ring(cqe + 1);
+    auto ring = std::make_unique_for_overwrite<ibv_wc[]>(cqe + 1);
     for (uint32_t i = 0; i < used; ++i) ring[i] = ring_[(head + i) % size];
-    ring_.swap(ring);
+    ring_ = std::move(ring);
+    slots_ = cqe + 1;
     capacity_ = cqe;
     head_.store(0, std::memory_order_relaxed);
     tail_.store(used, std::memory_order_release);

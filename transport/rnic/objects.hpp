@@ -168,7 +168,10 @@ class Cq {
   void* context_;
   CompChannel* channel_;
   uint32_t capacity_;
-  std::vector<ibv_wc> ring_;          // capacity_ + 1 slots
+  // capacity_ + 1 slots, left uninitialised: a large CQ (libfabric's rxm
+  // asks for 2^18 entries) costs address space, and memory only as it fills.
+  std::unique_ptr<ibv_wc[]> ring_;
+  uint32_t slots_;
   alignas(64) std::atomic<uint32_t> head_{0};  // next to poll
   alignas(64) std::atomic<uint32_t> tail_{0};  // next to fill
   std::mutex poll_mu_;
