@@ -327,6 +327,9 @@ TEST_P(UdSend, DeliversWithGrh) {
       EXPECT_EQ(rw.imm_data, wr.imm_data);
     }
     EXPECT_EQ(rw.pkey_index, 0u);
+    // sl names the network header as ConnectX's CQE does (RoCEv2: 0x8, plus
+    // L3 type 1 IPv6 / 2 IPv4); UCX's ud_verbs depends on it.
+    EXPECT_EQ(rw.sl, ipv6 ? 0x9 : 0xA);
     // The GRH: IPv6 header, or for IPv4 the IPv4 header in its last 20 bytes.
     const uint8_t* g = dst.data();
     if (ipv6) {

@@ -361,6 +361,20 @@ void release_wqe(Qp& qp) noexcept {
   s.recv_offset = 0;
 }
 
+// A RoCE packet carries no SL.  In a UD receive completion ConnectX puts
+// the packet's network header type there instead (the CQE's flags_rqpn,
+// which mlx5's provider returns as sl): bit 3 set for RoCEv2 (UDP), bits
+// 2:0 the L3 header, 1 IPv6 and 2 IPv4.  UCX's ud_verbs reads it to find
+// the destination address in the 40-byte GRH area (an IPv4 header sits in
+// its last 20 bytes) and drops every packet when sl says IPv6 but the area
+// holds IPv4 (UCX 1.13 over rxe, whose sl is 0, loses all UD traffic).
+constexpr uint8_t kSlRoceV2Udp = 0x8;
+constexpr uint8_t kSlL3Ipv6 = 0x1;
+constexpr uint8_t kSlL3Ipv4 = 0x2;
+uint8_t ud_roce_sl(wire::L3 l3) noexcept {
+  return kSlRoceV2Udp | (l3 == wire::L3::IPv4 ? kSlL3Ipv4 : kSlL3Ipv6);
+}
+
 // Write the receive CQE of `w` (IBA 10.7.2.2, ibv_poll_cq(3)) and give the
 // WQE back.  Success needs the packet that ends the message.  False: the
 // CQ overflowed and the QP went to ERR.
@@ -386,6 +400,7 @@ bool complete_recv(Rx& r, RecvWqe& w, ibv_wc_status status, uint32_t byte_len) n
     if (r.op.has(wire::kHdrDeth)) {
       wc.wc_flags |= IBV_WC_GRH;
       wc.src_qp = r.ext<wire::DethC>(wire::kHdrDeth).src_qp().value();
+      wc.sl = ud_roce_sl(r.pi.l3);
     }
   }
   release_wqe(r.qp);
