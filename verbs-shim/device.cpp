@@ -23,6 +23,7 @@
 #include <thread>
 #include <vector>
 
+#include "lib/util/devnode.hpp"
 #include "lib/util/log.hpp"
 #include "transport/device.hpp"
 #include "verbs-shim/shim.hpp"
@@ -224,8 +225,9 @@ void start_devices_locked() {
     d->dev.node_type = IBV_NODE_CA;
     d->dev.transport_type = IBV_TRANSPORT_IB;
     set_str(d->dev.name, sizeof d->dev.name, name);
-    set_str(d->dev.dev_name, sizeof d->dev.dev_name, "uverbs" + std::to_string(index));
-    set_str(d->dev.dev_path, sizeof d->dev.dev_path, "/sys/class/infiniband_verbs/uverbs" + std::to_string(index));
+    // dev_name names the node `uroce devnode` makes (lib/util/devnode.hpp).
+    set_str(d->dev.dev_name, sizeof d->dev.dev_name, dev_node_name(index));
+    set_str(d->dev.dev_path, sizeof d->dev.dev_path, "/sys/class/infiniband_verbs/" + dev_node_name(index));
     set_str(d->dev.ibdev_path, sizeof d->dev.ibdev_path, "/sys/class/infiniband/" + name);
     d->tdev = tdev;
     d->inline_progress = tdev->info().progress == transport::Progress::Inline;
@@ -517,12 +519,14 @@ UROCE_EXPORT int ibv_get_async_event(ibv_context* context, ibv_async_event* even
   if (rc != 0) return fail(rc, -1);
   std::memset(event, 0, sizeof *event);
   event->event_type = ev.type;
+  // The element by the context taken when the event was raised: the RNIC
+  // object may be gone by now (rnic::AsyncEvent).
   if (ev.qp != nullptr) {
-    event->element.qp = abi(static_cast<Qp*>(ev.qp->context));
+    event->element.qp = abi(static_cast<Qp*>(ev.context));
   } else if (ev.cq != nullptr) {
-    event->element.cq = abi(static_cast<Cq*>(ev.cq->context()));
+    event->element.cq = abi(static_cast<Cq*>(ev.context));
   } else if (ev.srq != nullptr) {
-    event->element.srq = &static_cast<Srq*>(ev.srq->context())->base;
+    event->element.srq = &static_cast<Srq*>(ev.context)->base;
   } else {
     event->element.port_num = ev.port;
   }

@@ -851,5 +851,36 @@ TEST(UdUnreachable, CompletesAndCountsTheDrop) {
   EXPECT_EQ(q->state(), IBV_QPS_RTS);
 }
 
+// A QP on an SRQ that goes to ERR raises LAST_WQE_REACHED (IBA 11.6.3.1);
+// the event carries the QP's context as it was when raised.  Destroying the
+// QP before the event is read drops it, as the kernel's uverbs does: a
+// reader never gets a QP that no longer exists (UCX's rc_verbs moves its
+// QPs to ERR and destroys them at once, and read such an event's freed QP).
+TEST(AsyncEvents, DestroyedQpsUnreadEventsAreDropped) {
+  Harness h;
+  nonblocking(h.b().rnic->async_fd());
+  Srq* srq = h.srq(h.b(), 32, 1);
+  ASSERT_NE(srq, nullptr);
+  Cq* cq = h.cq(h.b());
+  int marker_kept = 0;
+  int marker_dropped = 0;
+  Qp* kept = h.qp(h.b(), IBV_QPT_RC, cq, cq, {}, srq);
+  Qp* dropped = h.qp(h.b(), IBV_QPT_RC, cq, cq, {}, srq);
+  ASSERT_NE(kept, nullptr);
+  ASSERT_NE(dropped, nullptr);
+  kept->context = &marker_kept;
+  dropped->context = &marker_dropped;
+  ibv_qp_attr at{};
+  at.qp_state = IBV_QPS_ERR;
+  ASSERT_EQ(kept->modify(at, IBV_QP_STATE), 0);
+  ASSERT_EQ(dropped->modify(at, IBV_QP_STATE), 0);
+  ASSERT_EQ(h.b().rnic->destroy_qp(dropped), 0);
+  const auto evs = async_events(*h.b().rnic);
+  ASSERT_EQ(evs.size(), 1u) << "only the QP still there has its event";
+  EXPECT_EQ(evs[0].type, IBV_EVENT_QP_LAST_WQE_REACHED);
+  EXPECT_EQ(evs[0].qp, kept);
+  EXPECT_EQ(evs[0].context, &marker_kept);
+}
+
 }  // namespace
 }  // namespace uroce::rnic::testing

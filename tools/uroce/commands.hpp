@@ -10,6 +10,7 @@ class App;
 
 namespace uroce::tools {
 
+void add_devnode_command(CLI::App& app, int& exit_status);
 void add_memif_wire_command(CLI::App& app, int& exit_status);
 void add_node_command(CLI::App& app, int& exit_status);
 void add_pcap_check_command(CLI::App& app, int& exit_status);

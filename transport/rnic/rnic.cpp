@@ -490,6 +490,7 @@ int Rnic::destroy_cq(Cq* cq) {
       ch->detach(cq);
       ch->users.fetch_sub(1);
     }
+    async_.remove_if([cq](const AsyncEvent& e) { return e.cq == cq; });
     erase_owned(cqs_, cq);
     return 0;
   });
@@ -520,6 +521,7 @@ int Rnic::destroy_srq(Srq* srq) {
     if (srq == nullptr || !owns(srqs_, srq)) return EINVAL;
     if (srq->users.load() != 0) return EBUSY;
     srq->pd()->users.fetch_sub(1);
+    async_.remove_if([srq](const AsyncEvent& e) { return e.srq == srq; });
     erase_owned(srqs_, srq);
     return 0;
   });
@@ -623,6 +625,7 @@ int Rnic::destroy_qp(Qp* qp) {
     qp->send_cq()->users.fetch_sub(1);
     qp->recv_cq()->users.fetch_sub(1);
     if (qp->srq() != nullptr) qp->srq()->users.fetch_sub(1);
+    async_.remove_if([qp](const AsyncEvent& e) { return e.qp == qp; });
     erase_owned(qps_, qp);
     return 0;
   });
@@ -720,7 +723,17 @@ Qp* Rnic::qp_by_num(Qpn qpn) noexcept { return qpn.value() < qp_table_.size() ? 
 
 // ---- async events ---------------------------------------------------------------------------------
 
-void Rnic::raise(const AsyncEvent& ev) noexcept { async_.push(ev); }
+void Rnic::raise(const AsyncEvent& event) noexcept {
+  AsyncEvent ev = event;
+  if (ev.qp != nullptr) {
+    ev.context = ev.qp->context;
+  } else if (ev.cq != nullptr) {
+    ev.context = ev.cq->context();
+  } else if (ev.srq != nullptr) {
+    ev.context = ev.srq->context();
+  }
+  async_.push(ev);
+}
 
 void Rnic::on_link_poll(Timer& t, uint64_t now_ns) {
   Rnic& rnic = t.owner_as<Rnic>();

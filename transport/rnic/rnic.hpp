@@ -86,13 +86,18 @@ UROCE_COUNTER_ENUM(RnicCtr, UROCE_RNIC_COUNTERS)
 using RnicCounters = CounterSet<RnicCtr, kRnicCtrInfo>;
 
 // An asynchronous event (ibv_get_async_event): the element is a Qp*, Cq*,
-// Srq* or the port number, as `type` says.
+// Srq* or the port number, as `type` says.  `context` is that object's
+// context (what the application knows it by), taken when the event is
+// raised: a reader never dereferences the object, which the application
+// may destroy meanwhile (destroy_* also drops its events not yet read, as
+// the kernel's uverbs does).
 struct AsyncEvent {
   ibv_event_type type = IBV_EVENT_DEVICE_FATAL;
   Qp* qp = nullptr;
   Cq* cq = nullptr;
   Srq* srq = nullptr;
   int port = 0;
+  void* context = nullptr;
 };
 
 class Rnic final : public transport::RoceSink {
