@@ -268,6 +268,52 @@ UROCE_EXPORT void ibv_unimport_mr(ibv_mr*) noexcept {}
 UROCE_EXPORT ibv_dm* ibv_import_dm(ibv_context*, uint32_t) noexcept { return fail(EOPNOTSUPP, static_cast<ibv_dm*>(nullptr)); }
 UROCE_EXPORT void ibv_unimport_dm(ibv_dm*) noexcept {}
 
+// ---- rdma-core 45 and later (IBVERBS_1.15 .. 1.18) ----------------------------------------------
+// Entry points of releases newer than the headers this is built against,
+// so that a program built against them loads.  Their objects (DMA handles,
+// ibv_buf, completion counters) exist only as pointers here.  None is
+// offered: each fails as rdma-core's own fallbacks for a provider without
+// the operation do (EOPNOTSUPP: NULL with errno, or the error returned).
+
+struct ibv_dmah;
+struct ibv_dmah_init_attr;
+struct ibv_mr_init_attr;
+struct ibv_buf;
+struct ibv_comp_cntr;
+struct ibv_comp_cntr_caps;
+struct ibv_comp_cntr_init_attr;
+struct ibv_qp_attach_comp_cntr_attr;
+
+UROCE_EXPORT ibv_dmah* ibv_alloc_dmah(ibv_context*, ibv_dmah_init_attr*) noexcept {
+  return fail(EOPNOTSUPP, static_cast<ibv_dmah*>(nullptr));
+}
+UROCE_EXPORT int ibv_dealloc_dmah(ibv_dmah*) noexcept { return EOPNOTSUPP; }
+UROCE_EXPORT ibv_mr* ibv_reg_mr_ex(ibv_pd*, ibv_mr_init_attr*) noexcept {
+  return fail(EOPNOTSUPP, static_cast<ibv_mr*>(nullptr));
+}
+UROCE_EXPORT int ibv_dm_export_dmabuf_fd(ibv_dm*) noexcept { return fail(EOPNOTSUPP, -1); }
+UROCE_EXPORT int ibv_query_port_speed(ibv_context*, uint32_t, uint64_t*) noexcept { return EOPNOTSUPP; }
+UROCE_EXPORT void* ibv_alloc_buf(ibv_pd*, size_t, ibv_buf**) noexcept { return fail(EOPNOTSUPP, static_cast<void*>(nullptr)); }
+UROCE_EXPORT void ibv_free_buf(ibv_buf*) noexcept {}
+UROCE_EXPORT ibv_mr* ibv_reg_buf_mr(ibv_pd*, ibv_buf*, void*, size_t, int) noexcept {
+  return fail(EOPNOTSUPP, static_cast<ibv_mr*>(nullptr));
+}
+UROCE_EXPORT int ibv_export_buf_dmabuf_fd(ibv_buf*) noexcept { return fail(EOPNOTSUPP, -1); }
+UROCE_EXPORT int _ibv_query_comp_cntr_caps(ibv_context*, ibv_comp_cntr_caps*, size_t) noexcept { return EOPNOTSUPP; }
+UROCE_EXPORT ibv_comp_cntr* ibv_create_comp_cntr(ibv_context*, ibv_comp_cntr_init_attr*) noexcept {
+  return fail(EOPNOTSUPP, static_cast<ibv_comp_cntr*>(nullptr));
+}
+UROCE_EXPORT int ibv_destroy_comp_cntr(ibv_comp_cntr*) noexcept { return EOPNOTSUPP; }
+UROCE_EXPORT int ibv_qp_attach_comp_cntr(ibv_qp*, ibv_comp_cntr*, ibv_qp_attach_comp_cntr_attr*) noexcept {
+  return EOPNOTSUPP;
+}
+UROCE_EXPORT int ibv_set_comp_cntr(ibv_comp_cntr*, uint64_t) noexcept { return EOPNOTSUPP; }
+UROCE_EXPORT int ibv_set_err_comp_cntr(ibv_comp_cntr*, uint64_t) noexcept { return EOPNOTSUPP; }
+UROCE_EXPORT int ibv_inc_comp_cntr(ibv_comp_cntr*, uint64_t) noexcept { return EOPNOTSUPP; }
+UROCE_EXPORT int ibv_inc_err_comp_cntr(ibv_comp_cntr*, uint64_t) noexcept { return EOPNOTSUPP; }
+UROCE_EXPORT int ibv_read_comp_cntr(ibv_comp_cntr*, uint64_t*) noexcept { return EOPNOTSUPP; }
+UROCE_EXPORT int ibv_read_err_comp_cntr(ibv_comp_cntr*, uint64_t*) noexcept { return EOPNOTSUPP; }
+
 // ---- the hidden compat versions -----------------------------------------------------------------
 // IBVERBS_1.0 (the libibverbs 1.0 ABI, whose objects had another layout) and
 // ibv_register_driver@IBVERBS_1.1 (the old provider registration).  Each is

@@ -18,6 +18,7 @@
 #include <rdma/rdma_cma.h>
 #include <rdma/rdma_verbs.h>
 #include <rdma/rsocket.h>
+#include <sys/epoll.h>
 #include <sys/select.h>
 #include <unistd.h>
 
@@ -772,6 +773,16 @@ RDMACM_EXPORT int rdma_leave_multicast(rdma_cm_id* id, sockaddr* addr) noexcept 
 RDMACM_EXPORT int rdma_set_local_ece(rdma_cm_id*, ibv_ece*) noexcept { return fail(EOPNOTSUPP, -1); }
 RDMACM_EXPORT int rdma_get_remote_ece(rdma_cm_id*, ibv_ece*) noexcept { return fail(EOPNOTSUPP, -1); }
 
+// Releases after rdma-core 44 (RDMACM_1.4): asynchronous name resolution
+// into an id, and application-written events.  Not offered.
+RDMACM_EXPORT int rdma_resolve_addrinfo(rdma_cm_id*, const char*, const char*, const rdma_addrinfo*) noexcept {
+  return fail(EOPNOTSUPP, -1);
+}
+RDMACM_EXPORT int rdma_query_addrinfo(rdma_cm_id*, rdma_addrinfo**) noexcept { return fail(EOPNOTSUPP, -1); }
+RDMACM_EXPORT int rdma_write_cm_event(rdma_cm_id*, rdma_cm_event_type, int, uint64_t) noexcept {
+  return fail(EOPNOTSUPP, -1);
+}
+
 // ---- rdma_getaddrinfo --------------------------------------------------------------------------
 
 RDMACM_EXPORT void rdma_freeaddrinfo(rdma_addrinfo* res) noexcept {
@@ -874,6 +885,15 @@ RDMACM_EXPORT int rdma_getaddrinfo(const char* node, const char* service, const 
 RDMACM_EXPORT int rpoll(pollfd* fds, nfds_t nfds, int timeout) noexcept { return poll(fds, nfds, timeout); }
 RDMACM_EXPORT int rselect(int nfds, fd_set* r, fd_set* w, fd_set* e, timeval* t) noexcept {
   return select(nfds, r, w, e, t);
+}
+// repoll_* (rdma-core 58, RDMACM_1.5): epoll over rsockets and other fds.
+// With no rsockets every fd is an ordinary one: epoll itself.
+RDMACM_EXPORT int repoll_create(int flags) noexcept { return epoll_create1(flags); }
+RDMACM_EXPORT int repoll_ctl(int epfd, int op, int fd, epoll_event* event) noexcept {
+  return epoll_ctl(epfd, op, fd, event);
+}
+RDMACM_EXPORT int repoll_wait(int epfd, epoll_event* events, int maxevents, int timeout) noexcept {
+  return epoll_wait(epfd, events, maxevents, timeout);
 }
 RDMACM_EXPORT int rsocket(int, int, int) noexcept { return fail(ENOSYS, -1); }
 RDMACM_EXPORT int rbind(int, const sockaddr*, socklen_t) noexcept { return fail(ENOSYS, -1); }
