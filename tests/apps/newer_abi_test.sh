@@ -2,8 +2,8 @@
 # A program built against a newer rdma-core than Debian 12's loads with the
 # drop-ins: a C program generated here binds every entry point that
 # rdma-core releases 45..64 added, each at its version node (the list below
-# is rdma-core v64.0's libibverbs.map.in and librdmacm.map, read from its
-# repository), links with -z now so that a missing symbol@version fails at
+# is rdma-core v64.0's libibverbs.map.in, librdmacm.map and mlx5's
+# libmlx5.map, read from its repository), links with -z now so that a missing symbol@version fails at
 # load, and runs: one call of each kind shows the unsupported ones fail
 # cleanly (EOPNOTSUPP) and repoll_* work (epoll).
 #
@@ -24,6 +24,10 @@ NODES=(
   "ibverbs|IBVERBS_1.16|ibv_dm_export_dmabuf_fd ibv_query_port_speed"
   "ibverbs|IBVERBS_1.17|ibv_alloc_buf ibv_free_buf ibv_reg_buf_mr"
   "ibverbs|IBVERBS_1.18|_ibv_query_comp_cntr_caps ibv_create_comp_cntr ibv_destroy_comp_cntr ibv_export_buf_dmabuf_fd ibv_inc_comp_cntr ibv_inc_err_comp_cntr ibv_qp_attach_comp_cntr ibv_read_comp_cntr ibv_read_err_comp_cntr ibv_set_comp_cntr ibv_set_err_comp_cntr"
+  "mlx5|MLX5_1.25|mlx5dv_get_data_direct_sysfs_path mlx5dv_reg_dmabuf_mr"
+  "mlx5|MLX5_1.25.1|__mlx5dv_create_flow"
+  "mlx5|MLX5_1.26|mlx5dv_devx_uar_export_dmabuf_fd"
+  "mlx5|MLX5_1.27|_mlx5dv_get_export_sizes mlx5dv_devx_obj_export mlx5dv_devx_obj_import mlx5dv_devx_obj_unimport mlx5dv_devx_umem_export mlx5dv_devx_umem_import mlx5dv_devx_umem_unimport mlx5dv_var_export mlx5dv_var_import mlx5dv_var_unimport"
   "rdmacm|RDMACM_1.4|rdma_query_addrinfo rdma_resolve_addrinfo rdma_write_cm_event"
   "rdmacm|RDMACM_1.5|repoll_create repoll_ctl repoll_wait"
 )
@@ -85,7 +89,7 @@ int main(void) {
 C
 } >"$SRC"
 
-if ! "$CC" -o "$TMP/newer" "$SRC" -L"$SHIM" -l:libibverbs.so.1 -l:librdmacm.so.1 -Wl,-z,now \
+if ! "$CC" -o "$TMP/newer" "$SRC" -L"$SHIM" -l:libibverbs.so.1 -l:librdmacm.so.1 -l:libmlx5.so.1 -Wl,-z,now \
   -Wl,-rpath,"$SHIM" 2>"$TMP/cc.log"; then
   echo "FAIL: the program does not link against the drop-ins"
   cat "$TMP/cc.log"
