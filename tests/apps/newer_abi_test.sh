@@ -2,8 +2,8 @@
 # A program built against a newer rdma-core than Debian 12's loads with the
 # drop-ins: a C program generated here binds every entry point that
 # rdma-core releases 45..64 added, each at its version node (the list below
-# is rdma-core v64.0's libibverbs.map.in, librdmacm.map and mlx5's
-# libmlx5.map, read from its repository), links with -z now so that a missing symbol@version fails at
+# is rdma-core v64.0's libibverbs.map.in, librdmacm.map and the mlx5 and
+# efa providers' maps, read from its repository), links with -z now so that a missing symbol@version fails at
 # load, and runs: one call of each kind shows the unsupported ones fail
 # cleanly (EOPNOTSUPP) and repoll_* work (epoll).
 #
@@ -28,6 +28,10 @@ NODES=(
   "mlx5|MLX5_1.25.1|__mlx5dv_create_flow"
   "mlx5|MLX5_1.26|mlx5dv_devx_uar_export_dmabuf_fd"
   "mlx5|MLX5_1.27|_mlx5dv_get_export_sizes mlx5dv_devx_obj_export mlx5dv_devx_obj_import mlx5dv_devx_obj_unimport mlx5dv_devx_umem_export mlx5dv_devx_umem_import mlx5dv_devx_umem_unimport mlx5dv_var_export mlx5dv_var_import mlx5dv_var_unimport"
+  "efa|EFA_1.3|efadv_query_mr"
+  "efa|EFA_1.4|efadv_query_qp_wqs efadv_query_cq"
+  "efa|EFA_1.5|efadv_get_max_sq_depth efadv_get_max_rq_depth"
+  "efa|EFA_1.6|efadv_qp_from_ibv_qp_ex"
   "rdmacm|RDMACM_1.4|rdma_query_addrinfo rdma_resolve_addrinfo rdma_write_cm_event"
   "rdmacm|RDMACM_1.5|repoll_create repoll_ctl repoll_wait"
 )
@@ -89,7 +93,7 @@ int main(void) {
 C
 } >"$SRC"
 
-if ! "$CC" -o "$TMP/newer" "$SRC" -L"$SHIM" -l:libibverbs.so.1 -l:librdmacm.so.1 -l:libmlx5.so.1 -Wl,-z,now \
+if ! "$CC" -o "$TMP/newer" "$SRC" -L"$SHIM" -l:libibverbs.so.1 -l:librdmacm.so.1 -l:libmlx5.so.1 -l:libefa.so.1 -Wl,-z,now \
   -Wl,-rpath,"$SHIM" 2>"$TMP/cc.log"; then
   echo "FAIL: the program does not link against the drop-ins"
   cat "$TMP/cc.log"
