@@ -262,7 +262,11 @@ ibv_qp* create_qp_ex_op(ibv_context* ctx, ibv_qp_init_attr_ex* attr) noexcept {
   }
   // XRC, RSS, TSO, memory windows, vendor extensions: not offered.
   if ((attr->comp_mask & ~kKnown) != 0) return fail(EOPNOTSUPP, static_cast<ibv_qp*>(nullptr));
-  if ((attr->comp_mask & IBV_QP_INIT_ATTR_CREATE_FLAGS) != 0 && attr->create_flags != 0) {
+  // Of the creation flags only BLOCK_SELF_MCAST_LB (the QP does not get its
+  // own multicast sends back); scatter-FCS, CVLAN stripping, padding and
+  // source-QPN QPs are for raw Ethernet QPs, which uroce does not offer.
+  const uint32_t create_flags = (attr->comp_mask & IBV_QP_INIT_ATTR_CREATE_FLAGS) != 0 ? attr->create_flags : 0;
+  if ((create_flags & ~uint32_t{IBV_QP_CREATE_BLOCK_SELF_MCAST_LB}) != 0) {
     return fail(EOPNOTSUPP, static_cast<ibv_qp*>(nullptr));
   }
   uint64_t send_ops = 0;
@@ -280,7 +284,10 @@ ibv_qp* create_qp_ex_op(ibv_context* ctx, ibv_qp_init_attr_ex* attr) noexcept {
   init.qp_type = attr->qp_type;
   init.sq_sig_all = attr->sq_sig_all;
   ibv_qp* qp = make_qp(attr->pd, &init, send_ops);
-  if (qp != nullptr) attr->cap = init.cap;
+  if (qp == nullptr) return nullptr;
+  attr->cap = init.cap;
+  // Before the application can attach it to a group (the engine reads it).
+  to_qp(qp)->impl->block_self_mcast_lb = (create_flags & IBV_QP_CREATE_BLOCK_SELF_MCAST_LB) != 0;
   return qp;
 }
 

@@ -249,6 +249,22 @@ TEST_F(VerbsAbi, UnsupportedVerbsFailCleanly) {
   errno = 0;
   EXPECT_EQ(ibv_create_qp(pd, &raw), nullptr);
   EXPECT_EQ(errno, EOPNOTSUPP);
+  // Of the creation flags only BLOCK_SELF_MCAST_LB is taken; the raw
+  // Ethernet ones fail.
+  ibv_qp_init_attr_ex ia{};
+  ia.send_cq = ia.recv_cq = cq;
+  ia.qp_type = IBV_QPT_UD;
+  ia.cap = {4, 4, 1, 1, 0};
+  ia.pd = pd;
+  ia.comp_mask = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_CREATE_FLAGS;
+  ia.create_flags = IBV_QP_CREATE_SCATTER_FCS;
+  errno = 0;
+  EXPECT_EQ(ibv_create_qp_ex(ctx_[0], &ia), nullptr);
+  EXPECT_EQ(errno, EOPNOTSUPP);
+  ia.create_flags = IBV_QP_CREATE_BLOCK_SELF_MCAST_LB;
+  ibv_qp* blocked = ibv_create_qp_ex(ctx_[0], &ia);
+  ASSERT_NE(blocked, nullptr) << std::strerror(errno);
+  EXPECT_EQ(ibv_destroy_qp(blocked), 0);
   EXPECT_EQ(ibv_destroy_cq(cq), 0);
   errno = 0;
   EXPECT_EQ(ibv_import_device(3), nullptr);

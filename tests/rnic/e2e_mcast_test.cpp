@@ -171,6 +171,48 @@ TEST_F(Mcast, LoopedBackToTheSendersOwnMembers) {
   EXPECT_EQ(h_.a().rnic->counters().get(RnicCtr::drop_mcast_no_group), 0u);
 }
 
+// A member sending to its own group gets its message back, as any member
+// of the sending device does; unless it was created with
+// IBV_QP_CREATE_BLOCK_SELF_MCAST_LB, which keeps only its own copy away
+// (the device's other members still get theirs).
+TEST_F(Mcast, SelfLoopbackUnlessBlocked) {
+  for (const bool block : {false, true}) {
+    SCOPED_TRACE(block ? "blocked" : "not blocked");
+    Receiver self = receiver_on(h_.a());  // sends too
+    Receiver other = receiver_on(h_.a());
+    self.qp->block_self_mcast_lb = block;
+    ASSERT_EQ(h_.a().rnic->attach_mcast(self.qp, v4_group(4)), 0);
+    ASSERT_EQ(h_.a().rnic->attach_mcast(other.qp, v4_group(4)), 0);
+    const uint64_t blocked0 = h_.a().rnic->counters().get(RnicCtr::mcast_self_blocked);
+    int err = 0;
+    Ah* ah = h_.a().rnic->create_ah(h_.a().pd, group_path(h_.a(), v4_group(4)), &err);
+    ASSERT_NE(ah, nullptr) << err;
+    ibv_sge sge = src_.sge(0, kMsg);
+    ibv_send_wr wr = send_wr(IBV_WR_SEND, 9, {&sge, 1});
+    wr.wr.ud.ah = &ah->ibv;
+    wr.wr.ud.remote_qpn = kMulticastQpn;
+    wr.wr.ud.remote_qkey = kUdQkey;
+    wr.send_flags = 0;  // unsignalled: self's CQ holds only what it receives
+    ASSERT_EQ(post_send(self.qp, wr), 0);
+    const ibv_wc got = h_.wait_wc(other.cq);
+    EXPECT_EQ(got.status, IBV_WC_SUCCESS);
+    EXPECT_EQ(got.src_qp, self.qp->qpn().value());
+    const auto own = h_.collect_for(self.cq, std::chrono::milliseconds(50));
+    if (block) {
+      EXPECT_TRUE(own.empty()) << "its own message came back";
+      EXPECT_EQ(h_.a().rnic->counters().get(RnicCtr::mcast_self_blocked), blocked0 + 1);
+    } else {
+      ASSERT_EQ(own.size(), 1u);
+      EXPECT_EQ(own[0].opcode, IBV_WC_RECV);
+      EXPECT_EQ(own[0].src_qp, self.qp->qpn().value());
+      EXPECT_EQ(h_.a().rnic->counters().get(RnicCtr::mcast_self_blocked), blocked0);
+    }
+    EXPECT_EQ(h_.a().rnic->destroy_ah(ah), 0);
+    ASSERT_EQ(h_.a().rnic->detach_mcast(self.qp, v4_group(4)), 0);
+    ASSERT_EQ(h_.a().rnic->detach_mcast(other.qp, v4_group(4)), 0);
+  }
+}
+
 TEST_F(Mcast, Ipv6Group) {
   Receiver r1 = receiver();
   Receiver r2 = receiver();

@@ -175,6 +175,10 @@ class Qp {
   Srq* srq() const noexcept { return srq_; }
   bool sq_sig_all() const noexcept { return sq_sig_all_; }
   void* context = nullptr;  // ibv_qp's qp_context, for async events
+  // IBV_QP_CREATE_BLOCK_SELF_MCAST_LB: the QP does not receive the
+  // multicast messages it sent itself (Rnic::mcast_rx).  Set at creation,
+  // before the QP can be attached to a group.
+  bool block_self_mcast_lb = false;
 
   ibv_qp_state state() const noexcept { return state_.load(std::memory_order_acquire); }
 

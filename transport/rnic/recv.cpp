@@ -160,17 +160,35 @@ void Rnic::mcast_rx(transport::Engine& engine, transport::RoceRx& pkt) noexcept 
     rte_pktmbuf_free(pkt.m);
     return;
   }
+  // A message this device sent to a group it is in loops back to it (IBA
+  // 10.5: every member gets a copy); the sending QP itself does not when it
+  // was created with IBV_QP_CREATE_BLOCK_SELF_MCAST_LB.
+  const transport::IpAddr src = pkt.info.l3 == wire::L3::IPv4
+                                    ? transport::IpAddr::v4(wire::Ipv4C(f + pkt.info.l3_off).src())
+                                    : transport::IpAddr{wire::Ipv6C(f + pkt.info.l3_off).src()};
+  const bool ours = engine.config().local.owns(src);
+  const uint32_t src_qp = wire::DethC(f + pkt.info.ext_off(wire::kHdrDeth)).src_qp().value();
+  auto blocked = [&](const Qp* qp) { return ours && qp->block_self_mcast_lb && qp->qpn().value() == src_qp; };
   // Only QPs that take requests now get a copy.
   uint16_t takers = 0;
-  for (Qp* qp : g->qps) takers += state_caps(qp->state()).takes_requests ? 1 : 0;
+  bool any_blocked = false;
+  for (Qp* qp : g->qps) {
+    if (!state_caps(qp->state()).takes_requests) continue;
+    if (blocked(qp)) {
+      any_blocked = true;
+      continue;
+    }
+    ++takers;
+  }
+  if (any_blocked) ctr_.inc(RnicCtr::mcast_self_blocked);
   if (takers == 0) {
-    ctr_.inc(RnicCtr::drop_qp_state);
+    if (!any_blocked) ctr_.inc(RnicCtr::drop_qp_state);
     rte_pktmbuf_free(pkt.m);
     return;
   }
   if (takers > 1) rte_mbuf_refcnt_update(pkt.m, static_cast<int16_t>(takers - 1));
   for (Qp* qp : g->qps) {
-    if (!state_caps(qp->state()).takes_requests) continue;
+    if (!state_caps(qp->state()).takes_requests || blocked(qp)) continue;
     ctr_.inc(RnicCtr::rx_mcast_copies);
     responder_rx(engine, *qp, pkt);  // frees its reference
   }

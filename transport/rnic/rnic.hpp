@@ -80,6 +80,7 @@ namespace uroce::rnic {
   X(rx_mcast_copies, "multicast packets handed to an attached QP (one per QP)")             \
   X(drop_mcast_no_group, "dropped: multicast packet for a group no QP is attached to")      \
   X(drop_mcast_not_ud, "dropped: DestQP 0xFFFFFF on a packet that is not a UD SEND")        \
+  X(mcast_self_blocked, "multicast copies kept from their sending QP (BLOCK_SELF_MCAST_LB)") \
   X(cq_overflows, "completions lost to a full CQ (CQ error raised)")
 
 UROCE_COUNTER_ENUM(RnicCtr, UROCE_RNIC_COUNTERS)
