@@ -14,48 +14,17 @@
 # Exit 0 pass, 1 fail, 77 skip (not root, libfabric-bin not installed).
 set -u
 
-readonly EXIT_SKIP=77
 readonly CTRL_PORT=47592  # fi_pingpong's out-of-band TCP port (its default)
 [ $# -ge 2 ] || { echo "usage: $0 SHIM_BUILD_DIR SCRIPTS_DIR" >&2; exit 2; }
 BUILD=$1 SCRIPTS=$2
-
-skip() { echo "SKIP: $*"; exit $EXIT_SKIP; }
+# shellcheck source=veth_pair_lib.sh
+. "$(dirname "$0")/veth_pair_lib.sh"
 [ "$(id -u)" -eq 0 ] || skip "needs root (DPDK ports, network namespaces)"
 command -v fi_pingpong >/dev/null && command -v fi_info >/dev/null ||
   skip "needs fi_pingpong and fi_info (libfabric-bin; scripts/setup installs it)"
 
-PREFIX=$(printf 'lf%x' $$)
-TMP=$(mktemp -d /tmp/uroce-libfabric.XXXXXX)
-failed=0 total=0
-SPID=
-CONFIG=$TMP/empty.toml
-: >"$CONFIG"
-RUN=("$SCRIPTS/uroce-run" --build "$BUILD" --config "$CONFIG")
-
-cleanup() {
-  [ -n "$SPID" ] && kill -TERM "$SPID" 2>/dev/null && wait "$SPID" 2>/dev/null
-  "$SCRIPTS/netns-down" "$PREFIX" >/dev/null 2>&1
-  if [ $failed -eq 0 ]; then rm -rf "$TMP"; else echo "logs kept in $TMP"; fi
-}
-trap cleanup EXIT
-trap 'exit 1' INT TERM
-
-out=$("$SCRIPTS/netns-up" --veth "$PREFIX" 2>"$TMP/netns.err") || {
-  [ $? -eq $EXIT_SKIP ] && skip "$(cat "$TMP/netns.err")"
-  echo "FAIL netns-up"; cat "$TMP/netns.err"; failed=1; exit 1
-}
-eval "$out"
-
-fail() {  # NAME WHY LOG...
-  local name=$1 why=$2
-  shift 2
-  echo "FAIL $name: $why"
-  for f in "$@"; do
-    echo "  -- ${f##*/}"
-    grep -v TELEMETRY "$f" | tail -15 | sed 's/^/    /'
-  done
-  failed=$((failed + 1))
-}
+veth_pair_init lf libfabric
+veth_pair_up
 
 # fi_info: the provider lists the device for all three endpoint types.
 total=$((total + 1))
@@ -80,28 +49,16 @@ CASES=(
 for entry in "${CASES[@]}"; do
   IFS='|' read -r name prov ep last <<<"$entry"
   total=$((total + 1))
-  args=(fi_pingpong -p "$prov" -e "$ep" -I 100)
-  ip netns exec "$NS_B" env UROCE_DEVICE="$DEVARGS_B" timeout 60 "${RUN[@]}" "${args[@]}" \
-    >"$TMP/$name.server.log" 2>&1 &
-  SPID=$!
-  # The client's out-of-band connection needs the server listening.
-  for _ in $(seq 100); do
-    ip netns exec "$NS_B" ss -Hltn "sport = :$CTRL_PORT" 2>/dev/null | grep -q . && break
-    sleep 0.1
-  done
-  ip netns exec "$NS_A" env UROCE_DEVICE="$DEVARGS_A" timeout 60 "${RUN[@]}" "${args[@]}" "$IP_B" \
-    >"$TMP/$name.client.log" 2>&1
-  crc=$?
-  wait "$SPID"
-  src=$?
-  SPID=
+  SERVER_CMD=(fi_pingpong -p "$prov" -e "$ep" -I 100)
+  CLIENT_CMD=("${SERVER_CMD[@]}" "$IP_B")
+  run_pair "$name" "$CTRL_PORT" 60
   # A row: size, 100 sent, =100 acknowledged.
   row="^$last +100 +=100 "
-  if [ $crc -eq 0 ] && [ $src -eq 0 ] && grep -qE "$row" "$TMP/$name.client.log" &&
+  if [ $CRC -eq 0 ] && [ $SRC -eq 0 ] && grep -qE "$row" "$TMP/$name.client.log" &&
     grep -qE "$row" "$TMP/$name.server.log"; then
     echo "PASS $name ($prov): $(grep -E "$row" "$TMP/$name.client.log" | tr -s ' ')"
   else
-    fail "$name" "client exit $crc, server exit $src" "$TMP/$name.client.log" "$TMP/$name.server.log"
+    fail "$name" "client exit $CRC, server exit $SRC" "$TMP/$name.client.log" "$TMP/$name.server.log"
   fi
 done
 

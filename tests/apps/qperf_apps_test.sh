@@ -13,35 +13,15 @@
 # Exit 0 pass, 1 fail, 77 skip (not root, qperf not installed).
 set -u
 
-readonly EXIT_SKIP=77
 [ $# -ge 2 ] || { echo "usage: $0 SHIM_BUILD_DIR SCRIPTS_DIR" >&2; exit 2; }
 BUILD=$1 SCRIPTS=$2
-
-skip() { echo "SKIP: $*"; exit $EXIT_SKIP; }
+# shellcheck source=veth_pair_lib.sh
+. "$(dirname "$0")/veth_pair_lib.sh"
 [ "$(id -u)" -eq 0 ] || skip "needs root (DPDK ports, network namespaces)"
 command -v qperf >/dev/null || skip "needs qperf (scripts/setup installs it)"
 
-PREFIX=$(printf 'qp%x' $$)
-TMP=$(mktemp -d /tmp/uroce-qperf.XXXXXX)
-failed=0
-SPID=
-CONFIG=$TMP/empty.toml
-: >"$CONFIG"
-RUN=("$SCRIPTS/uroce-run" --build "$BUILD" --config "$CONFIG")
-
-cleanup() {
-  [ -n "$SPID" ] && kill -TERM "$SPID" 2>/dev/null && wait "$SPID" 2>/dev/null
-  "$SCRIPTS/netns-down" "$PREFIX" >/dev/null 2>&1
-  if [ $failed -eq 0 ]; then rm -rf "$TMP"; else echo "logs kept in $TMP"; fi
-}
-trap cleanup EXIT
-trap 'exit 1' INT TERM
-
-out=$("$SCRIPTS/netns-up" --veth "$PREFIX" 2>"$TMP/netns.err") || {
-  [ $? -eq $EXIT_SKIP ] && skip "$(cat "$TMP/netns.err")"
-  echo "FAIL netns-up"; cat "$TMP/netns.err"; failed=1; exit 1
-}
-eval "$out"
+veth_pair_init qp qperf
+veth_pair_up
 
 # The server serves one test after another (each opens the device anew).
 ip netns exec "$NS_B" env UROCE_DEVICE="$DEVARGS_B" timeout 300 "${RUN[@]}" qperf >"$TMP/server.log" 2>&1 &

@@ -13,57 +13,28 @@
 # Exit 0 pass, 1 fail, 77 skip (not root, ucx-utils not installed).
 set -u
 
-readonly EXIT_SKIP=77
 readonly CTRL_PORT=13337  # ucx_perftest's out-of-band TCP port (its default)
 [ $# -ge 2 ] || { echo "usage: $0 SHIM_BUILD_DIR SCRIPTS_DIR" >&2; exit 2; }
 BUILD=$1 SCRIPTS=$2
 UROCE=$BUILD/tools/uroce
-
-skip() { echo "SKIP: $*"; exit $EXIT_SKIP; }
+# shellcheck source=veth_pair_lib.sh
+. "$(dirname "$0")/veth_pair_lib.sh"
 [ "$(id -u)" -eq 0 ] || skip "needs root (DPDK ports, network namespaces, device nodes)"
 command -v ucx_perftest >/dev/null && command -v ucx_info >/dev/null ||
   skip "needs ucx_perftest and ucx_info (ucx-utils; scripts/setup installs it)"
 [ -x "$UROCE" ] || { echo "FAIL: $UROCE not built"; exit 1; }
 
-PREFIX=$(printf 'ux%x' $$)
-TMP=$(mktemp -d /tmp/uroce-ucx.XXXXXX)
-failed=0 total=0
-SPID=
+veth_pair_init ux ucx
+FAIL_LOG_DROP='^[|+]'  # ucx_perftest's table
 MADE_NODES=0
-CONFIG=$TMP/empty.toml
-: >"$CONFIG"
-RUN=("$SCRIPTS/uroce-run" --build "$BUILD" --config "$CONFIG")
-
-cleanup() {
-  [ -n "$SPID" ] && kill -TERM "$SPID" 2>/dev/null && wait "$SPID" 2>/dev/null
-  "$SCRIPTS/netns-down" "$PREFIX" >/dev/null 2>&1
-  [ $MADE_NODES -eq 1 ] && "$UROCE" devnode --count 1 --remove
-  if [ $failed -eq 0 ]; then rm -rf "$TMP"; else echo "logs kept in $TMP"; fi
-}
-trap cleanup EXIT
-trap 'exit 1' INT TERM
+veth_pair_cleanup_extra() { [ $MADE_NODES -eq 0 ] || "$UROCE" devnode --count 1 --remove; }
 
 if [ ! -c /dev/infiniband/uroce-uverbs0 ]; then
   "$UROCE" devnode --count 1 >/dev/null || { echo "FAIL: uroce devnode"; failed=1; exit 1; }
   MADE_NODES=1
 fi
 
-out=$("$SCRIPTS/netns-up" --veth "$PREFIX" 2>"$TMP/netns.err") || {
-  [ $? -eq $EXIT_SKIP ] && skip "$(cat "$TMP/netns.err")"
-  echo "FAIL netns-up"; cat "$TMP/netns.err"; failed=1; exit 1
-}
-eval "$out"
-
-fail() {  # NAME WHY LOG...
-  local name=$1 why=$2
-  shift 2
-  echo "FAIL $name: $why"
-  for f in "$@"; do
-    echo "  -- ${f##*/}"
-    grep -v TELEMETRY "$f" | grep -v '^[|+]' | tail -15 | sed 's/^/    /'
-  done
-  failed=$((failed + 1))
-}
+veth_pair_up
 
 total=$((total + 1))
 ip netns exec "$NS_A" env UROCE_DEVICE="$DEVARGS_A" timeout 60 "${RUN[@]}" ucx_info -d >"$TMP/ucx_info.log" 2>&1
@@ -97,28 +68,16 @@ CASES=(
 for entry in "${CASES[@]}"; do
   IFS='|' read -r name tls args <<<"$entry"
   total=$((total + 1))
-  envs=()
-  [ "$tls" != "-" ] && envs=(UCX_TLS="$tls" UCX_NET_DEVICES=uroce0:1)
-  # shellcheck disable=SC2086  # $args is a list of arguments
-  ip netns exec "$NS_B" env "${envs[@]}" UROCE_DEVICE="$DEVARGS_B" timeout 90 "${RUN[@]}" ucx_perftest \
-    >"$TMP/$name.server.log" 2>&1 &
-  SPID=$!
-  # The client's out-of-band connection needs the server listening.
-  for _ in $(seq 100); do
-    ip netns exec "$NS_B" ss -Hltn "sport = :$CTRL_PORT" 2>/dev/null | grep -q . && break
-    sleep 0.1
-  done
-  # shellcheck disable=SC2086
-  ip netns exec "$NS_A" env "${envs[@]}" UROCE_DEVICE="$DEVARGS_A" timeout 90 "${RUN[@]}" ucx_perftest $args "$IP_B" \
-    >"$TMP/$name.client.log" 2>&1
-  crc=$?
-  wait "$SPID"
-  src=$?
-  SPID=
-  if [ $crc -eq 0 ] && [ $src -eq 0 ] && grep -qE "^Final: +[0-9]+ " "$TMP/$name.client.log"; then
+  PAIR_ENV=()
+  [ "$tls" != "-" ] && PAIR_ENV=(UCX_TLS="$tls" UCX_NET_DEVICES=uroce0:1)
+  SERVER_CMD=(ucx_perftest)
+  # shellcheck disable=SC2206  # $args is a list of arguments
+  CLIENT_CMD=(ucx_perftest $args "$IP_B")
+  run_pair "$name" "$CTRL_PORT" 90
+  if [ $CRC -eq 0 ] && [ $SRC -eq 0 ] && grep -qE "^Final: +[0-9]+ " "$TMP/$name.client.log"; then
     echo "PASS $name: $(grep -E '^Final:' "$TMP/$name.client.log" | tr -s ' ')"
   else
-    fail "$name" "client exit $crc, server exit $src" "$TMP/$name.client.log" "$TMP/$name.server.log"
+    fail "$name" "client exit $CRC, server exit $SRC" "$TMP/$name.client.log" "$TMP/$name.server.log"
   fi
 done
 
