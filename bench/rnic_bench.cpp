@@ -27,6 +27,7 @@
 #include <string_view>
 #include <vector>
 
+#include "bench/rc_connect.hpp"
 #include "drivers/dpdk/eal.hpp"
 #include "drivers/sim/sim_wire.hpp"
 #include "lib/wire/build.hpp"
@@ -214,39 +215,16 @@ class Bed {
     return q;
   }
   void rts(Qp* q, Node& local, Node& remote, Qpn rqpn, ibv_mtu mtu) {
-    ibv_qp_attr at{};
-    at.qp_state = IBV_QPS_INIT;
-    at.port_num = kPortNum;
-    at.qp_access_flags = kAccess;
-    if (q->modify(at, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS)) fail("INIT");
-    at = {};
-    at.qp_state = IBV_QPS_RTR;
-    at.path_mtu = mtu;
-    at.dest_qp_num = rqpn.value();
-    at.rq_psn = 0;
-    at.max_dest_rd_atomic = 16;
-    at.min_rnr_timer = 1;
-    at.ah_attr.is_global = 1;
-    at.ah_attr.port_num = kPortNum;
-    at.ah_attr.grh.hop_limit = 64;
-    at.ah_attr.grh.sgid_index = static_cast<uint8_t>(local.rnic->find_gid(wire::PktDesc::ipv4_mapped(local.ip)));
+    ibv_gid dgid{};
     const auto d = wire::PktDesc::ipv4_mapped(remote.ip);
-    std::memcpy(at.ah_attr.grh.dgid.raw, d.data(), 16);
-    if (q->modify(at, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
-                          IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER)) {
-      fail("RTR");
-    }
-    at = {};
-    at.qp_state = IBV_QPS_RTS;
-    at.sq_psn = 0;
-    at.timeout = 14;
-    at.retry_cnt = 7;
-    at.rnr_retry = 7;
-    at.max_rd_atomic = 16;
-    if (q->modify(at, IBV_QP_STATE | IBV_QP_SQ_PSN | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
-                          IBV_QP_MAX_QP_RD_ATOMIC)) {
-      fail("RTS");
-    }
+    std::memcpy(dgid.raw, d.data(), 16);
+    const uroce::bench::RcPath path{
+        .mtu = mtu,
+        .access = kAccess,
+        .rd_atomic = 16,
+        .sgid_index = static_cast<uint8_t>(local.rnic->find_gid(wire::PktDesc::ipv4_mapped(local.ip))),
+    };
+    if (uroce::bench::connect_rc(*q, rqpn.value(), dgid, path) != 0) fail("INIT/RTR/RTS");
   }
 
   drivers::sim::SimWire wire_;
