@@ -291,7 +291,9 @@ int query_device_ex_op(ibv_context* ctx, const ibv_query_device_ex_input* in, ib
   full.orig_attr = ctx_dev(ctx)->rnic().device_attr();
   full.device_cap_flags_ex = full.orig_attr.device_cap_flags;
   full.phys_port_cnt_ex = full.orig_attr.phys_port_cnt;
-  // No ODP, TSO, RSS, tag matching, packet pacing or device memory: zero.
+  full.odp_caps = rnic::Rnic::odp_caps();
+  // No XRC (so no xrc_odp_caps), TSO, RSS, tag matching, packet pacing or
+  // device memory: zero.
   copy_sized(attr, attr_size, &full, sizeof full);
   return 0;
 }
@@ -355,6 +357,7 @@ UROCE_EXPORT ibv_context* ibv_open_device(ibv_device* device) noexcept {
   v.query_device_ex = query_device_ex_op;
   v.create_cq_ex = create_cq_ex_op;
   v.create_qp_ex = create_qp_ex_op;
+  v.advise_mr = advise_mr_op;
   // Everything else stays NULL: the inline wrappers then answer EOPNOTSUPP
   // (or fall back to the plain verb), as for a provider without the op.
   ibv_context& ctx = v.context;

@@ -273,6 +273,12 @@ UROCE_EXPORT ibv_mr* ibv_reg_mr_iova2(ibv_pd* ibpd, void* addr, size_t length, u
   return &mr->base;
 }
 
+int shim::advise_mr_op(ibv_pd* ibpd, ibv_advise_mr_advice advice, uint32_t flags, ibv_sge* sg_list,
+                       uint32_t num_sge) noexcept {
+  if (ibpd == nullptr) return EINVAL;
+  return rnic_of(ibpd->context).advise_mr(to_pd(ibpd)->impl, advice, flags, sg_list, num_sge);
+}
+
 UROCE_EXPORT ibv_mr* ibv_reg_mr(ibv_pd* pd, void* addr, size_t length, int access) noexcept {
   return ibv_reg_mr_iova2(pd, addr, length, reinterpret_cast<uintptr_t>(addr), static_cast<unsigned int>(access));
 }

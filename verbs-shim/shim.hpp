@@ -205,6 +205,8 @@ int query_device_ex_op(ibv_context* ctx, const ibv_query_device_ex_input* in, ib
 int poll_cq_op(ibv_cq* cq, int n, ibv_wc* wc) noexcept;
 int req_notify_cq_op(ibv_cq* cq, int solicited_only) noexcept;
 ibv_cq_ex* create_cq_ex_op(ibv_context* ctx, ibv_cq_init_attr_ex* attr) noexcept;
+int advise_mr_op(ibv_pd* pd, ibv_advise_mr_advice advice, uint32_t flags, ibv_sge* sg_list,
+                 uint32_t num_sge) noexcept;
 int post_srq_recv_op(ibv_srq* srq, ibv_recv_wr* wr, ibv_recv_wr** bad) noexcept;
 int post_send_op(ibv_qp* qp, ibv_send_wr* wr, ibv_send_wr** bad) noexcept;
 int post_recv_op(ibv_qp* qp, ibv_recv_wr* wr, ibv_recv_wr** bad) noexcept;

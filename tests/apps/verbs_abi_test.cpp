@@ -213,6 +213,29 @@ TEST_F(VerbsAbi, DeviceQueryExHonoursTheCallersSize) {
   EXPECT_EQ(ibv_query_device_ex(ctx_[0], &in, &ex), EINVAL);
 }
 
+// ODP as a program finds it: the caps in query_device_ex, an implicit MR
+// and ibv_advise_mr through the context op (NULL would be EOPNOTSUPP).
+TEST_F(VerbsAbi, OnDemandPagingThroughTheVerbs) {
+  ibv_device_attr_ex ex{};
+  ASSERT_EQ(ibv_query_device_ex(ctx_[0], nullptr, &ex), 0);
+  EXPECT_NE(ex.odp_caps.general_caps & IBV_ODP_SUPPORT, 0u);
+  EXPECT_NE(ex.odp_caps.general_caps & IBV_ODP_SUPPORT_IMPLICIT, 0u);
+  constexpr uint32_t kRc = IBV_ODP_SUPPORT_SEND | IBV_ODP_SUPPORT_RECV | IBV_ODP_SUPPORT_WRITE |
+                           IBV_ODP_SUPPORT_READ | IBV_ODP_SUPPORT_ATOMIC | IBV_ODP_SUPPORT_SRQ_RECV;
+  EXPECT_EQ(ex.odp_caps.per_transport_caps.rc_odp_caps & kRc, kRc);
+  EXPECT_EQ(ex.xrc_odp_caps, 0u);  // no XRC
+  ibv_pd* pd = ibv_alloc_pd(ctx_[0]);
+  ASSERT_NE(pd, nullptr);
+  ibv_mr* all = ibv_reg_mr(pd, nullptr, SIZE_MAX, IBV_ACCESS_ON_DEMAND | IBV_ACCESS_LOCAL_WRITE);
+  ASSERT_NE(all, nullptr) << std::strerror(errno);
+  std::vector<uint8_t> buf(kBuf);
+  ibv_sge sge{reinterpret_cast<uint64_t>(buf.data()), static_cast<uint32_t>(buf.size()), all->lkey};
+  EXPECT_EQ(ibv_advise_mr(pd, IBV_ADVISE_MR_ADVICE_PREFETCH_WRITE, IBV_ADVISE_MR_FLAG_FLUSH, &sge, 1), 0);
+  EXPECT_EQ(ibv_advise_mr(pd, IBV_ADVISE_MR_ADVICE_PREFETCH_WRITE, 4, &sge, 1), EINVAL);
+  EXPECT_EQ(ibv_dereg_mr(all), 0);
+  EXPECT_EQ(ibv_dealloc_pd(pd), 0);
+}
+
 TEST_F(VerbsAbi, UnsupportedVerbsFailCleanly) {
   ibv_pd* pd = ibv_alloc_pd(ctx_[0]);
   ASSERT_NE(pd, nullptr);

@@ -2,6 +2,8 @@
 // R_Key/L_Key checks, CQ ordering, overflow and resize, completion
 // channels, SRQ limit and resize, and destroy's EBUSY rules.
 #include <poll.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include <thread>
 
@@ -60,6 +62,91 @@ TEST_F(Ctl, RegMrRules) {
   EXPECT_EQ(rnic->check_rkey(old_key, again->iova, 8, IBV_ACCESS_REMOTE_READ, pd, &why), nullptr);
   EXPECT_EQ(why, KeyCheck::NoKey);
   EXPECT_EQ(rnic->dereg_mr(nullptr), EINVAL);
+}
+
+// Implicit ODP (ibv_reg_mr(3)): NULL and SIZE_MAX with IBV_ACCESS_ON_DEMAND
+// register the whole address space by virtual address; the same
+// arguments without ON_DEMAND (or zero-based) are an ordinary bad range.
+TEST_F(Ctl, ImplicitOdpMr) {
+  int err = 0;
+  EXPECT_EQ(rnic->reg_mr(pd, nullptr, SIZE_MAX, 0, IBV_ACCESS_LOCAL_WRITE, &err), nullptr);
+  EXPECT_EQ(err, EINVAL);
+  EXPECT_EQ(rnic->reg_mr(pd, nullptr, SIZE_MAX, 0, IBV_ACCESS_ON_DEMAND | IBV_ACCESS_ZERO_BASED, &err), nullptr);
+  EXPECT_EQ(err, EINVAL);
+  EXPECT_EQ(rnic->reg_mr(pd, nullptr, SIZE_MAX - 1, 0, IBV_ACCESS_ON_DEMAND, &err), nullptr);
+  EXPECT_EQ(err, EINVAL);
+  Mr* all = rnic->reg_mr(pd, nullptr, SIZE_MAX, 0,
+                         IBV_ACCESS_ON_DEMAND | IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE, &err);
+  ASSERT_NE(all, nullptr);
+  const uint64_t va = reinterpret_cast<uint64_t>(g_mem.data());
+  KeyCheck why = KeyCheck::Ok;
+  EXPECT_EQ(rnic->check_rkey(all->rkey.value(), va, 64, IBV_ACCESS_REMOTE_WRITE, pd, &why), g_mem.data());
+  EXPECT_EQ(rnic->check_rkey(all->rkey.value(), UINT64_MAX - 8, 8, IBV_ACCESS_REMOTE_WRITE, pd, &why),
+            reinterpret_cast<uint8_t*>(UINT64_MAX - 8));  // in bounds; the access itself is guarded
+  EXPECT_EQ(rnic->check_rkey(all->rkey.value(), UINT64_MAX - 8, 9, IBV_ACCESS_REMOTE_WRITE, pd, &why), nullptr);
+  EXPECT_EQ(why, KeyCheck::OutOfBounds);
+  EXPECT_EQ(rnic->check_rkey(all->rkey.value(), va, 8, IBV_ACCESS_REMOTE_READ, pd, &why), nullptr);
+  EXPECT_EQ(why, KeyCheck::NoAccess);  // the rights still count
+  // Dropping ON_DEMAND would make it an ordinary MR over unmapped memory.
+  EXPECT_NE(rnic->rereg_mr(all, IBV_REREG_MR_CHANGE_ACCESS, nullptr, nullptr, 0, IBV_ACCESS_LOCAL_WRITE), 0);
+  EXPECT_EQ(rnic->dereg_mr(all), 0);
+}
+
+// ibv_advise_mr(3), with the kernel mlx5 driver's errnos.
+TEST_F(Ctl, AdviseMrRules) {
+  int err = 0;
+  const uint64_t va = reinterpret_cast<uint64_t>(g_mem.data());
+  Mr* odp = rnic->reg_mr(pd, g_mem.data(), 8192, va, IBV_ACCESS_ON_DEMAND | IBV_ACCESS_LOCAL_WRITE, &err);
+  Mr* odp_ro = rnic->reg_mr(pd, g_mem.data(), 8192, va, IBV_ACCESS_ON_DEMAND | IBV_ACCESS_REMOTE_READ, &err);
+  Mr* pinned = rnic->reg_mr(pd, g_mem.data(), 8192, va, IBV_ACCESS_LOCAL_WRITE, &err);
+  ASSERT_TRUE(odp && odp_ro && pinned);
+  Pd* other = rnic->alloc_pd(&err);
+  ASSERT_NE(other, nullptr);
+  auto advise = [&](Pd* p, uint32_t advice, uint32_t flags, Mr* mr, uint64_t addr, uint32_t len) {
+    ibv_sge s{addr, len, mr->lkey.value()};
+    return rnic->advise_mr(p, advice, flags, &s, 1);
+  };
+  constexpr uint32_t kFlush = IBV_ADVISE_MR_FLAG_FLUSH;
+  for (uint32_t advice : {IBV_ADVISE_MR_ADVICE_PREFETCH, IBV_ADVISE_MR_ADVICE_PREFETCH_WRITE,
+                          IBV_ADVISE_MR_ADVICE_PREFETCH_NO_FAULT}) {
+    EXPECT_EQ(advise(pd, advice, kFlush, odp, va, 8192), 0) << advice;
+    EXPECT_EQ(advise(pd, advice, 0, odp, va + 100, 1000), 0) << advice;
+    EXPECT_EQ(advise(pd, advice, kFlush, odp, va + 8000, 193), EFAULT) << advice;  // past the MR
+    EXPECT_EQ(advise(pd, advice, kFlush, pinned, va, 64), ENOENT) << advice;      // not ODP
+    EXPECT_EQ(advise(other, advice, kFlush, odp, va, 64), ENOENT) << advice;      // another PD's
+    EXPECT_EQ(advise(pd, advice, kFlush | 2, odp, va, 64), EINVAL) << advice;
+  }
+  EXPECT_EQ(advise(pd, IBV_ADVISE_MR_ADVICE_PREFETCH, kFlush, odp_ro, va, 64), 0);
+  EXPECT_EQ(advise(pd, IBV_ADVISE_MR_ADVICE_PREFETCH_WRITE, kFlush, odp_ro, va, 64), EPERM);
+  EXPECT_EQ(advise(pd, 7, kFlush, odp, va, 64), EOPNOTSUPP);
+  ibv_sge none{};
+  EXPECT_EQ(rnic->advise_mr(pd, IBV_ADVISE_MR_ADVICE_PREFETCH, 0, &none, 0), EINVAL);
+  EXPECT_EQ(rnic->advise_mr(nullptr, IBV_ADVISE_MR_ADVICE_PREFETCH, 0, &none, 1), EINVAL);
+  // A list is all or nothing in its checks: one bad key fails the call.
+  ibv_sge two[2] = {{va, 64, odp->lkey.value()}, {va, 64, pinned->lkey.value()}};
+  EXPECT_EQ(rnic->advise_mr(pd, IBV_ADVISE_MR_ADVICE_PREFETCH, kFlush, two, 2), ENOENT);
+  for (Mr* m : {odp, odp_ro, pinned}) EXPECT_EQ(rnic->dereg_mr(m), 0);
+  EXPECT_EQ(rnic->dealloc_pd(other), 0);
+}
+
+// Prefetching memory that is not mapped fails synchronously (FLUSH) and is
+// best-effort otherwise.
+TEST_F(Ctl, AdvisePrefetchOfUnmappedMemory) {
+  const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+  auto* m = static_cast<uint8_t*>(mmap(nullptr, 2 * page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
+  ASSERT_NE(m, MAP_FAILED);
+  int err = 0;
+  Mr* all = rnic->reg_mr(pd, nullptr, SIZE_MAX, 0, IBV_ACCESS_ON_DEMAND | IBV_ACCESS_LOCAL_WRITE, &err);
+  ASSERT_NE(all, nullptr);
+  ASSERT_EQ(munmap(m + page, page), 0);
+  ibv_sge ok{reinterpret_cast<uint64_t>(m), static_cast<uint32_t>(page), all->lkey.value()};
+  ibv_sge gone{reinterpret_cast<uint64_t>(m + page), 64, all->lkey.value()};
+  EXPECT_EQ(rnic->advise_mr(pd, IBV_ADVISE_MR_ADVICE_PREFETCH_WRITE, IBV_ADVISE_MR_FLAG_FLUSH, &ok, 1), 0);
+  EXPECT_EQ(rnic->advise_mr(pd, IBV_ADVISE_MR_ADVICE_PREFETCH_WRITE, IBV_ADVISE_MR_FLAG_FLUSH, &gone, 1), EFAULT);
+  EXPECT_EQ(rnic->advise_mr(pd, IBV_ADVISE_MR_ADVICE_PREFETCH, 0, &gone, 1), 0);
+  EXPECT_EQ(rnic->advise_mr(pd, IBV_ADVISE_MR_ADVICE_PREFETCH_NO_FAULT, IBV_ADVISE_MR_FLAG_FLUSH, &gone, 1), 0);
+  EXPECT_EQ(rnic->dereg_mr(all), 0);
+  munmap(m, page);
 }
 
 TEST_F(Ctl, MrTranslateWrapsAt64Bits) {

@@ -289,6 +289,46 @@ TEST_F(Attack, UnmappedAfterRegistrationIsARemoteAccessError) {
   munmap(m, page);
 }
 
+// An implicit ODP MR grants the whole address space, so a peer can name
+// any address with it; one that is not mapped is a remote access error,
+// never a crash (IBA 9.7.5.1.3; memory.hpp's guard).
+TEST_F(Attack, ImplicitOdpToUnmappedAddressIsARemoteAccessError) {
+  const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+  auto* m = static_cast<uint8_t*>(mmap(nullptr, 2 * page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
+  ASSERT_NE(m, MAP_FAILED);
+  ASSERT_EQ(munmap(m + page, page), 0);
+  int err = 0;
+  Mr* mr = peer.rnic().reg_mr(peer.pd(), nullptr, SIZE_MAX, 0,
+                              IBV_ACCESS_ON_DEMAND | IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ |
+                                  IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC,
+                              &err);
+  ASSERT_NE(mr, nullptr);
+  const uint32_t rkey = mr->rkey.value();
+  const auto payload = bytes(64, 1);
+  using Make = std::function<wire::PktDesc(Qp*, uint64_t)>;
+  std::vector<std::pair<const char*, Make>> cases;
+  cases.emplace_back("READ", Make([&](Qp* q, uint64_t va) { return read(q, 0, va, rkey, 64); }));
+  cases.emplace_back("WRITE", Make([&](Qp* q, uint64_t va) {
+                       return write(op::RC_WRITE_ONLY, q, 0, va, rkey, 64, payload);
+                     }));
+  cases.emplace_back("FETCH_ADD", Make([&](Qp* q, uint64_t va) { return atomic(op::RC_FETCH_ADD, q, 0, va, rkey); }));
+  for (uint64_t va : {reinterpret_cast<uint64_t>(m + page), uint64_t{0}, uint64_t{0x10}}) {
+    for (auto& [what, make] : cases) {
+      Qp* q = rc_qp();
+      peer.inject(make(q, va));
+      const auto a = acks();
+      ASSERT_EQ(a.size(), 1u) << what << " at " << va;
+      EXPECT_EQ(syndrome(a[0]), nak(NakCode::RemoteAccessError)) << what << " at " << va;
+    }
+  }
+  // A mapped address works through the same key.
+  Qp* q = rc_qp();
+  peer.inject(write(op::RC_WRITE_ONLY, q, 0, reinterpret_cast<uint64_t>(m), rkey, 8, bytes(8, 9)));
+  EXPECT_EQ(m[0], 9);
+  EXPECT_EQ(peer.rnic().dereg_mr(mr), 0);
+  munmap(m, page);
+}
+
 TEST_F(Attack, LocalGatherFromUnmappedMemoryFailsTheWorkRequest) {
   const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
   auto* m = static_cast<uint8_t*>(mmap(nullptr, page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));

@@ -30,7 +30,8 @@ uint8_t* Mr::translate(uint64_t va, uint64_t len) const noexcept {
   if (va < iova) return nullptr;
   const uint64_t off = va - iova;
   if (off > length || len > length - off) return nullptr;
-  return addr + off;
+  // In integers: an implicit ODP MR's `addr` is null (rnic.hpp, reg_mr).
+  return reinterpret_cast<uint8_t*>(reinterpret_cast<uintptr_t>(addr) + off);
 }
 
 // ---- CQ ------------------------------------------------------------------------------------

@@ -5,6 +5,7 @@
 #include "transport/rnic/rnic.hpp"
 
 #include <endian.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -12,6 +13,8 @@
 #include <cstring>
 #include <optional>
 #include <thread>
+#include <utility>
+#include <vector>
 
 #include "lib/wire/ipv4.hpp"
 #include "lib/wire/ipv6.hpp"
@@ -49,6 +52,11 @@ bool is_zero(const wire::Ipv6Addr& a) noexcept {
 constexpr int kMrAccessKnown = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ |
                                IBV_ACCESS_REMOTE_ATOMIC | IBV_ACCESS_MW_BIND | IBV_ACCESS_ZERO_BASED |
                                IBV_ACCESS_ON_DEMAND | IBV_ACCESS_HUGETLB;
+
+bool is_implicit_odp(const void* addr, uint64_t length, int access) noexcept {
+  return addr == nullptr && length == SIZE_MAX && (access & IBV_ACCESS_ON_DEMAND) != 0 &&
+         (access & IBV_ACCESS_ZERO_BASED) == 0;
+}
 
 template <class T>
 void erase_owned(std::vector<std::unique_ptr<T>>& v, T* p) {
@@ -310,9 +318,13 @@ Mr* Rnic::reg_mr(Pd* pd, void* addr, size_t length, uint64_t iova, int access, i
   // process's mappings, kept off the engine's loop).
   // IBA 10.6.3.1 (access rights), ibv_reg_mr(3): remote write or atomic
   // access needs local write.
+  // Implicit ODP (ibv_reg_mr(3)): addr NULL, length SIZE_MAX and
+  // IBV_ACCESS_ON_DEMAND register the whole address space, addressed by
+  // virtual address; every access is guarded (memory.hpp) as for any MR.
+  const bool implicit = is_implicit_odp(addr, length, access);
   if ((access & ~kMrAccessKnown) ||
       ((access & (IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC)) && !(access & IBV_ACCESS_LOCAL_WRITE)) ||
-      length > kMaxMrSize || (addr == nullptr && length != 0)) {
+      (!implicit && (length > kMaxMrSize || (addr == nullptr && length != 0)))) {
     set_err(err, EINVAL);
     return nullptr;
   }
@@ -323,7 +335,7 @@ Mr* Rnic::reg_mr(Pd* pd, void* addr, size_t length, uint64_t iova, int access, i
   auto mr = std::make_unique<Mr>();
   mr->addr = static_cast<uint8_t*>(addr);
   mr->length = length;
-  mr->iova = (access & IBV_ACCESS_ZERO_BASED) ? 0 : iova;
+  mr->iova = (access & IBV_ACCESS_ZERO_BASED) || implicit ? 0 : iova;
   mr->access = access;
   // The engine's part: the PD, a key, the tables.
   return control([&]() -> Mr* {
@@ -435,6 +447,58 @@ int Rnic::dereg_mr(Mr* mr) {
     --live_mrs_;
     return 0;
   });
+}
+
+ibv_odp_caps Rnic::odp_caps() noexcept {
+  ibv_odp_caps c{};
+  c.general_caps = IBV_ODP_SUPPORT | IBV_ODP_SUPPORT_IMPLICIT;
+  c.per_transport_caps.rc_odp_caps = IBV_ODP_SUPPORT_SEND | IBV_ODP_SUPPORT_RECV | IBV_ODP_SUPPORT_WRITE |
+                                     IBV_ODP_SUPPORT_READ | IBV_ODP_SUPPORT_ATOMIC | IBV_ODP_SUPPORT_SRQ_RECV;
+  c.per_transport_caps.uc_odp_caps =
+      IBV_ODP_SUPPORT_SEND | IBV_ODP_SUPPORT_RECV | IBV_ODP_SUPPORT_WRITE | IBV_ODP_SUPPORT_SRQ_RECV;
+  c.per_transport_caps.ud_odp_caps = IBV_ODP_SUPPORT_SEND | IBV_ODP_SUPPORT_RECV | IBV_ODP_SUPPORT_SRQ_RECV;
+  return c;
+}
+
+int Rnic::advise_mr(Pd* pd, uint32_t advice, uint32_t flags, const ibv_sge* sg_list, uint32_t num_sge) {
+  if (flags & ~uint32_t{IBV_ADVISE_MR_FLAG_FLUSH}) return EINVAL;
+  if (advice != IBV_ADVISE_MR_ADVICE_PREFETCH && advice != IBV_ADVISE_MR_ADVICE_PREFETCH_WRITE &&
+      advice != IBV_ADVISE_MR_ADVICE_PREFETCH_NO_FAULT)
+    return EOPNOTSUPP;
+  if (num_sge == 0 || sg_list == nullptr) return EINVAL;
+  const bool write = advice == IBV_ADVISE_MR_ADVICE_PREFETCH_WRITE;
+  // The caller's part copies the list; the engine's checks every key (the
+  // key table is the engine's) and hands back the host ranges.
+  std::vector<ibv_sge> sges(sg_list, sg_list + num_sge);
+  std::vector<std::pair<uint8_t*, uint32_t>> ranges;
+  ranges.reserve(num_sge);
+  const int rc = control([&]() -> int {
+    if (pd == nullptr || !owns(pds_, pd)) return EINVAL;
+    for (const ibv_sge& s : sges) {
+      KeyCheck why{};
+      const Mr* mr = lookup_lkey(s.lkey, pd, &why);
+      if (mr == nullptr || (mr->access & IBV_ACCESS_ON_DEMAND) == 0) return ENOENT;
+      if (write && (mr->access & IBV_ACCESS_LOCAL_WRITE) == 0) return EPERM;
+      uint8_t* p = mr->translate(s.addr, s.length);
+      if (p == nullptr) return EFAULT;
+      ranges.emplace_back(p, s.length);
+    }
+    return 0;
+  });
+  if (rc != 0 || advice == IBV_ADVISE_MR_ADVICE_PREFETCH_NO_FAULT) return rc;
+  const uintptr_t page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
+  for (const auto& [p, len] : ranges) {
+    if (len == 0) continue;
+    const uintptr_t begin = reinterpret_cast<uintptr_t>(p) & ~(page - 1);
+    const uintptr_t end = reinterpret_cast<uintptr_t>(p) + len;  // translate() ruled out a wrap
+    // MADV_POPULATE_* (Linux 5.14) faults the pages in as an access would;
+    // EINVAL from an older kernel or a special mapping: nothing to prefetch.
+    if (::madvise(reinterpret_cast<void*>(begin), end - begin, write ? MADV_POPULATE_WRITE : MADV_POPULATE_READ) !=
+            0 &&
+        errno != EINVAL && (flags & IBV_ADVISE_MR_FLAG_FLUSH))
+      return EFAULT;
+  }
+  return 0;
 }
 
 // ---- completion channels and CQs ------------------------------------------------------------

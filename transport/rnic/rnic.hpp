@@ -145,6 +145,19 @@ class Rnic final : public transport::RoceSink {
   Mr* reg_mr(Pd* pd, void* addr, size_t length, uint64_t iova, int access, int* err);
   int rereg_mr(Mr* mr, int flags, Pd* pd, void* addr, size_t length, int access);
   int dereg_mr(Mr* mr);
+  // ibv_advise_mr(3): prefetch ranges of on-demand (ODP) MRs of `pd`.
+  // IBV_ADVISE_MR_ADVICE_PREFETCH / _WRITE make the pages present (readable
+  // / writable, MADV_POPULATE_*); _NO_FAULT has nothing to do in software.
+  // Errors as the kernel's mlx5: EINVAL bad PD, flags or empty list;
+  // EOPNOTSUPP unknown advice; ENOENT an lkey that is not an ODP MR of `pd`;
+  // EPERM PREFETCH_WRITE on an MR without local write; EFAULT a range
+  // outside its MR, or (with IBV_ADVISE_MR_FLAG_FLUSH) pages that could not
+  // be made present.  Without FLUSH prefetching stays best-effort.
+  int advise_mr(Pd* pd, uint32_t advice, uint32_t flags, const ibv_sge* sg_list, uint32_t num_sge);
+  // What on-demand paging covers: every MR may be ODP (nothing is ever
+  // pinned; memory.hpp guards every access), implicit ODP included, for
+  // each operation RC, UC and UD carry (rxe's, plus implicit).
+  static ibv_odp_caps odp_caps() noexcept;
   CompChannel* create_comp_channel(int* err);
   int destroy_comp_channel(CompChannel* ch);  // EBUSY while a CQ uses it
   Cq* create_cq(int cqe, void* context, CompChannel* ch, int comp_vector, int* err);
