@@ -381,6 +381,9 @@ UROCE_EXPORT ibv_context* ibv_open_device(ibv_device* device) noexcept {
   ctx.ops.poll_cq = poll_cq_op;
   ctx.ops.req_notify_cq = req_notify_cq_op;
   ctx.ops.post_send = post_send_op;
+  ctx.ops.alloc_mw = alloc_mw_op;
+  ctx.ops.dealloc_mw = dealloc_mw_op;
+  ctx.ops.bind_mw = bind_mw_op;
   ctx.ops.post_recv = post_recv_op;
   ctx.ops.post_srq_recv = post_srq_recv_op;
   ctx.ops._compat_query_port = ibv_query_port;

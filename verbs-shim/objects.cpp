@@ -174,6 +174,7 @@ int destroy_owned(Owned kind, void* obj) noexcept {
     case Owned::Qp: return ibv_destroy_qp(static_cast<ibv_qp*>(obj));
     case Owned::Srq: return ibv_destroy_srq(static_cast<ibv_srq*>(obj));
     case Owned::Ah: return ibv_destroy_ah(static_cast<ibv_ah*>(obj));
+    case Owned::Mw: return dealloc_mw_op(static_cast<ibv_mw*>(obj));
     case Owned::Mr: return ibv_dereg_mr(static_cast<ibv_mr*>(obj));
     case Owned::Cq: return ibv_destroy_cq(static_cast<ibv_cq*>(obj));
     case Owned::Channel: return ibv_destroy_comp_channel(static_cast<ibv_comp_channel*>(obj));  // its CQs went just before
@@ -271,6 +272,49 @@ UROCE_EXPORT ibv_mr* ibv_reg_mr_iova2(ibv_pd* ibpd, void* addr, size_t length, u
   mr->base.rkey = mr->impl->rkey.value();
   own(ibpd->context, Owned::Mr, &mr->base);
   return &mr->base;
+}
+
+// ---- memory windows ------------------------------------------------------------------
+// AHs' way: rnic::Mw begins with the ibv_mw the application holds.
+
+ibv_mw* shim::alloc_mw_op(ibv_pd* ibpd, ibv_mw_type type) noexcept {
+  if (ibpd == nullptr) return fail(EINVAL, static_cast<ibv_mw*>(nullptr));
+  int err = 0;
+  rnic::Mw* mw = rnic_of(ibpd->context).alloc_mw(to_pd(ibpd)->impl, type, &err);
+  if (mw == nullptr) return fail(err, static_cast<ibv_mw*>(nullptr));
+  mw->ibv.context = ibpd->context;
+  mw->ibv.pd = ibpd;
+  own(ibpd->context, Owned::Mw, &mw->ibv);
+  return &mw->ibv;
+}
+
+int shim::dealloc_mw_op(ibv_mw* ibmw) noexcept {
+  if (ibmw == nullptr) return EINVAL;
+  ibv_context* context = ibmw->context;
+  const int rc = rnic_of(context).dealloc_mw(rnic::Mw::from_ibv(ibmw));
+  if (rc == 0) disown(context, Owned::Mw, ibmw);
+  return rc;
+}
+
+// ibv_bind_mw(3), type 1: a BIND_MW work request on `qp` with the next key
+// of the window (ibv_inc_rkey), which mw->rkey shows at once; the binding
+// itself happens when the send queue reaches it, and a failure completes
+// the request with IBV_WC_MW_BIND_ERR (the key then names nothing, as with
+// rxe: "the user has to undo this").
+int shim::bind_mw_op(ibv_qp* qp, ibv_mw* mw, ibv_mw_bind* bind) noexcept {
+  if (qp == nullptr || mw == nullptr || bind == nullptr || mw->type != IBV_MW_TYPE_1) return EINVAL;
+  if ((bind->bind_info.mw_access_flags & IBV_ACCESS_ZERO_BASED) != 0) return EINVAL;
+  ibv_send_wr wr{};
+  wr.wr_id = bind->wr_id;
+  wr.opcode = IBV_WR_BIND_MW;
+  wr.send_flags = bind->send_flags;
+  wr.bind_mw.mw = mw;
+  wr.bind_mw.rkey = ibv_inc_rkey(mw->rkey);
+  wr.bind_mw.bind_info = bind->bind_info;
+  ibv_send_wr* bad = nullptr;
+  const int rc = post_send_op(qp, &wr, &bad);
+  if (rc == 0) mw->rkey = wr.bind_mw.rkey;
+  return rc;
 }
 
 int shim::advise_mr_op(ibv_pd* ibpd, ibv_advise_mr_advice advice, uint32_t flags, ibv_sge* sg_list,

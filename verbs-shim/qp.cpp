@@ -19,12 +19,13 @@ ibv_srq* rnic_handle(ibv_srq* srq) noexcept {
   return srq == nullptr ? nullptr : reinterpret_cast<ibv_srq*>(to_srq(srq)->impl);
 }
 
-// The send opcodes ibv_wr_* can build here (no MW bind, no TSO, no XRC, no
-// atomic write).
+// The send opcodes ibv_wr_* can build here (no TSO, no XRC).
 constexpr uint64_t kSupportedSendOps = IBV_QP_EX_WITH_RDMA_WRITE | IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM |
                                        IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_SEND_WITH_IMM |
                                        IBV_QP_EX_WITH_RDMA_READ | IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP |
-                                       IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD | IBV_QP_EX_WITH_SEND_WITH_INV;
+                                       IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD | IBV_QP_EX_WITH_SEND_WITH_INV |
+                                       IBV_QP_EX_WITH_ATOMIC_WRITE | IBV_QP_EX_WITH_BIND_MW |
+                                       IBV_QP_EX_WITH_LOCAL_INV;
 
 // ---- the ibv_wr_* builders --------------------------------------------------------------
 // Each opcode builder starts a new WR from qpx->wr_id / wr_flags; the
@@ -81,6 +82,23 @@ void wr_rdma_write_imm(ibv_qp_ex* q, uint32_t rkey, uint64_t addr, __be32 imm) n
   wr_rdma(q, IBV_WR_RDMA_WRITE_WITH_IMM, rkey, addr, imm);
 }
 void wr_send(ibv_qp_ex* q) noexcept { begin_wr(q, IBV_WR_SEND); }
+// ibv_wr_bind_mw(3): type 2 windows with the caller's key; type 1 through
+// ibv_bind_mw only (as rdma-core's providers).
+void wr_bind_mw(ibv_qp_ex* q, ibv_mw* mw, uint32_t rkey, const ibv_mw_bind_info* info) noexcept {
+  WrBatch::Entry* e = begin_wr(q, IBV_WR_BIND_MW);
+  if (e == nullptr) return;
+  if (mw == nullptr || info == nullptr || mw->type != IBV_MW_TYPE_2) {
+    WrBatch& b = *to_qp(q)->batch;
+    b.error = b.error != 0 ? b.error : EINVAL;
+    return;
+  }
+  e->wr.bind_mw.mw = mw;
+  e->wr.bind_mw.rkey = rkey;
+  e->wr.bind_mw.bind_info = *info;
+}
+void wr_local_inv(ibv_qp_ex* q, uint32_t rkey) noexcept {
+  if (WrBatch::Entry* e = begin_wr(q, IBV_WR_LOCAL_INV)) e->wr.invalidate_rkey = rkey;
+}
 void wr_send_imm(ibv_qp_ex* q, __be32 imm) noexcept {
   if (WrBatch::Entry* e = begin_wr(q, IBV_WR_SEND_WITH_IMM)) e->wr.imm_data = imm;
 }
@@ -120,6 +138,17 @@ void wr_set_inline_data_list(ibv_qp_ex* q, size_t n, const ibv_data_buf* bufs) n
 }
 void wr_set_inline_data(ibv_qp_ex* q, void* addr, size_t length) noexcept {
   const ibv_data_buf buf{addr, length};
+  wr_set_inline_data_list(q, 1, &buf);
+}
+
+// ibv_wr_atomic_write(3): the 8 bytes are taken now, as inline data (the
+// RNIC keeps them in the WQE).
+void wr_atomic_write(ibv_qp_ex* q, uint32_t rkey, uint64_t addr, const void* value) noexcept {
+  if (begin_wr(q, IBV_WR_ATOMIC_WRITE) == nullptr) return;
+  WrBatch::Entry* e = last_wr(q);
+  e->wr.wr.rdma.rkey = rkey;
+  e->wr.wr.rdma.remote_addr = addr;
+  const ibv_data_buf buf{const_cast<void*>(value), 8};
   wr_set_inline_data_list(q, 1, &buf);
 }
 
@@ -172,6 +201,9 @@ void install_wr_ops(Qp* qp) noexcept {
   const uint64_t ops = qp->send_ops;
   if ((ops & IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP) != 0) x.wr_atomic_cmp_swp = wr_atomic_cmp_swp;
   if ((ops & IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD) != 0) x.wr_atomic_fetch_add = wr_atomic_fetch_add;
+  if ((ops & IBV_QP_EX_WITH_ATOMIC_WRITE) != 0) x.wr_atomic_write = wr_atomic_write;
+  if ((ops & IBV_QP_EX_WITH_BIND_MW) != 0) x.wr_bind_mw = wr_bind_mw;
+  if ((ops & IBV_QP_EX_WITH_LOCAL_INV) != 0) x.wr_local_inv = wr_local_inv;
   if ((ops & IBV_QP_EX_WITH_RDMA_READ) != 0) x.wr_rdma_read = wr_rdma_read;
   if ((ops & IBV_QP_EX_WITH_RDMA_WRITE) != 0) x.wr_rdma_write = wr_rdma_write;
   if ((ops & IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM) != 0) x.wr_rdma_write_imm = wr_rdma_write_imm;

@@ -49,7 +49,7 @@ struct IbvDevice {
 // extended ops are found by going back from it (verbs_get_ctx).
 // What an application made on a context, by kind, in the order
 // ibv_close_device destroys what is left (users before what they use).
-enum class Owned : uint8_t { Qp, Srq, Ah, Mr, Cq, Channel, Pd, kCount };
+enum class Owned : uint8_t { Qp, Srq, Ah, Mw, Mr, Cq, Channel, Pd, kCount };  // destroyed in this order
 
 struct ContextObjects;  // objects.cpp
 
@@ -205,6 +205,11 @@ int query_device_ex_op(ibv_context* ctx, const ibv_query_device_ex_input* in, ib
 int poll_cq_op(ibv_cq* cq, int n, ibv_wc* wc) noexcept;
 int req_notify_cq_op(ibv_cq* cq, int solicited_only) noexcept;
 ibv_cq_ex* create_cq_ex_op(ibv_context* ctx, ibv_cq_init_attr_ex* attr) noexcept;
+// Memory windows (ibv_context_ops; ibv_alloc_mw(3), ibv_bind_mw(3)).
+ibv_mw* alloc_mw_op(ibv_pd* pd, ibv_mw_type type) noexcept;
+int dealloc_mw_op(ibv_mw* mw) noexcept;
+int bind_mw_op(ibv_qp* qp, ibv_mw* mw, ibv_mw_bind* bind) noexcept;
+int post_send_op(ibv_qp* qp, ibv_send_wr* wr, ibv_send_wr** bad) noexcept;
 int advise_mr_op(ibv_pd* pd, ibv_advise_mr_advice advice, uint32_t flags, ibv_sge* sg_list,
                  uint32_t num_sge) noexcept;
 int post_srq_recv_op(ibv_srq* srq, ibv_recv_wr* wr, ibv_recv_wr** bad) noexcept;

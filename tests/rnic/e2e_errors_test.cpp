@@ -628,7 +628,7 @@ TEST(Srq, EmptySrqIsRnr) {
 // IBV_WR_SEND_WITH_INV is taken on RC (refused on UC/UD: IBA table 38 has
 // no IETH opcode for them).  The peer's MR comes from ibv_reg_mr, which
 // cannot be invalidated remotely (rxe_invalidate_mr refuses any MR but a
-// fast-register one; this device has neither those nor memory windows):
+// fast-register one or a memory window; e2e_mw_test.cpp has those):
 // both ends complete with REM_INV_REQ_ERR, the receiver's QP goes to ERR,
 // and the MR named stays valid (its memory still takes a WRITE from a new
 // connection).
@@ -672,15 +672,17 @@ TEST(SendWithInvalidate, RegisteredMrCannotBeInvalidated) {
   EXPECT_EQ(post_send(u.qa, uw), EINVAL);
 }
 
-// What the device reports matches: no memory-management extensions
-// (fast-register MRs, local invalidate), no memory windows.
-TEST(SendWithInvalidate, DeviceReportsNoMemMgtExtensions) {
+// What the device reports matches what it does: memory windows of type 1
+// and 2B (bound to a QP; not 2A), with local and remote invalidation
+// (MEM_MGT_EXTENSIONS, as rxe), sharing the MRs' key space.
+TEST(SendWithInvalidate, DeviceReportsMemoryWindows) {
   Harness h;
   const ibv_device_attr& a = h.a().rnic->device_attr();
-  EXPECT_EQ(a.device_cap_flags & IBV_DEVICE_MEM_MGT_EXTENSIONS, 0u);
-  EXPECT_EQ(a.device_cap_flags & (IBV_DEVICE_MEM_WINDOW | IBV_DEVICE_MEM_WINDOW_TYPE_2A |
-                                  IBV_DEVICE_MEM_WINDOW_TYPE_2B), 0u);
-  EXPECT_EQ(a.max_mw, 0);
+  EXPECT_NE(a.device_cap_flags & IBV_DEVICE_MEM_MGT_EXTENSIONS, 0u);
+  EXPECT_NE(a.device_cap_flags & IBV_DEVICE_MEM_WINDOW, 0u);
+  EXPECT_NE(a.device_cap_flags & IBV_DEVICE_MEM_WINDOW_TYPE_2B, 0u);
+  EXPECT_EQ(a.device_cap_flags & IBV_DEVICE_MEM_WINDOW_TYPE_2A, 0u);
+  EXPECT_EQ(a.max_mw, a.max_mr);
 }
 
 // ---- port events ------------------------------------------------------------------------

@@ -237,6 +237,57 @@ TEST(Atomics, CompareSwapAndFetchAdd) {
   EXPECT_EQ(t[4], 0u) << "the word after the target is untouched";
 }
 
+// ATOMIC WRITE (IBA 1.5): 8 bytes stored in one piece, from an SGE or
+// inline (kept in the WQE even with max_inline_data 0), completed as
+// IBV_WC_ATOMIC_WRITE; the post rules: RC only, exactly 8 bytes.
+TEST(Atomics, AtomicWrite) {
+  Harness h;
+  QpCaps caps;
+  caps.max_inline_data = 0;
+  Pair p = h.pair(IBV_QPT_RC, {}, caps);
+  ASSERT_NE(p.qa, nullptr);
+  Buffer target = h.buffer(h.b(), 64, kRemoteAll);
+  Buffer src = h.buffer(h.a(), 64, kRemoteAll);
+  const uint64_t v1 = 0x0102030405060708ull;
+  std::memcpy(src.data(), &v1, 8);
+  ibv_sge s = src.sge(0, 8);
+  ibv_send_wr wr = rdma_wr(IBV_WR_ATOMIC_WRITE, 1, {&s, 1}, target.addr(8), target.rkey());
+  ASSERT_EQ(post_send(p.qa, wr), 0);
+  ibv_wc wc = h.wait_wc(p.scq_a);
+  EXPECT_EQ(wc.status, IBV_WC_SUCCESS) << wc_status_name(wc.status);
+  EXPECT_EQ(wc.opcode, IBV_WC_ATOMIC_WRITE);
+  EXPECT_EQ(wc.wr_id, 1u);
+  EXPECT_EQ(std::memcmp(target.data() + 8, &v1, 8), 0);  // the bytes in the order given
+  // Inline: the value is taken at post time.
+  uint64_t v2 = 0xA1A2A3A4A5A6A7A8ull;
+  ibv_sge in{reinterpret_cast<uint64_t>(&v2), 8, 0};
+  wr = rdma_wr(IBV_WR_ATOMIC_WRITE, 2, {&in, 1}, target.addr(16), target.rkey(), IBV_SEND_SIGNALED | IBV_SEND_INLINE);
+  ASSERT_EQ(post_send(p.qa, wr), 0);
+  v2 = 0;
+  wc = h.wait_wc(p.scq_a);
+  EXPECT_EQ(wc.status, IBV_WC_SUCCESS) << wc_status_name(wc.status);
+  EXPECT_EQ(wc.opcode, IBV_WC_ATOMIC_WRITE);
+  uint64_t got = 0;
+  std::memcpy(&got, target.data() + 16, 8);
+  EXPECT_EQ(got, 0xA1A2A3A4A5A6A7A8ull);
+  for (size_t i : {0, 24, 32}) EXPECT_EQ(target.data()[i], 0) << "byte " << i << " untouched";
+  // Not 8 bytes: refused at post.
+  ibv_sge nine = src.sge(0, 9);
+  wr = rdma_wr(IBV_WR_ATOMIC_WRITE, 3, {&nine, 1}, target.addr(8), target.rkey());
+  EXPECT_EQ(post_send(p.qa, wr), EINVAL);
+  // Misaligned: the responder refuses it and stores nothing.
+  wr = rdma_wr(IBV_WR_ATOMIC_WRITE, 4, {&s, 1}, target.addr(36), target.rkey());
+  ASSERT_EQ(post_send(p.qa, wr), 0);
+  wc = h.wait_wc(p.scq_a);
+  EXPECT_EQ(wc.status, IBV_WC_REM_INV_REQ_ERR) << wc_status_name(wc.status);
+  for (size_t i = 32; i < 48; ++i) EXPECT_EQ(target.data()[i], 0) << "byte " << i;
+  // UC has no ATOMIC WRITE.
+  Pair u = h.pair(IBV_QPT_UC);
+  ASSERT_NE(u.qa, nullptr);
+  wr = rdma_wr(IBV_WR_ATOMIC_WRITE, 5, {&s, 1}, target.addr(8), target.rkey());
+  EXPECT_EQ(post_send(u.qa, wr), EINVAL);
+}
+
 // Many atomics in flight at once (up to max_rd_atomic), all executed once.
 TEST(Atomics, PipelinedFetchAddExecutesEachOnce) {
   Harness h;

@@ -353,9 +353,9 @@ TEST_F(Responder, SendScattersIntoSeveralSges) {
   EXPECT_EQ(be32toh(wcs[0].imm_data), 0xCAFEF00Du);
 }
 
-// SEND with Invalidate: the data lands, but nothing this device holds can
-// be invalidated remotely (no memory windows, no fast-register MRs; an MR
-// from ibv_reg_mr cannot be, as rxe_invalidate_mr refuses it): the
+// SEND with Invalidate naming an MR: the data lands, but an MR from
+// ibv_reg_mr cannot be invalidated remotely (rxe_invalidate_mr refuses it;
+// only type 2 memory windows can, e2e_mw_test.cpp): the
 // receive completes with REM_INV_REQ_ERR, the request is NAKed invalid
 // request, the QP goes to ERR, and a registered MR named by the IETH stays
 // valid.

@@ -176,6 +176,59 @@ TEST_F(Attack, WriteStopsAtReregistration) {
   ASSERT_EQ(peer.rnic().dereg_mr(g.mr), 0);
 }
 
+// A memory window invalidated in the middle of a WRITE through it: the
+// rest of the message is refused (IBA 10.6.7.2.5), as for an MR
+// deregistered under it; dealloc_mw likewise.
+TEST_F(Attack, WriteStopsAtWindowInvalidation) {
+  for (const bool dealloc : {false, true}) {
+    Qp* q = rc_qp();
+    Guarded g = guarded(4096, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_MW_BIND);
+    int err = 0;
+    Mw* mw = peer.rnic().alloc_mw(peer.pd(), IBV_MW_TYPE_2, &err);
+    ASSERT_NE(mw, nullptr);
+    const uint32_t key = (mw->rkey.value() & ~0xFFu) | ((mw->rkey.value() + 1) & 0xFFu);
+    ibv_mr abi{};
+    abi.lkey = g.mr->lkey.value();
+    ibv_send_wr bind{};
+    bind.opcode = IBV_WR_BIND_MW;
+    bind.send_flags = IBV_SEND_SIGNALED;
+    bind.bind_mw.mw = &mw->ibv;
+    bind.bind_mw.rkey = key;
+    bind.bind_mw.bind_info = {&abi, g.addr(), 4096, IBV_ACCESS_REMOTE_WRITE};
+    ASSERT_EQ(post_send(q, bind), 0);
+    auto wcs = peer.wait_wcs(cq_, 1);
+    ASSERT_EQ(wcs.size(), 1u);
+    ASSERT_EQ(wcs[0].status, IBV_WC_SUCCESS);
+    const auto chunk = bytes(1024, 0x77);
+    peer.inject(write(op::RC_WRITE_FIRST, q, 0, g.addr(), key, 3072, chunk));
+    EXPECT_EQ(std::memcmp(g.data(), chunk.data(), 1024), 0);  // the first packet landed
+    (void)acks();
+    if (dealloc) {
+      ASSERT_EQ(peer.rnic().dealloc_mw(mw), 0);
+    } else {
+      ibv_send_wr inv{};
+      inv.opcode = IBV_WR_LOCAL_INV;
+      inv.send_flags = IBV_SEND_SIGNALED;
+      inv.invalidate_rkey = key;
+      ASSERT_EQ(post_send(q, inv), 0);
+      wcs = peer.wait_wcs(cq_, 1);
+      ASSERT_EQ(wcs.size(), 1u);
+      ASSERT_EQ(wcs[0].status, IBV_WC_SUCCESS);
+    }
+    peer.inject(write(op::RC_WRITE_MIDDLE, q, 1, 0, 0, 0, chunk));
+    peer.inject(write(op::RC_WRITE_LAST, q, 2, 0, 0, 0, chunk));
+    EXPECT_TRUE(g.untouched(kFill, 1024)) << (dealloc ? "dealloc" : "local invalidate");
+    EXPECT_TRUE(g.guards_intact());
+    const auto a = acks();
+    ASSERT_FALSE(a.empty());
+    EXPECT_EQ(syndrome(a.front()), nak(NakCode::RemoteAccessError));
+    if (!dealloc) {
+      ASSERT_EQ(peer.rnic().dealloc_mw(mw), 0);
+    }
+    ASSERT_EQ(peer.rnic().dereg_mr(g.mr), 0);
+  }
+}
+
 TEST_F(Attack, ReadResponseStopsAtDeregistration) {
   Qp* q = rc_qp();
   // 256 response packets at MTU 1024: more than one burst (kRespBudget).
@@ -287,6 +340,64 @@ TEST_F(Attack, UnmappedAfterRegistrationIsARemoteAccessError) {
   EXPECT_EQ(m[0], 9);
   EXPECT_EQ(peer.rnic().dereg_mr(mr), 0);
   munmap(m, page);
+}
+
+// ATOMIC WRITE from a peer (IBA 1.5): only as the rules allow; a
+// duplicate is re-acknowledged and not stored again.
+TEST_F(Attack, AtomicWriteRules) {
+  Guarded g = guarded(64, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+  Guarded ro = guarded(64, IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC | IBV_ACCESS_LOCAL_WRITE);
+  const auto value = bytes(16, 0x5A);  // outlives each PktDesc, which points at it
+  auto aw = [&](Qp* q, uint32_t psn_off, uint64_t va, uint32_t rkey, uint32_t dma_len, size_t payload) {
+    return write(op::RC_ATOMIC_WRITE, q, psn_off, va, rkey, dma_len, std::span(value).first(payload));
+  };
+  struct Case {
+    const char* what;
+    uint64_t va;
+    uint32_t rkey, dma_len;
+    size_t payload;
+    uint8_t nak;
+  };
+  const Case cases[] = {
+      {"misaligned", g.addr() + 4, g.rkey(), 8, 8, nak(NakCode::InvalidRequest)},
+      {"RETH length 16", g.addr(), g.rkey(), 16, 16, nak(NakCode::InvalidRequest)},
+      {"payload 4", g.addr(), g.rkey(), 8, 4, nak(NakCode::InvalidRequest)},
+      {"no write right", ro.addr(), ro.rkey(), 8, 8, nak(NakCode::RemoteAccessError)},
+      {"past the MR", g.addr() + 64, g.rkey(), 8, 8, nak(NakCode::RemoteAccessError)},
+  };
+  for (const Case& c : cases) {
+    Qp* q = rc_qp();
+    peer.inject(aw(q, 0, c.va, c.rkey, c.dma_len, c.payload));
+    const auto a = acks();
+    ASSERT_EQ(a.size(), 1u) << c.what;
+    EXPECT_EQ(syndrome(a[0]), c.nak) << c.what;
+  }
+  EXPECT_TRUE(g.untouched());
+  EXPECT_TRUE(ro.untouched());
+  EXPECT_TRUE(g.guards_intact());
+  // The QP's own enables count too (IBA 9.7.5.1.3): no remote write, no ATOMIC WRITE.
+  Qp* q = rc_qp();
+  ibv_qp_attr qa{};
+  qa.qp_access_flags = IBV_ACCESS_REMOTE_READ;
+  ASSERT_EQ(q->modify(qa, IBV_QP_ACCESS_FLAGS), 0);
+  peer.inject(aw(q, 0, g.addr(), g.rkey(), 8, 8));
+  auto a = acks();
+  ASSERT_EQ(a.size(), 1u);
+  EXPECT_EQ(syndrome(a[0]), nak(NakCode::InvalidRequest));
+  EXPECT_TRUE(g.untouched());
+  // A good one lands; its duplicate (the same PSN again, after the
+  // application changed the word) is ACKed and does not store again.
+  q = rc_qp();
+  peer.inject(aw(q, 0, g.addr() + 8, g.rkey(), 8, 8));
+  for (size_t i = 8; i < 16; ++i) EXPECT_EQ(g.data()[i], 0x5A) << i;
+  g.data()[8] = 1;
+  (void)acks();
+  peer.inject(aw(q, 0, g.addr() + 8, g.rkey(), 8, 8));
+  a = acks();
+  ASSERT_EQ(a.size(), 1u);
+  EXPECT_EQ(syndrome(a[0]), kAck);
+  EXPECT_EQ(g.data()[8], 1) << "the duplicate was stored again";
+  EXPECT_TRUE(g.guards_intact());
 }
 
 // An implicit ODP MR grants the whole address space, so a peer can name

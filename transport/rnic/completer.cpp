@@ -46,6 +46,7 @@ ibv_wc_opcode wc_opcode(ibv_wr_opcode op) noexcept {
     case IBV_WR_RDMA_READ: return IBV_WC_RDMA_READ;
     case IBV_WR_ATOMIC_CMP_AND_SWP: return IBV_WC_COMP_SWAP;
     case IBV_WR_ATOMIC_FETCH_AND_ADD: return IBV_WC_FETCH_ADD;
+    case IBV_WR_ATOMIC_WRITE: return IBV_WC_ATOMIC_WRITE;
     case IBV_WR_LOCAL_INV: return IBV_WC_LOCAL_INV;
     case IBV_WR_BIND_MW: return IBV_WC_BIND_MW;
     case IBV_WR_TSO: return IBV_WC_TSO;
@@ -53,7 +54,6 @@ ibv_wc_opcode wc_opcode(ibv_wr_opcode op) noexcept {
     case IBV_WR_SEND_WITH_IMM:
     case IBV_WR_SEND_WITH_INV:
     case IBV_WR_DRIVER1:
-    case IBV_WR_ATOMIC_WRITE:
       break;
   }
   return IBV_WC_SEND;

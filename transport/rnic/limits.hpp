@@ -36,6 +36,8 @@ inline constexpr uint16_t kMaxPkeys = 1;               // one P_Key, 0xFFFF
 inline constexpr uint32_t kMaxMcastGrp = 8192;
 inline constexpr uint32_t kMaxMcastQpAttach = 56;
 inline constexpr uint32_t kMaxTotalMcastQpAttach = 0x70000;
+// Bytes an atomic (IBA 9.4.5) or an ATOMIC WRITE (IBA 1.5) operates on.
+inline constexpr uint64_t kAtomicLen = 8;
 inline constexpr uint32_t kMaxGid = 16;                // GID table entries per port
 inline constexpr uint32_t kVendorId = 0xFFFFFF;        // as rxe
 inline constexpr uint32_t kVendorPartId = 0;

@@ -131,6 +131,15 @@ __attribute__((noinline)) bool fetch_add64(uint64_t* word, uint64_t add, uint64_
   return true;
 }
 
+__attribute__((noinline)) bool store64(uint64_t* word, uint64_t value) noexcept {
+  fault_guard::Guard g;
+  if (sigsetjmp(g.env, 0) != 0) return counted_fault();
+  fault_guard::enter(&g);
+  __atomic_store_n(word, value, __ATOMIC_SEQ_CST);
+  fault_guard::leave();
+  return true;
+}
+
 uint64_t faults() noexcept { return g_faults.load(std::memory_order_relaxed); }
 
 }  // namespace uroce::rnic::memory

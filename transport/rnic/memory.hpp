@@ -54,6 +54,9 @@ bool copy(void* dst, const void* src, size_t n) noexcept;
 // before the operation.
 bool cas64(uint64_t* word, uint64_t compare, uint64_t swap, uint64_t* orig) noexcept;
 bool fetch_add64(uint64_t* word, uint64_t add, uint64_t* orig) noexcept;
+// ATOMIC WRITE (IBA 1.5): `value` stored as one 64-bit write; false when it
+// faulted (nothing was changed).
+bool store64(uint64_t* word, uint64_t value) noexcept;
 
 // Faults turned into errors since the process started (all threads).
 uint64_t faults() noexcept;

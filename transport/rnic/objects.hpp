@@ -83,6 +83,7 @@ class Mr {
   Rkey rkey{};
   uint32_t epoch = 0;             // [engine] written under run_sync by rereg_mr
   std::atomic<bool> valid{true};  // false once deregistered (engine sees it)
+  uint32_t mw_binds = 0;          // [engine] memory windows bound to it: dereg/rereg EBUSY
 
   // The host address of [va, va+len) if it lies inside the MR (64-bit wrap
   // included); nullptr otherwise.  `va` is an iova (remote) or an address
@@ -91,8 +92,41 @@ class Mr {
 };
 
 // Why a key lookup failed: the responder NAKs remote access errors, the
-// requester completes local ones with LOC_PROT_ERR.
-enum class KeyCheck : uint8_t { Ok, NoKey, WrongPd, NoAccess, OutOfBounds };
+// requester completes local ones with LOC_PROT_ERR.  WrongQp: a type 2
+// memory window used through another QP than the one it was bound by.
+enum class KeyCheck : uint8_t { Ok, NoKey, WrongPd, WrongQp, NoAccess, OutOfBounds };
+
+// ---- MW ----------------------------------------------------------------------------
+// A memory window (IBA 10.6.7; ibv_alloc_mw(3), ibv_bind_mw(3)): part of an
+// MR, with remote rights of its own, named by an R_Key from the MRs' key
+// space (the same table index never names both).
+//   Type 1: bound by ibv_bind_mw (a BIND_MW work request the library posts)
+//           and rebound at will; until bound it covers nothing.
+//   Type 2 (2B, as rxe): bound by an IBV_WR_BIND_MW with an R_Key of the
+//           application's choice (same index, ibv_inc_rkey); usable only
+//           through the QP that bound it; must be invalidated (LOCAL_INV, or
+//           a peer's SEND with Invalidate) before it is bound again.
+// The binding is the engine's: written by the requester (bind, local
+// invalidate), the responder (remote invalidate) and dealloc_mw inside the
+// loop; `epoch` changes with each, so a message that began under one binding
+// does not continue under the next (as Mr::epoch).  `ibv` comes first (as
+// Ah): the ibv_mw* of a work request is `&mw->ibv`.
+class Mw {
+ public:
+  ibv_mw ibv{};
+  Pd* pd = nullptr;
+  ibv_mw_type type = IBV_MW_TYPE_1;
+  Rkey rkey{};            // [engine] the current R_Key
+  bool bound = false;     // [engine] type 2: VALID rather than FREE
+  Mr* mr = nullptr;       // [engine] the MR it covers part of (nullptr: nothing)
+  uint64_t va = 0;        // [engine] its first byte, in the MR's iova space
+  uint64_t length = 0;    // [engine]
+  int access = 0;         // [engine] IBV_ACCESS_REMOTE_* granted
+  bool zero_based = false;
+  const class Qp* qp = nullptr;  // [engine] type 2: the QP that bound it
+  uint32_t epoch = 0;     // [engine]
+  static Mw* from_ibv(ibv_mw* m) noexcept { return reinterpret_cast<Mw*>(m); }
+};
 
 // ---- completion channel ------------------------------------------------------------
 // An eventfd the application polls (ibv_get_cq_event reads it).  Events are

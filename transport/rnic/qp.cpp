@@ -136,8 +136,8 @@ uint32_t mtu_bytes(ibv_mtu m) noexcept { return 128u << static_cast<unsigned>(m)
 // Which work request opcodes a service type takes (IBA 11.4.1.1 / table
 // 86 "Service types and operations"): UD sends only; UC no READ/atomics;
 // SEND with Invalidate RC only (IBA table 38 has no UC/UD opcode with an
-// IETH).  LOCAL_INV and BIND_MW need memory windows or fast-register MRs,
-// which this device does not have (max_mw 0, no MEM_MGT_EXTENSIONS).
+// IETH); ATOMIC WRITE RC only (IBA 1.5).  LOCAL_INV and BIND_MW (memory
+// windows, IBA 10.6.7) on the connected services, as rxe.
 bool opcode_ok(TypeIdx t, ibv_wr_opcode op) noexcept {
   switch (op) {
     case IBV_WR_SEND:
@@ -150,12 +150,13 @@ bool opcode_ok(TypeIdx t, ibv_wr_opcode op) noexcept {
     case IBV_WR_ATOMIC_CMP_AND_SWP:
     case IBV_WR_ATOMIC_FETCH_AND_ADD:
     case IBV_WR_SEND_WITH_INV:
+    case IBV_WR_ATOMIC_WRITE:  // IBA 1.5: RC only
       return t == kRC;
     case IBV_WR_LOCAL_INV:
     case IBV_WR_BIND_MW:
+      return t == kRC || t == kUC;  // memory windows: connected QPs (as rxe)
     case IBV_WR_TSO:
     case IBV_WR_DRIVER1:
-    case IBV_WR_ATOMIC_WRITE:
       return false;
   }
   return false;
@@ -463,8 +464,9 @@ int Qp::post_send(const ibv_send_wr* wr, const ibv_send_wr** bad) {
         why = "opcode";
         break;
       }
-      if (!opcode_ok(t, wr->opcode) || wr->num_sge < 0 ||
-          static_cast<uint32_t>(wr->num_sge) > cap_.max_send_sge) {
+      const bool local_op = wr->opcode == IBV_WR_BIND_MW || wr->opcode == IBV_WR_LOCAL_INV;
+      if (!opcode_ok(t, wr->opcode) ||
+          (!local_op && (wr->num_sge < 0 || static_cast<uint32_t>(wr->num_sge) > cap_.max_send_sge))) {
         rc = EINVAL;
         why = "opcode for this QP type, or num_sge";
         break;
@@ -475,9 +477,28 @@ int Qp::post_send(const ibv_send_wr* wr, const ibv_send_wr** bad) {
         why = "inline READ or atomic";
         break;
       }
+      if (local_op && inl) {
+        rc = EINVAL;
+        why = "inline local operation";
+        break;
+      }
+      if (wr->opcode == IBV_WR_BIND_MW && wr->bind_mw.mw == nullptr) {
+        rc = EINVAL;
+        why = "BIND_MW without a window";
+        break;
+      }
       uint64_t length = 0;
-      for (int i = 0; i < wr->num_sge; ++i) length += wr->sg_list[i].length;
-      if (inl && length > cap_.max_inline_data) {
+      if (!local_op)  // a bind or local invalidate carries no data (its SGE list is not read)
+        for (int i = 0; i < wr->num_sge; ++i) length += wr->sg_list[i].length;
+      const bool atomic_write = wr->opcode == IBV_WR_ATOMIC_WRITE;
+      if (atomic_write && length != kAtomicLen) {
+        rc = EINVAL;  // IBA 1.5: ATOMIC WRITE carries exactly 8 bytes
+        why = "ATOMIC WRITE length";
+        break;
+      }
+      // An inline ATOMIC WRITE keeps its 8 bytes in the WQE itself, so it
+      // needs no inline room (ibv_wr_atomic_write passes them this way).
+      if (inl && !atomic_write && length > cap_.max_inline_data) {
         rc = EINVAL;
         why = "inline length above max_inline_data";
         break;
@@ -523,6 +544,7 @@ int Qp::post_send(const ibv_send_wr* wr, const ibv_send_wr** bad) {
         case IBV_WR_RDMA_WRITE:
         case IBV_WR_RDMA_WRITE_WITH_IMM:
         case IBV_WR_RDMA_READ:
+        case IBV_WR_ATOMIC_WRITE:
           w.remote_addr = wr->wr.rdma.remote_addr;
           w.rkey = wr->wr.rdma.rkey;
           break;
@@ -540,8 +562,24 @@ int Qp::post_send(const ibv_send_wr* wr, const ibv_send_wr** bad) {
         case IBV_WR_BIND_MW:
         case IBV_WR_TSO:
         case IBV_WR_DRIVER1:
-        case IBV_WR_ATOMIC_WRITE:
           break;
+      }
+      w.mw = nullptr;
+      if (wr->opcode == IBV_WR_BIND_MW) {
+        // Checked when the requester reaches it (Rnic::bind_mw); the MR is
+        // named by its L_Key, read now from the application's ibv_mr.
+        const ibv_mw_bind_info& b = wr->bind_mw.bind_info;
+        // The window's key index comes from its handle, read here in the
+        // poster's thread (as a provider reads the ibv_mw): the engine checks
+        // that index's window is this one before it touches the object.
+        w.mw = Mw::from_ibv(wr->bind_mw.mw);
+        w.mw_index = wr->bind_mw.mw->handle >> 8;
+        w.rkey = wr->bind_mw.rkey;
+        w.bind_has_mr = b.mr != nullptr;
+        w.bind_lkey = b.mr != nullptr ? b.mr->lkey : 0;
+        w.remote_addr = b.addr;
+        w.bind_length = b.length;
+        w.bind_access = b.mw_access_flags;
       }
       if (ah != nullptr) {
         w.ud_path = ah->path;
@@ -549,7 +587,16 @@ int Qp::post_send(const ibv_send_wr* wr, const ibv_send_wr** bad) {
         w.remote_qkey = wr->wr.ud.remote_qkey;
       }
       w.length = length;
-      if (inl) {
+      if (inl && atomic_write) {
+        uint8_t* value = reinterpret_cast<uint8_t*>(&w.compare_add);  // the bytes as given, in memory order
+        uint64_t off = 0;
+        for (int i = 0; i < wr->num_sge; ++i) {
+          const ibv_sge& s = wr->sg_list[i];
+          if (s.length) std::memcpy(value + off, reinterpret_cast<const void*>(s.addr), s.length);
+          off += s.length;
+        }
+        w.num_sge = 0;
+      } else if (inl) {
         // The bytes are taken now: the application may reuse its buffers
         // as soon as post_send returns (ibv_post_send(3), IBV_SEND_INLINE).
         uint64_t off = 0;
@@ -558,6 +605,8 @@ int Qp::post_send(const ibv_send_wr* wr, const ibv_send_wr** bad) {
           if (s.length) std::memcpy(w.inline_data + off, reinterpret_cast<const void*>(s.addr), s.length);
           off += s.length;
         }
+        w.num_sge = 0;
+      } else if (local_op) {
         w.num_sge = 0;
       } else {
         w.num_sge = static_cast<uint32_t>(wr->num_sge);

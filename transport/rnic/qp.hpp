@@ -49,7 +49,7 @@ struct SendWqe {
   uint32_t imm_data = 0;            // network order, as in ibv_send_wr (also invalidate_rkey)
   uint64_t remote_addr = 0;         // RDMA / atomic
   uint32_t rkey = 0;
-  uint64_t compare_add = 0;         // atomic
+  uint64_t compare_add = 0;         // atomic; an inline ATOMIC WRITE's 8 bytes
   uint64_t swap = 0;
   AhAttr ud_path{};                 // UD: copied from the AH at post time
   uint32_t remote_qpn = 0;          // UD
@@ -58,6 +58,15 @@ struct SendWqe {
   ibv_sge* sge = nullptr;           // the queue's side array: max_send_sge per slot (unused when inline)
   uint64_t length = 0;              // total message bytes
   uint8_t* inline_data = nullptr;   // IBV_SEND_INLINE: the bytes, copied at post time (max_inline_data per slot)
+  // IBV_WR_BIND_MW (wr.bind_mw): the window, its new R_Key (in `rkey`), and
+  // the binding: the MR by its L_Key (read from the ibv_mr at post time),
+  // `remote_addr` and `bind_length` in the MR, `bind_access`.
+  Mw* mw = nullptr;
+  uint32_t mw_index = 0;            // its key index, from ibv_mw.handle (Rnic::bind_mw checks it)
+  bool bind_has_mr = false;
+  uint32_t bind_lkey = 0;
+  uint64_t bind_length = 0;
+  uint32_t bind_access = 0;
 
   // Progress (engine only; requester and completer).
   WqeState state = WqeState::Posted;
@@ -75,6 +84,9 @@ struct SendWqe {
     return opcode == IBV_WR_RDMA_READ || opcode == IBV_WR_ATOMIC_CMP_AND_SWP ||
            opcode == IBV_WR_ATOMIC_FETCH_AND_ADD;
   }
+  // A local memory operation (bind, local invalidate): carried out by the
+  // requester in send-queue order, no packet, no PSN.
+  bool local_op() const noexcept { return opcode == IBV_WR_BIND_MW || opcode == IBV_WR_LOCAL_INV; }
 };
 
 // A ring of SendWqe.  Slots [head, tail) are posted and not yet completed.

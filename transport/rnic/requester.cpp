@@ -64,6 +64,9 @@ constexpr std::array<WrOps, 16> make_wr_ops() {
   t[IBV_WR_ATOMIC_CMP_AND_SWP] = {
       true, true, false, {o::kCompareSwap, o::kCompareSwap, o::kCompareSwap, o::kCompareSwap}};
   t[IBV_WR_ATOMIC_FETCH_AND_ADD] = {true, true, false, {o::kFetchAdd, o::kFetchAdd, o::kFetchAdd, o::kFetchAdd}};
+  // ATOMIC WRITE (IBA 1.5): one packet, RETH and the 8 bytes, answered by
+  // an ACK (as a WRITE; rxe's requester holds no read/atomic credit for it).
+  t[IBV_WR_ATOMIC_WRITE] = {true, false, false, {o::kAtomicWrite, o::kAtomicWrite, o::kAtomicWrite, o::kAtomicWrite}};
   return t;
 }
 constexpr std::array<WrOps, 16> kWrOps = make_wr_ops();
@@ -71,6 +74,8 @@ static_assert(wire::opcode_info(wire::op::kRcBase | kWrOps[IBV_WR_SEND_WITH_IMM]
               "RC_SEND_ONLY_WITH_IMMEDIATE");
 static_assert(wire::opcode_info(wire::op::kUcBase | kWrOps[IBV_WR_RDMA_WRITE].code[0]).name == "UC_RDMA_WRITE_FIRST");
 static_assert(!wire::opcode_info(wire::op::kUdBase | kWrOps[IBV_WR_RDMA_WRITE].code[3]).valid);
+static_assert(wire::opcode_info(wire::op::kRcBase | kWrOps[IBV_WR_ATOMIC_WRITE].code[3]).name == "RC_ATOMIC_WRITE");
+static_assert(!wire::opcode_info(wire::op::kUcBase | kWrOps[IBV_WR_ATOMIC_WRITE].code[3]).valid);
 
 const WrOps& wr_ops(ibv_wr_opcode op) noexcept {
   static constexpr WrOps kNone{};
@@ -129,13 +134,41 @@ void kick_soon(transport::Engine& engine, Qp& qp, uint64_t delay_ns) noexcept {
   if (!qp.req.kick.armed()) engine.timers().arm(qp.req.kick, engine.now() + delay_ns);
 }
 
-enum class Start : uint8_t { Go, Wait, Failed };
+enum class Start : uint8_t { Go, Wait, Failed, LocalDone };
+
+// A bind or local invalidate (IBA 10.6.7): carried out here, in send-queue
+// order, after every earlier WQE has been sent (and, with IBV_SEND_FENCE,
+// after every earlier READ/atomic completed).  It takes no PSN: its
+// [first, last] range is empty at next_psn, so an ACK for a later PSN
+// retires it like any WQE before that PSN, and the completer writes its
+// CQE in order.  A failure completes it in error and the QP with it.
+Start start_local(Qp& qp, SendWqe& w) noexcept {
+  ReqState& r = qp.req;
+  if ((w.send_flags & IBV_SEND_FENCE) != 0 && r.rd_atomic_inflight > 0) {
+    r.fence_wait = true;
+    return Start::Wait;
+  }
+  r.fence_wait = false;
+  const ibv_wc_status st = w.opcode == IBV_WR_BIND_MW ? qp.rnic().bind_mw(qp, w)
+                                                       : qp.rnic().local_invalidate(qp, w.imm_data);
+  if (st != IBV_WC_SUCCESS) {
+    completer_fail(qp, w, st);
+    return Start::Failed;
+  }
+  w.first_psn = r.next_psn;
+  w.last_psn = r.next_psn - 1;
+  w.sent = 0;
+  w.state = WqeState::Done;
+  r.wqe_hi = r.wqe_idx + 1;
+  return Start::LocalDone;
+}
 
 // A WQE the requester has not started before: checks, windows, PSNs.
 Start start_wqe(Qp& qp, SendWqe& w) noexcept {
   ReqState& r = qp.req;
   const WrOps& ops = wr_ops(w.opcode);
   const uint8_t base = transport_base(qp);
+  if (w.local_op()) return start_local(qp, w);
   if (!ops.valid || !wire::opcode_info(static_cast<uint8_t>(base | ops.code[3])).valid) {
     completer_fail(qp, w, IBV_WC_LOC_QP_OP_ERR);
     return Start::Failed;
@@ -176,6 +209,11 @@ Start start_wqe(Qp& qp, SendWqe& w) noexcept {
 // SGE no longer translates (deregistered or unmapped since the WQE's check).
 bool gather(Qp& qp, SendWqe& w, uint64_t off, uint8_t* buf, uint64_t len) noexcept {
   if (len == 0) return true;
+  if ((w.send_flags & IBV_SEND_INLINE) != 0 && w.opcode == IBV_WR_ATOMIC_WRITE) {
+    if (off + len > kAtomicLen) return false;
+    std::memcpy(buf, reinterpret_cast<const uint8_t*>(&w.compare_add) + off, len);
+    return true;
+  }
   if ((w.send_flags & IBV_SEND_INLINE) != 0) {
     if (off + len > w.length || off + len > kMaxInlineData) return false;
     std::memcpy(buf, w.inline_data + off, len);
@@ -282,6 +320,7 @@ void requester_run(transport::Engine& engine, Qp& qp) noexcept {
   uint32_t budget = kReqBudget;
   bool done_unreliable = false;
 
+  bool done_local = false;
   while (r.wqe_idx != qp.sq.tail()) {
     SendWqe& w = qp.sq.slot(r.wqe_idx);
     if (!before(r.wqe_idx, r.wqe_hi)) {
@@ -289,6 +328,14 @@ void requester_run(transport::Engine& engine, Qp& qp) noexcept {
       const Start s = start_wqe(qp, w);
       if (s == Start::Failed) return;
       if (s == Start::Wait) break;
+      if (s == Start::LocalDone) {
+        ++r.wqe_idx;
+        done_local = true;
+        continue;
+      }
+    } else if (w.local_op()) {
+      ++r.wqe_idx;  // done when first reached; a retransmission passes over it
+      continue;
     }
     if (budget == 0) {
       kick_soon(engine, qp, 0);  // next poll iteration: let RX and other QPs run
@@ -339,7 +386,7 @@ void requester_run(transport::Engine& engine, Qp& qp) noexcept {
     }
   }
 
-  if (done_unreliable) completer_retire(qp);
+  if (done_unreliable || done_local) completer_retire(qp);
   if (rc && distance(r.psn_hi, c.psn) > 0 && !c.ack_timer.armed()) {
     if (const uint64_t t = ack_timeout_ns(qp.attrs().timeout); t != 0) engine.timers().arm(c.ack_timer, engine.now() + t);
   }
@@ -360,6 +407,7 @@ void requester_rewind(Qp& qp) noexcept {
   for (uint32_t i = idx; before(i, r.wqe_hi); ++i) {
     SendWqe& w = qp.sq.slot(i);
     const int32_t in = i == idx ? std::max(0, distance(c.psn, w.first_psn)) : 0;
+    if (w.local_op()) continue;  // carried out once, when first reached
     w.sent = std::min<uint64_t>(static_cast<uint64_t>(in) * mtu, w.length);
     w.state = WqeState::Sending;  // the gather cursor seeks to w.sent on the next packet
   }

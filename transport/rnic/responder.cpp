@@ -54,7 +54,6 @@ using wire::Transport;
 // header, as rxe and mlx5 fill it for RoCEv2.
 constexpr uint32_t kGrhBytes = 40;
 constexpr uint32_t kIpv4GrhPad = 20;
-constexpr uint64_t kAtomicLen = 8;
 constexpr uint64_t kMaxDmaLen = uint64_t{1} << 31;  // IBA 9.4.3: a message is at most 2^31 bytes
 
 constexpr uint8_t ack_syndrome() noexcept {
@@ -176,7 +175,7 @@ struct Rx {
 // table's (OpcodeInfo::right, ::rd_atomic).  The table is after the
 // handlers (make_op_rows).
 struct OpRow {
-  bool executes = false;             // FLUSH and ATOMIC WRITE (IBA 1.5) are not offered (device caps)
+  bool executes = false;             // FLUSH (IBA 1.5) is not offered (device caps)
   Step (*rkey)(Rx&) = nullptr;       // the R_Key checks; nullptr: no remote memory
   Step (*exec)(Rx&) = nullptr;       // carry it out
   Step (*dup)(Rx&) = nullptr;        // a duplicate of it (9.7.5.1.4)
@@ -251,7 +250,7 @@ Pump stream_pump(transport::Engine& engine, Qp& qp) noexcept {
   if (st.resid != 0) {
     KeyCheck check = KeyCheck::Ok;
     uint32_t epoch = 0;
-    src = qp.rnic().check_rkey(st.rkey, st.va, st.resid, IBV_ACCESS_REMOTE_READ, qp.pd(), &check, &epoch);
+    src = qp.rnic().check_rkey(st.rkey, st.va, st.resid, IBV_ACCESS_REMOTE_READ, qp.pd(), &check, &epoch, &qp);
     if (src == nullptr || epoch != st.epoch) return Pump::Refused;
   }
   const uint32_t mtu = qp.attrs().pmtu_bytes;
@@ -533,7 +532,7 @@ Step check_op_seq(Rx& r) noexcept {
 
 // The QP's own remote access enables (ibv_modify_qp IBV_QP_ACCESS_FLAGS),
 // by the opcode table's right; an operation this responder does not carry
-// out (FLUSH and ATOMIC WRITE, IBA 1.5: not offered, device caps) is
+// out (FLUSH, IBA 1.5: not offered, device caps) is
 // refused the same way, as rxe refuses what it does not enable.
 Step check_access(Rx& r) noexcept {
   const OpRow& row = op_row(r.op.op);
@@ -609,7 +608,7 @@ Step rkey_write(Rx& r) noexcept {
     s.write_rkey = reth.rkey().value();
     s.write_va = reth.va();
     if (reth.dma_len() != 0 && r.rnic.check_rkey(s.write_rkey, s.write_va, reth.dma_len(), IBV_ACCESS_REMOTE_WRITE,
-                                                 r.qp.pd(), &check, &s.write_epoch) == nullptr) {
+                                                 r.qp.pd(), &check, &s.write_epoch, &r.qp) == nullptr) {
       r.fault = Fault::RemoteAccess;
       return Step::Fault;
     }
@@ -625,7 +624,8 @@ Step rkey_write(Rx& r) noexcept {
   // registration the message began under.
   if (r.len != 0) {
     uint32_t epoch = 0;
-    r.target = r.rnic.check_rkey(s.write_rkey, s.write_va, r.len, IBV_ACCESS_REMOTE_WRITE, r.qp.pd(), &check, &epoch);
+    r.target =
+        r.rnic.check_rkey(s.write_rkey, s.write_va, r.len, IBV_ACCESS_REMOTE_WRITE, r.qp.pd(), &check, &epoch, &r.qp);
     if (r.target == nullptr || epoch != s.write_epoch) {
       r.fault = Fault::RemoteAccess;
       return Step::Fault;
@@ -641,7 +641,7 @@ Step rkey_read(Rx& r) noexcept {
   r.rkey = reth.rkey().value();
   if (r.dma_len != 0) {
     KeyCheck check = KeyCheck::Ok;
-    r.target = r.rnic.check_rkey(r.rkey, r.va, r.dma_len, IBV_ACCESS_REMOTE_READ, r.qp.pd(), &check, &r.epoch);
+    r.target = r.rnic.check_rkey(r.rkey, r.va, r.dma_len, IBV_ACCESS_REMOTE_READ, r.qp.pd(), &check, &r.epoch, &r.qp);
     if (r.target == nullptr) {
       r.fault = Fault::RemoteAccess;
       return Step::Fault;
@@ -660,13 +660,41 @@ Step rkey_atomic(Rx& r) noexcept {
     return Step::Fault;
   }
   KeyCheck check = KeyCheck::Ok;
-  r.target = r.rnic.check_rkey(r.rkey, r.va, kAtomicLen, IBV_ACCESS_REMOTE_ATOMIC, r.qp.pd(), &check);
+  r.target = r.rnic.check_rkey(r.rkey, r.va, kAtomicLen, IBV_ACCESS_REMOTE_ATOMIC, r.qp.pd(), &check, nullptr, &r.qp);
   if (r.target == nullptr) {
     r.fault = Fault::RemoteAccess;
     return Step::Fault;
   }
   if ((reinterpret_cast<uintptr_t>(r.target) & (kAtomicLen - 1)) != 0) {
     r.fault = Fault::Misaligned;  // an MR whose iova and address differ in alignment
+    return Step::Fault;
+  }
+  return Step::Execute;
+}
+
+// ATOMIC WRITE (IBA 1.5; rxe's rules): one packet whose RETH and payload
+// both say 8 bytes, at an 8-byte aligned address, under the write right.
+Step rkey_atomic_write(Rx& r) noexcept {
+  const wire::RethC reth = r.ext<wire::RethC>(wire::kHdrReth);
+  r.va = reth.va();
+  r.rkey = reth.rkey().value();
+  r.dma_len = kAtomicLen;
+  if (reth.dma_len() != kAtomicLen || r.len != kAtomicLen) {
+    r.fault = Fault::Length;
+    return Step::Fault;
+  }
+  if ((r.va & (kAtomicLen - 1)) != 0) {
+    r.fault = Fault::Misaligned;
+    return Step::Fault;
+  }
+  KeyCheck check = KeyCheck::Ok;
+  r.target = r.rnic.check_rkey(r.rkey, r.va, kAtomicLen, IBV_ACCESS_REMOTE_WRITE, r.qp.pd(), &check, nullptr, &r.qp);
+  if (r.target == nullptr) {
+    r.fault = Fault::RemoteAccess;
+    return Step::Fault;
+  }
+  if ((reinterpret_cast<uintptr_t>(r.target) & (kAtomicLen - 1)) != 0) {
+    r.fault = Fault::Misaligned;
     return Step::Fault;
   }
   return Step::Execute;
@@ -744,6 +772,20 @@ Step exec_write(Rx& r) noexcept {
   return advance(r);
 }
 
+// The 8 bytes land as one 64-bit store, in the order they came (as rxe:
+// no byte swap), then an ACK as for a WRITE.  A duplicate is re-ACKed and
+// not stored again (dup_acked).
+Step exec_atomic_write(Rx& r) noexcept {
+  uint64_t value = 0;
+  std::memcpy(&value, r.payload, sizeof value);
+  if (!memory::store64(reinterpret_cast<uint64_t*>(r.target), value)) {
+    r.fault = Fault::RemoteAccess;
+    return Step::Fault;
+  }
+  UROCE_STAMP(Placed);
+  return advance(r);
+}
+
 Step exec_read(Rx&) noexcept { return Step::ReadReply; }
 Step exec_atomic(Rx&) noexcept { return Step::AtomicReply; }
 
@@ -751,18 +793,20 @@ Step exec_atomic(Rx&) noexcept { return Step::AtomicReply; }
 Step complete(Rx& r) noexcept {
   if (!r.op.last) return Step::Acknowledge;
   if (r.op.invalidate) {
-    // SEND with Invalidate (IBA 9.4.2 / 10.6.6): the responder invalidates
-    // the IETH's R_Key before the receive completes.  Only memory windows
-    // and fast-register MRs can be invalidated remotely; an MR from
-    // ibv_reg_mr cannot, and this device has nothing else (max_mw 0, no
-    // IBV_DEVICE_MEM_MGT_EXTENSIONS).  As rxe (rxe_invalidate_mr refuses
-    // any MR not of type MEM_REG): the receive completes with
-    // REM_INV_REQ_ERR and the QP goes to ERR; the named key stays valid.
-    // rxe ACKs the packet before its QP errs; we NAK it invalid request
-    // (the responder's class C/J behaviour) so the requester learns why.
-    r.ctr.inc(RnicCtr::inv_rkey_refused);
-    r.fault = Fault::Invalidate;
-    return Step::Fault;
+    // SEND with Invalidate (IBA 9.4.2 / 10.6.7.2.6): the responder
+    // invalidates the IETH's R_Key before the receive completes.  Only a
+    // bound type 2 window of this QP's PD, bound through this QP, can be
+    // (this device has no fast-registered MRs; an MR from ibv_reg_mr never
+    // can, as rxe_invalidate_mr refuses it).  Otherwise the receive
+    // completes with REM_INV_REQ_ERR, the QP goes to ERR and the named key
+    // stays valid; rxe ACKs the packet before its QP errs, we NAK it
+    // invalid request (class C/J) so the requester learns why.
+    if (!r.rnic.remote_invalidate(r.qp, r.ext<wire::IethC>(wire::kHdrIeth).rkey().value())) {
+      r.ctr.inc(RnicCtr::inv_rkey_refused);
+      r.fault = Fault::Invalidate;
+      return Step::Fault;
+    }
+    r.ctr.inc(RnicCtr::mw_remote_invalidated);
   }
   uint32_t byte_len;
   if (r.op.op == Operation::Write) {
@@ -869,7 +913,7 @@ Step dup_read(Rx& r) noexcept {
   // remote access error); a replay runs in the registration as it is now.
   KeyCheck check = KeyCheck::Ok;
   uint32_t epoch = 0;
-  if (len != 0) r.rnic.check_rkey(res->rkey, va, len, IBV_ACCESS_REMOTE_READ, r.qp.pd(), &check, &epoch);
+  if (len != 0) r.rnic.check_rkey(res->rkey, va, len, IBV_ACCESS_REMOTE_READ, r.qp.pd(), &check, &epoch, &r.qp);
   stream_start(r.qp, res->rkey, epoch, va, len, r.psn, r.psn == res->psn);
   stream_step(r.engine, r.qp);
   return Step::Done;
@@ -898,12 +942,13 @@ constexpr size_t kNumOperations = static_cast<size_t>(Operation::Cnp) + 1;
 
 constexpr std::array<OpRow, kNumOperations> make_op_rows() {
   std::array<OpRow, kNumOperations> t{};
-  for (OpRow& row : t) row = OpRow{false, nullptr, not_executed, dup_unknown};  // responses, FLUSH, ATOMIC WRITE
+  for (OpRow& row : t) row = OpRow{false, nullptr, not_executed, dup_unknown};  // responses, FLUSH
   t[static_cast<size_t>(Operation::Send)] = {true, nullptr, exec_send, dup_acked};
   t[static_cast<size_t>(Operation::Write)] = {true, rkey_write, exec_write, dup_acked};
   t[static_cast<size_t>(Operation::ReadRequest)] = {true, rkey_read, exec_read, dup_read};
   t[static_cast<size_t>(Operation::CompareSwap)] = {true, rkey_atomic, exec_atomic, dup_atomic};
   t[static_cast<size_t>(Operation::FetchAdd)] = {true, rkey_atomic, exec_atomic, dup_atomic};
+  t[static_cast<size_t>(Operation::AtomicWrite)] = {true, rkey_atomic_write, exec_atomic_write, dup_acked};
   return t;
 }
 constexpr std::array<OpRow, kNumOperations> kOpRows = make_op_rows();

@@ -112,7 +112,11 @@ Rnic::Rnic(transport::Engine& engine, std::string name)
   a.hw_ver = 0;
   a.max_qp = static_cast<int>(std::min<uint32_t>(kMaxQp, engine_.config().max_qpn));
   a.max_qp_wr = static_cast<int>(kMaxQpWr);
-  a.device_cap_flags = IBV_DEVICE_RC_RNR_NAK_GEN | IBV_DEVICE_SRQ_RESIZE | IBV_DEVICE_SYS_IMAGE_GUID;
+  // Memory windows type 1 and 2B with local and remote invalidation (as
+  // rxe; MEM_MGT_EXTENSIONS is what programs test for SEND with
+  // Invalidate and LOCAL_INV).
+  a.device_cap_flags = IBV_DEVICE_RC_RNR_NAK_GEN | IBV_DEVICE_SRQ_RESIZE | IBV_DEVICE_SYS_IMAGE_GUID |
+                       IBV_DEVICE_MEM_WINDOW | IBV_DEVICE_MEM_WINDOW_TYPE_2B | IBV_DEVICE_MEM_MGT_EXTENSIONS;
   a.max_sge = static_cast<int>(kMaxSge);
   a.max_sge_rd = static_cast<int>(kMaxSgeRd);
   a.max_cq = static_cast<int>(kMaxCq);
@@ -127,7 +131,7 @@ Rnic::Rnic(transport::Engine& engine, std::string name)
   a.atomic_cap = IBV_ATOMIC_HCA;  // atomic with respect to each other across QPs (one engine, CPU atomics)
   a.max_ee = 0;
   a.max_rdd = 0;
-  a.max_mw = 0;
+  a.max_mw = static_cast<int>(kMaxMr - 1);  // windows and MRs share the key space
   a.max_raw_ipv6_qp = 0;
   a.max_raw_ethy_qp = 0;
   a.max_mcast_grp = static_cast<int>(kMaxMcastGrp);
@@ -178,6 +182,7 @@ Rnic::~Rnic() {
   srqs_.clear();
   cqs_.clear();
   channels_.clear();
+  mws_.clear();
   mrs_.clear();
   pds_.clear();
 }
@@ -344,12 +349,7 @@ Mr* Rnic::reg_mr(Pd* pd, void* addr, size_t length, uint64_t iova, int access, i
       return nullptr;
     }
     uint32_t idx = 0;
-    if (!free_keys_.empty()) {
-      idx = free_keys_.front();
-      free_keys_.pop_front();
-    } else if (next_key_ < kMaxMr) {
-      idx = next_key_++;
-    } else {
+    if (!take_key_index(&idx)) {
       set_err(err, ENOMEM);
       return nullptr;
     }
@@ -369,6 +369,143 @@ Mr* Rnic::reg_mr(Pd* pd, void* addr, size_t length, uint64_t iova, int access, i
     key_table_[idx] = p;
     return p;
   });
+}
+
+bool Rnic::take_key_index(uint32_t* idx) {
+  if (!free_keys_.empty()) {
+    *idx = free_keys_.front();
+    free_keys_.pop_front();
+    return true;
+  }
+  if (next_key_ < kMaxMr) {
+    *idx = next_key_++;
+    return true;
+  }
+  return false;
+}
+
+// ---- memory windows --------------------------------------------------------------------
+
+Mw* Rnic::alloc_mw(Pd* pd, ibv_mw_type type, int* err) {
+  return control([&]() -> Mw* {
+    if (pd == nullptr || !owns(pds_, pd) || (type != IBV_MW_TYPE_1 && type != IBV_MW_TYPE_2)) {
+      set_err(err, EINVAL);
+      return nullptr;
+    }
+    uint32_t idx = 0;
+    if (!take_key_index(&idx)) {
+      set_err(err, ENOMEM);
+      return nullptr;
+    }
+    if (mws_.size() <= idx) mws_.resize(std::max<size_t>(idx + 1, mws_.size() * 2));
+    auto mw = std::make_unique<Mw>();
+    mw->pd = pd;
+    mw->type = type;
+    mw->rkey = Rkey((idx << 8) | new_key_byte(idx));
+    mw->ibv.rkey = mw->rkey.value();
+    mw->ibv.handle = mw->rkey.value();
+    mw->ibv.type = type;
+    pd->users.fetch_add(1);
+    mws_[idx] = std::move(mw);
+    return mws_[idx].get();
+  });
+}
+
+namespace {
+// [engine] The window no longer covers anything; accesses under its
+// current binding end (epoch).
+void unbind(Mw& mw) noexcept {
+  if (mw.mr != nullptr) --mw.mr->mw_binds;
+  mw.mr = nullptr;
+  mw.bound = false;
+  mw.length = 0;
+  mw.access = 0;
+  mw.qp = nullptr;
+  ++mw.epoch;
+}
+}  // namespace
+
+int Rnic::dealloc_mw(Mw* mw) {
+  return control([&]() -> int {
+    if (mw == nullptr) return EINVAL;
+    const uint32_t idx = mw->rkey.value() >> 8;
+    if (idx >= mws_.size() || mws_[idx].get() != mw) return EINVAL;
+    unbind(*mw);
+    mw->pd->users.fetch_sub(1);
+    mws_[idx].reset();
+    free_keys_.push_back(idx);
+    return 0;
+  });
+}
+
+Mw* Rnic::mw_by_key(uint32_t rkey) noexcept {
+  const uint32_t idx = rkey >> 8;
+  Mw* mw = idx < mws_.size() ? mws_[idx].get() : nullptr;
+  return mw != nullptr && mw->rkey.value() == rkey ? mw : nullptr;
+}
+
+ibv_wc_status Rnic::bind_mw(Qp& qp, const SendWqe& w) noexcept {
+  UROCE_ASSERT_ENGINE(engine_);
+  // IBA 10.6.7.2 (C10-72 .. C10-76) as rxe checks them; any failure is a
+  // memory window bind error and leaves the window as it was.
+  // The window pointer is the application's: it is used only once the
+  // table says it is a live window of this device (a freed or foreign one
+  // is a bind error, never dereferenced).
+  const uint32_t idx = w.mw_index;
+  if (w.mw == nullptr || idx >= mws_.size() || mws_[idx].get() != w.mw) return IBV_WC_MW_BIND_ERR;
+  Mw* mw = w.mw;
+  if (mw->pd != qp.pd()) return IBV_WC_MW_BIND_ERR;
+  if ((w.rkey >> 8) != idx) return IBV_WC_MW_BIND_ERR;   // a window keeps its index
+  if (mw->type == IBV_MW_TYPE_2 && mw->bound) return IBV_WC_MW_BIND_ERR;  // invalidate first
+  constexpr uint32_t kRemote = IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC;
+  constexpr uint32_t kKnown = kRemote | IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_ZERO_BASED;
+  if ((w.bind_access & ~kKnown) != 0) return IBV_WC_MW_BIND_ERR;
+  const bool zero_based = (w.bind_access & IBV_ACCESS_ZERO_BASED) != 0;
+  if (zero_based && mw->type == IBV_MW_TYPE_1) return IBV_WC_MW_BIND_ERR;  // as rxe
+  Mr* mr = nullptr;
+  if (w.bind_has_mr) {
+    KeyCheck why{};
+    mr = lookup_lkey(w.bind_lkey, qp.pd(), &why);  // C10-74: the MR is on the QP's PD
+    if (mr == nullptr) return IBV_WC_MW_BIND_ERR;
+    if ((mr->access & IBV_ACCESS_MW_BIND) == 0) return IBV_WC_MW_BIND_ERR;  // C10-75
+    // C10-72: remote write or atomic through the window needs local write on the MR.
+    if ((w.bind_access & (IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC)) != 0 &&
+        (mr->access & IBV_ACCESS_LOCAL_WRITE) == 0)
+      return IBV_WC_MW_BIND_ERR;
+    if (mr->translate(w.remote_addr, w.bind_length) == nullptr) return IBV_WC_MW_BIND_ERR;  // C10-76
+  } else if (w.bind_length != 0) {
+    return IBV_WC_MW_BIND_ERR;  // a length with no MR to take it from
+  }
+  unbind(*mw);
+  if (mr != nullptr) ++mr->mw_binds;
+  mw->mr = mr;
+  mw->va = w.remote_addr;
+  mw->length = w.bind_length;
+  mw->access = static_cast<int>(w.bind_access & kRemote);
+  mw->zero_based = zero_based;
+  mw->bound = true;
+  mw->qp = mw->type == IBV_MW_TYPE_2 ? &qp : nullptr;
+  mw->rkey = Rkey(w.rkey);
+  return IBV_WC_SUCCESS;
+}
+
+ibv_wc_status Rnic::local_invalidate(Qp& qp, uint32_t rkey) noexcept {
+  UROCE_ASSERT_ENGINE(engine_);
+  // IBA 10.6.7.2.5: only a bound type 2 window (this device has no
+  // fast-registered MRs) of the QP's PD; else, as rxe, a local QP
+  // operation error.
+  Mw* mw = mw_by_key(rkey);
+  if (mw == nullptr || mw->type != IBV_MW_TYPE_2 || !mw->bound || mw->pd != qp.pd()) return IBV_WC_LOC_QP_OP_ERR;
+  unbind(*mw);
+  return IBV_WC_SUCCESS;
+}
+
+bool Rnic::remote_invalidate(Qp& qp, uint32_t rkey) noexcept {
+  UROCE_ASSERT_ENGINE(engine_);
+  Mw* mw = mw_by_key(rkey);
+  if (mw == nullptr || mw->type != IBV_MW_TYPE_2 || !mw->bound || mw->pd != qp.pd() || mw->qp != &qp) return false;
+  unbind(*mw);
+  return true;
 }
 
 uint8_t Rnic::new_key_byte(uint32_t idx) {
@@ -397,6 +534,7 @@ int Rnic::rereg_mr(Mr* mr, int flags, Pd* pd, void* addr, size_t length, int acc
     if (mr == nullptr) return EINVAL;
     const uint32_t idx = mr->lkey.value() >> 8;
     if (idx >= mrs_.size() || mrs_[idx].get() != mr) return EINVAL;
+    if (mr->mw_binds != 0) return EBUSY;  // windows bound to it describe the registration as it is
     constexpr int kKnown = IBV_REREG_MR_CHANGE_TRANSLATION | IBV_REREG_MR_CHANGE_PD | IBV_REREG_MR_CHANGE_ACCESS;
     if (flags == 0 || (flags & ~kKnown)) return EINVAL;
     if ((flags & IBV_REREG_MR_CHANGE_PD) && (pd == nullptr || !owns(pds_, pd))) return EINVAL;
@@ -439,6 +577,7 @@ int Rnic::dereg_mr(Mr* mr) {
     if (mr == nullptr) return EINVAL;
     const uint32_t idx = mr->lkey.value() >> 8;
     if (idx >= mrs_.size() || mrs_[idx].get() != mr) return EINVAL;
+    if (mr->mw_binds != 0) return EBUSY;  // ibv_dereg_mr(3): memory windows are bound to it
     key_table_[idx] = nullptr;
     mr->valid.store(false, std::memory_order_release);
     mr->pd->users.fetch_sub(1);
@@ -452,8 +591,10 @@ int Rnic::dereg_mr(Mr* mr) {
 ibv_odp_caps Rnic::odp_caps() noexcept {
   ibv_odp_caps c{};
   c.general_caps = IBV_ODP_SUPPORT | IBV_ODP_SUPPORT_IMPLICIT;
+  constexpr uint32_t kOdpAtomicWrite = 1u << 7;  // IBV_ODP_SUPPORT_ATOMIC_WRITE (rdma-core 47's verbs.h)
   c.per_transport_caps.rc_odp_caps = IBV_ODP_SUPPORT_SEND | IBV_ODP_SUPPORT_RECV | IBV_ODP_SUPPORT_WRITE |
-                                     IBV_ODP_SUPPORT_READ | IBV_ODP_SUPPORT_ATOMIC | IBV_ODP_SUPPORT_SRQ_RECV;
+                                     IBV_ODP_SUPPORT_READ | IBV_ODP_SUPPORT_ATOMIC | IBV_ODP_SUPPORT_SRQ_RECV |
+                                     kOdpAtomicWrite;
   c.per_transport_caps.uc_odp_caps =
       IBV_ODP_SUPPORT_SEND | IBV_ODP_SUPPORT_RECV | IBV_ODP_SUPPORT_WRITE | IBV_ODP_SUPPORT_SRQ_RECV;
   c.per_transport_caps.ud_odp_caps = IBV_ODP_SUPPORT_SEND | IBV_ODP_SUPPORT_RECV | IBV_ODP_SUPPORT_SRQ_RECV;
@@ -760,12 +901,13 @@ Mr* Rnic::lookup_lkey(uint32_t lkey, const Pd* pd, KeyCheck* check) noexcept {
 }
 
 uint8_t* Rnic::check_rkey(uint32_t rkey, uint64_t va, uint64_t len, int need, const Pd* pd, KeyCheck* check,
-                          uint32_t* epoch) noexcept {
+                          uint32_t* epoch, const Qp* qp) noexcept {
   // IBA 9.7.5.1.3 / C9-88 (memory access validation): the R_Key names a
   // valid MR of the QP's PD that grants the access, and the whole range
   // lies inside it; otherwise a remote access error, and nothing moves.
   const uint32_t idx = rkey >> 8;
   Mr* mr = idx < key_table_.size() ? key_table_[idx] : nullptr;
+  if (mr == nullptr && idx < mws_.size() && mws_[idx] != nullptr) return check_mw_rkey(*mws_[idx], rkey, va, len, need, pd, check, epoch, qp);
   KeyCheck r = KeyCheck::Ok;
   uint8_t* p = nullptr;
   if (mr == nullptr || mr->rkey.value() != rkey || !mr->valid.load(std::memory_order_acquire)) {
@@ -780,6 +922,34 @@ uint8_t* Rnic::check_rkey(uint32_t rkey, uint64_t va, uint64_t len, int need, co
   if (check != nullptr) *check = r;
   if (r != KeyCheck::Ok) return nullptr;
   if (epoch != nullptr) *epoch = mr->epoch;
+  return p;
+}
+
+uint8_t* Rnic::check_mw_rkey(const Mw& mw, uint32_t rkey, uint64_t va, uint64_t len, int need, const Pd* pd,
+                             KeyCheck* check, uint32_t* epoch, const Qp* qp) noexcept {
+  // IBA 10.6.7.3 (window access validation): the key as bound now, the
+  // QP's PD, a type 2 window's own QP, the window's rights and bounds, and
+  // then the MR's own translation.
+  KeyCheck r = KeyCheck::Ok;
+  uint8_t* p = nullptr;
+  if (mw.rkey.value() != rkey || !mw.bound || mw.mr == nullptr) {
+    r = KeyCheck::NoKey;
+  } else if (mw.pd != pd) {
+    r = KeyCheck::WrongPd;
+  } else if (mw.type == IBV_MW_TYPE_2 && mw.qp != qp) {
+    r = KeyCheck::WrongQp;
+  } else if ((mw.access & need) != need) {
+    r = KeyCheck::NoAccess;
+  } else {
+    // The offset into the window, without forming va + len (64-bit wrap).
+    const uint64_t base = mw.zero_based ? 0 : mw.va;
+    const uint64_t off = va - base;
+    if (va < base || off > mw.length || len > mw.length - off || (p = mw.mr->translate(mw.va + off, len)) == nullptr)
+      r = KeyCheck::OutOfBounds;
+  }
+  if (check != nullptr) *check = r;
+  if (r != KeyCheck::Ok) return nullptr;
+  if (epoch != nullptr) *epoch = mw.epoch;
   return p;
 }
 

@@ -73,6 +73,7 @@ namespace uroce::rnic {
   X(rem_inv_req_naks, "invalid request NAKs sent")                                          \
   X(rem_op_naks, "remote operational error NAKs sent")                                      \
   X(inv_rkey_refused, "SEND with Invalidate naming a key that cannot be invalidated (NAKed)") \
+  X(mw_remote_invalidated, "memory windows invalidated by a peer's SEND with Invalidate") \
   X(drop_tx_no_neigh, "dropped: request not sent, its destination did not resolve")         \
   X(drop_tx_too_long, "dropped: request frame larger than a buffer")                        \
   X(port_events, "port state changes reported (IBV_EVENT_PORT_ACTIVE / PORT_ERR)")          \
@@ -158,6 +159,11 @@ class Rnic final : public transport::RoceSink {
   // pinned; memory.hpp guards every access), implicit ODP included, for
   // each operation RC, UC and UD carry (rxe's, plus implicit).
   static ibv_odp_caps odp_caps() noexcept;
+  // Memory windows (objects.hpp Mw): type 1 or 2 (else EINVAL), on this
+  // device's PD.  dealloc_mw unbinds it first: no access through its key
+  // succeeds once it returns.
+  Mw* alloc_mw(Pd* pd, ibv_mw_type type, int* err);
+  int dealloc_mw(Mw* mw);
   CompChannel* create_comp_channel(int* err);
   int destroy_comp_channel(CompChannel* ch);  // EBUSY while a CQ uses it
   Cq* create_cq(int cqe, void* context, CompChannel* ch, int comp_vector, int* err);
@@ -189,8 +195,20 @@ class Rnic final : public transport::RoceSink {
   // nullptr and `check` when refused (IBA 9.7.5.1.3 / C9-88).  `epoch`
   // receives the MR's epoch (Mr::epoch): a message that spans packets
   // compares it on each one.
+  // The R_Key may name a memory window: then also its binding, and (type 2)
+  // `qp` must be the QP that bound it.
   uint8_t* check_rkey(uint32_t rkey, uint64_t va, uint64_t len, int need, const Pd* pd, KeyCheck* check,
-                      uint32_t* epoch = nullptr) noexcept;
+                      uint32_t* epoch = nullptr, const Qp* qp = nullptr) noexcept;
+  // [engine] The local memory operations a send queue carries (IBA 10.6.7,
+  // 10.6.6): bind a window as `w` says, or invalidate the window `rkey`
+  // names.  IBV_WC_SUCCESS, or the status the WQE completes with (the QP
+  // then goes to ERR).
+  ibv_wc_status bind_mw(Qp& qp, const SendWqe& w) noexcept;
+  ibv_wc_status local_invalidate(Qp& qp, uint32_t rkey) noexcept;
+  // [engine] A SEND with Invalidate's R_Key (IBA 10.6.7.2.6): true when it
+  // named a bound type 2 window of `qp`'s PD bound through `qp`, now
+  // invalidated.
+  bool remote_invalidate(Qp& qp, uint32_t rkey) noexcept;
   Qp* qp_by_num(Qpn qpn) noexcept;
 
   // ---- async events ----
@@ -236,6 +254,7 @@ class Rnic final : public transport::RoceSink {
   std::vector<std::unique_ptr<Qp>> qps_;
   std::vector<std::unique_ptr<Ah>> ahs_;
   std::vector<Mr*> key_table_;                  // index = key >> 8
+  std::vector<std::unique_ptr<Mw>> mws_;        // index = key >> 8 (sized on the first MW)
   std::vector<uint8_t> last_key_byte_;          // per index: the key byte of its last registration
   std::deque<uint32_t> free_keys_;              // key indexes to reuse, oldest freed first
   uint32_t next_key_ = 1;                       // next never-used key index (0 is never a key)
@@ -248,6 +267,10 @@ class Rnic final : public transport::RoceSink {
   std::function<void(Qp&)> comm_est_hook_;                                     // [engine]
   Qp* make_qp(Pd* pd, const ibv_qp_init_attr& init, uint32_t qpn, int* err);
   uint8_t new_key_byte(uint32_t idx);
+  bool take_key_index(uint32_t* idx);  // [engine] a free MR/MW key index
+  Mw* mw_by_key(uint32_t rkey) noexcept;
+  uint8_t* check_mw_rkey(const Mw& mw, uint32_t rkey, uint64_t va, uint64_t len, int need, const Pd* pd,
+                         KeyCheck* check, uint32_t* epoch, const Qp* qp) noexcept;
   // 0, or the errno reg_mr/rereg_mr give for memory not mapped as `access` needs.
   static int check_memory(const void* addr, uint64_t length, int access);
   uint32_t next_pd_ = 1;
