@@ -3,6 +3,8 @@
 #include "lib/util/fault_guard.hpp"
 
 #include <net/if.h>
+#include <sys/ioctl.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <rte_bus_vdev.h>
@@ -299,6 +301,7 @@ void DpdkPort::read_identity(const DpdkPortConfig& config, uint32_t af_packet_fr
     if (const auto d = parse_devargs(devargs_); d && d->get(kIfaceKey)) netdev_ = std::string(*d->get(kIfaceKey));
   }
   mtu_ = role_ == NetdevRole::kNone ? ethdev_mtu(config) : netdev_mtu(af_packet_framesz);
+  if (!netdev_.empty() && netdev_fd_ < 0) netdev_fd_ = ::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
 }
 
 // The kernel netdev's MTU; af_packet's ring frames may limit it further.
@@ -332,6 +335,8 @@ Status DpdkPort::install_flows(const mlx5::FlowPolicy& policy) {
 }
 
 void DpdkPort::close() noexcept {
+  if (netdev_fd_ >= 0) ::close(netdev_fd_);
+  netdev_fd_ = -1;
   if (eal_running() && claimed_) {
     (void)flows_.remove();  // before stop: the rules belong to the started port
     if (started_) rte_eth_dev_stop(port_id_);
@@ -393,9 +398,19 @@ uint16_t DpdkPort::tx_burst(rte_mbuf** pkts, uint16_t n) {
   return guarded_burst(false, pkts, n);
 }
 
+// The ethdev's link, and where the port has a kernel netdev, the netdev's
+// operational state: DPDK 22.11's af_packet and af_xdp report the link up
+// from start to stop whatever the netdev does, so a veth whose peer went
+// down would never show it.  IFF_UP and IFF_RUNNING (carrier) from
+// SIOCGIFFLAGS: one ioctl per link poll (transport/params.hpp kLinkPollNs).
 bool DpdkPort::link_up() const {
   rte_eth_link link{};
-  return rte_eth_link_get_nowait(port_id_, &link) == 0 && link.link_status == RTE_ETH_LINK_UP;
+  if (rte_eth_link_get_nowait(port_id_, &link) != 0 || link.link_status != RTE_ETH_LINK_UP) return false;
+  if (netdev_fd_ < 0) return true;
+  ifreq ifr{};
+  std::strncpy(ifr.ifr_name, netdev_.c_str(), IFNAMSIZ - 1);
+  if (::ioctl(netdev_fd_, SIOCGIFFLAGS, &ifr) != 0) return true;  // cannot tell: the ethdev's word stands
+  return (ifr.ifr_flags & IFF_UP) != 0 && (ifr.ifr_flags & IFF_RUNNING) != 0;
 }
 
 PortStats DpdkPort::stats() const {

@@ -168,6 +168,7 @@ class DpdkPort final : public Port {
   std::string device_name_;  // the vdev or PCI name
   std::string driver_;
   std::string netdev_;
+  int netdev_fd_ = -1;       // a socket for SIOCGIFFLAGS on netdev_ (link_up)
   NetdevRole role_ = NetdevRole::kNone;
   wire::MacAddr mac_{};
   uint16_t mtu_ = 0;

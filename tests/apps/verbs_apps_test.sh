@@ -10,7 +10,9 @@
 #             and the port's 1024), ibv_uc_pingpong, ibv_ud_pingpong and
 #             ibv_srq_pingpong: server in one network namespace, client in
 #             the other (scripts/netns-up --veth), one net_af_packet port
-#             each, the TCP exchange over the same veth
+#             each, the TCP exchange over the same veth; and ibv_asyncwatch
+#             seeing the link go down and up (the far end of the veth set
+#             down, then up: IBV_EVENT_PORT_ERR, then _PORT_ACTIVE, once each)
 #   memif     the same programs over a memif pair; the two processes share
 #             a private namespace (memif has no kernel link for their TCP
 #             exchange, which goes over its loopback)
@@ -29,7 +31,7 @@ MODE=$1 BUILD=$2 SCRIPTS=$3
 
 skip() { echo "SKIP: $*"; exit $EXIT_SKIP; }
 [ "$(id -u)" -eq 0 ] || skip "needs root (DPDK ports, network namespaces)"
-for p in ibv_devices ibv_devinfo ibv_rc_pingpong ibv_uc_pingpong ibv_ud_pingpong ibv_srq_pingpong; do
+for p in ibv_devices ibv_devinfo ibv_rc_pingpong ibv_uc_pingpong ibv_ud_pingpong ibv_srq_pingpong ibv_asyncwatch; do
   command -v $p >/dev/null || skip "needs $p (scripts/setup installs ibverbs-utils)"
 done
 
@@ -143,6 +145,32 @@ run_programs() {  # SERVER_ENV CLIENT_ENV SERVER_ADDR (env prefixes as words)
   done
 }
 
+# asyncwatch A_PREFIX PEER_NS PEER_IF: ibv_asyncwatch on device uroce0 while
+# the peer's end of the link goes down and comes back.
+asyncwatch() {
+  local log=$TMP/asyncwatch.log
+  $1 timeout $RUN_TIMEOUT_S "${RUN[@]}" ibv_asyncwatch -d uroce0 >"$log" 2>&1 &
+  local pid=$!
+  PIDS+=("$pid")
+  sleep 2  # the device is open and its first link poll has run
+  ip -n "$2" link set "$3" down
+  sleep 1
+  ip -n "$2" link set "$3" up
+  sleep 1.5
+  kill -TERM "$pid" 2>/dev/null
+  wait "$pid" 2>/dev/null
+  local err act
+  err=$(grep -c 'IBV_EVENT_PORT_ERR' "$log")
+  act=$(grep -c 'IBV_EVENT_PORT_ACTIVE' "$log")
+  if [ "$err" -eq 1 ] && [ "$act" -eq 1 ] &&
+    [ "$(grep -n 'IBV_EVENT_PORT_ERR' "$log" | cut -d: -f1)" -lt "$(grep -n 'IBV_EVENT_PORT_ACTIVE' "$log" | cut -d: -f1)" ]; then
+    pass "ibv_asyncwatch: PORT_ERR then PORT_ACTIVE, once each"
+  else
+    fail "ibv_asyncwatch: $err PORT_ERR, $act PORT_ACTIVE (want one of each, in that order)"
+    show "$log"
+  fi
+}
+
 run_afpacket() {
   local out
   out=$("$SCRIPTS/netns-up" --veth "$PREFIX" 2>"$TMP/netns.err") || {
@@ -151,6 +179,7 @@ run_afpacket() {
   }
   eval "$out"
   run_programs "ip netns exec $NS_B env UROCE_DEVICE=$DEVARGS_B" "ip netns exec $NS_A env UROCE_DEVICE=$DEVARGS_A" "$IP_B"
+  asyncwatch "ip netns exec $NS_A env UROCE_DEVICE=$DEVARGS_A" "$NS_B" "$PREFIX-vb"
 }
 
 run_memif() {
