@@ -427,9 +427,11 @@ void unbind(Mw& mw) noexcept {
 
 int Rnic::dealloc_mw(Mw* mw) {
   return control([&]() -> int {
-    if (mw == nullptr) return EINVAL;
-    const uint32_t idx = mw->rkey.value() >> 8;
-    if (idx >= mws_.size() || mws_[idx].get() != mw) return EINVAL;
+    // Found by address, never by reading *mw: a window freed before (or
+    // not this device's) is EINVAL, as for the other objects.
+    const auto it = std::find_if(mws_.begin(), mws_.end(), [mw](const auto& p) { return p.get() == mw; });
+    if (mw == nullptr || it == mws_.end()) return EINVAL;
+    const auto idx = static_cast<uint32_t>(it - mws_.begin());
     unbind(*mw);
     mw->pd->users.fetch_sub(1);
     mws_[idx].reset();
