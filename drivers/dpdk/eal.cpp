@@ -258,11 +258,18 @@ Status eal_shutdown(const ShutdownOptions& o) {
   std::lock_guard lock(st.shutdown_mutex);
   if (!st.running.load(std::memory_order_acquire)) return {};
   uint16_t port = 0;
+  bool memif = false;
   RTE_ETH_FOREACH_DEV(port) {
+    rte_eth_dev_info info{};
+    if (rte_eth_dev_info_get(port, &info) == 0 && info.driver_name != nullptr &&
+        std::string_view(info.driver_name) == "net_memif")
+      memif = true;
     rte_eth_dev_stop(port);  // fails harmlessly on a port that never started
     rte_eth_dev_close(port);
   }
-  std::this_thread::sleep_for(o.settle);
+  // Only memif defers work to its interrupt thread; every other program
+  // exits without the wait.
+  if (memif) std::this_thread::sleep_for(o.settle);
   st.running.store(false, std::memory_order_release);
   if (o.cleanup) {
     if (const int rc = rte_eal_cleanup(); rc < 0) {

@@ -128,8 +128,8 @@ struct ShutdownOptions {
   bool cleanup = true;  // false: stop and close the ports, skip rte_eal_cleanup
 };
 
-// Stops and closes every ethdev port, waits `settle` so memif's interrupt
-// thread finishes its deferred work, then rte_eal_cleanup and removes the
+// Stops and closes every ethdev port, waits `settle` when one was a memif
+// port so memif's interrupt thread finishes its deferred work, then rte_eal_cleanup and removes the
 // runtime directory if it is our own (the default uroce-<pid> prefix; a
 // chosen prefix may be shared, so its directory is left alone).  The
 // directories of uroce processes that died without this are swept by the
