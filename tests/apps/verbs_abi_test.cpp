@@ -228,6 +228,8 @@ TEST_F(VerbsAbi, OnDemandPagingThroughTheVerbs) {
                            IBV_ODP_SUPPORT_READ | IBV_ODP_SUPPORT_ATOMIC | IBV_ODP_SUPPORT_SRQ_RECV;
   EXPECT_EQ(ex.odp_caps.per_transport_caps.rc_odp_caps & kRc, kRc);
   EXPECT_EQ(ex.xrc_odp_caps, 0u);  // no XRC
+  EXPECT_NE(ex.device_cap_flags_ex & (uint64_t{1} << 40), 0u);  // IB_UVERBS_DEVICE_ATOMIC_WRITE
+  EXPECT_EQ(ex.device_cap_flags_ex & (uint64_t{1} << 38), 0u);  // no FLUSH (IB_UVERBS_DEVICE_FLUSH_GLOBAL)
   ibv_pd* pd = ibv_alloc_pd(ctx_[0]);
   ASSERT_NE(pd, nullptr);
   ibv_mr* all = ibv_reg_mr(pd, nullptr, SIZE_MAX, IBV_ACCESS_ON_DEMAND | IBV_ACCESS_LOCAL_WRITE);
