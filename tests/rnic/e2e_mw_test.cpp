@@ -187,6 +187,26 @@ TEST_F(MwFixture, SendWithInvalidateFromThePeer) {
   EXPECT_EQ(h.b().rnic->dealloc_mw(mw), 0);
 }
 
+// Destroying the QP a type 2 window was bound through invalidates the
+// window: no later QP (one made at the same address included) reaches it.
+TEST_F(MwFixture, DestroyingItsQpInvalidatesAType2Window) {
+  Mw* mw = alloc(IBV_MW_TYPE_2);
+  ASSERT_NE(mw, nullptr);
+  const uint32_t k1 = inc_rkey(mw->ibv.rkey);
+  ASSERT_EQ(bind(p.qb, p.scq_b, mw, k1, 0, 4096, IBV_ACCESS_REMOTE_WRITE), IBV_WC_SUCCESS);
+  EXPECT_EQ(rdma(IBV_WR_RDMA_WRITE, k1, 0, 8), IBV_WC_SUCCESS);
+  ASSERT_EQ(h.b().rnic->destroy_qp(p.qb), 0);
+  EXPECT_FALSE(mw->bound);
+  for (int i = 0; i < 4; ++i) {  // new QPs, possibly at the old address
+    Pair q = h.pair(IBV_QPT_RC);
+    ASSERT_NE(q.qa, nullptr);
+    EXPECT_EQ(rdma(IBV_WR_RDMA_WRITE, k1, 0, 8, q.qa, q.scq_a), IBV_WC_REM_ACCESS_ERR) << i;
+  }
+  EXPECT_EQ(h.b().rnic->dereg_mr(win.mr), 0) << "the window no longer holds the MR";
+  win.mr = nullptr;
+  EXPECT_EQ(h.b().rnic->dealloc_mw(mw), 0);
+}
+
 // The bind rules (IBA C10-72 .. C10-76): each failure completes the bind
 // with IBV_WC_MW_BIND_ERR and leaves the window unbound.
 TEST_F(MwFixture, BindRules) {

@@ -820,6 +820,10 @@ int Rnic::destroy_qp(Qp* qp) {
     if (qp == nullptr || !owns(qps_, qp)) return EINVAL;
     qp_table_[qp->qpn().value()] = nullptr;
     mcast_.detach_all(qp);  // as uverbs does for a QP destroyed while attached
+    // Type 2 windows bound through it are invalidated: nothing reaches
+    // them any more (and a QP later made at the same address is not it).
+    for (auto& mw : mws_)
+      if (mw != nullptr && mw->qp == qp) unbind(*mw);
     sender_reset(*qp, engine_);    // the requester's and the completer's timers
     responder_stop(*qp, engine_);  // the responder's, and a READ response still streaming
     return 0;
