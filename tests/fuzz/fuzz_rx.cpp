@@ -88,6 +88,11 @@ struct World {
   std::vector<Slot> slots;
   Ah* ah = nullptr;
   Mr* holed = nullptr;  // over two pages, the second unmapped since
+  // Memory windows over part of region 0: type 1, and type 2 bound
+  // through the RC QP in RTS (a fuzzed SEND with Invalidate may unbind
+  // it; reset_world binds it again).  Their keys are among the R_Keys.
+  Mw* windows[2] = {nullptr, nullptr};
+  ibv_mr window_mr{};  // what a bind names the MR by (its lkey)
   int gid = -1;
 };
 
@@ -228,7 +233,7 @@ void build_world() {
   si.attr.max_sge = 2;
   g->srq = g->rnic->create_srq(g->pd, si, &err);
   if (g->srq == nullptr) die("srq");
-  region(64 * 1024, kAllAccess, g->pd);                    // 0: receives, remote everything
+  region(64 * 1024, kAllAccess | IBV_ACCESS_MW_BIND, g->pd);  // 0: receives, remote everything, windows
   region(4096, IBV_ACCESS_REMOTE_READ, g->pd);             // 1: read-only
   region(4096, kAllAccess, g->other_pd);                   // 2: another PD's
   const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
@@ -270,6 +275,33 @@ void build_world() {
   Qp* gsi = g->rnic->create_gsi_qp(g->pd, gi, &err);
   if (gsi == nullptr) die("gsi qp");
   g->slots.push_back(Slot{gsi, IBV_QPS_RTS});
+  g->windows[0] = g->rnic->alloc_mw(g->pd, IBV_MW_TYPE_1, &err);
+  g->windows[1] = g->rnic->alloc_mw(g->pd, IBV_MW_TYPE_2, &err);
+  if (g->windows[0] == nullptr || g->windows[1] == nullptr) die("alloc_mw");
+}
+
+// Binds each window that is not bound (at build, and after a fuzzed SEND
+// with Invalidate took the type 2 one), through the RC QP in RTS.
+void bind_windows() {
+  Qp* rts = nullptr;
+  for (Slot& s : g->slots)
+    if (s.qp->type() == IBV_QPT_RC && s.target == IBV_QPS_RTS && s.qp->srq() == nullptr && !s.qp->is_gsi()) rts = s.qp;
+  if (rts == nullptr) die("no RTS RC QP");
+  Region& r = g->regions[0];
+  g->window_mr.lkey = r.mr->lkey.value();
+  for (Mw* mw : g->windows) {
+    if (mw->bound) continue;
+    ibv_send_wr wr{};
+    wr.opcode = IBV_WR_BIND_MW;
+    wr.bind_mw.mw = &mw->ibv;
+    wr.bind_mw.rkey = (mw->rkey.value() & ~0xFFu) | ((mw->rkey.value() + 1) & 0xFFu);
+    wr.bind_mw.bind_info = {&g->window_mr, reinterpret_cast<uint64_t>(r.data()) + 4096, 8192,
+                            IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC};
+    const ibv_send_wr* bad = nullptr;
+    if (rts->post_send(&wr, &bad) != 0) die("post BIND_MW");
+    for (int i = 0; i < 100 && !mw->bound; ++i) poll(1);
+    if (!mw->bound) die("bind_mw");
+  }
 }
 
 // Every QP back to its state, receives posted, work outstanding on the RC
@@ -277,6 +309,7 @@ void build_world() {
 void reset_world() {
   Region& mem = g->regions[0];
   for (Slot& s : g->slots) bring_to(s.qp, s.target);
+  bind_windows();
   ibv_wc wc[64];
   poll(2);
   while (g->cq->poll(64, wc) > 0) {
@@ -351,8 +384,11 @@ void shape(uint8_t* f, size_t n, uint8_t flags) {
     if (pi.opcode_known) {
       const wire::OpcodeInfo& op = pi.op();
       auto key_of = [&](uint32_t k) {
-        const size_t nr = g->regions.size() + 1;
-        return k % nr == g->regions.size() ? g->holed->rkey : g->regions[k % nr].mr->rkey;
+        const size_t nr = g->regions.size() + 3;
+        const size_t i = k % nr;
+        if (i < g->regions.size()) return g->regions[i].mr->rkey;
+        if (i == g->regions.size()) return g->holed->rkey;
+        return g->windows[i - g->regions.size() - 1]->rkey;
       };
       if (op.has(wire::kHdrReth)) {
         wire::Reth r(f + pi.ext_off(wire::kHdrReth));
