@@ -295,6 +295,9 @@ int query_device_ex_op(ibv_context* ctx, const ibv_query_device_ex_input* in, ib
   full.device_cap_flags_ex = full.orig_attr.device_cap_flags | kDeviceAtomicWrite;
   full.phys_port_cnt_ex = full.orig_attr.phys_port_cnt;
   full.odp_caps = rnic::Rnic::odp_caps();
+  // Completion timestamps: a 64-bit clock of 1 GHz (CLOCK_MONOTONIC ns).
+  full.completion_timestamp_mask = UINT64_MAX;
+  full.hca_core_clock = rnic::Rnic::kHcaCoreClockKhz;
   // No XRC (so no xrc_odp_caps), TSO, RSS, tag matching, packet pacing or
   // device memory: zero.
   copy_sized(attr, attr_size, &full, sizeof full);
@@ -361,6 +364,7 @@ UROCE_EXPORT ibv_context* ibv_open_device(ibv_device* device) noexcept {
   v.create_cq_ex = create_cq_ex_op;
   v.create_qp_ex = create_qp_ex_op;
   v.advise_mr = advise_mr_op;
+  v.query_rt_values = query_rt_values_op;
   // Everything else stays NULL: the inline wrappers then answer EOPNOTSUPP
   // (or fall back to the plain verb), as for a provider without the op.
   ibv_context& ctx = v.context;

@@ -31,7 +31,7 @@ int mr_access(unsigned int access) noexcept { return static_cast<int>(access & ~
 // the ibv_cq_ex, where the application reads them directly.
 int cq_poll_one(Cq* cq) noexcept {
   kick(cq->ctx->dev);
-  const int n = cq->impl->poll(1, &cq->cur);
+  const int n = cq->impl->poll(1, &cq->cur, &cq->cur_ts, &cq->cur_wall_ns);
   if (n < 0) return -n;
   if (n == 0) return ENOENT;
   cq->ex.status = cq->cur.status;
@@ -55,9 +55,15 @@ unsigned int cq_read_wc_flags(ibv_cq_ex* ex) noexcept { return to_cq(ex)->cur.wc
 uint32_t cq_read_slid(ibv_cq_ex* ex) noexcept { return to_cq(ex)->cur.slid; }
 uint8_t cq_read_sl(ibv_cq_ex* ex) noexcept { return to_cq(ex)->cur.sl; }
 uint8_t cq_read_dlid_path_bits(ibv_cq_ex* ex) noexcept { return to_cq(ex)->cur.dlid_path_bits; }
+uint64_t cq_read_completion_ts(ibv_cq_ex* ex) noexcept { return to_cq(ex)->cur_ts; }
+uint64_t cq_read_completion_wallclock_ns(ibv_cq_ex* ex) noexcept { return to_cq(ex)->cur_wall_ns; }
 
-// The completion fields an ibv_cq_ex can report here: everything in ibv_wc.
-constexpr uint64_t kSupportedWcFlags = IBV_WC_STANDARD_FLAGS;
+// The completion fields an ibv_cq_ex can report here: everything in ibv_wc,
+// and when each completion was written, on the device clock
+// (rnic::Rnic::kHcaCoreClockKhz) and the wall clock.
+constexpr uint64_t kTimestampWcFlags =
+    IBV_WC_EX_WITH_COMPLETION_TIMESTAMP | IBV_WC_EX_WITH_COMPLETION_TIMESTAMP_WALLCLOCK;
+constexpr uint64_t kSupportedWcFlags = IBV_WC_STANDARD_FLAGS | kTimestampWcFlags;
 
 Cq* make_cq(ibv_context* ctx, int cqe, void* cq_context, ibv_comp_channel* channel, uint32_t comp_vector,
             uint64_t wc_flags, int* err) noexcept {
@@ -98,6 +104,11 @@ Cq* make_cq(ibv_context* ctx, int cqe, void* cq_context, ibv_comp_channel* chann
   ex.read_slid = cq_read_slid;
   ex.read_sl = cq_read_sl;
   ex.read_dlid_path_bits = cq_read_dlid_path_bits;
+  if ((wc_flags & kTimestampWcFlags) != 0) {
+    cq->impl->enable_timestamps();
+    ex.read_completion_ts = cq_read_completion_ts;
+    ex.read_completion_wallclock_ns = cq_read_completion_wallclock_ns;
+  }
   if (channel != nullptr) {
     pthread_mutex_lock(&ctx->mutex);
     ++channel->refcnt;
@@ -127,7 +138,7 @@ ibv_cq_ex* create_cq_ex_op(ibv_context* ctx, ibv_cq_init_attr_ex* attr) noexcept
     return fail(EINVAL, static_cast<ibv_cq_ex*>(nullptr));
   }
   if ((attr->wc_flags & ~kSupportedWcFlags) != 0) {
-    return fail(EOPNOTSUPP, static_cast<ibv_cq_ex*>(nullptr));  // no completion timestamps, CVLAN, flow tag
+    return fail(EOPNOTSUPP, static_cast<ibv_cq_ex*>(nullptr));  // no CVLAN, flow tag, TM info
   }
   if ((attr->comp_mask & IBV_CQ_INIT_ATTR_MASK_FLAGS) != 0 &&
       (attr->flags & ~static_cast<uint32_t>(IBV_CREATE_CQ_ATTR_SINGLE_THREADED)) != 0) {
@@ -138,6 +149,23 @@ ibv_cq_ex* create_cq_ex_op(ibv_context* ctx, ibv_cq_init_attr_ex* attr) noexcept
                    attr->wc_flags, &err);
   if (cq == nullptr) return fail(err, static_cast<ibv_cq_ex*>(nullptr));
   return &cq->ex;
+}
+
+// ibv_query_rt_values_ex(3): the device clock now, as mlx5 gives it (the
+// ticks in raw_clock.tv_nsec, tv_sec 0); the ticks are CLOCK_MONOTONIC ns.
+int query_rt_values_op(ibv_context*, ibv_values_ex* values) noexcept {
+  if (values == nullptr) return EINVAL;
+  if ((values->comp_mask & ~uint32_t{IBV_VALUES_MASK_RAW_CLOCK}) != 0) return EINVAL;
+  uint32_t filled = 0;
+  if ((values->comp_mask & IBV_VALUES_MASK_RAW_CLOCK) != 0) {
+    timespec t{};
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    values->raw_clock.tv_sec = 0;
+    values->raw_clock.tv_nsec = static_cast<long>(uint64_t(t.tv_sec) * 1'000'000'000u + uint64_t(t.tv_nsec));
+    filled |= IBV_VALUES_MASK_RAW_CLOCK;
+  }
+  values->comp_mask = filled;
+  return 0;
 }
 
 // ---- what a context owns -------------------------------------------------------------

@@ -95,6 +95,8 @@ struct Cq {
   Context* ctx = nullptr;
   uint64_t wc_flags = 0;      // IBV_WC_EX_WITH_* asked at creation
   ibv_wc cur{};               // the completion start_poll/next_poll made current
+  uint64_t cur_ts = 0;        // its device-clock time (IBV_WC_EX_WITH_COMPLETION_TIMESTAMP)
+  uint64_t cur_wall_ns = 0;   // its wall-clock time (..._WALLCLOCK)
 };
 
 struct Srq {
@@ -210,6 +212,7 @@ ibv_mw* alloc_mw_op(ibv_pd* pd, ibv_mw_type type) noexcept;
 int dealloc_mw_op(ibv_mw* mw) noexcept;
 int bind_mw_op(ibv_qp* qp, ibv_mw* mw, ibv_mw_bind* bind) noexcept;
 int post_send_op(ibv_qp* qp, ibv_send_wr* wr, ibv_send_wr** bad) noexcept;
+int query_rt_values_op(ibv_context* ctx, ibv_values_ex* values) noexcept;
 int advise_mr_op(ibv_pd* pd, ibv_advise_mr_advice advice, uint32_t flags, ibv_sge* sg_list,
                  uint32_t num_sge) noexcept;
 int post_srq_recv_op(ibv_srq* srq, ibv_recv_wr* wr, ibv_recv_wr** bad) noexcept;

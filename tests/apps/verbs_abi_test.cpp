@@ -308,7 +308,7 @@ TEST_F(VerbsAbi, UnsupportedVerbsFailCleanly) {
   EXPECT_EQ(ibv_attach_mcast(nullptr, nullptr, 0), EINVAL);
   ibv_cq_init_attr_ex cqa{};
   cqa.cqe = kCqe;
-  cqa.wc_flags = IBV_WC_EX_WITH_COMPLETION_TIMESTAMP;
+  cqa.wc_flags = IBV_WC_EX_WITH_CVLAN;
   errno = 0;
   EXPECT_EQ(ibv_create_cq_ex(ctx_[0], &cqa), nullptr);
   EXPECT_EQ(errno, EOPNOTSUPP);
@@ -373,6 +373,7 @@ struct Side {
   ibv_mr* mr = nullptr;
   std::vector<uint8_t> buf = std::vector<uint8_t>(kBuf);
 
+  uint64_t extra_wc_flags = 0;  // for the extended CQ
   void open(ibv_context* c, ibv_qp_type type, bool extended) {
     ctx = c;
     pd = ibv_alloc_pd(c);
@@ -384,7 +385,7 @@ struct Side {
       a.cqe = kCqe;
       a.channel = ch;
       a.cq_context = this;
-      a.wc_flags = IBV_WC_EX_WITH_BYTE_LEN | IBV_WC_EX_WITH_QP_NUM;
+      a.wc_flags = IBV_WC_EX_WITH_BYTE_LEN | IBV_WC_EX_WITH_QP_NUM | extra_wc_flags;
       cqx = ibv_create_cq_ex(c, &a);
       ASSERT_NE(cqx, nullptr);
       cq = ibv_cq_ex_to_cq(cqx);
@@ -666,6 +667,72 @@ TEST_F(VerbsAbi, QpExBuildersAndCqExPolling) {
   ibv_wr_start(qx);
   ibv_wr_set_sge(qx, a.mr->lkey, reinterpret_cast<uintptr_t>(a.buf.data()), 8);
   EXPECT_EQ(ibv_wr_complete(qx), EINVAL);
+  a.close();
+  b.close();
+}
+
+uint64_t now_ns(clockid_t clock) {
+  timespec t{};
+  clock_gettime(clock, &t);
+  return uint64_t(t.tv_sec) * 1'000'000'000u + uint64_t(t.tv_nsec);
+}
+
+// Completion timestamps (ibv_create_cq_ex(3), ibv_query_rt_values_ex(3)):
+// the device clock and its rate in query_device_ex, each completion's
+// device-clock and wall-clock time between the clock read before the send
+// and after the poll, in order.
+TEST_F(VerbsAbi, CompletionTimestamps) {
+  ibv_device_attr_ex ex{};
+  ASSERT_EQ(ibv_query_device_ex(ctx_[0], nullptr, &ex), 0);
+  EXPECT_EQ(ex.hca_core_clock, 1'000'000u);  // kHz: the clock counts nanoseconds
+  EXPECT_EQ(ex.completion_timestamp_mask, UINT64_MAX);
+  ibv_values_ex v{};
+  v.comp_mask = 1u << 5;  // not a value
+  EXPECT_EQ(ibv_query_rt_values_ex(ctx_[0], &v), EINVAL);
+  Side a, b;
+  a.extra_wc_flags = b.extra_wc_flags =
+      IBV_WC_EX_WITH_COMPLETION_TIMESTAMP | IBV_WC_EX_WITH_COMPLETION_TIMESTAMP_WALLCLOCK;
+  ASSERT_NO_FATAL_FAILURE(a.open(ctx_[0], IBV_QPT_RC, true));
+  ASSERT_NO_FATAL_FAILURE(b.open(ctx_[1], IBV_QPT_RC, true));
+  ASSERT_NO_FATAL_FAILURE(a.connect(b));
+  ASSERT_NO_FATAL_FAILURE(b.connect(a));
+  v.comp_mask = IBV_VALUES_MASK_RAW_CLOCK;
+  ASSERT_EQ(ibv_query_rt_values_ex(ctx_[0], &v), 0);
+  EXPECT_EQ(v.comp_mask, uint32_t{IBV_VALUES_MASK_RAW_CLOCK});
+  const uint64_t dev_before = static_cast<uint64_t>(v.raw_clock.tv_nsec);
+  const uint64_t wall_before = now_ns(CLOCK_REALTIME);
+  uint64_t prev = 0;
+  for (uint64_t i = 0; i < 3; ++i) {
+    b.post_recv(100 + i, 64);
+    ibv_qp_ex* qx = ibv_qp_to_qp_ex(a.qp);
+    ASSERT_NE(qx, nullptr);
+    ibv_wr_start(qx);
+    qx->wr_id = i;
+    qx->wr_flags = IBV_SEND_SIGNALED;
+    ibv_wr_send(qx);
+    ibv_wr_set_sge(qx, a.mr->lkey, reinterpret_cast<uintptr_t>(a.buf.data()), 16);
+    ASSERT_EQ(ibv_wr_complete(qx), 0);
+    ibv_poll_cq_attr pa{};
+    int rc = ENOENT;
+    for (int k = 0; k < 500000 && rc == ENOENT; ++k) rc = ibv_start_poll(b.cqx, &pa);
+    ASSERT_EQ(rc, 0);
+    const uint64_t ts = ibv_wc_read_completion_ts(b.cqx);
+    const uint64_t wall = ibv_wc_read_completion_wallclock_ns(b.cqx);
+    ibv_end_poll(b.cqx);
+    v.comp_mask = IBV_VALUES_MASK_RAW_CLOCK;
+    ASSERT_EQ(ibv_query_rt_values_ex(ctx_[1], &v), 0);
+    EXPECT_GE(ts, dev_before) << i;
+    EXPECT_LE(ts, static_cast<uint64_t>(v.raw_clock.tv_nsec)) << i;
+    EXPECT_GE(ts, prev) << i;
+    prev = ts;
+    EXPECT_GE(wall, wall_before) << i;
+    EXPECT_LE(wall, now_ns(CLOCK_REALTIME)) << i;
+    rc = ENOENT;
+    for (int k = 0; k < 500000 && rc == ENOENT; ++k) rc = ibv_start_poll(a.cqx, &pa);
+    ASSERT_EQ(rc, 0);
+    EXPECT_GE(ibv_wc_read_completion_ts(a.cqx), dev_before);
+    ibv_end_poll(a.cqx);
+  }
   a.close();
   b.close();
 }

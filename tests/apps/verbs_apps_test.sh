@@ -6,7 +6,7 @@
 #             device, port and GID table as a program sees them); a program
 #             that asks for an unsupported verb (ibv_xsrq_pingpong: XRC)
 #             gets a clean error, not a crash
-#   afpacket  ibv_rc_pingpong (also -e, and -s 16384 at path MTU 256, 512
+#   afpacket  ibv_rc_pingpong (also -e, -t, and -s 16384 at path MTU 256, 512
 #             and the port's 1024), ibv_uc_pingpong, ibv_ud_pingpong and
 #             ibv_srq_pingpong: server in one network namespace, client in
 #             the other (scripts/netns-up --veth), one net_af_packet port
@@ -129,6 +129,7 @@ PROGRAMS=(
   "rc thread ibv_rc_pingpong -g 0 -n $ITERS"
   "rc-inline inline ibv_rc_pingpong -g 0 -n $ITERS"
   "rc-events thread ibv_rc_pingpong -g 0 -n $ITERS -e"
+  "rc-ts thread ibv_rc_pingpong -g 0 -n $ITERS -t"
   "rc-16k inline ibv_rc_pingpong -g 0 -n $ITERS -s 16384"
   "rc-16k-mtu256 inline ibv_rc_pingpong -g 0 -n $ITERS -s 16384 -m 256"
   "rc-16k-mtu512 thread ibv_rc_pingpong -g 0 -n $ITERS -s 16384 -m 512"

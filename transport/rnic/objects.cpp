@@ -4,6 +4,7 @@
 #include "transport/rnic/objects.hpp"
 
 #include <fcntl.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -38,7 +39,7 @@ uint8_t* Mr::translate(uint64_t va, uint64_t len) const noexcept {
 
 Cq::Cq(Rnic& rnic, uint32_t capacity, void* context, CompChannel* channel)
     : rnic_(rnic), context_(context), channel_(channel), capacity_(capacity),
-      ring_(std::make_unique_for_overwrite<ibv_wc[]>(capacity + 1)),
+      ring_(std::make_unique_for_overwrite<Cqe[]>(capacity + 1)),
       slots_(capacity + 1) {}
 
 Cq::~Cq() = default;
@@ -60,7 +61,17 @@ bool Cq::push(const ibv_wc& wc, bool solicited) noexcept {
     }
     return false;
   }
-  ring_[tail] = wc;
+  Cqe& e = ring_[tail];
+  e.wc = wc;
+  if (timestamps_.load(std::memory_order_relaxed)) {
+    // When the entry is written, as hardware stamps its CQEs: the device
+    // clock (CLOCK_MONOTONIC in ns, Rnic::kHcaCoreClockKhz) and the wall clock.
+    timespec t{};
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    e.ts = uint64_t(t.tv_sec) * 1'000'000'000u + uint64_t(t.tv_nsec);
+    clock_gettime(CLOCK_REALTIME, &t);
+    e.wall_ns = uint64_t(t.tv_sec) * 1'000'000'000u + uint64_t(t.tv_nsec);
+  }
   tail_.store(next, std::memory_order_release);  // publishes the entry to pollers
   // Completion event (IBA 11.4.2.2, ibv_req_notify_cq(3)): armed for the
   // next completion, or for a solicited one (the SE bit); an unsuccessful
@@ -76,7 +87,7 @@ bool Cq::push(const ibv_wc& wc, bool solicited) noexcept {
   return true;
 }
 
-int Cq::poll(int n, ibv_wc* out) {
+int Cq::poll(int n, ibv_wc* out, uint64_t* ts, uint64_t* wall_ns) {
   if (n < 0) return -EINVAL;
   std::lock_guard lock(poll_mu_);
   const uint32_t size = slots_;
@@ -84,7 +95,10 @@ int Cq::poll(int n, ibv_wc* out) {
   const uint32_t tail = tail_.load(std::memory_order_acquire);
   int got = 0;
   while (got < n && head != tail) {
-    out[got++] = ring_[head];
+    const Cqe& e = ring_[head];
+    if (ts != nullptr) ts[got] = e.ts;
+    if (wall_ns != nullptr) wall_ns[got] = e.wall_ns;
+    out[got++] = e.wc;
     head = head + 1 == size ? 0 : head + 1;
   }
   if (got) {
@@ -105,7 +119,7 @@ void Cq::clean(Qpn qpn) {
   uint32_t keep = tail;
   for (uint32_t i = tail; i != head;) {
     i = prev(i);
-    if (ring_[i].qp_num == qpn.value()) continue;
+    if (ring_[i].wc.qp_num == qpn.value()) continue;
     keep = prev(keep);
     if (keep != i) ring_[keep] = ring_[i];
   }
@@ -138,7 +152,7 @@ int Cq::resize(uint32_t cqe) {
       rc = EINVAL;
       return;
     }
-    auto ring = std::make_unique_for_overwrite<ibv_wc[]>(cqe + 1);
+    auto ring = std::make_unique_for_overwrite<Cqe[]>(cqe + 1);
     for (uint32_t i = 0; i < used; ++i) ring[i] = ring_[(head + i) % size];
     ring_ = std::move(ring);
     slots_ = cqe + 1;

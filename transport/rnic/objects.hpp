@@ -172,8 +172,12 @@ class Cq {
   CompChannel* channel() const noexcept { return channel_; }
   uint32_t capacity() const noexcept { return capacity_; }  // usable entries (ibv cqe)
 
-  // Application side.
-  int poll(int n, ibv_wc* out);              // number polled, or -errno
+  // Application side.  `ts` / `wall_ns` (n entries each, optional): each
+  // completion's timestamps (valid once enable_timestamps was called).
+  int poll(int n, ibv_wc* out, uint64_t* ts = nullptr, uint64_t* wall_ns = nullptr);  // number polled, or -errno
+  // Control path, before any QP uses the CQ: stamp every entry
+  // (IBV_WC_EX_WITH_COMPLETION_TIMESTAMP[_WALLCLOCK]).
+  void enable_timestamps() noexcept { timestamps_.store(true, std::memory_order_relaxed); }
   int req_notify(bool solicited_only);       // 0 or errno
   int resize(uint32_t cqe);                  // 0 or errno (EINVAL when below the entries in use)
   // [engine] Removes the entries of QP `qpn` not yet polled, keeping the
@@ -204,7 +208,16 @@ class Cq {
   uint32_t capacity_;
   // capacity_ + 1 slots, left uninitialised: a large CQ (libfabric's rxm
   // asks for 2^18 entries) costs address space, and memory only as it fills.
-  std::unique_ptr<ibv_wc[]> ring_;
+  // One slot is a cache line: the completion and, on a CQ that stamps them,
+  // its device-clock and wall-clock times.
+  struct Cqe {
+    ibv_wc wc;
+    uint64_t ts;
+    uint64_t wall_ns;
+  };
+  static_assert(sizeof(Cqe) == 64);
+  std::unique_ptr<Cqe[]> ring_;
+  std::atomic<bool> timestamps_{false};
   uint32_t slots_;
   alignas(64) std::atomic<uint32_t> head_{0};  // next to poll
   alignas(64) std::atomic<uint32_t> tail_{0};  // next to fill

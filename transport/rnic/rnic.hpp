@@ -159,6 +159,10 @@ class Rnic final : public transport::RoceSink {
   // pinned; memory.hpp guards every access), implicit ODP included, for
   // each operation RC, UC and UD carry (rxe's, plus implicit).
   static ibv_odp_caps odp_caps() noexcept;
+  // The device clock completion timestamps count (Cq::enable_timestamps):
+  // CLOCK_MONOTONIC in nanoseconds, i.e. 1 GHz (query_device_ex's
+  // hca_core_clock, in kHz).
+  static constexpr uint64_t kHcaCoreClockKhz = 1'000'000;
   // Memory windows (objects.hpp Mw): type 1 or 2 (else EINVAL), on this
   // device's PD.  dealloc_mw unbinds it first: no access through its key
   // succeeds once it returns.
