@@ -78,7 +78,7 @@ drivers::Status Engine::init() {
   return {};
 }
 
-uint64_t Engine::realtime_ns() const noexcept {
+uint64_t Engine::realtime_ns() noexcept {
   timespec ts;
   clock_gettime(CLOCK_REALTIME, &ts);
   return static_cast<uint64_t>(ts.tv_sec) * 1'000'000'000 + static_cast<uint64_t>(ts.tv_nsec);

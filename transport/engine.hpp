@@ -203,6 +203,7 @@ class Engine {
 
   // ---- [engine] ---------------------------------------------------------------
   uint64_t now() const noexcept { return now_ns_; }  // this iteration's clock sample
+  static uint64_t realtime_ns() noexcept;            // CLOCK_REALTIME now (captures, CQE wall clock); any thread
   TimerWheel& timers() noexcept { return wheel_; }
   NeighTable& neighbours() noexcept { return neigh_; }
   rte_mbuf* alloc() noexcept;                       // counts drop_no_mbuf on failure
@@ -275,7 +276,6 @@ class Engine {
   void announce();
   unsigned drain_doorbells();
   static void idle_backoff(uint64_t idle_ns) noexcept;
-  uint64_t realtime_ns() const noexcept;
 
   drivers::Port& port_;
   EngineConfig cfg_;

@@ -151,17 +151,15 @@ ibv_cq_ex* create_cq_ex_op(ibv_context* ctx, ibv_cq_init_attr_ex* attr) noexcept
   return &cq->ex;
 }
 
-// ibv_query_rt_values_ex(3): the device clock now, as mlx5 gives it (the
-// ticks in raw_clock.tv_nsec, tv_sec 0); the ticks are CLOCK_MONOTONIC ns.
+// ibv_query_rt_values_ex(3): the device clock now (Rnic::device_clock_ns),
+// as mlx5 gives it: the ticks in raw_clock.tv_nsec, tv_sec 0.
 int query_rt_values_op(ibv_context*, ibv_values_ex* values) noexcept {
   if (values == nullptr) return EINVAL;
   if ((values->comp_mask & ~uint32_t{IBV_VALUES_MASK_RAW_CLOCK}) != 0) return EINVAL;
   uint32_t filled = 0;
   if ((values->comp_mask & IBV_VALUES_MASK_RAW_CLOCK) != 0) {
-    timespec t{};
-    clock_gettime(CLOCK_MONOTONIC, &t);
     values->raw_clock.tv_sec = 0;
-    values->raw_clock.tv_nsec = static_cast<long>(uint64_t(t.tv_sec) * 1'000'000'000u + uint64_t(t.tv_nsec));
+    values->raw_clock.tv_nsec = static_cast<long>(rnic::Rnic::device_clock_ns());
     filled |= IBV_VALUES_MASK_RAW_CLOCK;
   }
   values->comp_mask = filled;

@@ -144,10 +144,7 @@ void wr_set_inline_data(ibv_qp_ex* q, void* addr, size_t length) noexcept {
 // ibv_wr_atomic_write(3): the 8 bytes are taken now, as inline data (the
 // RNIC keeps them in the WQE).
 void wr_atomic_write(ibv_qp_ex* q, uint32_t rkey, uint64_t addr, const void* value) noexcept {
-  if (begin_wr(q, IBV_WR_ATOMIC_WRITE) == nullptr) return;
-  WrBatch::Entry* e = last_wr(q);
-  e->wr.wr.rdma.rkey = rkey;
-  e->wr.wr.rdma.remote_addr = addr;
+  wr_rdma(q, IBV_WR_ATOMIC_WRITE, rkey, addr, 0);  // a batch not started: noted once, the setter below does nothing more
   const ibv_data_buf buf{const_cast<void*>(value), 8};
   wr_set_inline_data_list(q, 1, &buf);
 }

@@ -211,7 +211,6 @@ ibv_cq_ex* create_cq_ex_op(ibv_context* ctx, ibv_cq_init_attr_ex* attr) noexcept
 ibv_mw* alloc_mw_op(ibv_pd* pd, ibv_mw_type type) noexcept;
 int dealloc_mw_op(ibv_mw* mw) noexcept;
 int bind_mw_op(ibv_qp* qp, ibv_mw* mw, ibv_mw_bind* bind) noexcept;
-int post_send_op(ibv_qp* qp, ibv_send_wr* wr, ibv_send_wr** bad) noexcept;
 int query_rt_values_op(ibv_context* ctx, ibv_values_ex* values) noexcept;
 int advise_mr_op(ibv_pd* pd, ibv_advise_mr_advice advice, uint32_t flags, ibv_sge* sg_list,
                  uint32_t num_sge) noexcept;

@@ -4,7 +4,6 @@
 #include "transport/rnic/objects.hpp"
 
 #include <fcntl.h>
-#include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -65,12 +64,9 @@ bool Cq::push(const ibv_wc& wc, bool solicited) noexcept {
   e.wc = wc;
   if (timestamps_.load(std::memory_order_relaxed)) {
     // When the entry is written, as hardware stamps its CQEs: the device
-    // clock (CLOCK_MONOTONIC in ns, Rnic::kHcaCoreClockKhz) and the wall clock.
-    timespec t{};
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    e.ts = uint64_t(t.tv_sec) * 1'000'000'000u + uint64_t(t.tv_nsec);
-    clock_gettime(CLOCK_REALTIME, &t);
-    e.wall_ns = uint64_t(t.tv_sec) * 1'000'000'000u + uint64_t(t.tv_nsec);
+    // clock (Rnic::device_clock_ns) and the wall clock.
+    e.ts = Rnic::device_clock_ns();
+    e.wall_ns = transport::Engine::realtime_ns();
   }
   tail_.store(next, std::memory_order_release);  // publishes the entry to pollers
   // Completion event (IBA 11.4.2.2, ibv_req_notify_cq(3)): armed for the

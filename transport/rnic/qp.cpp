@@ -587,22 +587,14 @@ int Qp::post_send(const ibv_send_wr* wr, const ibv_send_wr** bad) {
         w.remote_qkey = wr->wr.ud.remote_qkey;
       }
       w.length = length;
-      if (inl && atomic_write) {
-        uint8_t* value = reinterpret_cast<uint8_t*>(&w.compare_add);  // the bytes as given, in memory order
-        uint64_t off = 0;
-        for (int i = 0; i < wr->num_sge; ++i) {
-          const ibv_sge& s = wr->sg_list[i];
-          if (s.length) std::memcpy(value + off, reinterpret_cast<const void*>(s.addr), s.length);
-          off += s.length;
-        }
-        w.num_sge = 0;
-      } else if (inl) {
+      if (inl) {
         // The bytes are taken now: the application may reuse its buffers
         // as soon as post_send returns (ibv_post_send(3), IBV_SEND_INLINE).
+        uint8_t* dst = w.inline_bytes();
         uint64_t off = 0;
         for (int i = 0; i < wr->num_sge; ++i) {
           const ibv_sge& s = wr->sg_list[i];
-          if (s.length) std::memcpy(w.inline_data + off, reinterpret_cast<const void*>(s.addr), s.length);
+          if (s.length) std::memcpy(dst + off, reinterpret_cast<const void*>(s.addr), s.length);
           off += s.length;
         }
         w.num_sge = 0;

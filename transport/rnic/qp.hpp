@@ -84,6 +84,11 @@ struct SendWqe {
     return opcode == IBV_WR_RDMA_READ || opcode == IBV_WR_ATOMIC_CMP_AND_SWP ||
            opcode == IBV_WR_ATOMIC_FETCH_AND_ADD;
   }
+  // Where IBV_SEND_INLINE bytes are kept: the slot's inline room, or for an
+  // ATOMIC WRITE (which needs none) its 8 bytes in compare_add, as given.
+  uint8_t* inline_bytes() noexcept {
+    return opcode == IBV_WR_ATOMIC_WRITE ? reinterpret_cast<uint8_t*>(&compare_add) : inline_data;
+  }
   // A local memory operation (bind, local invalidate): carried out by the
   // requester in send-queue order, no packet, no PSN.
   bool local_op() const noexcept { return opcode == IBV_WR_BIND_MW || opcode == IBV_WR_LOCAL_INV; }

@@ -209,14 +209,9 @@ Start start_wqe(Qp& qp, SendWqe& w) noexcept {
 // SGE no longer translates (deregistered or unmapped since the WQE's check).
 bool gather(Qp& qp, SendWqe& w, uint64_t off, uint8_t* buf, uint64_t len) noexcept {
   if (len == 0) return true;
-  if ((w.send_flags & IBV_SEND_INLINE) != 0 && w.opcode == IBV_WR_ATOMIC_WRITE) {
-    if (off + len > kAtomicLen) return false;
-    std::memcpy(buf, reinterpret_cast<const uint8_t*>(&w.compare_add) + off, len);
-    return true;
-  }
   if ((w.send_flags & IBV_SEND_INLINE) != 0) {
     if (off + len > w.length || off + len > kMaxInlineData) return false;
-    std::memcpy(buf, w.inline_data + off, len);
+    std::memcpy(buf, w.inline_bytes() + off, len);
     return true;
   }
   return sge_gather(qp.rnic(), qp.pd(), {w.sge, w.num_sge}, off, buf, len, 0, &w.cursor);

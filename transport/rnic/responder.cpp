@@ -650,26 +650,33 @@ Step rkey_read(Rx& r) noexcept {
   return Step::Execute;
 }
 
-Step rkey_atomic(Rx& r) noexcept {
-  const wire::AtomicEthC aeth = r.ext<wire::AtomicEthC>(wire::kHdrAtomicEth);
-  r.va = aeth.va();
-  r.rkey = aeth.rkey().value();
+// The 8-byte word at r.va under r.rkey with the right `need` (atomics and
+// ATOMIC WRITE): aligned on the wire (C9-92) and in memory (an MR whose
+// iova and address differ in alignment), inside the key's range.
+Step rkey_word(Rx& r, int need) noexcept {
   r.dma_len = kAtomicLen;
   if ((r.va & (kAtomicLen - 1)) != 0) {
     r.fault = Fault::Misaligned;
     return Step::Fault;
   }
   KeyCheck check = KeyCheck::Ok;
-  r.target = r.rnic.check_rkey(r.rkey, r.va, kAtomicLen, IBV_ACCESS_REMOTE_ATOMIC, r.qp.pd(), &check, nullptr, &r.qp);
+  r.target = r.rnic.check_rkey(r.rkey, r.va, kAtomicLen, need, r.qp.pd(), &check, nullptr, &r.qp);
   if (r.target == nullptr) {
     r.fault = Fault::RemoteAccess;
     return Step::Fault;
   }
   if ((reinterpret_cast<uintptr_t>(r.target) & (kAtomicLen - 1)) != 0) {
-    r.fault = Fault::Misaligned;  // an MR whose iova and address differ in alignment
+    r.fault = Fault::Misaligned;
     return Step::Fault;
   }
   return Step::Execute;
+}
+
+Step rkey_atomic(Rx& r) noexcept {
+  const wire::AtomicEthC aeth = r.ext<wire::AtomicEthC>(wire::kHdrAtomicEth);
+  r.va = aeth.va();
+  r.rkey = aeth.rkey().value();
+  return rkey_word(r, IBV_ACCESS_REMOTE_ATOMIC);
 }
 
 // ATOMIC WRITE (IBA 1.5; rxe's rules): one packet whose RETH and payload
@@ -678,26 +685,11 @@ Step rkey_atomic_write(Rx& r) noexcept {
   const wire::RethC reth = r.ext<wire::RethC>(wire::kHdrReth);
   r.va = reth.va();
   r.rkey = reth.rkey().value();
-  r.dma_len = kAtomicLen;
   if (reth.dma_len() != kAtomicLen || r.len != kAtomicLen) {
     r.fault = Fault::Length;
     return Step::Fault;
   }
-  if ((r.va & (kAtomicLen - 1)) != 0) {
-    r.fault = Fault::Misaligned;
-    return Step::Fault;
-  }
-  KeyCheck check = KeyCheck::Ok;
-  r.target = r.rnic.check_rkey(r.rkey, r.va, kAtomicLen, IBV_ACCESS_REMOTE_WRITE, r.qp.pd(), &check, nullptr, &r.qp);
-  if (r.target == nullptr) {
-    r.fault = Fault::RemoteAccess;
-    return Step::Fault;
-  }
-  if ((reinterpret_cast<uintptr_t>(r.target) & (kAtomicLen - 1)) != 0) {
-    r.fault = Fault::Misaligned;
-    return Step::Fault;
-  }
-  return Step::Execute;
+  return rkey_word(r, IBV_ACCESS_REMOTE_WRITE);
 }
 
 // ---- execution ---------------------------------------------------------------------

@@ -348,17 +348,13 @@ Mr* Rnic::reg_mr(Pd* pd, void* addr, size_t length, uint64_t iova, int access, i
       set_err(err, EINVAL);
       return nullptr;
     }
-    uint32_t idx = 0;
-    if (!take_key_index(&idx)) {
+    uint32_t key = 0;
+    if (!take_key(&key)) {
       set_err(err, ENOMEM);
       return nullptr;
     }
-    // lkey == rkey: the table index, and a random key byte that differs from
-    // the index's previous one, so that a stale key misses (IBA 10.6.3.3)
-    // and a live one cannot be guessed from its neighbours.  Freed indexes
-    // are reused oldest first, so a key's slot comes back as late as it can.
-    const uint32_t key = (idx << 8) | new_key_byte(idx);
-    mr->pd = pd;
+    const uint32_t idx = key >> 8;
+    mr->pd = pd;  // lkey == rkey
     mr->lkey = Lkey(key);
     mr->rkey = Rkey(key);
     Mr* p = mr.get();
@@ -371,17 +367,28 @@ Mr* Rnic::reg_mr(Pd* pd, void* addr, size_t length, uint64_t iova, int access, i
   });
 }
 
-bool Rnic::take_key_index(uint32_t* idx) {
+// A key for a new MR or window: the table index, and a random key byte
+// that differs from the index's previous one, so that a stale key misses
+// (IBA 10.6.3.3) and a live one cannot be guessed from its neighbours.
+// Freed indexes are reused oldest first, so a key's slot comes back as late
+// as it can.
+bool Rnic::take_key(uint32_t* key) {
+  uint32_t idx = 0;
   if (!free_keys_.empty()) {
-    *idx = free_keys_.front();
+    idx = free_keys_.front();
     free_keys_.pop_front();
-    return true;
+  } else if (next_key_ < kMaxMr) {
+    idx = next_key_++;
+  } else {
+    return false;
   }
-  if (next_key_ < kMaxMr) {
-    *idx = next_key_++;
-    return true;
-  }
-  return false;
+  uint8_t b;
+  do {
+    b = static_cast<uint8_t>(rng_());
+  } while (b == last_key_byte_[idx]);
+  last_key_byte_[idx] = b;
+  *key = (idx << 8) | b;
+  return true;
 }
 
 // ---- memory windows --------------------------------------------------------------------
@@ -392,16 +399,17 @@ Mw* Rnic::alloc_mw(Pd* pd, ibv_mw_type type, int* err) {
       set_err(err, EINVAL);
       return nullptr;
     }
-    uint32_t idx = 0;
-    if (!take_key_index(&idx)) {
+    uint32_t key = 0;
+    if (!take_key(&key)) {
       set_err(err, ENOMEM);
       return nullptr;
     }
+    const uint32_t idx = key >> 8;
     if (mws_.size() <= idx) mws_.resize(std::max<size_t>(idx + 1, mws_.size() * 2));
     auto mw = std::make_unique<Mw>();
     mw->pd = pd;
     mw->type = type;
-    mw->rkey = Rkey((idx << 8) | new_key_byte(idx));
+    mw->rkey = Rkey(key);
     mw->ibv.rkey = mw->rkey.value();
     mw->ibv.handle = mw->rkey.value();
     mw->ibv.type = type;
@@ -510,15 +518,6 @@ bool Rnic::remote_invalidate(Qp& qp, uint32_t rkey) noexcept {
   return true;
 }
 
-uint8_t Rnic::new_key_byte(uint32_t idx) {
-  uint8_t b;
-  do {
-    b = static_cast<uint8_t>(rng_());
-  } while (b == last_key_byte_[idx]);
-  last_key_byte_[idx] = b;
-  return b;
-}
-
 int Rnic::check_memory(const void* addr, uint64_t length, int access) {
   // ibv_reg_mr(3) on a kernel device: the pages are pinned, writable when
   // any access may write them (the kernel's ib_access_writable), and a
@@ -588,6 +587,12 @@ int Rnic::dereg_mr(Mr* mr) {
     --live_mrs_;
     return 0;
   });
+}
+
+uint64_t Rnic::device_clock_ns() noexcept {
+  timespec t{};
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return static_cast<uint64_t>(t.tv_sec) * 1'000'000'000 + static_cast<uint64_t>(t.tv_nsec);
 }
 
 ibv_odp_caps Rnic::odp_caps() noexcept {

@@ -163,6 +163,7 @@ class Rnic final : public transport::RoceSink {
   // CLOCK_MONOTONIC in nanoseconds, i.e. 1 GHz (query_device_ex's
   // hca_core_clock, in kHz).
   static constexpr uint64_t kHcaCoreClockKhz = 1'000'000;
+  static uint64_t device_clock_ns() noexcept;  // its value now (any thread)
   // Memory windows (objects.hpp Mw): type 1 or 2 (else EINVAL), on this
   // device's PD.  dealloc_mw unbinds it first: no access through its key
   // succeeds once it returns.
@@ -270,8 +271,7 @@ class Rnic final : public transport::RoceSink {
   void comm_est(Qp& qp) noexcept;                                              // [engine]
   std::function<void(Qp&)> comm_est_hook_;                                     // [engine]
   Qp* make_qp(Pd* pd, const ibv_qp_init_attr& init, uint32_t qpn, int* err);
-  uint8_t new_key_byte(uint32_t idx);
-  bool take_key_index(uint32_t* idx);  // [engine] a free MR/MW key index
+  bool take_key(uint32_t* key);  // [engine] a new MR/MW key; false when none is left
   Mw* mw_by_key(uint32_t rkey) noexcept;
   uint8_t* check_mw_rkey(const Mw& mw, uint32_t rkey, uint64_t va, uint64_t len, int need, const Pd* pd,
                          KeyCheck* check, uint32_t* epoch, const Qp* qp) noexcept;
