@@ -32,6 +32,7 @@
 #include "drivers/sim/sim_wire.hpp"
 #include "lib/wire/build.hpp"
 #include "lib/wire/icrc.hpp"
+#include "transport/device.hpp"
 #include "transport/engine.hpp"
 #include "transport/rnic/requester.hpp"
 #include "transport/rnic/rnic.hpp"
@@ -98,8 +99,9 @@ constexpr int kAccess = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_A
 
 struct Node {
   drivers::sim::SimPort* port = nullptr;
-  std::unique_ptr<Engine> engine;
-  std::unique_ptr<Rnic> rnic;
+  std::unique_ptr<transport::Device> dev;  // engine and RNIC over `port`
+  Engine* engine = nullptr;
+  Rnic* rnic = nullptr;
   Pd* pd = nullptr;
   uint32_t ip = 0;
 };
@@ -119,10 +121,8 @@ class Bed {
     resolve(b_, a_);
   }
   ~Bed() {
-    a_.rnic.reset();
-    b_.rnic.reset();
-    a_.engine.reset();
-    b_.engine.reset();
+    a_.dev.reset();
+    b_.dev.reset();
   }
 
   static void fail(const char* what) {
@@ -183,9 +183,11 @@ class Bed {
     c.progress = transport::Progress::Inline;
     c.rx_burst = 128;
     c.neigh.retry_interval_ns = 10'000'000;
-    n.engine = std::make_unique<Engine>(*n.port, c);
-    if (!n.engine->init()) fail("engine init");
-    n.rnic = std::make_unique<Rnic>(*n.engine, ip == 0x0A000001 ? "uroce0" : "uroce1");
+    auto dev = transport::Device::assemble(*n.port, ip == 0x0A000001 ? "uroce0" : "uroce1", std::move(c));
+    if (!dev) fail("device assembly");
+    n.dev = std::move(*dev);
+    n.engine = &n.dev->engine();
+    n.rnic = &n.dev->rnic();
     int err = 0;
     n.pd = n.rnic->alloc_pd(&err);
     if (!n.pd) fail("alloc_pd");

@@ -89,30 +89,31 @@ RdmaCm::RdmaCm(std::vector<RdmaCmDevice> devices, RdmaCmOptions options) : opt_(
     d->model = this;
     d->index = i;
     d->cfg = std::move(devices[i]);
-    d->poll_timer.cb = &RdmaCm::on_poll_timer;
-    d->poll_timer.owner = d.get();
     devs_.push_back(std::move(d));
   }
   next_port_ = kEphemeralLow + std::random_device{}() % (kEphemeralHigh - kEphemeralLow);
 }
 
+// The devices' CMs stay: what this model made on them goes (its connections
+// are destroyed as rdma_destroy_id does, a DREQ or REJ where the CM's
+// state says), and the CMs have no consumer until the next one starts.
 RdmaCm::~RdmaCm() {
   for (auto& dp : devs_) {
     RdmaDev& d = *dp;
-    if (!d.cm) continue;
-    transport::telemetry_unregister_set(d.cfg.rnic->name(), "cm", &d);
-    transport::telemetry_unregister_set(d.cfg.rnic->name(), "gsi", &d);
+    if (d.cm == nullptr) continue;
     d.engine().run_sync([&] {
-      d.gsi->on_completion(nullptr, nullptr);
-      d.engine().timers().cancel(d.poll_timer);
+      (void)d.cfg.cm->set_consumer(nullptr);
       d.engine().set_resolve_hook(nullptr);
       d.cfg.rnic->set_comm_est_hook(nullptr);
-      from_engine([&] {  // the CM's destructor may report: it finds the lock held
-        for (RdmaId* id : ids_) d.engine().timers().cancel(id->addr_timer);
-        d.cm.reset();
+      from_engine([&] {
+        for (RdmaId* id : ids_) {
+          d.engine().timers().cancel(id->addr_timer);
+          if (id->dev == &d && id->cm_id != nullptr) d.cm->destroy_id(std::exchange(id->cm_id, nullptr));
+        }
+        for (auto& [sid, l] : d.cm_listens) d.cm->destroy_id(l);
+        d.cm_listens.clear();
       });
     });
-    d.gsi->close();
   }
   for (RdmaId* id : ids_) delete id;
   for (RdmaChannel* ch : channels_) delete ch;
@@ -121,34 +122,20 @@ RdmaCm::~RdmaCm() {
 int RdmaCm::start() {
   for (auto& dp : devs_) {
     RdmaDev& d = *dp;
-    if (d.cm) continue;
-    d.gsi = std::make_unique<GsiPort>(*d.cfg.rnic);
-    if (const int rc = d.gsi->open(); rc != 0) return rc;
-    CmConfig cc = opt_.cm;
-    cc.ca_guid = d.cfg.rnic->node_guid();
+    if (d.cm != nullptr) continue;
+    if (d.cfg.cm == nullptr || d.cfg.rnic == nullptr || &d.cfg.cm->rnic() != d.cfg.rnic) return EINVAL;
     transport::Engine* e = &d.engine();
     RdmaDev* dev = &d;
+    int rc = 0;
     d.engine().run_sync([&] {
-      d.cm = std::make_unique<Cm>(*d.gsi, e->timers(), [e] { return e->now(); }, cc,
-                                  [this, dev](const CmEvent& ev) { from_engine([&] { on_cm_event(*dev, ev); }); });
+      rc = d.cfg.cm->set_consumer([this, dev](const CmEvent& ev) { from_engine([&] { on_cm_event(*dev, ev); }); });
+      if (rc != 0) return;
+      d.cm = &d.cfg.cm->cm();
       e->set_resolve_hook(
           [this, dev](const IpAddr& ip, bool ok) { from_engine([&] { on_resolved(*dev, ip, ok); }); });
       d.cfg.rnic->set_comm_est_hook([this, dev](rnic::Qp& qp) { from_engine([&] { on_comm_est(*dev, qp); }); });
-      // QP 1 is polled when a completion arrives on it, from the engine
-      // loop (never inside the push: the CM sends and modifies QPs).
-      d.gsi->on_completion(&RdmaCm::on_gsi_completion, dev);
-      e->timers().arm(d.poll_timer, e->now());
     });
-    // The CM's counters (and its GSI port's), readable by `uroce stats`.
-    transport::telemetry_register_set(d.cfg.rnic->name(), "cm", &d, [dev](const transport::CounterVisitor& f) {
-      dev->cm->counters().for_each([&](std::string_view n, std::string_view, uint64_t v) { f(n, v); });
-      f("pending_requests", dev->cm->pending_requests());
-      f("timewait", dev->cm->timewait_count());
-    });
-    transport::telemetry_register_set(d.cfg.rnic->name(), "gsi", &d, [dev](const transport::CounterVisitor& f) {
-      dev->gsi->counters().for_each([&](std::string_view n, std::string_view, uint64_t v) { f(n, v); });
-      f("address_handles", dev->gsi->ah_count());
-    });
+    if (rc != 0) return rc;
   }
   return 0;
 }
@@ -157,7 +144,7 @@ const CmCounters* RdmaCm::cm_counters(size_t dev) const {
   return dev < devs_.size() && devs_[dev]->cm ? &devs_[dev]->cm->counters() : nullptr;
 }
 const GsiCounters* RdmaCm::gsi_counters(size_t dev) const {
-  return dev < devs_.size() && devs_[dev]->gsi ? &devs_[dev]->gsi->counters() : nullptr;
+  return dev < devs_.size() && devs_[dev]->cm ? &devs_[dev]->cfg.cm->gsi().counters() : nullptr;
 }
 
 RdmaCm::Usage RdmaCm::usage() {
@@ -178,19 +165,6 @@ RdmaCm::Usage RdmaCm::usage() {
   u.channels = channels_.size();
   u.bound_ports = ports_.size();
   return u;
-}
-
-// [engine] Armed by on_gsi_completion: takes every completion on QP 1.
-void RdmaCm::on_poll_timer(Timer& t, uint64_t) {
-  RdmaDev& d = t.owner_as<RdmaDev>();
-  d.model->from_engine(
-      [&] { d.gsi->poll([&](const MadAddr& from, std::span<const uint8_t> mad) { d.cm->on_mad(from, mad); }); });
-}
-
-// [engine] A completion on QP 1: poll it on the next turn of the loop.
-void RdmaCm::on_gsi_completion(void* dev) noexcept {
-  RdmaDev& d = *static_cast<RdmaDev*>(dev);
-  if (!d.poll_timer.armed()) d.engine().timers().arm(d.poll_timer, d.engine().now());
 }
 
 void RdmaCm::progress() {

@@ -1,5 +1,5 @@
 // The rdma_cm model: librdmacm's behaviour (the rdma_cm(7) man pages) over
-// the IB CM (cm.hpp) on each device's GSI QP (gsi_port.hpp), as Linux's
+// each device's IB CM (device_cm.hpp: the CM on the GSI QP), as Linux's
 // rdma_cm does it over RoCEv2, so that kernel peers and uroce peers connect
 // to each other.
 //
@@ -62,6 +62,7 @@
 #include <vector>
 
 #include "cm/cm.hpp"
+#include "cm/device_cm.hpp"
 #include "cm/gsi_port.hpp"
 #include "transport/event_queue.hpp"
 #include "transport/neigh.hpp"
@@ -80,7 +81,8 @@ struct RdmaCmAddr {
 
 // A device as the model needs it.
 struct RdmaCmDevice {
-  rnic::Rnic* rnic = nullptr;
+  DeviceCm* cm = nullptr;         // the device's IB CM; the model is its consumer (start)
+  rnic::Rnic* rnic = nullptr;     // cm's RNIC
   ibv_context* verbs = nullptr;   // what id->verbs shows (the drop-in's context); opaque here
   std::vector<RdmaCmAddr> addresses;
   bool inline_progress = false;   // UROCE_PROGRESS=inline: waits drive the engine
@@ -91,7 +93,6 @@ struct RdmaCmOptions {
   // Linux's rdma_cm: 20 (4.3 s) and 15.
   uint8_t cm_response_timeout = kDefaultCmResponseTimeout;
   uint8_t max_cm_retries = kDefaultMaxCmRetries;
-  CmConfig cm;                        // ca_guid is each device's node GUID
 };
 
 // rdma_cm_event with its private data kept inside.
@@ -230,7 +231,8 @@ class RdmaCm {
   RdmaCm(const RdmaCm&) = delete;
   RdmaCm& operator=(const RdmaCm&) = delete;
 
-  // Opens QP 1 and starts the CM on every device; 0 or an errno.
+  // Becomes the consumer of every device's CM; 0 or an errno (EINVAL: a
+  // device without its CM; EBUSY: another consumer has it).
   virtual int start();
 
   // ---- channels ----
@@ -348,8 +350,6 @@ class RdmaCm {
   // as `conn`; false, and nothing changes, when its state does not take it.
   bool step(RdmaId& id, RdmaIdInput in);
   static void on_addr_timer(Timer& t, uint64_t now_ns);
-  static void on_poll_timer(Timer& t, uint64_t now_ns);
-  static void on_gsi_completion(void* dev) noexcept;
 
   std::vector<std::unique_ptr<RdmaDev>> devs_;
   RdmaCmOptions opt_;
@@ -361,14 +361,13 @@ class RdmaCm {
   uint32_t next_port_ = 0;
 };
 
-// Per device: QP 1, the CM and the timers that run them in the engine.
+// Per device: its CM (the device's; this model its consumer once started)
+// and what the model keeps about it.
 struct RdmaDev {
   RdmaCm* model = nullptr;
   size_t index = 0;
   RdmaCmDevice cfg;
-  std::unique_ptr<GsiPort> gsi;
-  std::unique_ptr<Cm> cm;
-  Timer poll_timer;                   // armed when QP 1 has a completion (on_gsi_completion)
+  Cm* cm = nullptr;                   // cfg.cm's, from start() on
   std::vector<RdmaId*> accepting;     // passive ids waiting for the RTU (first data counts)
   // One CM listen per service ID; the listening RdmaId for a REQ is found
   // from the port table by the destination address in its rdma_cm header

@@ -136,7 +136,28 @@ dpdk::EalOptions eal_options(const config::Config& cfg) {
 
 // ---- Device --------------------------------------------------------------------------
 
+drivers::Result<std::unique_ptr<Device>> Device::assemble(drivers::Port& port, std::string name, EngineConfig ec) {
+  std::unique_ptr<Device> d(new Device());
+  DeviceInfo& info = d->info_;
+  info.name = std::move(name);
+  info.kind = config::DeviceKind::kSim;
+  info.port = port.name();
+  info.driver = std::string(kSimDriver);
+  info.mac = ec.local.mac;
+  info.mtu = port.mtu();
+  info.local = ec.local;
+  info.answer_host = ec.answer_host;
+  info.progress = ec.progress;
+  info.pcap = ec.pcap_path;
+  d->top_ = &port;
+  d->engine_ = std::make_unique<Engine>(port, std::move(ec));
+  if (Status st = d->engine_->init(); !st) return Error{st.error().code, info.name + ": " + st.error().message};
+  d->rnic_ = std::make_unique<rnic::Rnic>(*d->engine_, info.name);
+  return drivers::Result<std::unique_ptr<Device>>(std::move(d));
+}
+
 Device::~Device() {
+  while (!clients_.empty()) clients_.pop_back();  // last attached first
   rnic_.reset();  // its QPs' timers and the engine's sink go with it (run_sync)
   if (registered_) {
     telemetry_unregister_set(info_.name, "port", this);
@@ -147,6 +168,10 @@ Device::~Device() {
   wrapper_.reset();
   fault_port_.reset();
   dpdk_port_.reset();
+}
+
+void Device::attach(std::unique_ptr<DeviceClient> client) {
+  if (client) clients_.push_back(std::move(client));
 }
 
 bool Device::progress(Engine::Assist how) { return engine_->try_progress(how); }
@@ -277,12 +302,27 @@ void Devices::close(std::string_view name) {
   if (it != open_.end()) close_locked(it);
 }
 
+Status Devices::add_client(ClientFactory make) {
+  std::lock_guard lock(mu_);
+  if (shut_down_) return Error{ESHUTDOWN, "Devices: shut down"};
+  for (auto& d : open_) {
+    auto c = make(*d);
+    if (!c) return c.error();
+    d->attach(std::move(*c));
+  }
+  client_factories_.push_back(std::move(make));
+  return {};
+}
+
 void Devices::shutdown(Teardown how) {
   std::lock_guard lock(mu_);
   if (shut_down_) return;
   shut_down_ = true;
   if (how == Teardown::Exit) {
-    for (auto& d : open_) (void)d->rnic_.release();  // see Teardown::Exit
+    for (auto& d : open_) {  // see Teardown::Exit
+      for (auto& c : d->clients_) (void)c.release();
+      (void)d->rnic_.release();
+    }
   }
   for (auto& d : open_) d->stop();  // every engine quiet before any port closes
   while (!open_.empty()) close_locked(std::prev(open_.end()));
@@ -477,6 +517,11 @@ drivers::Result<std::unique_ptr<Device>> Devices::bring_up(const config::DeviceC
   info.progress = engine_progress(cfg_->progress);
   if (Status st = make_engine(*d, dev); !st) return st.error();
   d->rnic_ = std::make_unique<rnic::Rnic>(*d->engine_, dev.name);
+  for (const ClientFactory& make : client_factories_) {
+    auto c = make(*d);
+    if (!c) return Error{c.error().code, device_error(dev, c.error().message)};
+    d->attach(std::move(*c));
+  }
   return drivers::Result<std::unique_ptr<Device>>(std::move(d));
 }
 

@@ -1,8 +1,14 @@
 // Bring-up: from a Config (lib/config) to running devices, one per
 // [[device]]: the port, the engine on it, and the RNIC on the engine.  The
 // C++ API the verbs shim calls (ibv_get_device_list, ibv_open_device), and
-// what `uroce node` uses.  (The CM of a device runs on its RNIC's QP 1 and
-// belongs to the rdma_cm model, cm/, a layer above.)
+// what `uroce node` uses.  The tests and benchmarks build the same Device
+// over a port of their own (Device::assemble).
+//
+// Clients.  What runs on a device above its RNIC — the IB CM on QP 1
+// (cm/device_cm.hpp), a layer above this one — attaches as a DeviceClient,
+// as a kernel module registers an ib_client: a registry's client factories
+// (Devices::add_client) run for every device it opens, after the RNIC, and
+// a device destroys its clients in reverse before its RNIC.
 //
 //   auto& devs = Devices::instance();          // the process's registry
 //   auto dev = devs.open("uroce0");            // lazy: EAL, port, engine
@@ -23,8 +29,9 @@
 //   - the addresses (DESIGN.md "Addresses") — see plan_addresses below;
 //   - the engine: capture file, progress mode, telemetry under the
 //     device's name (/uroce/stats,<name>);
-//   - the RNIC (transport/rnic) on the engine, named as the device.
-// A Device is torn down in reverse: RNIC, engine, ports.
+//   - the RNIC (transport/rnic) on the engine, named as the device;
+//   - its clients, in the order their factories were added.
+// A Device is torn down in reverse: clients, RNIC, engine, ports.
 //
 // Capture: the device's `pcap`, else the global one.  When the global path
 // serves more than one configured device, each device writes
@@ -50,6 +57,7 @@
 #include "drivers/port.hpp"
 #include "drivers/result.hpp"
 #include "lib/config/config.hpp"
+#include "transport/device_client.hpp"
 #include "transport/engine.hpp"
 
 namespace uroce::rnic {
@@ -124,6 +132,12 @@ struct OpenOptions {
 
 class Device {
  public:
+  // A device over `port`, which the caller owns and keeps until the Device
+  // is gone (tests, benchmarks): the engine (initialised, not started:
+  // engine().start() or poll it) and the RNIC named `name`.  No EAL work,
+  // no telemetry, no registry.
+  static drivers::Result<std::unique_ptr<Device>> assemble(drivers::Port& port, std::string name, EngineConfig ec);
+
   ~Device();
   Device(const Device&) = delete;
   Device& operator=(const Device&) = delete;
@@ -137,6 +151,17 @@ class Device {
   drivers::dpdk::DpdkPort* dpdk_port() noexcept { return dpdk_port_.get(); }
   // The FaultPort, or null when the device has no faults.
   drivers::FaultPort* fault_port() noexcept { return fault_port_.get(); }
+
+  // Adds a client (destroyed in reverse order, before the RNIC).
+  void attach(std::unique_ptr<DeviceClient> client);
+  // The first client of type T, or null.
+  template <class T>
+  T* client() noexcept {
+    for (auto& c : clients_) {
+      if (auto* t = dynamic_cast<T*>(c.get())) return t;
+    }
+    return nullptr;
+  }
 
   // One iteration of the loop if no other thread is running it (false
   // otherwise): inline progress, or an application thread assisting the
@@ -159,7 +184,8 @@ class Device {
   std::unique_ptr<drivers::Port> wrapper_;
   drivers::Port* top_ = nullptr;
   std::unique_ptr<Engine> engine_;
-  std::unique_ptr<rnic::Rnic> rnic_;  // destroyed first (~Device)
+  std::unique_ptr<rnic::Rnic> rnic_;  // destroyed after the clients (~Device)
+  std::vector<std::unique_ptr<DeviceClient>> clients_;  // destroyed first, last one first
   bool registered_ = false;  // with telemetry
   static constexpr unsigned kNoLcore = ~0u;
   unsigned engine_lcore_ = kNoLcore;  // the engine thread's lcore id (rte_thread_register)
@@ -193,6 +219,13 @@ class Devices {
 
   // Stops the device's engine and closes its port.
   void close(std::string_view name);
+
+  // A client for every device: `make` runs for each device open now and
+  // for each one opened later, once its RNIC is up (ib_register_client).
+  // A failing factory fails that device's open (or, for devices already
+  // open, this call) with its error.
+  using ClientFactory = std::function<drivers::Result<std::unique_ptr<DeviceClient>>(Device&)>;
+  drivers::Status add_client(ClientFactory make);
   // Closes every device, then the sim wire, then the EAL (if this registry
   // started it: the EAL cannot start twice, so this is final).
   //   Teardown::Full   every object freed, in reverse order (tests, tools,
@@ -202,7 +235,9 @@ class Devices {
   //                    RNICs and what the program made on them stay in
   //                    memory, because other threads of the program may
   //                    still poll a CQ or read an MR until the process is
-  //                    gone (a provider's rings likewise outlive exit()).
+  //                    gone (a provider's rings likewise outlive exit());
+  //                    so do the devices' clients (the CM), which the
+  //                    program's rdma_cm calls may still reach.
   enum class Teardown : uint8_t { Full, Exit };
   void shutdown(Teardown how = Teardown::Full);
 
@@ -229,6 +264,7 @@ class Devices {
   std::unique_ptr<drivers::sim::SimWire> sim_;
   std::map<std::string, drivers::sim::SimPort*, std::less<>> sim_ports_;  // owned by sim_
   std::vector<std::unique_ptr<Device>> open_;
+  std::vector<ClientFactory> client_factories_;
 };
 
 // The EAL options a configuration asks for (pure).

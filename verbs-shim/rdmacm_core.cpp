@@ -8,6 +8,7 @@
 #include <cstring>
 #include <mutex>
 
+#include "cm/device_cm.hpp"
 #include "cm/rdma_cm.hpp"
 #include "lib/util/log.hpp"
 #include "transport/device.hpp"
@@ -35,7 +36,10 @@ uint8_t env_u8(const char* name, uint8_t dflt, uint8_t max) {
 using namespace uroce;
 
 // The process's rdma_cm model over every device that came up (started on
-// first use, never destroyed: engines may call into it until exit).
+// first use, never destroyed: engines may call into it until exit).  Its
+// first use also gives every device its IB CM (a client of the device,
+// built on each open device now and on any opened later), so a program
+// that never uses librdmacm runs no CM, as before.
 // UROCE_CM_RESPONSE_TIMEOUT (0..31, 4.096 us * 2^t) and UROCE_CM_RETRIES
 // (0..15) override Linux's 20 and 15.
 namespace {
@@ -59,9 +63,25 @@ UROCE_EXPORT cm::RdmaCm* uroce_rdmacm() noexcept {
     ibv_device** list = ibv_get_device_list(&n);  // starts the devices
     if (list == nullptr) return;
     ibv_free_device_list(list);
+    // A program's device starts inside it, moments before it listens: REQs
+    // that arrive in between are left for the peer's retry, not rejected.
+    cm::CmConfig cc;
+    cc.no_listener_grace_ns = shim::kNoListenerGraceNs;
+    const drivers::Status added = transport::Devices::instance().add_client(
+        [cc](transport::Device& dev) -> drivers::Result<std::unique_ptr<transport::DeviceClient>> {
+          auto c = cm::DeviceCm::open(dev.rnic(), cc);
+          if (!c) return c.error();
+          return std::unique_ptr<transport::DeviceClient>(std::move(*c));
+        });
+    if (!added) {
+      log_line(LogType::Shim, LogLevel::Error, "the connection manager did not start: %s",
+               added.error().message.c_str());
+      return;
+    }
     std::vector<cm::RdmaCmDevice> devs;
     for (shim::IbvDevice* d : shim::devices()) {
       cm::RdmaCmDevice c;
+      c.cm = d->tdev->client<cm::DeviceCm>();
       c.rnic = &d->rnic();
       c.verbs = ibv_open_device(&d->dev);
       c.inline_progress = d->inline_progress;
@@ -76,9 +96,6 @@ UROCE_EXPORT cm::RdmaCm* uroce_rdmacm() noexcept {
     cm::RdmaCmOptions opt;
     opt.cm_response_timeout = shim::env_u8("UROCE_CM_RESPONSE_TIMEOUT", opt.cm_response_timeout, 31);
     opt.max_cm_retries = shim::env_u8("UROCE_CM_RETRIES", opt.max_cm_retries, 15);
-    // A program's device starts inside it, moments before it listens: REQs
-    // that arrive in between are left for the peer's retry, not rejected.
-    opt.cm.no_listener_grace_ns = shim::kNoListenerGraceNs;
     auto* m = new (std::nothrow) cm::RdmaCm(std::move(devs), opt);
     if (m == nullptr) return;
     if (const int rc = m->start(); rc != 0) {

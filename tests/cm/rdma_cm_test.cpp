@@ -1,7 +1,7 @@
 // The rdma_cm model (cm/rdma_cm.hpp) between two devices in one process:
-// two engines with their RNICs on the sim wire (tests/rnic/harness.hpp),
-// each engine on its own thread as in the drop-in library, one RdmaCm over
-// both.  What is checked is what an rdma_cm application sees: events, their
+// two devices (engine and RNIC) on the sim wire (tests/rnic/harness.hpp),
+// each engine on its own thread as in the drop-in library, each device's
+// IB CM attached to it (cm/device_cm.hpp), one RdmaCm over both.  What is checked is what an rdma_cm application sees: events, their
 // status and private data, conn params, QP states and data through the
 // connected QPs.
 #include <fcntl.h>
@@ -53,22 +53,28 @@ class RdmaCmTest : public ::testing::Test {
  protected:
   void SetUp() override { start({}); }
 
-  void start(RdmaCmOptions opt, bool both = true) {
+  // Each device of the model gets its IB CM (configured by `cc`) as the
+  // drop-in gives it one; with both = false only A does (and is in the model).
+  void start(RdmaCmOptions opt, bool both = true, CmConfig cc = {}) {
     cm_.reset();
     HarnessOptions ho;
     ho.resolve_neighbours = false;  // the model resolves them (ARP/ND)
     h_ = std::make_unique<Harness>(ho);
     h_->a().engine->start();
     h_->b().engine->start();
+    cc.packet_life_ns = 1'000'000;  // a sim wire: 1 ms, not 268
     std::vector<RdmaCmDevice> devs;
     for (rnic::testing::Node* n : {&h_->a(), &h_->b()}) {
       if (!both && n == &h_->b()) break;
+      auto dcm = DeviceCm::open(*n->rnic, cc);
+      ASSERT_TRUE(dcm) << dcm.error().message;
       RdmaCmDevice d;
-      d.rnic = n->rnic.get();
+      d.cm = dcm->get();
+      d.rnic = n->rnic;
       d.addresses = {{IpAddr::v4(n->ip4), 24}, {IpAddr::v6(n->ip6), 64}};
       devs.push_back(d);
+      n->dev->attach(std::move(*dcm));
     }
-    opt.cm.packet_life_ns = 1'000'000;  // a sim wire: 1 ms, not 268
     cm_ = std::make_unique<RdmaCm>(std::move(devs), opt);
     ASSERT_EQ(cm_->start(), 0);
   }
@@ -136,6 +142,61 @@ class RdmaCmTest : public ::testing::Test {
   std::unique_ptr<Harness> h_;
   std::unique_ptr<RdmaCm> cm_;
 };
+
+// The IB CM is the device's (a client of it, cm/device_cm.hpp); the model
+// is only its consumer.  A second model cannot take a CM while the first
+// runs (EBUSY).  When the first goes, its connections go with it (a DREQ
+// leaves), the CMs stay, and a new model connects through them, on the
+// same port.
+TEST_F(RdmaCmTest, TheDevicesCmOutlivesTheModel) {
+  auto devices = [&] {
+    std::vector<RdmaCmDevice> v;
+    for (rnic::testing::Node* n : {&h_->a(), &h_->b()}) {
+      RdmaCmDevice d;
+      d.cm = n->dev->client<DeviceCm>();
+      d.rnic = n->rnic;
+      d.addresses = {{IpAddr::v4(n->ip4), 24}, {IpAddr::v6(n->ip6), 64}};
+      v.push_back(d);
+    }
+    return v;
+  };
+  DeviceCm* cm_a = h_->a().dev->client<DeviceCm>();
+  ASSERT_NE(cm_a, nullptr);
+  {
+    RdmaCm second(devices());
+    EXPECT_EQ(second.start(), EBUSY) << "the first model is the CM's consumer";
+  }
+  auto connect = [&](uint16_t port) {
+    RdmaChannel* sch = cm_->create_channel();
+    RdmaChannel* cch = cm_->create_channel();
+    server(sch, RDMA_PS_TCP, port);
+    RdmaId* c = resolved_client(cch, RDMA_PS_TCP, port);
+    rnic::Cq* ccq = nullptr;
+    rnic::Qp* cqp = make_qp(h_->a(), IBV_QPT_RC, &ccq);
+    ASSERT_EQ(cm_->attach_qp(c, cqp), 0);
+    rdma_conn_param cp{};
+    ASSERT_EQ(cm_->connect(c, &cp), 0);
+    RdmaEvent req = expect(sch, RDMA_CM_EVENT_CONNECT_REQUEST);
+    ASSERT_NE(req.id, nullptr);
+    rnic::Cq* scq = nullptr;
+    rnic::Qp* sqp = make_qp(h_->b(), IBV_QPT_RC, &scq);
+    ASSERT_EQ(cm_->attach_qp(req.id, sqp), 0);
+    rdma_conn_param ap{};
+    ASSERT_EQ(cm_->accept(req.id, &ap), 0);
+    expect(cch, RDMA_CM_EVENT_ESTABLISHED);
+    expect(sch, RDMA_CM_EVENT_ESTABLISHED);
+    EXPECT_EQ(cqp->state(), IBV_QPS_RTS);
+  };
+  ASSERT_NO_FATAL_FAILURE(connect(7400));
+  const uint64_t sent = cm_a->cm().counters().get(CmCtr::tx_mads);
+  cm_.reset();  // the model goes with a live connection
+  EXPECT_GT(cm_a->cm().counters().get(CmCtr::tx_mads), sent) << "the connection's DREQ (or REJ) left";
+  EXPECT_EQ(h_->a().dev->client<DeviceCm>(), cm_a) << "the CM is still the device's";
+
+  cm_ = std::make_unique<RdmaCm>(devices());
+  ASSERT_EQ(cm_->start(), 0);
+  ASSERT_NO_FATAL_FAILURE(connect(7400));
+}
 
 TEST_F(RdmaCmTest, ConnectAcceptDataDisconnect) {
   RdmaChannel* sch = cm_->create_channel();
@@ -702,9 +763,9 @@ TEST_F(RdmaCmTest, ThousandConnectionsAtOnce) {
   constexpr uint32_t kN = 1000;
   constexpr uint16_t kPort = 7300;
   constexpr auto kPhase = std::chrono::seconds(20);  // per phase; ~0.1 s unloaded
-  RdmaCmOptions opt;
-  opt.cm.timewait_ns = 20'000'000;  // 20 ms instead of the ACK timeout's 2.1 s: the leak check waits for it
-  start(opt);
+  CmConfig cc;
+  cc.timewait_ns = 20'000'000;  // 20 ms instead of the ACK timeout's 2.1 s: the leak check waits for it
+  start({}, true, cc);
   RdmaChannel* sch = cm_->create_channel();
   RdmaChannel* cch = cm_->create_channel();
   RdmaId* l = nullptr;

@@ -38,6 +38,7 @@
 #include "lib/wire/eth.hpp"
 #include "lib/wire/ext.hpp"
 #include "lib/wire/pkt.hpp"
+#include "transport/device.hpp"
 #include "transport/engine.hpp"
 #include "transport/rnic/qp.hpp"
 #include "transport/rnic/rnic.hpp"
@@ -78,8 +79,9 @@ struct World {
   drivers::sim::SimWire wire;
   drivers::sim::SimPort* port = nullptr;
   drivers::sim::SimPort* peer = nullptr;
-  std::unique_ptr<transport::Engine> engine;
-  std::unique_ptr<Rnic> rnic;
+  std::unique_ptr<transport::Device> dev;  // engine and RNIC over port
+  transport::Engine* engine = nullptr;
+  Rnic* rnic = nullptr;
   Pd* pd = nullptr;
   Pd* other_pd = nullptr;
   Cq* cq = nullptr;
@@ -218,10 +220,12 @@ void build_world() {
   c.local.ips = {transport::IpAddr::v4(kIpUs)};
   c.announce = false;
   c.progress = transport::Progress::Inline;
-  g->engine = std::make_unique<transport::Engine>(*g->port, c);
-  if (!g->engine->init()) die("engine init");
+  auto dev = transport::Device::assemble(*g->port, "uroce0", std::move(c));
+  if (!dev) die("device assembly");
+  g->dev = std::move(*dev);
+  g->engine = &g->dev->engine();
+  g->rnic = &g->dev->rnic();
   g->engine->neighbours().add_static(transport::IpAddr::v4(kIpPeer), g->peer->mac());
-  g->rnic = std::make_unique<Rnic>(*g->engine, "uroce0");
   int err = 0;
   g->pd = g->rnic->alloc_pd(&err);
   g->other_pd = g->rnic->alloc_pd(&err);

@@ -1,4 +1,5 @@
-// The control-path tests' fixture: one Rnic on one engine on a sim port
+// The control-path tests' fixture: one device (transport::Device::assemble:
+// an engine and its Rnic) on a sim port
 // (a second, raw port on the same wire lets a test inject frames), driven
 // inline by the test (Engine::poll).  No peer RNIC: these tests are about
 // the verbs' control path, not the protocol (the e2e tests do that).
@@ -13,6 +14,7 @@
 #include <vector>
 
 #include "drivers/sim/sim_wire.hpp"
+#include "transport/device.hpp"
 #include "transport/engine.hpp"
 #include "transport/rnic/rnic.hpp"
 
@@ -33,8 +35,9 @@ struct Node {
   std::unique_ptr<drivers::sim::SimWire> wire;
   drivers::sim::SimPort* port = nullptr;
   drivers::sim::SimPort* raw = nullptr;
-  std::unique_ptr<transport::Engine> engine;
-  std::unique_ptr<Rnic> rnic;
+  std::unique_ptr<transport::Device> dev;  // engine and RNIC over `port`
+  transport::Engine* engine = nullptr;
+  Rnic* rnic = nullptr;
 
   explicit Node(uint16_t mtu = drivers::sim::kDefaultSimMtu) {
     wire = std::make_unique<drivers::sim::SimWire>();
@@ -51,13 +54,15 @@ struct Node {
     c.local.ips = {transport::IpAddr::v4(kIp4), transport::IpAddr::v6(kUla), transport::IpAddr::v6(kLinkLocal)};
     c.progress = transport::Progress::Inline;
     c.announce = false;
-    engine = std::make_unique<transport::Engine>(*port, c);
-    EXPECT_TRUE(engine->init());
-    rnic = std::make_unique<Rnic>(*engine, "uroce0");
+    auto d = transport::Device::assemble(*port, "uroce0", std::move(c));
+    EXPECT_TRUE(d) << d.error().message;
+    if (!d) return;
+    dev = std::move(*d);
+    engine = &dev->engine();
+    rnic = &dev->rnic();
   }
   ~Node() {
-    rnic.reset();
-    engine.reset();
+    dev.reset();
     drain_raw();
     wire.reset();
   }
@@ -75,7 +80,7 @@ struct Ctl : ::testing::Test {
 
   void SetUp() override {
     node = std::make_unique<Node>();
-    rnic = node->rnic.get();
+    rnic = node->rnic;
     int err = 0;
     pd = rnic->alloc_pd(&err);
     ASSERT_NE(pd, nullptr);

@@ -60,8 +60,7 @@ Harness::Harness(const HarnessOptions& options)
 }
 
 Harness::~Harness() {
-  for (Node* n : {&a_, &b_}) n->rnic.reset();
-  for (Node* n : {&a_, &b_}) n->engine.reset();
+  for (Node* n : {&a_, &b_}) n->dev.reset();  // clients, RNIC, engine
   wire_.reset();
   memory_.clear();  // last: nothing can write into it any more
 }
@@ -82,10 +81,11 @@ void Harness::make_node(Node& n, size_t index, uint32_t ip4, uint8_t ip6_last, c
   c.pcap_path = pcap;
   c.progress = transport::Progress::Inline;
   c.rx_burst = 128;  // the receiver keeps up with a sender's full TX batch
-  n.engine = std::make_unique<transport::Engine>(*n.port, c);
-  auto st = n.engine->init();
-  ASSERT_TRUE(st) << st.error().message;
-  n.rnic = std::make_unique<Rnic>(*n.engine, "uroce" + std::to_string(index));
+  auto dev = transport::Device::assemble(*n.port, "uroce" + std::to_string(index), std::move(c));
+  ASSERT_TRUE(dev) << dev.error().message;
+  n.dev = std::move(*dev);
+  n.engine = &n.dev->engine();
+  n.rnic = &n.dev->rnic();
   int err = 0;
   n.pd = n.rnic->alloc_pd(&err);
   ASSERT_NE(n.pd, nullptr) << "alloc_pd: " << std::strerror(err);

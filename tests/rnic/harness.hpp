@@ -22,6 +22,7 @@
 
 #include "drivers/fault.hpp"
 #include "drivers/sim/sim_wire.hpp"
+#include "transport/device.hpp"
 #include "transport/engine.hpp"
 #include "transport/rnic/rnic.hpp"
 
@@ -39,11 +40,12 @@ inline constexpr uint32_t kGrhBytes = 40;        // a UD receive buffer starts w
 // The bytes of an IBV_MTU_* value.
 uint32_t mtu_bytes(ibv_mtu mtu);
 
-// One end: a sim port, its engine, its RNIC and one PD.
+// One end: a sim port and the device on it (its engine, its RNIC), and one PD.
 struct Node {
   drivers::sim::SimPort* port = nullptr;
-  std::unique_ptr<transport::Engine> engine;
-  std::unique_ptr<Rnic> rnic;
+  std::unique_ptr<transport::Device> dev;  // engine and RNIC over `port` (Device::assemble)
+  transport::Engine* engine = nullptr;     // dev's
+  Rnic* rnic = nullptr;                    // dev's
   Pd* pd = nullptr;
   uint32_t ip4 = 0;
   wire::Ipv6Addr ip6{};

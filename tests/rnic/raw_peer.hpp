@@ -35,6 +35,7 @@
 #include "lib/wire/pkt.hpp"
 #include "lib/wire/udp.hpp"
 #include "tests/rnic/harness.hpp"
+#include "transport/device.hpp"
 #include "transport/engine.hpp"
 #include "transport/rnic/rnic.hpp"
 
@@ -79,11 +80,13 @@ class RawPeer {
     c.announce = false;  // nothing but what the test causes reaches the peer
     c.progress = transport::Progress::Inline;
     c.rx_burst = 128;
-    engine_ = std::make_unique<transport::Engine>(*port_, c);
-    auto st = engine_->init();
-    EXPECT_TRUE(st) << st.error().message;
+    auto dev = transport::Device::assemble(*port_, "uroce0", std::move(c));
+    EXPECT_TRUE(dev) << dev.error().message;
+    if (!dev) return;
+    dev_ = std::move(*dev);
+    engine_ = &dev_->engine();
+    rnic_ = &dev_->rnic();
     engine_->neighbours().add_static(transport::IpAddr::v4(kIpB), peer_->mac());
-    rnic_ = std::make_unique<Rnic>(*engine_, "uroce0");
     int err = 0;
     pd_ = rnic_->alloc_pd(&err);
     EXPECT_NE(pd_, nullptr) << "alloc_pd: " << std::strerror(err);
@@ -91,8 +94,7 @@ class RawPeer {
     EXPECT_GE(gid_, 0) << "no IPv4-mapped GID";
   }
   ~RawPeer() {
-    rnic_.reset();
-    engine_.reset();
+    dev_.reset();
     drain();
   }
   RawPeer(const RawPeer&) = delete;
@@ -321,8 +323,9 @@ class RawPeer {
   drivers::sim::SimWire wire_;
   drivers::sim::SimPort* port_ = nullptr;
   drivers::sim::SimPort* peer_ = nullptr;
-  std::unique_ptr<transport::Engine> engine_;
-  std::unique_ptr<Rnic> rnic_;
+  std::unique_ptr<transport::Device> dev_;  // engine and RNIC over port_
+  transport::Engine* engine_ = nullptr;
+  Rnic* rnic_ = nullptr;
   Pd* pd_ = nullptr;
   int gid_ = -1;
   std::vector<Frame> frames_;

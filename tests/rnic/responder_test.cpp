@@ -21,6 +21,7 @@
 #include "lib/wire/ipv6.hpp"
 #include "drivers/sim/sim_wire.hpp"
 #include "tests/rnic/harness.hpp"
+#include "transport/device.hpp"
 #include "transport/engine.hpp"
 #include "transport/rnic/rnic.hpp"
 
@@ -80,11 +81,13 @@ class Responder : public ::testing::Test {
     c.local.ips = {transport::IpAddr::v4(kDutIp4), transport::IpAddr::v6(kDutIp6)};
     c.announce = false;
     c.progress = transport::Progress::Inline;
-    engine_ = std::make_unique<transport::Engine>(*dut_port_, c);
-    ASSERT_TRUE(engine_->init());
+    auto dev = transport::Device::assemble(*dut_port_, "uroce0", std::move(c));
+    ASSERT_TRUE(dev) << dev.error().message;
+    dev_ = std::move(*dev);
+    engine_ = &dev_->engine();
+    rnic_ = &dev_->rnic();
     engine_->neighbours().add_static(transport::IpAddr::v4(kPeerIp4), peer_port_->mac());
     engine_->neighbours().add_static(transport::IpAddr::v6(kPeerIp6), peer_port_->mac());
-    rnic_ = std::make_unique<Rnic>(*engine_, "uroce0");
     int err = 0;
     pd_ = rnic_->alloc_pd(&err);
     ASSERT_NE(pd_, nullptr);
@@ -94,8 +97,7 @@ class Responder : public ::testing::Test {
     ASSERT_GE(gid6_, 0);
   }
   void TearDown() override {
-    rnic_.reset();
-    engine_.reset();
+    dev_.reset();
     drain();
     wire_.reset();
   }
@@ -299,8 +301,9 @@ class Responder : public ::testing::Test {
   std::unique_ptr<drivers::sim::SimWire> wire_;
   drivers::sim::SimPort* dut_port_ = nullptr;
   drivers::sim::SimPort* peer_port_ = nullptr;
-  std::unique_ptr<transport::Engine> engine_;
-  std::unique_ptr<Rnic> rnic_;
+  std::unique_ptr<transport::Device> dev_;  // engine and RNIC over dut_port_
+  transport::Engine* engine_ = nullptr;
+  Rnic* rnic_ = nullptr;
   Pd* pd_ = nullptr;
   int gid4_ = -1, gid6_ = -1;
   Cq* rcq_ = nullptr;

@@ -205,6 +205,67 @@ TEST(Devices, TheDeviceCarriesItsRnicAndClosesInReverse) {
   EXPECT_EQ(devs.find("simA"), nullptr);
 }
 
+// A client of a device (what the IB CM is): made by every factory for the
+// devices open when it is added and for each one opened later, after the
+// RNIC (it can make RNIC objects), destroyed before the RNIC, the last
+// attached first; a failing factory fails the open with its error.
+struct Recorder : DeviceClient {
+  Recorder(std::vector<std::string>& log, Device& dev, std::string tag) : log_(log), dev_(dev), tag_(std::move(tag)) {
+    int err = 0;
+    pd_ = dev.rnic().alloc_pd(&err);  // the RNIC is up
+    log_.push_back("make " + tag_ + " on " + dev.name());
+  }
+  ~Recorder() override {
+    EXPECT_EQ(dev_.rnic().dealloc_pd(pd_), 0) << "the RNIC is still there";
+    log_.push_back("drop " + tag_ + " on " + dev_.name());
+  }
+  std::vector<std::string>& log_;
+  Device& dev_;
+  std::string tag_;
+  rnic::Pd* pd_ = nullptr;
+};
+
+TEST(Devices, ClientsComeAfterTheRnicAndGoBeforeIt) {
+  std::vector<std::string> log;
+  {
+    Devices devs;
+    ASSERT_TRUE(devs.configure(two_sims()));
+    auto a = devs.open("simA");
+    ASSERT_TRUE(a) << a.error().message;
+    auto factory = [&log](std::string tag) {
+      return [&log, tag](Device& d) -> drivers::Result<std::unique_ptr<DeviceClient>> {
+        return std::unique_ptr<DeviceClient>(std::make_unique<Recorder>(log, d, tag));
+      };
+    };
+    ASSERT_TRUE(devs.add_client(factory("first")));
+    ASSERT_TRUE(devs.add_client(factory("second")));
+    EXPECT_EQ(log, (std::vector<std::string>{"make first on simA", "make second on simA"}));
+    EXPECT_NE((*a)->client<Recorder>(), nullptr);
+    auto b = devs.open("simB");  // opened later: both factories, in order
+    ASSERT_TRUE(b) << b.error().message;
+    EXPECT_EQ(log.size(), 4u);
+    EXPECT_EQ(log[2], "make first on simB");
+    EXPECT_EQ(log[3], "make second on simB");
+    devs.close("simA");
+    ASSERT_EQ(log.size(), 6u);
+    EXPECT_EQ(log[4], "drop second on simA");
+    EXPECT_EQ(log[5], "drop first on simA");
+    log.clear();
+  }  // the registry's shutdown closes simB in full
+  EXPECT_EQ(log, (std::vector<std::string>{"drop second on simB", "drop first on simB"}));
+
+  Devices devs;
+  ASSERT_TRUE(devs.configure(two_sims()));
+  ASSERT_TRUE(devs.add_client([](Device&) -> drivers::Result<std::unique_ptr<DeviceClient>> {
+    return drivers::Error{EBUSY, "QP 1 is taken"};
+  }));
+  auto a = devs.open("simA");
+  ASSERT_FALSE(a);
+  EXPECT_EQ(a.error().code, EBUSY);
+  EXPECT_NE(a.error().message.find("QP 1 is taken"), std::string::npos) << a.error().message;
+  EXPECT_EQ(devs.find("simA"), nullptr);
+}
+
 TEST(Devices, RoceRoundTripsBetweenTwoDevices) {
   Devices devs;
   ASSERT_TRUE(devs.configure(two_sims()));
