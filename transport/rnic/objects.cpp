@@ -72,6 +72,13 @@ bool Cq::push(const ibv_wc& wc, bool solicited) noexcept {
   // Completion event (IBA 11.4.2.2, ibv_req_notify_cq(3)): armed for the
   // next completion, or for a solicited one (the SE bit); an unsuccessful
   // completion also wakes a solicited-only request, as the man page says.
+  // The entry's store and the arm's load are ordered by a full fence, as
+  // req_notify orders its arm before the caller's next poll: without both,
+  // the CPU may read the arm before the entry is visible (x86 reorders a
+  // store with a later load) while the application arms and polls the CQ
+  // empty, and the event is lost (the arm-then-poll pattern then sleeps
+  // for ever; seen as a 5 s wait in apps-verbs).
+  std::atomic_thread_fence(std::memory_order_seq_cst);
   const uint8_t armed = armed_.load(std::memory_order_acquire);
   if (armed != 0 && (armed == 1 || solicited || wc.status != IBV_WC_SUCCESS)) {
     uint8_t expect = armed;
@@ -129,6 +136,9 @@ int Cq::req_notify(bool solicited_only) {
   uint8_t cur = armed_.load(std::memory_order_acquire);
   while (!(cur == 1 && want == 2) && !armed_.compare_exchange_weak(cur, want, std::memory_order_acq_rel)) {
   }
+  // The arm before the caller's next poll reads the tail (push's fence
+  // has the other half).
+  std::atomic_thread_fence(std::memory_order_seq_cst);
   return 0;
 }
 
