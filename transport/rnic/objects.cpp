@@ -68,18 +68,19 @@ bool Cq::push(const ibv_wc& wc, bool solicited) noexcept {
     e.ts = Rnic::device_clock_ns();
     e.wall_ns = transport::Engine::realtime_ns();
   }
-  tail_.store(next, std::memory_order_release);  // publishes the entry to pollers
-  // Completion event (IBA 11.4.2.2, ibv_req_notify_cq(3)): armed for the
-  // next completion, or for a solicited one (the SE bit); an unsuccessful
-  // completion also wakes a solicited-only request, as the man page says.
-  // The entry's store and the arm's load are ordered by a full fence, as
-  // req_notify orders its arm before the caller's next poll: without both,
-  // the CPU may read the arm before the entry is visible (x86 reorders a
-  // store with a later load) while the application arms and polls the CQ
-  // empty, and the event is lost (the arm-then-poll pattern then sleeps
-  // for ever; seen as a 5 s wait in apps-verbs).
-  std::atomic_thread_fence(std::memory_order_seq_cst);
-  const uint8_t armed = armed_.load(std::memory_order_acquire);
+  // Publishes the entry to pollers.  Completion event (IBA 11.4.2.2,
+  // ibv_req_notify_cq(3)): armed for the next completion, or for a
+  // solicited one (the SE bit); an unsuccessful completion also wakes a
+  // solicited-only request, as the man page says.
+  // The tail's store and the arm's load here, the arm's store in
+  // req_notify and the tail's load in poll are sequentially consistent:
+  // with release/acquire alone the CPU may read the arm before the entry
+  // is visible (x86 lets a load pass an earlier store) while the
+  // application arms and polls the CQ empty, and the event is lost (the
+  // arm-then-poll pattern then sleeps for ever; seen as a 5 s wait in
+  // apps-verbs).  On x86 this costs the store's xchg; the loads are plain.
+  tail_.store(next, std::memory_order_seq_cst);
+  const uint8_t armed = armed_.load(std::memory_order_seq_cst);
   if (armed != 0 && (armed == 1 || solicited || wc.status != IBV_WC_SUCCESS)) {
     uint8_t expect = armed;
     if (armed_.compare_exchange_strong(expect, 0, std::memory_order_acq_rel) && channel_ != nullptr) {
@@ -95,7 +96,7 @@ int Cq::poll(int n, ibv_wc* out, uint64_t* ts, uint64_t* wall_ns) {
   std::lock_guard lock(poll_mu_);
   const uint32_t size = slots_;
   uint32_t head = head_.load(std::memory_order_relaxed);
-  const uint32_t tail = tail_.load(std::memory_order_acquire);
+  const uint32_t tail = tail_.load(std::memory_order_seq_cst);  // after a req_notify's arm (push)
   int got = 0;
   while (got < n && head != tail) {
     const Cqe& e = ring_[head];
@@ -134,11 +135,11 @@ int Cq::req_notify(bool solicited_only) {
   // A later "next" request widens an armed "solicited" one, never narrows it.
   uint8_t want = solicited_only ? 2 : 1;
   uint8_t cur = armed_.load(std::memory_order_acquire);
-  while (!(cur == 1 && want == 2) && !armed_.compare_exchange_weak(cur, want, std::memory_order_acq_rel)) {
+  // Sequentially consistent against push (see there).  An arm that is
+  // already as wide is stored again, so the caller's next poll still
+  // comes after a store of ours in that order.
+  while (!armed_.compare_exchange_weak(cur, cur == 1 && want == 2 ? cur : want, std::memory_order_seq_cst)) {
   }
-  // The arm before the caller's next poll reads the tail (push's fence
-  // has the other half).
-  std::atomic_thread_fence(std::memory_order_seq_cst);
   return 0;
 }
 
