@@ -86,10 +86,10 @@ using transport::params::kLinkPollNs;
 Rnic::Rnic(transport::Engine& engine, std::string name)
     : engine_(engine),
       name_(std::move(name)),
-      key_table_(kMaxMr, nullptr),
-      last_key_byte_(kMaxMr, 0),
+      key_table_(kMaxMr),
+      last_key_byte_(kMaxMr),
       rng_((uint64_t{std::random_device{}()} << 32) ^ std::random_device{}()),
-      qp_table_(kMaxQp, nullptr) {
+      qp_table_(kMaxQp) {
   // The GID table (as the kernel fills rxe's from the netdev): the IPv6
   // link-local address first, then every address in the device's order,
   // IPv4 as ::ffff:a.b.c.d; all RoCE v2.

@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "lib/util/counters.hpp"
+#include "lib/util/zeroed_array.hpp"
 #include "transport/engine.hpp"
 #include "transport/event_queue.hpp"
 #include "transport/rnic/mcast.hpp"
@@ -258,14 +259,14 @@ class Rnic final : public transport::RoceSink {
   std::vector<std::unique_ptr<Srq>> srqs_;
   std::vector<std::unique_ptr<Qp>> qps_;
   std::vector<std::unique_ptr<Ah>> ahs_;
-  std::vector<Mr*> key_table_;                  // index = key >> 8
+  ZeroedArray<Mr*> key_table_;                  // index = key >> 8 (kMaxMr)
   std::vector<std::unique_ptr<Mw>> mws_;        // index = key >> 8 (sized on the first MW)
-  std::vector<uint8_t> last_key_byte_;          // per index: the key byte of its last registration
+  ZeroedArray<uint8_t> last_key_byte_;          // per index: the key byte of its last registration
   std::deque<uint32_t> free_keys_;              // key indexes to reuse, oldest freed first
   uint32_t next_key_ = 1;                       // next never-used key index (0 is never a key)
   std::mt19937_64 rng_;                         // key bytes, QPNs (seeded from the OS)
   uint32_t live_mrs_ = 0;
-  std::vector<Qp*> qp_table_;                   // by QPN, the one QP table (engine reads; written under run_sync)
+  ZeroedArray<Qp*> qp_table_;                   // by QPN, the one QP table (engine reads; written under run_sync)
   McastTable mcast_;
   void mcast_rx(transport::Engine& engine, transport::RoceRx& pkt) noexcept;  // [engine]
   void comm_est(Qp& qp) noexcept;                                              // [engine]

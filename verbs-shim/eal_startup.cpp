@@ -1,0 +1,83 @@
+// The TSC's frequency for the drop-in's static EAL, without its 100 ms nap.
+//
+// DPDK 22.11's EAL asks CPUID first (get_tsc_freq_arch: Intel's leaves
+// 0x15/0x16, or an MSR); where that says nothing — AMD, most VMs, this
+// machine — its Linux get_tsc_freq() sleeps 100 ms against
+// CLOCK_MONOTONIC_RAW (research/dpdk.md: about 100 of the 111-160 ms of
+// rte_eal_init).  That nap alone is the whole start-up budget of issue 13
+// ("usable within 100 ms of the first call").  The drop-in links DPDK
+// statically and the call crosses objects (eal_common_timer.c calls the
+// function eal_timer.c defines), so `-Wl,--wrap=get_tsc_freq`
+// (verbs-shim/meson.build) sends it here:
+//   1. the kernel's own calibrated figure, as perf reads it: a perf event's
+//      user page carries time_mult/time_shift (ns = cycles * mult >> shift)
+//      when the TSC is the clock source (cap_user_time);
+//   2. otherwise a 5 ms measurement against CLOCK_MONOTONIC_RAW, rounded to
+//      10 MHz as DPDK rounds its own (the timers need no better);
+//   3. otherwise DPDK's own function.
+#include <linux/perf_event.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+#include <x86intrin.h>
+
+#include <cstdint>
+#include <cstring>
+
+namespace {
+
+uint64_t tsc_from_perf() {
+  perf_event_attr attr{};
+  attr.size = sizeof attr;
+  attr.type = PERF_TYPE_SOFTWARE;
+  attr.config = PERF_COUNT_SW_DUMMY;
+  attr.disabled = 1;
+  attr.exclude_kernel = 1;
+  attr.exclude_hv = 1;
+  const long fd = syscall(SYS_perf_event_open, &attr, 0, -1, -1, PERF_FLAG_FD_CLOEXEC);
+  if (fd < 0) return 0;  // perf_event_paranoid, seccomp: measure instead
+  const long page = sysconf(_SC_PAGESIZE);
+  void* p = mmap(nullptr, static_cast<size_t>(page), PROT_READ, MAP_SHARED, static_cast<int>(fd), 0);
+  uint64_t hz = 0;
+  if (p != MAP_FAILED) {
+    const auto* pc = static_cast<const volatile perf_event_mmap_page*>(p);
+    if (pc->cap_user_time && pc->time_mult != 0) {
+      // cycles * mult >> shift = ns, so Hz = 1e9 * 2^shift / mult.
+      hz = static_cast<uint64_t>((static_cast<unsigned __int128>(1'000'000'000) << pc->time_shift) / pc->time_mult);
+    }
+    munmap(p, static_cast<size_t>(page));
+  }
+  close(static_cast<int>(fd));
+  return hz;
+}
+
+uint64_t ns_raw() {
+  timespec t{};
+  clock_gettime(CLOCK_MONOTONIC_RAW, &t);
+  return static_cast<uint64_t>(t.tv_sec) * 1'000'000'000u + static_cast<uint64_t>(t.tv_nsec);
+}
+
+uint64_t tsc_measured() {
+  constexpr uint64_t kNs = 5'000'000;
+  constexpr uint64_t k10MHz = 10'000'000;
+  const uint64_t t0 = ns_raw();
+  const uint64_t c0 = __rdtsc();
+  const timespec nap{0, static_cast<long>(kNs)};
+  nanosleep(&nap, nullptr);
+  const uint64_t t1 = ns_raw();
+  const uint64_t c1 = __rdtsc();
+  if (t1 <= t0 || c1 <= c0) return 0;
+  const uint64_t hz = static_cast<uint64_t>(static_cast<unsigned __int128>(c1 - c0) * 1'000'000'000u / (t1 - t0));
+  return (hz + k10MHz / 2) / k10MHz * k10MHz;
+}
+
+}  // namespace
+
+extern "C" uint64_t __real_get_tsc_freq(void);
+
+extern "C" uint64_t __wrap_get_tsc_freq(void) {
+  if (const uint64_t hz = tsc_from_perf(); hz != 0) return hz;
+  if (const uint64_t hz = tsc_measured(); hz != 0) return hz;
+  return __real_get_tsc_freq();
+}
