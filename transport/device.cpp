@@ -322,6 +322,7 @@ void Devices::shutdown(Teardown how) {
     for (auto& d : open_) {  // see Teardown::Exit
       for (auto& c : d->clients_) (void)c.release();
       (void)d->rnic_.release();
+      if (d->dpdk_port_) d->dpdk_port_->keep_pool_at_close();  // no 10,000 page faults to zero it on the way out
     }
   }
   for (auto& d : open_) d->stop();  // every engine quiet before any port closes

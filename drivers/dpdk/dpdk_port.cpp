@@ -111,6 +111,19 @@ Status probe(const Devargs& d, bool pci) {
   return {};
 }
 
+// net_af_packet copies each frame out of its ring into an mbuf and takes
+// only a pool whose mbufs hold a whole ring frame's data after the
+// headroom (framesz - kAfPacketFrameOverhead; the rest is the tpacket
+// header: rx_queue_setup says ENOMEM otherwise).  No larger frame comes
+// from the kernel, and the port's MTU is capped by the same framesz, so
+// the engine builds none.  The default jumbo data room is kept for other
+// ports: at 1500 bytes an mbuf is a quarter of the memory, and the pool's
+// memory is what DPDK zeroes when it is freed.
+uint16_t af_packet_data_room(uint32_t framesz) {
+  const uint32_t room = framesz - kAfPacketFrameOverhead + RTE_PKTMBUF_HEADROOM;
+  return static_cast<uint16_t>(std::min<uint32_t>(room, kDefaultDataRoom));
+}
+
 // net_af_xdp makes its UMEM of the pool's own memory, one object per UMEM
 // frame, and the kernel takes no frame larger than a page: the largest
 // data room whose mempool object fits a page.
@@ -179,6 +192,7 @@ Result<std::unique_ptr<DpdkPort>> DpdkPort::open(const DpdkPortConfig& config) {
     return Error{EBUSY, "DpdkPort: " + d.name + " is already open in this process"};
   }
   p->claimed_ = true;
+  p->af_packet_framesz_ = framesz;
   if (Status st = p->configure(config); !st) return st.error();
   if (Status st = p->start(config); !st) return st.error();
   p->read_identity(config, framesz);
@@ -221,9 +235,15 @@ Status DpdkPort::setup_queues(const DpdkPortConfig& config) {
   if (config.pool != nullptr) {
     pool_ = config.pool;
   } else {
-    const uint16_t room = driver_ == kAfXdpDriver ? af_xdp_data_room() : config.data_room;
+    uint16_t room = config.data_room;
+    if (driver_ == kAfXdpDriver) {
+      room = af_xdp_data_room();
+    } else if (af_packet_framesz_ > kAfPacketFrameOverhead && config.data_room == kDefaultDataRoom) {
+      room = af_packet_data_room(af_packet_framesz_);
+    }
+    // af_packet copies frames by virtual address: its mbufs may share pages.
     auto pool = create_pktmbuf_pool(PoolOptions{.name_prefix = "uroce_port", .mbufs = config.pool_mbufs,
-                                                .data_room = room});
+                                                .data_room = room, .packed = af_packet_framesz_ != 0});
     if (!pool) return pool.error();
     pool_ = *pool;
     owns_pool_ = true;
@@ -341,11 +361,12 @@ void DpdkPort::close() noexcept {
     (void)flows_.remove();  // before stop: the rules belong to the started port
     if (started_) rte_eth_dev_stop(port_id_);
     rte_eth_dev_close(port_id_);
+    if (is_memif_) note_deferred_close();  // its interrupt thread has work left (eal_shutdown waits)
     if (probed_here_ && is_vdev_) rte_vdev_uninit(device_name_.c_str());
     if (probed_here_ && !is_vdev_) rte_eal_hotplug_remove(kPciBus.data(), device_name_.c_str());
   }
   if (claimed_) release_port(port_id_);
-  if (owns_pool_ && eal_running()) rte_mempool_free(pool_);
+  if (owns_pool_ && !keep_pool_ && eal_running()) rte_mempool_free(pool_);
   claimed_ = started_ = owns_pool_ = false;
   pool_ = nullptr;
 }

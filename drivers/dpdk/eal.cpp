@@ -10,6 +10,7 @@
 #include <rte_ethdev.h>
 #include <rte_lcore.h>
 #include <rte_mbuf.h>
+#include <rte_mbuf_pool_ops.h>
 #include <rte_mempool.h>
 
 #include <algorithm>
@@ -21,6 +22,7 @@
 #include <fstream>
 #include <mutex>
 #include <sstream>
+#include <chrono>
 #include <thread>
 
 namespace uroce::drivers::dpdk {
@@ -139,6 +141,7 @@ struct EalState {
   bool owns_runtime_dir = false;          // the prefix is uroce-<our pid>
   std::atomic<bool> running{false};
   std::mutex shutdown_mutex;
+  std::atomic<int64_t> deferred_close_ns{-1};  // steady clock of the last note_deferred_close, -1: none
 };
 
 EalState& state() {
@@ -232,6 +235,36 @@ const Result<EalInfo>& eal_init(const EalOptions& options) {
 
 bool eal_running() noexcept { return state().running.load(std::memory_order_acquire); }
 
+namespace {
+
+// rte_pktmbuf_pool_create's steps (DPDK's rte_mbuf.c) with one flag more:
+// RTE_MEMPOOL_F_NO_IOVA_CONTIG.  Null and rte_errno on failure.
+rte_mempool* packed_pktmbuf_pool(const char* name, uint32_t n, uint32_t cache, uint16_t priv_size,
+                                 uint16_t data_room) {
+  const uint32_t elt_size = sizeof(rte_mbuf) + priv_size + data_room;
+  rte_mempool* mp = rte_mempool_create_empty(name, n, elt_size, cache, sizeof(rte_pktmbuf_pool_private),
+                                             SOCKET_ID_ANY, RTE_MEMPOOL_F_NO_IOVA_CONTIG);
+  if (mp == nullptr) return nullptr;
+  int rc = rte_mempool_set_ops_byname(mp, rte_mbuf_best_mempool_ops(), nullptr);
+  if (rc == 0) {
+    rte_pktmbuf_pool_private priv{};
+    priv.mbuf_data_room_size = data_room;
+    priv.mbuf_priv_size = priv_size;
+    rte_pktmbuf_pool_init(mp, &priv);
+    rc = rte_mempool_populate_default(mp);
+    rc = rc < 0 ? rc : 0;
+  }
+  if (rc != 0) {
+    rte_mempool_free(mp);
+    rte_errno = -rc;
+    return nullptr;
+  }
+  rte_mempool_obj_iter(mp, rte_pktmbuf_init, nullptr);
+  return mp;
+}
+
+}  // namespace
+
 Result<rte_mempool*> create_pktmbuf_pool(const PoolOptions& o) {
   if (!eal_running()) return Error{ENODEV, "create_pktmbuf_pool: the EAL is not running"};
   static std::atomic<uint32_t> next_id{0};
@@ -242,7 +275,9 @@ Result<rte_mempool*> create_pktmbuf_pool(const PoolOptions& o) {
                                    std::to_string(RTE_MEMPOOL_NAMESIZE - 1) + " characters"};
   }
   const uint32_t cache = std::min(o.cache, o.mbufs * kCacheFlushNum / kCacheFlushDen);
-  rte_mempool* mp = rte_pktmbuf_pool_create(name.c_str(), o.mbufs, cache, o.priv_size, o.data_room, SOCKET_ID_ANY);
+  rte_mempool* mp = o.packed ? packed_pktmbuf_pool(name.c_str(), o.mbufs, cache, o.priv_size, o.data_room)
+                             : rte_pktmbuf_pool_create(name.c_str(), o.mbufs, cache, o.priv_size, o.data_room,
+                                                       SOCKET_ID_ANY);
   if (mp == nullptr) {
     const int err = rte_errno;
     std::ostringstream msg;
@@ -251,6 +286,12 @@ Result<rte_mempool*> create_pktmbuf_pool(const PoolOptions& o) {
     return Error{err, msg.str()};
   }
   return mp;
+}
+
+void note_deferred_close() noexcept {
+  const auto now = std::chrono::steady_clock::now().time_since_epoch();
+  state().deferred_close_ns.store(std::chrono::duration_cast<std::chrono::nanoseconds>(now).count(),
+                                  std::memory_order_release);
 }
 
 Status eal_shutdown(const ShutdownOptions& o) {
@@ -268,8 +309,15 @@ Status eal_shutdown(const ShutdownOptions& o) {
     rte_eth_dev_close(port);
   }
   // Only memif defers work to its interrupt thread; every other program
-  // exits without the wait.
-  if (memif) std::this_thread::sleep_for(o.settle);
+  // exits without the wait.  A memif port closed earlier (DpdkPort::close)
+  // needs the rest of its settle time: the thread may still be at it, and
+  // rte_eal_cleanup under it crashes (seen once a port's close got fast).
+  if (memif) {
+    std::this_thread::sleep_for(o.settle);
+  } else if (const int64_t at = st.deferred_close_ns.load(std::memory_order_acquire); at >= 0) {
+    const std::chrono::steady_clock::time_point until{std::chrono::nanoseconds(at) + o.settle};
+    std::this_thread::sleep_until(until);
+  }
   st.running.store(false, std::memory_order_release);
   if (o.cleanup) {
     if (const int rc = rte_eal_cleanup(); rc < 0) {
