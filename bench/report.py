@@ -31,9 +31,12 @@ READ_REQUEST_PAYLOAD = 16  # the RETH a READ request carries instead of data
 
 
 def load(path):
-    wire_rtt, wire_rate, uroce = {}, {}, {}
+    wire_rtt, wire_rate, uroce, startup = {}, {}, {}, {}
     with open(path) as f:
         for row in csv.DictReader(f):
+            if row["kind"] == "startup":  # uroce-startup: metric -> ms (median), or "" when it failed
+                startup[row["metric"]] = float(row["value"]) if row["value"] != "" else None
+                continue
             if row["value"] == "":
                 uroce.setdefault((row["program"], int(row["size"])), {})
                 continue
@@ -44,7 +47,7 @@ def load(path):
                 wire_rate[int(row["size"])] = v
             else:
                 uroce.setdefault((row["program"], int(row["size"])), {})[row["metric"]] = v
-    return wire_rtt, wire_rate, uroce
+    return wire_rtt, wire_rate, uroce, startup
 
 
 class Wire:
@@ -119,7 +122,7 @@ def main():
     ap.add_argument("--stages", action="append", default=[],
                     help="uroce-stages --json output (repeatable: one per progress mode)")
     a = ap.parse_args()
-    rtt, rate, uroce = load(a.csv)
+    rtt, rate, uroce, startup = load(a.csv)
     w = Wire(rtt, rate, a.pmtu, a.overhead)
     sizes = sorted({s for (_, s) in uroce})
     L = []
@@ -187,6 +190,18 @@ def main():
                 cells.append(f"{e['p50_ns']:.0f} ({e['p10_ns']:.0f}–{e['p90_ns']:.0f})")
             L.append(f"| {st['stage']} | " + " | ".join(cells) + " |")
         L.append("| post to poll (one way) | " + " | ".join(f"{x['one_way_ns']:.0f}" for x in stages) + " |")
+        L.append("")
+
+    if startup:
+        L.append("## Start-up (issue 13: usable within 100 ms of the first call)\n")
+        L.append("A plain verbs program through the drop-in (bench/startup.cpp) on the veth's af_packet "
+                 "port, timed from its first call (`ibv_get_device_list`): median of the runs, ms.\n")
+        L.append("| step | ms after the first call | ratio to 100 ms |")
+        L.append("|---|---|---|")
+        for key, name in (("list_ms", "ibv_get_device_list returned"), ("open_ms", "ibv_open_device returned"),
+                          ("usable_ms", "PD, CQ and query_port done (usable)"), ("active_ms", "port ACTIVE")):
+            v = startup.get(key)
+            L.append(f"| {name} | {fmt(v, 1)} | {fx(ratio(v, 100.0))} |")
         L.append("")
 
     L.append("## Issue 16's targets\n")

@@ -1,14 +1,27 @@
-// The TSC's frequency for the drop-in's static EAL, without its 100 ms nap.
+// Three of the drop-in's static EAL's start-up costs, taken out (issue 13:
+// a device usable within 100 ms of the first call).  The drop-in links DPDK
+// statically and these calls cross objects of librte_eal.a, so
+// `-Wl,--wrap=...` (verbs-shim/meson.build) sends them here.
 //
+// eal_cpu_socket_id: rte_eal_cpu_init asks the NUMA node of every possible
+// lcore (RTE_MAX_LCORE, 128) by probing /sys/devices/system/node/node<n>/
+// cpu<c> for each of RTE_MAX_NUMA_NODES nodes: about 4,000 sysfs path
+// walks on a 2-CPU machine, a quarter of the start-up's CPU time here.  A
+// CPU with no /sys/devices/system/cpu/cpu<c> is on no node, and the real
+// function answers 0 for it after all its probes: answered at once here;
+// a CPU that exists gets the real function.
+//
+// eal_cpu_detected: whether a CPU is there (its topology/core_id file),
+// asked by rte_eal_cpu_init of every id up to CPU_SETSIZE (1,024 more path
+// walks).  No id past the last one /sys/devices/system/cpu/possible lists
+// can be there: answered at once; the others get the real function.
+//
+// get_tsc_freq: the TSC's frequency without the EAL's 100 ms nap.
 // DPDK 22.11's EAL asks CPUID first (get_tsc_freq_arch: Intel's leaves
 // 0x15/0x16, or an MSR); where that says nothing — AMD, most VMs, this
 // machine — its Linux get_tsc_freq() sleeps 100 ms against
 // CLOCK_MONOTONIC_RAW (research/dpdk.md: about 100 of the 111-160 ms of
-// rte_eal_init).  That nap alone is the whole start-up budget of issue 13
-// ("usable within 100 ms of the first call").  The drop-in links DPDK
-// statically and the call crosses objects (eal_common_timer.c calls the
-// function eal_timer.c defines), so `-Wl,--wrap=get_tsc_freq`
-// (verbs-shim/meson.build) sends it here:
+// rte_eal_init): that nap alone is the whole budget.  Instead:
 //   1. the kernel's own calibrated figure, as perf reads it: a perf event's
 //      user page carries time_mult/time_shift (ns = cycles * mult >> shift)
 //      when the TSC is the clock source (cap_user_time);
@@ -23,6 +36,8 @@
 #include <x86intrin.h>
 
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 
 namespace {
@@ -52,6 +67,28 @@ uint64_t tsc_from_perf() {
   return hz;
 }
 
+// The highest CPU id in /sys/devices/system/cpu/possible ("0-1",
+// "0-3,8-11"), or -1 when it cannot be read.
+long last_possible_cpu() {
+  FILE* f = std::fopen("/sys/devices/system/cpu/possible", "re");
+  if (f == nullptr) return -1;
+  char buf[256] = {};
+  const bool ok = std::fgets(buf, sizeof buf, f) != nullptr;
+  std::fclose(f);
+  if (!ok) return -1;
+  long last = -1;
+  for (const char* p = buf; *p != '\0';) {
+    if (*p >= '0' && *p <= '9') {
+      char* end = nullptr;
+      last = std::strtol(p, &end, 10);
+      p = end;
+    } else {
+      ++p;
+    }
+  }
+  return last;
+}
+
 uint64_t ns_raw() {
   timespec t{};
   clock_gettime(CLOCK_MONOTONIC_RAW, &t);
@@ -73,6 +110,23 @@ uint64_t tsc_measured() {
 }
 
 }  // namespace
+
+extern "C" int __real_eal_cpu_detected(unsigned lcore_id);
+
+extern "C" int __wrap_eal_cpu_detected(unsigned lcore_id) {
+  static const long last = last_possible_cpu();
+  if (last >= 0 && lcore_id > static_cast<unsigned long>(last)) return 0;
+  return __real_eal_cpu_detected(lcore_id);
+}
+
+extern "C" unsigned __real_eal_cpu_socket_id(unsigned lcore_id);
+
+extern "C" unsigned __wrap_eal_cpu_socket_id(unsigned lcore_id) {
+  char path[64];
+  std::snprintf(path, sizeof path, "/sys/devices/system/cpu/cpu%u", lcore_id);
+  if (access(path, F_OK) != 0) return 0;
+  return __real_eal_cpu_socket_id(lcore_id);
+}
 
 extern "C" uint64_t __real_get_tsc_freq(void);
 

@@ -19,7 +19,8 @@ namespace {
 
 // How long after the devices start a REQ for a service nobody listens on
 // is forgotten rather than rejected (CmConfig::no_listener_grace_ns): the
-// EAL start (~0.6 s here) and the program's own set-up before rdma_listen.
+// device start (under 100 ms here since issue 13, 0.6 s before, longer on a
+// loaded machine) and the program's own set-up before rdma_listen.
 constexpr uint64_t kNoListenerGraceNs = 3'000'000'000;
 
 uint8_t env_u8(const char* name, uint8_t dflt, uint8_t max) {
