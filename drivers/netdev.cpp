@@ -148,6 +148,16 @@ namespace {
 constexpr uint16_t kUsableNud = NUD_REACHABLE | NUD_STALE | NUD_DELAY | NUD_PROBE | NUD_PERMANENT | NUD_NOARP;
 constexpr size_t kNetlinkBuf = 32 * 1024;
 
+// The kernel's NLMSG_*/RTA_* macros cast char* to the header types and
+// compare the signed length they are given with an unsigned one; clang
+// warns on both (-Wcast-align, -Wsign-compare).  The headers they walk sit
+// at NLMSG_ALIGN/RTA_ALIGN offsets of a buffer from operator new (16-byte
+// aligned), so the casts are sound: the warnings are off for the two
+// functions that use them.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wcast-align"
+#pragma GCC diagnostic ignored "-Wsign-compare"
+
 // The MAC in one RTM_NEWNEIGH message if it is for `ip` on `ifindex` and usable.
 std::optional<wire::MacAddr> match_neigh(const nlmsghdr* h, int ifindex, const wire::Ipv6Addr& ip, bool v4) {
   const auto* nd = static_cast<const ndmsg*>(NLMSG_DATA(h));
@@ -207,6 +217,8 @@ std::optional<wire::MacAddr> kernel_neighbour(int ifindex, const wire::Ipv6Addr&
   ::close(fd);
   return found;
 }
+
+#pragma GCC diagnostic pop
 
 bool kernel_solicit(int ifindex, const wire::Ipv6Addr& ip) {
   const bool v4 = wire::is_ipv4_mapped(ip);
