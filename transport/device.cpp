@@ -302,13 +302,18 @@ void Devices::close(std::string_view name) {
   if (it != open_.end()) close_locked(it);
 }
 
+Status Devices::attach_client(Device& d, const ClientFactory& make) {
+  auto c = make(d);
+  if (!c) return c.error();
+  d.attach(std::move(*c));
+  return {};
+}
+
 Status Devices::add_client(ClientFactory make) {
   std::lock_guard lock(mu_);
   if (shut_down_) return Error{ESHUTDOWN, "Devices: shut down"};
   for (auto& d : open_) {
-    auto c = make(*d);
-    if (!c) return c.error();
-    d->attach(std::move(*c));
+    if (Status st = attach_client(*d, make); !st) return st.error();
   }
   client_factories_.push_back(std::move(make));
   return {};
@@ -519,9 +524,7 @@ drivers::Result<std::unique_ptr<Device>> Devices::bring_up(const config::DeviceC
   if (Status st = make_engine(*d, dev); !st) return st.error();
   d->rnic_ = std::make_unique<rnic::Rnic>(*d->engine_, dev.name);
   for (const ClientFactory& make : client_factories_) {
-    auto c = make(*d);
-    if (!c) return Error{c.error().code, device_error(dev, c.error().message)};
-    d->attach(std::move(*c));
+    if (Status st = attach_client(*d, make); !st) return Error{st.error().code, device_error(dev, st.error().message)};
   }
   return drivers::Result<std::unique_ptr<Device>>(std::move(d));
 }

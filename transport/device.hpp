@@ -253,6 +253,7 @@ class Devices {
   drivers::Status set_identity(Device& d, const config::DeviceConfig& dev);
   drivers::Status wrap_port(Device& d, const config::DeviceConfig& dev, const OpenOptions& options);
   drivers::Status make_engine(Device& d, const config::DeviceConfig& dev);
+  static drivers::Status attach_client(Device& d, const ClientFactory& make);  // one factory's client on d
   std::string capture_for(const config::DeviceConfig& dev) const;
   void close_locked(std::vector<std::unique_ptr<Device>>::iterator it);
 

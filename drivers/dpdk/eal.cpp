@@ -299,22 +299,20 @@ Status eal_shutdown(const ShutdownOptions& o) {
   std::lock_guard lock(st.shutdown_mutex);
   if (!st.running.load(std::memory_order_acquire)) return {};
   uint16_t port = 0;
-  bool memif = false;
   RTE_ETH_FOREACH_DEV(port) {
     rte_eth_dev_info info{};
-    if (rte_eth_dev_info_get(port, &info) == 0 && info.driver_name != nullptr &&
-        std::string_view(info.driver_name) == "net_memif")
-      memif = true;
+    const bool memif = rte_eth_dev_info_get(port, &info) == 0 && info.driver_name != nullptr &&
+                       std::string_view(info.driver_name) == "net_memif";
     rte_eth_dev_stop(port);  // fails harmlessly on a port that never started
     rte_eth_dev_close(port);
+    if (memif) note_deferred_close();
   }
   // Only memif defers work to its interrupt thread; every other program
-  // exits without the wait.  A memif port closed earlier (DpdkPort::close)
-  // needs the rest of its settle time: the thread may still be at it, and
-  // rte_eal_cleanup under it crashes (seen once a port's close got fast).
-  if (memif) {
-    std::this_thread::sleep_for(o.settle);
-  } else if (const int64_t at = st.deferred_close_ns.load(std::memory_order_acquire); at >= 0) {
+  // exits without the wait.  A memif port closed here or earlier
+  // (DpdkPort::close) gets the rest of its settle time: the thread may
+  // still be at it, and rte_eal_cleanup under it crashes (seen once a
+  // port's close got fast).
+  if (const int64_t at = st.deferred_close_ns.load(std::memory_order_acquire); at >= 0) {
     const std::chrono::steady_clock::time_point until{std::chrono::nanoseconds(at) + o.settle};
     std::this_thread::sleep_until(until);
   }
