@@ -88,6 +88,7 @@ static_assert(offsetof(ibv_qp_ex, wr_complete) == 328);
 static_assert(offsetof(ibv_qp_ex, wr_abort) == 336);
 static_assert(offsetof(ibv_qp_ex, wr_atomic_write) == 344);
 static_assert(offsetof(Qp, ex) == 0);
+static_assert(offsetof(Qp, wr_flush) == 352);  // rdma-core 45+'s ibv_qp_ex::wr_flush
 
 // ---- CQ: every CQ is ibv_cq_ex-headed, ibv_cq's fields first -----------------------
 static_assert(sizeof(ibv_cq) == 128);

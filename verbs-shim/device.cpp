@@ -289,10 +289,12 @@ int query_device_ex_op(ibv_context* ctx, const ibv_query_device_ex_input* in, ib
   if (attr == nullptr || attr_size < sizeof(ibv_device_attr)) return EINVAL;
   ibv_device_attr_ex full{};
   full.orig_attr = ctx_dev(ctx)->rnic().device_attr();
-  // Bits past 31 exist only here: ATOMIC WRITE (IB_UVERBS_DEVICE_ATOMIC_WRITE,
-  // rdma-core 45's kernel header; rxe since Linux 6.2).  No FLUSH.
-  constexpr uint64_t kDeviceAtomicWrite = uint64_t{1} << 40;
-  full.device_cap_flags_ex = full.orig_attr.device_cap_flags | kDeviceAtomicWrite;
+  // Bits past 31 exist only here (rdma-core 45's kernel header; rxe since
+  // Linux 6.2): ATOMIC WRITE, and FLUSH to global visibility.  Not FLUSH to
+  // persistence: no memory here is known to be persistent (reg_mr refuses
+  // the right, EOPNOTSUPP).
+  namespace v = rnic::verbs_newer;
+  full.device_cap_flags_ex = full.orig_attr.device_cap_flags | v::kDeviceAtomicWrite | v::kDeviceFlushGlobal;
   full.phys_port_cnt_ex = full.orig_attr.phys_port_cnt;
   full.odp_caps = rnic::Rnic::odp_caps();
   // Completion timestamps: a 64-bit clock of 1 GHz (CLOCK_MONOTONIC ns).

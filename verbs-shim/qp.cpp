@@ -25,7 +25,16 @@ constexpr uint64_t kSupportedSendOps = IBV_QP_EX_WITH_RDMA_WRITE | IBV_QP_EX_WIT
                                        IBV_QP_EX_WITH_RDMA_READ | IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP |
                                        IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD | IBV_QP_EX_WITH_SEND_WITH_INV |
                                        IBV_QP_EX_WITH_ATOMIC_WRITE | IBV_QP_EX_WITH_BIND_MW |
-                                       IBV_QP_EX_WITH_LOCAL_INV;
+                                       IBV_QP_EX_WITH_LOCAL_INV | rnic::verbs_newer::kQpExWithFlush;
+
+// The RNIC takes the chain; the engine is woken once.
+int post_send_chain(Qp* qp, ibv_send_wr* wr, ibv_send_wr** bad) noexcept {
+  const ibv_send_wr* bad_c = nullptr;
+  const int rc = qp->impl->post_send(wr, &bad_c);
+  if (rc != 0 && bad != nullptr) *bad = const_cast<ibv_send_wr*>(bad_c);
+  kick_once(qp->ctx->dev);
+  return rc;
+}
 
 // ---- the ibv_wr_* builders --------------------------------------------------------------
 // Each opcode builder starts a new WR from qpx->wr_id / wr_flags; the
@@ -149,6 +158,15 @@ void wr_atomic_write(ibv_qp_ex* q, uint32_t rkey, uint64_t addr, const void* val
   wr_set_inline_data_list(q, 1, &buf);
 }
 
+// ibv_wr_flush(3) (rdma-core 45): the RNIC's FLUSH form (rnic::Qp::post_send):
+// the range in wr.atomic's address, key and compare_add, the placement
+// type and selectivity level in its swap.  post_send checks them.
+void wr_flush(ibv_qp_ex* q, uint32_t rkey, uint64_t addr, size_t len, uint8_t type, uint8_t level) noexcept {
+  if (WrBatch::Entry* e = begin_wr(q, rnic::verbs_newer::kWrFlush)) {
+    e->wr.wr.atomic = {addr, len, uint64_t{type} | uint64_t{level} << 8, rkey};
+  }
+}
+
 void wr_start(ibv_qp_ex* q) noexcept {
   WrBatch& b = *to_qp(q)->batch;
   b.wrs.clear();
@@ -190,7 +208,7 @@ int wr_complete(ibv_qp_ex* q) noexcept {
     wr.next = i + 1 < b.wrs.size() ? &b.chain[i + 1] : nullptr;
   }
   ibv_send_wr* bad = nullptr;
-  return post_send_op(abi(qp), b.chain.data(), &bad);
+  return post_send_chain(qp, b.chain.data(), &bad);
 }
 
 void install_wr_ops(Qp* qp) noexcept {
@@ -199,6 +217,7 @@ void install_wr_ops(Qp* qp) noexcept {
   if ((ops & IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP) != 0) x.wr_atomic_cmp_swp = wr_atomic_cmp_swp;
   if ((ops & IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD) != 0) x.wr_atomic_fetch_add = wr_atomic_fetch_add;
   if ((ops & IBV_QP_EX_WITH_ATOMIC_WRITE) != 0) x.wr_atomic_write = wr_atomic_write;
+  if ((ops & rnic::verbs_newer::kQpExWithFlush) != 0) qp->wr_flush = wr_flush;
   if ((ops & IBV_QP_EX_WITH_BIND_MW) != 0) x.wr_bind_mw = wr_bind_mw;
   if ((ops & IBV_QP_EX_WITH_LOCAL_INV) != 0) x.wr_local_inv = wr_local_inv;
   if ((ops & IBV_QP_EX_WITH_RDMA_READ) != 0) x.wr_rdma_read = wr_rdma_read;
@@ -267,13 +286,17 @@ ibv_qp* make_qp(ibv_pd* ibpd, ibv_qp_init_attr* init, uint64_t send_ops) noexcep
 
 // ---- context ops -------------------------------------------------------------------
 
+// ibv_post_send(3).  IBV_WR_FLUSH has no fields in ibv_send_wr: only
+// ibv_wr_flush posts it (as rdma-core's providers), so here the chain is
+// refused from the first FLUSH on, with nothing of it posted.
 int post_send_op(ibv_qp* ibqp, ibv_send_wr* wr, ibv_send_wr** bad) noexcept {
-  Qp* qp = to_qp(ibqp);
-  const ibv_send_wr* bad_c = nullptr;
-  const int rc = qp->impl->post_send(wr, &bad_c);
-  if (rc != 0 && bad != nullptr) *bad = const_cast<ibv_send_wr*>(bad_c);
-  kick_once(qp->ctx->dev);
-  return rc;
+  for (ibv_send_wr* w = wr; w != nullptr; w = w->next) {
+    if (w->opcode == rnic::verbs_newer::kWrFlush) {
+      if (bad != nullptr) *bad = w;
+      return EINVAL;
+    }
+  }
+  return post_send_chain(to_qp(ibqp), wr, bad);
 }
 
 int post_recv_op(ibv_qp* ibqp, ibv_recv_wr* wr, ibv_recv_wr** bad) noexcept {

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "transport/rnic/rnic.hpp"
+#include "transport/rnic/verbs_newer.hpp"
 
 namespace uroce::transport {
 class Device;
@@ -133,6 +134,9 @@ struct WrBatch {
 // created with send_ops_flags (upstream: NULL for the others).
 struct Qp {
   ibv_qp_ex ex;
+  // ibv_qp_ex's entries after rdma-core 44's last: a program built against
+  // a newer verbs.h reads them right behind it (abi_layout.cpp).
+  rnic::verbs_newer::WrFlushFn wr_flush = nullptr;
   rnic::Qp* impl = nullptr;
   Context* ctx = nullptr;
   bool extended = false;            // created by ibv_create_qp_ex with send ops

@@ -229,7 +229,8 @@ TEST_F(VerbsAbi, OnDemandPagingThroughTheVerbs) {
   EXPECT_EQ(ex.odp_caps.per_transport_caps.rc_odp_caps & kRc, kRc);
   EXPECT_EQ(ex.xrc_odp_caps, 0u);  // no XRC
   EXPECT_NE(ex.device_cap_flags_ex & (uint64_t{1} << 40), 0u);  // IB_UVERBS_DEVICE_ATOMIC_WRITE
-  EXPECT_EQ(ex.device_cap_flags_ex & (uint64_t{1} << 38), 0u);  // no FLUSH (IB_UVERBS_DEVICE_FLUSH_GLOBAL)
+  // FLUSH and ATOMIC WRITE on ODP MRs too (IBV_ODP_SUPPORT_FLUSH, _ATOMIC_WRITE: rdma-core 47).
+  EXPECT_EQ(ex.odp_caps.per_transport_caps.rc_odp_caps & (3u << 6), 3u << 6);
   ibv_pd* pd = ibv_alloc_pd(ctx_[0]);
   ASSERT_NE(pd, nullptr);
   ibv_mr* all = ibv_reg_mr(pd, nullptr, SIZE_MAX, IBV_ACCESS_ON_DEMAND | IBV_ACCESS_LOCAL_WRITE);
@@ -374,6 +375,9 @@ struct Side {
   std::vector<uint8_t> buf = std::vector<uint8_t>(kBuf);
 
   uint64_t extra_wc_flags = 0;  // for the extended CQ
+  uint64_t send_ops = IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_RDMA_WRITE;  // for the extended QP
+  int mr_access = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE;
+  unsigned qp_access = IBV_ACCESS_REMOTE_WRITE;
   void open(ibv_context* c, ibv_qp_type type, bool extended) {
     ctx = c;
     pd = ibv_alloc_pd(c);
@@ -393,7 +397,7 @@ struct Side {
       cq = ibv_create_cq(c, kCqe, this, ch, 0);
       ASSERT_NE(cq, nullptr);
     }
-    mr = ibv_reg_mr(pd, buf.data(), buf.size(), IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+    mr = ibv_reg_mr(pd, buf.data(), buf.size(), mr_access);
     ASSERT_NE(mr, nullptr);
     ibv_qp_init_attr_ex ia{};
     ia.send_cq = cq;
@@ -404,7 +408,7 @@ struct Side {
     ia.comp_mask = IBV_QP_INIT_ATTR_PD;
     if (extended) {
       ia.comp_mask |= IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
-      ia.send_ops_flags = IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_RDMA_WRITE;
+      ia.send_ops_flags = send_ops;
     }
     qp = ibv_create_qp_ex(c, &ia);
     ASSERT_NE(qp, nullptr) << std::strerror(errno);
@@ -417,7 +421,7 @@ struct Side {
       a.qkey = 0x11111111;
       mask |= IBV_QP_QKEY;
     } else {
-      a.qp_access_flags = IBV_ACCESS_REMOTE_WRITE;
+      a.qp_access_flags = qp_access;
       mask |= IBV_QP_ACCESS_FLAGS;
     }
     ASSERT_EQ(ibv_modify_qp(qp, &a, mask), 0);
@@ -679,6 +683,82 @@ TEST_F(VerbsAbi, QpExBuildersAndCqExPolling) {
   EXPECT_EQ(ibv_wr_complete(qx), EINVAL);
   a.close();
   b.close();
+}
+
+// FLUSH (IBA 1.5) as a program built against rdma-core 45 or later posts
+// it: these values are its verbs.h's, and its ibv_wr_flush calls the
+// ibv_qp_ex entry after wr_atomic_write.  The device offers FLUSH to global
+// visibility and not to persistence (reg_mr refuses that right); only the
+// builder posts a FLUSH, ibv_post_send has no fields for it.
+constexpr int kAccessFlushGlobal = 1 << 8;                  // IBV_ACCESS_FLUSH_GLOBAL
+constexpr int kAccessFlushPersistent = 1 << 9;              // IBV_ACCESS_FLUSH_PERSISTENT
+constexpr uint64_t kQpExWithFlush = uint64_t{1} << 11;      // IBV_QP_EX_WITH_FLUSH
+constexpr auto kWrFlush = static_cast<ibv_wr_opcode>(14);   // IBV_WR_FLUSH
+constexpr int kWcFlush = 8;                                 // IBV_WC_FLUSH
+constexpr uint8_t kFlushGlobal = 1, kFlushRange = 0, kFlushMr = 1;
+using WrFlush = void (*)(ibv_qp_ex*, uint32_t, uint64_t, size_t, uint8_t, uint8_t);
+WrFlush wr_flush_of(ibv_qp_ex* qx) {
+  WrFlush f = nullptr;
+  std::memcpy(&f, reinterpret_cast<const uint8_t*>(qx) + sizeof(ibv_qp_ex), sizeof f);
+  return f;
+}
+
+TEST_F(VerbsAbi, FlushThroughTheNewerQpEx) {
+  ibv_device_attr_ex ex{};
+  ASSERT_EQ(ibv_query_device_ex(ctx_[0], nullptr, &ex), 0);
+  EXPECT_NE(ex.device_cap_flags_ex & (uint64_t{1} << 38), 0u);  // IB_UVERBS_DEVICE_FLUSH_GLOBAL
+  EXPECT_EQ(ex.device_cap_flags_ex & (uint64_t{1} << 39), 0u);  // IB_UVERBS_DEVICE_FLUSH_PERSISTENT
+  Side a, b;
+  a.send_ops |= kQpExWithFlush;
+  b.mr_access |= kAccessFlushGlobal;
+  b.qp_access |= kAccessFlushGlobal;
+  ASSERT_NO_FATAL_FAILURE(a.open(ctx_[0], IBV_QPT_RC, true));
+  ASSERT_NO_FATAL_FAILURE(b.open(ctx_[1], IBV_QPT_RC, true));
+  ASSERT_NO_FATAL_FAILURE(a.connect(b));
+  ASSERT_NO_FATAL_FAILURE(b.connect(a));
+  errno = 0;
+  EXPECT_EQ(ibv_reg_mr(b.pd, b.buf.data(), 64, IBV_ACCESS_LOCAL_WRITE | kAccessFlushPersistent), nullptr);
+  EXPECT_EQ(errno, EOPNOTSUPP);
+
+  ibv_qp_ex* qx = ibv_qp_to_qp_ex(a.qp);
+  ASSERT_NE(qx, nullptr);
+  const WrFlush wr_flush = wr_flush_of(qx);
+  ASSERT_NE(wr_flush, nullptr);
+  ibv_wr_start(qx);
+  qx->wr_id = 5;
+  qx->wr_flags = IBV_SEND_SIGNALED;
+  wr_flush(qx, b.mr->rkey, reinterpret_cast<uintptr_t>(b.buf.data()), 256, kFlushGlobal, kFlushRange);
+  qx->wr_id = 6;
+  wr_flush(qx, b.mr->rkey, 0, 0, kFlushGlobal, kFlushMr);
+  ASSERT_EQ(ibv_wr_complete(qx), 0);
+  ibv_poll_cq_attr pa{};
+  for (uint64_t id : {5u, 6u}) {
+    int rc = ENOENT;
+    for (int i = 0; i < 500000 && rc == ENOENT; ++i) rc = ibv_start_poll(a.cqx, &pa);
+    ASSERT_EQ(rc, 0);
+    EXPECT_EQ(a.cqx->status, IBV_WC_SUCCESS) << ibv_wc_status_str(a.cqx->status);
+    EXPECT_EQ(a.cqx->wr_id, id);
+    EXPECT_EQ(static_cast<int>(ibv_wc_read_opcode(a.cqx)), kWcFlush);
+    ibv_end_poll(a.cqx);
+  }
+  // A bad placement type is reported by wr_complete.
+  ibv_wr_start(qx);
+  wr_flush(qx, b.mr->rkey, 0, 0, 0, kFlushMr);
+  EXPECT_EQ(ibv_wr_complete(qx), EINVAL);
+  // ibv_post_send: refused, from the FLUSH on.
+  ibv_send_wr w{};
+  w.opcode = kWrFlush;
+  w.wr.rdma = {reinterpret_cast<uintptr_t>(b.buf.data()), b.mr->rkey};
+  ibv_send_wr* bad = nullptr;
+  EXPECT_EQ(ibv_post_send(a.qp, &w, &bad), EINVAL);
+  EXPECT_EQ(bad, &w);
+  // A QP created without IBV_QP_EX_WITH_FLUSH has no builder for it.
+  Side c;
+  ASSERT_NO_FATAL_FAILURE(c.open(ctx_[0], IBV_QPT_RC, true));
+  EXPECT_EQ(wr_flush_of(ibv_qp_to_qp_ex(c.qp)), nullptr);
+  a.close();
+  b.close();
+  c.close();
 }
 
 uint64_t now_ns(clockid_t clock) {

@@ -13,6 +13,8 @@
 #include <vector>
 
 #include "tests/rnic/harness.hpp"
+#include "transport/rnic/limits.hpp"
+#include "transport/rnic/verbs_newer.hpp"
 
 namespace uroce::rnic::testing {
 namespace {
@@ -286,6 +288,109 @@ TEST(Atomics, AtomicWrite) {
   ASSERT_NE(u.qa, nullptr);
   wr = rdma_wr(IBV_WR_ATOMIC_WRITE, 5, {&s, 1}, target.addr(8), target.rkey());
   EXPECT_EQ(post_send(u.qa, wr), EINVAL);
+}
+
+// FLUSH (IBA 1.5) end to end, as ibv_wr_flush posts it (wr.atomic: the
+// range, its length in compare_add, type | level << 8 in swap): after a
+// WRITE, at the RANGE and the MR level, completed as IBV_WC_FLUSH with no
+// bytes; the peer's refusals as completion errors; the post rules (RC
+// only, no data, a placement type and a level it knows, one message's
+// length at most).
+ibv_send_wr flush_wr(uint64_t wr_id, uint64_t addr, uint32_t rkey, uint64_t len, uint8_t type, uint8_t level) {
+  ibv_send_wr wr{};
+  wr.wr_id = wr_id;
+  wr.opcode = verbs_newer::kWrFlush;
+  wr.send_flags = IBV_SEND_SIGNALED;
+  wr.wr.atomic = {addr, len, uint64_t{type} | uint64_t{level} << 8, rkey};
+  return wr;
+}
+
+TEST(Flush, AfterAWriteAtBothLevels) {
+  namespace v = verbs_newer;
+  Harness h;
+  ConnOpts o;
+  o.access |= v::kAccessFlushGlobal;
+  Pair p = h.pair(IBV_QPT_RC, o);
+  ASSERT_NE(p.qa, nullptr);
+  Buffer target = h.buffer(h.b(), 4096, kRemoteAll | v::kAccessFlushGlobal);
+  Buffer src = h.buffer(h.a(), 4096, kRemoteAll, 0x3C);
+  ibv_sge s = src.sge(0, 4096);
+  ibv_send_wr w = rdma_wr(IBV_WR_RDMA_WRITE, 1, {&s, 1}, target.addr(0), target.rkey(), 0);
+  ibv_send_wr f = flush_wr(2, target.addr(0), target.rkey(), 4096, v::kFlushGlobal, v::kFlushRange);
+  w.next = &f;
+  ASSERT_EQ(post_send(p.qa, w), 0);
+  ibv_wc wc = h.wait_wc(p.scq_a);
+  EXPECT_EQ(wc.status, IBV_WC_SUCCESS) << wc_status_name(wc.status);
+  EXPECT_EQ(wc.wr_id, 2u);
+  EXPECT_EQ(wc.opcode, v::kWcFlush);
+  EXPECT_EQ(wc.byte_len, 0u);
+  for (size_t i = 0; i < 4096; ++i) ASSERT_EQ(target.data()[i], 0x3C) << "byte " << i << " before the FLUSH completed";
+  f = flush_wr(3, 0, target.rkey(), 0, v::kFlushGlobal, v::kFlushMr);
+  ASSERT_EQ(post_send(p.qa, f), 0);
+  wc = h.wait_wc(p.scq_a);
+  EXPECT_EQ(wc.status, IBV_WC_SUCCESS) << wc_status_name(wc.status);
+  EXPECT_EQ(wc.opcode, v::kWcFlush);
+  EXPECT_EQ(h.b().rnic->counters().get(RnicCtr::flushes_executed), 2u);
+
+  // Refused at post: nothing posted.
+  struct Bad {
+    const char* what;
+    ibv_send_wr wr;
+  };
+  ibv_sge one = src.sge(0, 8);
+  Bad bad[] = {
+      {"no placement type", flush_wr(4, target.addr(0), target.rkey(), 8, 0, v::kFlushRange)},
+      {"unknown placement type", flush_wr(4, target.addr(0), target.rkey(), 8, 4, v::kFlushRange)},
+      {"selectivity level 2", flush_wr(4, target.addr(0), target.rkey(), 8, v::kFlushGlobal, 2)},
+      {"past max_msg_sz", flush_wr(4, target.addr(0), target.rkey(), uint64_t{kMaxMsgSize} + 1, v::kFlushGlobal,
+                                   v::kFlushRange)},
+      {"with data", flush_wr(4, target.addr(0), target.rkey(), 8, v::kFlushGlobal, v::kFlushRange)},
+  };
+  bad[4].wr.sg_list = &one;
+  bad[4].wr.num_sge = 1;
+  for (Bad& b : bad) EXPECT_EQ(post_send(p.qa, b.wr), EINVAL) << b.what;
+  Pair u = h.pair(IBV_QPT_UC);
+  ASSERT_NE(u.qa, nullptr);
+  f = flush_wr(5, target.addr(0), target.rkey(), 8, v::kFlushGlobal, v::kFlushRange);
+  EXPECT_EQ(post_send(u.qa, f), EINVAL) << "UC has no FLUSH";
+  EXPECT_EQ(h.b().rnic->counters().get(RnicCtr::flushes_executed), 2u);
+}
+
+TEST(Flush, PeerRefusalsCompleteInError) {
+  namespace v = verbs_newer;
+  struct Case {
+    const char* what;
+    int qp_access;   // the responder QP's
+    int mr_access;   // the target MR's
+    uint64_t off;
+    uint64_t len;
+    uint8_t type;
+    ibv_wc_status status;
+  };
+  const Case cases[] = {
+      {"QP without the flush right", kRemoteAll & ~IBV_ACCESS_LOCAL_WRITE, kRemoteAll | v::kAccessFlushGlobal, 0, 8,
+       v::kFlushGlobal, IBV_WC_REM_INV_REQ_ERR},
+      {"MR without the flush right", (kRemoteAll & ~IBV_ACCESS_LOCAL_WRITE) | v::kAccessFlushGlobal, kRemoteAll, 0,
+       8, v::kFlushGlobal, IBV_WC_REM_ACCESS_ERR},
+      {"range past the MR", (kRemoteAll & ~IBV_ACCESS_LOCAL_WRITE) | v::kAccessFlushGlobal,
+       kRemoteAll | v::kAccessFlushGlobal, 60, 8, v::kFlushGlobal, IBV_WC_REM_ACCESS_ERR},
+      {"persistence", (kRemoteAll & ~IBV_ACCESS_LOCAL_WRITE) | v::kAccessFlushGlobal,
+       kRemoteAll | v::kAccessFlushGlobal, 0, 8, v::kFlushPersistent, IBV_WC_REM_INV_REQ_ERR},
+  };
+  for (const Case& c : cases) {
+    Harness h;
+    ConnOpts o;
+    o.access = c.qp_access;
+    Pair p = h.pair(IBV_QPT_RC, o);
+    ASSERT_NE(p.qa, nullptr) << c.what;
+    Buffer target = h.buffer(h.b(), 64, c.mr_access);
+    ibv_send_wr f = flush_wr(7, target.addr(c.off), target.rkey(), c.len, c.type, v::kFlushRange);
+    ASSERT_EQ(post_send(p.qa, f), 0) << c.what;
+    const ibv_wc wc = h.wait_wc(p.scq_a);
+    EXPECT_EQ(wc.status, c.status) << c.what << ": " << wc_status_name(wc.status);
+    EXPECT_EQ(wc.wr_id, 7u) << c.what;
+    EXPECT_EQ(h.b().rnic->counters().get(RnicCtr::flushes_executed), 0u) << c.what;
+  }
 }
 
 // Many atomics in flight at once (up to max_rd_atomic), all executed once.

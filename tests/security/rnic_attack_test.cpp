@@ -28,6 +28,7 @@
 #include "lib/wire/ext.hpp"
 #include "tests/rnic/raw_peer.hpp"
 #include "transport/rnic/memory.hpp"
+#include "transport/rnic/verbs_newer.hpp"
 
 namespace uroce::rnic::testing {
 namespace {
@@ -398,6 +399,100 @@ TEST_F(Attack, AtomicWriteRules) {
   EXPECT_EQ(syndrome(a[0]), kAck);
   EXPECT_EQ(g.data()[8], 1) << "the duplicate was stored again";
   EXPECT_TRUE(g.guards_intact());
+}
+
+// FLUSH from a peer (IBA 1.5, rxe's rules): the QP must enable and the MR
+// grant the placement type's flush right; at the RANGE level the range
+// lies in the MR, at the MR level the RETH's address and length are not
+// read; a FETH with no placement type, an unknown one, a selectivity level
+// past MR or reserved bits is an invalid request; persistence is never
+// granted here.  A good FLUSH is ACKed and counted; its duplicate is
+// re-ACKed and not carried out again.  Nothing in memory changes.
+TEST_F(Attack, FlushRules) {
+  namespace v = verbs_newer;
+  constexpr int kQpFlush = IBV_ACCESS_REMOTE_WRITE | v::kAccessFlushGlobal;
+  Guarded g = guarded(64, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | v::kAccessFlushGlobal);
+  Guarded plain = guarded(64, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+  int err = 0;
+  std::vector<uint8_t> pm(64);
+  EXPECT_EQ(peer.rnic().reg_mr(peer.pd(), pm.data(), pm.size(), reinterpret_cast<uint64_t>(pm.data()),
+                               v::kAccessFlushPersistent, &err),
+            nullptr);
+  EXPECT_EQ(err, EOPNOTSUPP) << "no memory here is known to be persistent";
+  auto flush_qp = [&](int access) {
+    Qp* q = rc_qp();
+    ibv_qp_attr qa{};
+    qa.qp_access_flags = static_cast<unsigned>(access);
+    EXPECT_EQ(q->modify(qa, IBV_QP_ACCESS_FLAGS), 0);
+    return q;
+  };
+  auto flush = [&](Qp* q, uint32_t psn_off, uint32_t feth, uint64_t va, uint32_t rkey, uint32_t len) {
+    wire::PktDesc d = write(op::RC_FLUSH, q, psn_off, va, rkey, len, {});
+    d.feth = feth;
+    return d;
+  };
+  constexpr uint32_t kGlobalRange = v::kFlushGlobal;
+  constexpr uint32_t kGlobalMr = v::kFlushMr << 4 | v::kFlushGlobal;
+  struct Case {
+    const char* what;
+    int qp_access;
+    uint32_t feth;
+    uint64_t va;
+    uint32_t rkey, len;
+    uint8_t answer;
+  };
+  const Case cases[] = {
+      {"range inside the MR", kQpFlush, kGlobalRange, g.addr(8), g.rkey(), 32, kAck},
+      {"zero-length range at the MR's end", kQpFlush, kGlobalRange, g.addr(64), g.rkey(), 0, kAck},
+      {"MR level, address and length ignored", kQpFlush, kGlobalMr, 0xdead0000, g.rkey(), 1u << 30, kAck},
+      {"range past the MR", kQpFlush, kGlobalRange, g.addr(32), g.rkey(), 33, nak(NakCode::RemoteAccessError)},
+      {"MR without the flush right", kQpFlush, kGlobalRange, plain.addr(), plain.rkey(), 8,
+       nak(NakCode::RemoteAccessError)},
+      {"MR level, MR without the flush right", kQpFlush, kGlobalMr, plain.addr(), plain.rkey(), 0,
+       nak(NakCode::RemoteAccessError)},
+      {"forged key", kQpFlush, kGlobalMr, g.addr(), g.rkey() ^ 0x80, 8, nak(NakCode::RemoteAccessError)},
+      {"QP without the flush right", IBV_ACCESS_REMOTE_WRITE, kGlobalRange, g.addr(), g.rkey(), 8,
+       nak(NakCode::InvalidRequest)},
+      {"persistence (no QP grants it here)", kQpFlush, v::kFlushPersistent, g.addr(), g.rkey(), 8,
+       nak(NakCode::InvalidRequest)},
+      {"persistence, QP and MR levels", kQpFlush | v::kAccessFlushPersistent, v::kFlushPersistent, g.addr(),
+       g.rkey(), 8, nak(NakCode::RemoteAccessError)},
+      {"no placement type", kQpFlush, 0, g.addr(), g.rkey(), 8, nak(NakCode::InvalidRequest)},
+      {"unknown placement type", kQpFlush, 0x4 | v::kFlushGlobal, g.addr(), g.rkey(), 8,
+       nak(NakCode::InvalidRequest)},
+      {"selectivity level 2", kQpFlush, 2u << 4 | v::kFlushGlobal, g.addr(), g.rkey(), 8,
+       nak(NakCode::InvalidRequest)},
+      {"reserved bits", kQpFlush, 0x100 | v::kFlushGlobal, g.addr(), g.rkey(), 8, nak(NakCode::InvalidRequest)},
+  };
+  uint64_t executed = 0;
+  for (const Case& c : cases) {
+    Qp* q = flush_qp(c.qp_access);
+    peer.inject(flush(q, 0, c.feth, c.va, c.rkey, c.len));
+    const auto a = acks();
+    ASSERT_EQ(a.size(), 1u) << c.what;
+    EXPECT_EQ(syndrome(a[0]), c.answer) << c.what;
+    if (c.answer == kAck) ++executed;
+    EXPECT_EQ(ctr(RnicCtr::flushes_executed), executed) << c.what;
+  }
+  // A duplicate (the same PSN again) is re-ACKed, not carried out again;
+  // the next PSN is.
+  Qp* q = flush_qp(kQpFlush);
+  peer.inject(flush(q, 0, kGlobalRange, g.addr(), g.rkey(), 64));
+  (void)acks();
+  peer.inject(flush(q, 0, kGlobalRange, g.addr(), g.rkey(), 64));
+  auto a = acks();
+  ASSERT_EQ(a.size(), 1u);
+  EXPECT_EQ(syndrome(a[0]), kAck);
+  EXPECT_EQ(ctr(RnicCtr::flushes_executed), executed + 1) << "the duplicate ran again";
+  peer.inject(flush(q, 1, kGlobalMr, 0, g.rkey(), 0));
+  a = acks();
+  ASSERT_EQ(a.size(), 1u);
+  EXPECT_EQ(syndrome(a[0]), kAck);
+  EXPECT_EQ(ctr(RnicCtr::flushes_executed), executed + 2);
+  EXPECT_TRUE(g.untouched());
+  EXPECT_TRUE(plain.untouched());
+  EXPECT_TRUE(g.guards_intact());
+  EXPECT_TRUE(plain.guards_intact());
 }
 
 // An implicit ODP MR grants the whole address space, so a peer can name

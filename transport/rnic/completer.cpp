@@ -31,6 +31,7 @@
 #include "transport/rnic/requester.hpp"
 #include "transport/rnic/rnic.hpp"
 #include "transport/rnic/sge.hpp"
+#include "transport/rnic/verbs_newer.hpp"
 
 namespace uroce::rnic {
 namespace {
@@ -40,6 +41,7 @@ using transport::params::kInfiniteRnrRetry;  // (retry_cnt has no infinite value
 using transport::params::rnr_timer_ns;
 
 ibv_wc_opcode wc_opcode(ibv_wr_opcode op) noexcept {
+  if (op == verbs_newer::kWrFlush) return verbs_newer::kWcFlush;  // not an enumerator of rdma-core 44's
   switch (op) {
     case IBV_WR_RDMA_WRITE:
     case IBV_WR_RDMA_WRITE_WITH_IMM: return IBV_WC_RDMA_WRITE;

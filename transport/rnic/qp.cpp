@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "transport/rnic/rnic.hpp"
+#include "transport/rnic/verbs_newer.hpp"
 
 namespace uroce::rnic {
 namespace {
@@ -139,6 +140,7 @@ uint32_t mtu_bytes(ibv_mtu m) noexcept { return 128u << static_cast<unsigned>(m)
 // IETH); ATOMIC WRITE RC only (IBA 1.5).  LOCAL_INV and BIND_MW (memory
 // windows, IBA 10.6.7) on the connected services, as rxe.
 bool opcode_ok(TypeIdx t, ibv_wr_opcode op) noexcept {
+  if (op == verbs_newer::kWrFlush) return t == kRC;  // IBA 1.5; not an enumerator of rdma-core 44's
   switch (op) {
     case IBV_WR_SEND:
     case IBV_WR_SEND_WITH_IMM:
@@ -173,6 +175,25 @@ bool may_use_controlled_qkey() noexcept {
 }
 
 constexpr uint32_t kControlledQkey = 0x80000000u;
+
+// A FLUSH work request (qp.hpp, post_send): why it is refused, or nullptr
+// and its FETH word (IBA 1.5 FETH, as rxe lays it out: the selectivity
+// level in bits 5-4, the placement type in bits 3-0).  It carries no data;
+// its range is one message's worth at most (so that the RETH's 32-bit DMA
+// length holds it); the placement type is GLOBAL and/or PERSISTENT, the
+// level RANGE or MR.
+const char* flush_refusal(const ibv_send_wr& wr, uint32_t* feth) noexcept {
+  namespace v = verbs_newer;
+  if (wr.num_sge != 0 || (wr.send_flags & IBV_SEND_INLINE) != 0) return "FLUSH with data";
+  if (wr.wr.atomic.compare_add > kMaxMsgSize) return "FLUSH range above max_msg_sz";
+  const uint64_t type = wr.wr.atomic.swap & 0xff;
+  const uint64_t level = wr.wr.atomic.swap >> 8;
+  constexpr uint64_t kTypes = v::kFlushGlobal | v::kFlushPersistent;
+  if (type == 0 || (type & ~kTypes) != 0) return "FLUSH placement type";
+  if (level != v::kFlushRange && level != v::kFlushMr) return "FLUSH selectivity level";
+  *feth = static_cast<uint32_t>(level << 4 | type);
+  return nullptr;
+}
 
 // The integer an application left in an enum field.  An application may
 // put any value there; loading it as the enum type when it is none of the
@@ -487,6 +508,15 @@ int Qp::post_send(const ibv_send_wr* wr, const ibv_send_wr** bad) {
         why = "BIND_MW without a window";
         break;
       }
+      const bool flush = wr->opcode == verbs_newer::kWrFlush;
+      uint32_t feth = 0;
+      if (flush) {
+        why = flush_refusal(*wr, &feth);
+        if (why != nullptr) {
+          rc = EINVAL;
+          break;
+        }
+      }
       uint64_t length = 0;
       if (!local_op)  // a bind or local invalidate carries no data (its SGE list is not read)
         for (int i = 0; i < wr->num_sge; ++i) length += wr->sg_list[i].length;
@@ -555,6 +585,7 @@ int Qp::post_send(const ibv_send_wr* wr, const ibv_send_wr** bad) {
           w.compare_add = wr->wr.atomic.compare_add;
           w.swap = wr->wr.atomic.swap;
           break;
+
         case IBV_WR_SEND:
         case IBV_WR_SEND_WITH_IMM:
         case IBV_WR_SEND_WITH_INV:
@@ -564,6 +595,12 @@ int Qp::post_send(const ibv_send_wr* wr, const ibv_send_wr** bad) {
         case IBV_WR_DRIVER1:
           break;
       }
+      if (flush) {
+        w.remote_addr = wr->wr.atomic.remote_addr;
+        w.rkey = wr->wr.atomic.rkey;
+      }
+      w.flush_len = flush ? static_cast<uint32_t>(wr->wr.atomic.compare_add) : 0;
+      w.feth = feth;
       w.mw = nullptr;
       if (wr->opcode == IBV_WR_BIND_MW) {
         // Checked when the requester reaches it (Rnic::bind_mw); the MR is

@@ -67,6 +67,11 @@ struct SendWqe {
   uint32_t bind_lkey = 0;
   uint64_t bind_length = 0;
   uint32_t bind_access = 0;
+  // FLUSH (IBA 1.5; verbs_newer::kWrFlush): the range's length (the RETH's
+  // DMA length; `length` stays 0, no payload) and the FETH word (selectivity
+  // level and placement type).
+  uint32_t flush_len = 0;
+  uint32_t feth = 0;
 
   // Progress (engine only; requester and completer).
   WqeState state = WqeState::Posted;
@@ -178,6 +183,10 @@ class Qp {
   // the QP unchanged.
   int modify(const ibv_qp_attr& attr, int mask);
   int query(ibv_qp_attr* attr, int mask, ibv_qp_init_attr* init) const;
+  // FLUSH (verbs_newer::kWrFlush; ibv_send_wr has no fields of its own for
+  // it) comes as the drop-in's ibv_wr_flush builds it: wr.atomic.remote_addr
+  // and .rkey name the range, .compare_add is its length, .swap the
+  // placement type (bits 7-0) and the selectivity level (bits 15-8).
   int post_send(const ibv_send_wr* wr, const ibv_send_wr** bad);
   int post_recv(const ibv_recv_wr* wr, const ibv_recv_wr** bad);
 

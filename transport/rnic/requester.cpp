@@ -26,6 +26,7 @@
 #include "transport/rnic/rnic.hpp"
 #include "transport/rnic/sge.hpp"
 #include "transport/rnic/tx.hpp"
+#include "transport/rnic/verbs_newer.hpp"
 
 namespace uroce::rnic {
 
@@ -67,6 +68,9 @@ constexpr std::array<WrOps, 16> make_wr_ops() {
   // ATOMIC WRITE (IBA 1.5): one packet, RETH and the 8 bytes, answered by
   // an ACK (as a WRITE; rxe's requester holds no read/atomic credit for it).
   t[IBV_WR_ATOMIC_WRITE] = {true, false, false, {o::kAtomicWrite, o::kAtomicWrite, o::kAtomicWrite, o::kAtomicWrite}};
+  // FLUSH (IBA 1.5): one packet, FETH and RETH, no payload, answered by an
+  // ACK (rxe's requester holds no read/atomic credit for it either).
+  t[verbs_newer::kWrFlush] = {true, false, false, {o::kFlush, o::kFlush, o::kFlush, o::kFlush}};
   return t;
 }
 constexpr std::array<WrOps, 16> kWrOps = make_wr_ops();
@@ -76,6 +80,7 @@ static_assert(wire::opcode_info(wire::op::kUcBase | kWrOps[IBV_WR_RDMA_WRITE].co
 static_assert(!wire::opcode_info(wire::op::kUdBase | kWrOps[IBV_WR_RDMA_WRITE].code[3]).valid);
 static_assert(wire::opcode_info(wire::op::kRcBase | kWrOps[IBV_WR_ATOMIC_WRITE].code[3]).name == "RC_ATOMIC_WRITE");
 static_assert(!wire::opcode_info(wire::op::kUcBase | kWrOps[IBV_WR_ATOMIC_WRITE].code[3]).valid);
+static_assert(wire::opcode_info(wire::op::kRcBase | kWrOps[verbs_newer::kWrFlush].code[3]).name == "RC_FLUSH");
 
 const WrOps& wr_ops(ibv_wr_opcode op) noexcept {
   static constexpr WrOps kNone{};
@@ -256,6 +261,10 @@ Emit emit(transport::Engine& engine, Qp& qp, SendWqe& w, Seg seg, uint64_t off, 
     d.reth_va = w.remote_addr + off;
     d.reth_rkey = Rkey(w.rkey);
     d.reth_len = static_cast<uint32_t>(w.length - off);  // WRITE: the whole message; READ: what remains
+  }
+  if (info.has(wire::kHdrFeth)) {  // FLUSH: its range's length, not a payload's
+    d.feth = w.feth;
+    d.reth_len = w.flush_len;
   }
   if (info.has(wire::kHdrAtomicEth)) {
     d.atomic_va = w.remote_addr;

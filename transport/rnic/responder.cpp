@@ -36,6 +36,7 @@
 #include "transport/rnic/rnic.hpp"
 #include "transport/rnic/sge.hpp"
 #include "transport/rnic/tx.hpp"
+#include "transport/rnic/verbs_newer.hpp"
 
 namespace uroce::rnic {
 namespace {
@@ -175,7 +176,7 @@ struct Rx {
 // table's (OpcodeInfo::right, ::rd_atomic).  The table is after the
 // handlers (make_op_rows).
 struct OpRow {
-  bool executes = false;             // FLUSH (IBA 1.5) is not offered (device caps)
+  bool executes = false;             // a request this responder carries out
   Step (*rkey)(Rx&) = nullptr;       // the R_Key checks; nullptr: no remote memory
   Step (*exec)(Rx&) = nullptr;       // carry it out
   Step (*dup)(Rx&) = nullptr;        // a duplicate of it (9.7.5.1.4)
@@ -187,6 +188,28 @@ constexpr int ibv_rights(uint8_t right) noexcept {
   return ((right & wire::kRightWrite) != 0 ? IBV_ACCESS_REMOTE_WRITE : 0) |
          ((right & wire::kRightRead) != 0 ? IBV_ACCESS_REMOTE_READ : 0) |
          ((right & wire::kRightAtomic) != 0 ? IBV_ACCESS_REMOTE_ATOMIC : 0);
+}
+
+// FLUSH (IBA 1.5): the FETH as rxe lays it out, the placement type in bits
+// 3-0 and the selectivity level in bits 5-4, the rest reserved.
+constexpr uint32_t kFethPlacementMask = 0xf;
+constexpr uint32_t kFethLevelShift = 4;
+uint32_t feth_placement(uint32_t feth) noexcept { return feth & kFethPlacementMask; }
+uint32_t feth_level(uint32_t feth) noexcept { return feth >> kFethLevelShift; }
+
+// The access bits a FLUSH needs of its QP and of the MR its R_Key names:
+// one per placement type it asks for (rxe: IB_ACCESS_FLUSH_GLOBAL /
+// _PERSISTENT); -1 for a FETH that names no placement type, one unknown
+// here, a selectivity level other than RANGE or MR, or sets reserved bits.
+int flush_rights(uint32_t feth) noexcept {
+  namespace v = verbs_newer;
+  const uint32_t type = feth_placement(feth);
+  const uint32_t level = feth_level(feth);
+  if (type == 0 || (type & ~uint32_t{v::kFlushGlobal | v::kFlushPersistent}) != 0 ||
+      (level != v::kFlushRange && level != v::kFlushMr))
+    return -1;
+  return ((type & v::kFlushGlobal) != 0 ? v::kAccessFlushGlobal : 0) |
+         ((type & v::kFlushPersistent) != 0 ? v::kAccessFlushPersistent : 0);
 }
 
 // ---- sending -----------------------------------------------------------------------
@@ -531,13 +554,15 @@ Step check_op_seq(Rx& r) noexcept {
 }
 
 // The QP's own remote access enables (ibv_modify_qp IBV_QP_ACCESS_FLAGS),
-// by the opcode table's right; an operation this responder does not carry
-// out (FLUSH, IBA 1.5: not offered, device caps) is
-// refused the same way, as rxe refuses what it does not enable.
+// by the opcode table's right (a FLUSH's by its FETH, as rxe's
+// check_qp_attr_access); an operation this responder does not carry out,
+// or a FLUSH it cannot parse, is refused the same way, as rxe refuses what
+// it does not enable.
 Step check_access(Rx& r) noexcept {
   const OpRow& row = op_row(r.op.op);
-  const int need = ibv_rights(r.op.right);
-  if (!row.executes || (r.qp.attrs().qp_access_flags & need) != need) {
+  int need = ibv_rights(r.op.right);
+  if ((r.op.right & wire::kRightFlush) != 0) need = flush_rights(r.ext<wire::FethC>(wire::kHdrFeth).word());
+  if (!row.executes || need < 0 || (r.qp.attrs().qp_access_flags & need) != need) {
     r.fault = Fault::NotEnabled;
     return Step::Fault;
   }
@@ -692,6 +717,30 @@ Step rkey_atomic_write(Rx& r) noexcept {
   return rkey_word(r, IBV_ACCESS_REMOTE_WRITE);
 }
 
+// FLUSH (IBA 1.5; rxe's rules): the R_Key must grant the placement types'
+// flush rights; at the RANGE level the range lies inside it (as a READ's,
+// C9-88; a zero-length range still needs a valid key), at the MR level the
+// RETH's address and length are not read and the whole region is meant.
+// A memory window never grants a flush right (bind_mw refuses them), so
+// only an MR's R_Key passes.
+Step rkey_flush(Rx& r) noexcept {
+  const wire::RethC reth = r.ext<wire::RethC>(wire::kHdrReth);
+  const uint32_t feth = r.ext<wire::FethC>(wire::kHdrFeth).word();
+  r.rkey = reth.rkey().value();
+  KeyCheck check = KeyCheck::Ok;
+  const int need = flush_rights(feth);  // valid: check_access passed it
+  if (feth_level(feth) == verbs_newer::kFlushMr) {
+    r.rnic.check_rkey_region(r.rkey, need, r.qp.pd(), &check, &r.qp);
+  } else {
+    r.rnic.check_rkey(r.rkey, reth.va(), reth.dma_len(), need, r.qp.pd(), &check, nullptr, &r.qp);
+  }
+  if (check != KeyCheck::Ok) {
+    r.fault = Fault::RemoteAccess;
+    return Step::Fault;
+  }
+  return Step::Execute;
+}
+
 // ---- execution ---------------------------------------------------------------------
 
 // SEND: into the receive WQE (UD: behind the GRH area).
@@ -775,6 +824,20 @@ Step exec_atomic_write(Rx& r) noexcept {
     return Step::Fault;
   }
   UROCE_STAMP(Placed);
+  return advance(r);
+}
+
+// FLUSH to global visibility: every earlier request of this QP has been
+// placed (the responder runs them in PSN order), and a full fence makes
+// those stores visible to every thread of this host before the ACK leaves
+// (a seq_cst read-modify-write: one locked instruction on x86, and a form
+// ThreadSanitizer understands).  Then an ACK, as rxe's process_flush; a
+// duplicate is re-ACKed and not run again (dup_acked).  FLUSH to
+// persistence never gets here: no MR grants its right (reg_mr refuses it).
+std::atomic<uint32_t> g_flush_fence{0};
+Step exec_flush(Rx& r) noexcept {
+  g_flush_fence.fetch_add(1, std::memory_order_seq_cst);
+  r.ctr.inc(RnicCtr::flushes_executed);
   return advance(r);
 }
 
@@ -934,17 +997,18 @@ constexpr size_t kNumOperations = static_cast<size_t>(Operation::Cnp) + 1;
 
 constexpr std::array<OpRow, kNumOperations> make_op_rows() {
   std::array<OpRow, kNumOperations> t{};
-  for (OpRow& row : t) row = OpRow{false, nullptr, not_executed, dup_unknown};  // responses, FLUSH
+  for (OpRow& row : t) row = OpRow{false, nullptr, not_executed, dup_unknown};  // responses, CNP
   t[static_cast<size_t>(Operation::Send)] = {true, nullptr, exec_send, dup_acked};
   t[static_cast<size_t>(Operation::Write)] = {true, rkey_write, exec_write, dup_acked};
   t[static_cast<size_t>(Operation::ReadRequest)] = {true, rkey_read, exec_read, dup_read};
   t[static_cast<size_t>(Operation::CompareSwap)] = {true, rkey_atomic, exec_atomic, dup_atomic};
   t[static_cast<size_t>(Operation::FetchAdd)] = {true, rkey_atomic, exec_atomic, dup_atomic};
   t[static_cast<size_t>(Operation::AtomicWrite)] = {true, rkey_atomic_write, exec_atomic_write, dup_acked};
+  t[static_cast<size_t>(Operation::Flush)] = {true, rkey_flush, exec_flush, dup_acked};
   return t;
 }
 constexpr std::array<OpRow, kNumOperations> kOpRows = make_op_rows();
-static_assert(!kOpRows[static_cast<size_t>(Operation::Flush)].executes);
+static_assert(!kOpRows[static_cast<size_t>(Operation::ReadResponse)].executes);
 static_assert(kOpRows[static_cast<size_t>(Operation::FetchAdd)].dup == dup_atomic);
 
 const OpRow& op_row(Operation op) noexcept { return kOpRows[static_cast<size_t>(op)]; }

@@ -22,6 +22,7 @@
 #include "transport/rnic/memory.hpp"
 #include "transport/telemetry.hpp"
 #include "transport/rnic/tx.hpp"
+#include "transport/rnic/verbs_newer.hpp"
 
 namespace uroce::rnic {
 namespace {
@@ -48,10 +49,24 @@ bool is_zero(const wire::Ipv6Addr& a) noexcept {
 }
 
 // Access bits reg_mr knows; the optional range (IBV_ACCESS_OPTIONAL_RANGE)
-// is ignored, as libibverbs lets providers do.
+// is ignored, as libibverbs lets providers do.  FLUSH to global visibility
+// is offered; FLUSH to persistence is not (no memory here is known to be
+// persistent): as the kernel's ib_check_mr_access, a right the device
+// lacks is EOPNOTSUPP.
 constexpr int kMrAccessKnown = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ |
                                IBV_ACCESS_REMOTE_ATOMIC | IBV_ACCESS_MW_BIND | IBV_ACCESS_ZERO_BASED |
-                               IBV_ACCESS_ON_DEMAND | IBV_ACCESS_HUGETLB;
+                               IBV_ACCESS_ON_DEMAND | IBV_ACCESS_HUGETLB | verbs_newer::kAccessFlushGlobal;
+
+// The access bits of a registration (reg_mr, rereg_mr): 0, EOPNOTSUPP or
+// EINVAL.  IBA 10.6.3.1 (access rights), ibv_reg_mr(3): remote write or
+// atomic access needs local write.
+int check_mr_access(int access) noexcept {
+  if (access & verbs_newer::kAccessFlushPersistent) return EOPNOTSUPP;
+  if ((access & ~kMrAccessKnown) ||
+      ((access & (IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC)) && !(access & IBV_ACCESS_LOCAL_WRITE)))
+    return EINVAL;
+  return 0;
+}
 
 bool is_implicit_odp(const void* addr, uint64_t length, int access) noexcept {
   return addr == nullptr && length == SIZE_MAX && (access & IBV_ACCESS_ON_DEMAND) != 0 &&
@@ -321,15 +336,15 @@ Mr* Rnic::reg_mr(Pd* pd, void* addr, size_t length, uint64_t iova, int access, i
   access &= ~IBV_ACCESS_OPTIONAL_RANGE;
   // The caller's part: the arguments, and the memory (a read of the
   // process's mappings, kept off the engine's loop).
-  // IBA 10.6.3.1 (access rights), ibv_reg_mr(3): remote write or atomic
-  // access needs local write.
   // Implicit ODP (ibv_reg_mr(3)): addr NULL, length SIZE_MAX and
   // IBV_ACCESS_ON_DEMAND register the whole address space, addressed by
   // virtual address; every access is guarded (memory.hpp) as for any MR.
   const bool implicit = is_implicit_odp(addr, length, access);
-  if ((access & ~kMrAccessKnown) ||
-      ((access & (IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC)) && !(access & IBV_ACCESS_LOCAL_WRITE)) ||
-      (!implicit && (length > kMaxMrSize || (addr == nullptr && length != 0)))) {
+  if (const int rc = check_mr_access(access); rc != 0) {
+    set_err(err, rc);
+    return nullptr;
+  }
+  if (!implicit && (length > kMaxMrSize || (addr == nullptr && length != 0))) {
     set_err(err, EINVAL);
     return nullptr;
   }
@@ -541,9 +556,7 @@ int Rnic::rereg_mr(Mr* mr, int flags, Pd* pd, void* addr, size_t length, int acc
     if ((flags & IBV_REREG_MR_CHANGE_PD) && (pd == nullptr || !owns(pds_, pd))) return EINVAL;
     if (flags & IBV_REREG_MR_CHANGE_ACCESS) {
       access &= ~IBV_ACCESS_OPTIONAL_RANGE;
-      if ((access & ~kMrAccessKnown) ||
-          ((access & (IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC)) && !(access & IBV_ACCESS_LOCAL_WRITE)))
-        return EINVAL;
+      if (const int rc = check_mr_access(access); rc != 0) return rc;
     }
     if ((flags & IBV_REREG_MR_CHANGE_TRANSLATION) && (length > kMaxMrSize || (addr == nullptr && length != 0)))
       return EINVAL;
@@ -598,10 +611,9 @@ uint64_t Rnic::device_clock_ns() noexcept {
 ibv_odp_caps Rnic::odp_caps() noexcept {
   ibv_odp_caps c{};
   c.general_caps = IBV_ODP_SUPPORT | IBV_ODP_SUPPORT_IMPLICIT;
-  constexpr uint32_t kOdpAtomicWrite = 1u << 7;  // IBV_ODP_SUPPORT_ATOMIC_WRITE (rdma-core 47's verbs.h)
   c.per_transport_caps.rc_odp_caps = IBV_ODP_SUPPORT_SEND | IBV_ODP_SUPPORT_RECV | IBV_ODP_SUPPORT_WRITE |
                                      IBV_ODP_SUPPORT_READ | IBV_ODP_SUPPORT_ATOMIC | IBV_ODP_SUPPORT_SRQ_RECV |
-                                     kOdpAtomicWrite;
+                                     verbs_newer::kOdpSupportAtomicWrite | verbs_newer::kOdpSupportFlush;
   c.per_transport_caps.uc_odp_caps =
       IBV_ODP_SUPPORT_SEND | IBV_ODP_SUPPORT_RECV | IBV_ODP_SUPPORT_WRITE | IBV_ODP_SUPPORT_SRQ_RECV;
   c.per_transport_caps.ud_odp_caps = IBV_ODP_SUPPORT_SEND | IBV_ODP_SUPPORT_RECV | IBV_ODP_SUPPORT_SRQ_RECV;
@@ -911,6 +923,17 @@ Mr* Rnic::lookup_lkey(uint32_t lkey, const Pd* pd, KeyCheck* check) noexcept {
   return r == KeyCheck::Ok ? mr : nullptr;
 }
 
+namespace {
+// An MR's R_Key checks short of the range: the key as registered now, the
+// PD, the rights.
+KeyCheck mr_key_check(const Mr* mr, uint32_t rkey, int need, const Pd* pd) noexcept {
+  if (mr == nullptr || mr->rkey.value() != rkey || !mr->valid.load(std::memory_order_acquire)) return KeyCheck::NoKey;
+  if (mr->pd != pd) return KeyCheck::WrongPd;
+  if ((mr->access & need) != need) return KeyCheck::NoAccess;
+  return KeyCheck::Ok;
+}
+}  // namespace
+
 uint8_t* Rnic::check_rkey(uint32_t rkey, uint64_t va, uint64_t len, int need, const Pd* pd, KeyCheck* check,
                           uint32_t* epoch, const Qp* qp) noexcept {
   // IBA 9.7.5.1.3 / C9-88 (memory access validation): the R_Key names a
@@ -919,21 +942,26 @@ uint8_t* Rnic::check_rkey(uint32_t rkey, uint64_t va, uint64_t len, int need, co
   const uint32_t idx = rkey >> 8;
   Mr* mr = idx < key_table_.size() ? key_table_[idx] : nullptr;
   if (mr == nullptr && idx < mws_.size() && mws_[idx] != nullptr) return check_mw_rkey(*mws_[idx], rkey, va, len, need, pd, check, epoch, qp);
-  KeyCheck r = KeyCheck::Ok;
+  KeyCheck r = mr_key_check(mr, rkey, need, pd);
   uint8_t* p = nullptr;
-  if (mr == nullptr || mr->rkey.value() != rkey || !mr->valid.load(std::memory_order_acquire)) {
-    r = KeyCheck::NoKey;
-  } else if (mr->pd != pd) {
-    r = KeyCheck::WrongPd;
-  } else if ((mr->access & need) != need) {
-    r = KeyCheck::NoAccess;
-  } else if ((p = mr->translate(va, len)) == nullptr) {
-    r = KeyCheck::OutOfBounds;
-  }
+  if (r == KeyCheck::Ok && (p = mr->translate(va, len)) == nullptr) r = KeyCheck::OutOfBounds;
   if (check != nullptr) *check = r;
   if (r != KeyCheck::Ok) return nullptr;
   if (epoch != nullptr) *epoch = mr->epoch;
   return p;
+}
+
+bool Rnic::check_rkey_region(uint32_t rkey, int need, const Pd* pd, KeyCheck* check, const Qp* qp) noexcept {
+  const uint32_t idx = rkey >> 8;
+  const Mr* mr = idx < key_table_.size() ? key_table_[idx] : nullptr;
+  if (mr == nullptr && idx < mws_.size() && mws_[idx] != nullptr) {
+    // A window: its own checks at its first byte (its rights decide).
+    const Mw& mw = *mws_[idx];
+    check_mw_rkey(mw, rkey, mw.zero_based ? 0 : mw.va, 0, need, pd, check, nullptr, qp);
+    return *check == KeyCheck::Ok;
+  }
+  *check = mr_key_check(mr, rkey, need, pd);
+  return *check == KeyCheck::Ok;
 }
 
 uint8_t* Rnic::check_mw_rkey(const Mw& mw, uint32_t rkey, uint64_t va, uint64_t len, int need, const Pd* pd,

@@ -75,6 +75,7 @@ namespace uroce::rnic {
   X(rem_op_naks, "remote operational error NAKs sent")                                      \
   X(inv_rkey_refused, "SEND with Invalidate naming a key that cannot be invalidated (NAKed)") \
   X(mw_remote_invalidated, "memory windows invalidated by a peer's SEND with Invalidate") \
+  X(flushes_executed, "FLUSH requests carried out (IBA 1.5, global visibility)")            \
   X(drop_tx_no_neigh, "dropped: request not sent, its destination did not resolve")         \
   X(drop_tx_too_long, "dropped: request frame larger than a buffer")                        \
   X(port_events, "port state changes reported (IBV_EVENT_PORT_ACTIVE / PORT_ERR)")          \
@@ -205,6 +206,10 @@ class Rnic final : public transport::RoceSink {
   // `qp` must be the QP that bound it.
   uint8_t* check_rkey(uint32_t rkey, uint64_t va, uint64_t len, int need, const Pd* pd, KeyCheck* check,
                       uint32_t* epoch = nullptr, const Qp* qp = nullptr) noexcept;
+  // [engine] The same checks for a whole region (a FLUSH at the MR level,
+  // IBA 1.5): the key, PD, QP and rights, no range.  False and `check`
+  // when refused.
+  bool check_rkey_region(uint32_t rkey, int need, const Pd* pd, KeyCheck* check, const Qp* qp) noexcept;
   // [engine] The local memory operations a send queue carries (IBA 10.6.7,
   // 10.6.6): bind a window as `w` says, or invalidate the window `rkey`
   // names.  IBV_WC_SUCCESS, or the status the WQE completes with (the QP
