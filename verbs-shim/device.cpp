@@ -367,6 +367,10 @@ UROCE_EXPORT ibv_context* ibv_open_device(ibv_device* device) noexcept {
   v.create_qp_ex = create_qp_ex_op;
   v.advise_mr = advise_mr_op;
   v.query_rt_values = query_rt_values_op;
+  v.alloc_parent_domain = alloc_parent_domain_op;
+  v.alloc_td = alloc_td_op;
+  v.dealloc_td = dealloc_td_op;
+  v.create_srq_ex = create_srq_ex_op;
   // Everything else stays NULL: the inline wrappers then answer EOPNOTSUPP
   // (or fall back to the plain verb), as for a provider without the op.
   ibv_context& ctx = v.context;

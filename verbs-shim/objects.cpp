@@ -66,7 +66,7 @@ constexpr uint64_t kTimestampWcFlags =
 constexpr uint64_t kSupportedWcFlags = IBV_WC_STANDARD_FLAGS | kTimestampWcFlags;
 
 Cq* make_cq(ibv_context* ctx, int cqe, void* cq_context, ibv_comp_channel* channel, uint32_t comp_vector,
-            uint64_t wc_flags, int* err) noexcept {
+            uint64_t wc_flags, ibv_pd* parent_domain, int* err) noexcept {
   if (ctx == nullptr || cqe <= 0 || comp_vector >= static_cast<uint32_t>(ctx->num_comp_vectors)) {
     *err = EINVAL;
     return nullptr;
@@ -77,11 +77,14 @@ Cq* make_cq(ibv_context* ctx, int cqe, void* cq_context, ibv_comp_channel* chann
     return nullptr;
   }
   rnic::CompChannel* ch = channel == nullptr ? nullptr : to_channel(channel)->impl;
-  cq->impl = rnic_of(ctx).create_cq(cqe, cq, ch, static_cast<int>(comp_vector), err);
+  const rnic::RingAllocator* alloc = parent_domain != nullptr ? to_pd(parent_domain)->ring_allocator() : nullptr;
+  cq->impl = rnic_of(ctx).create_cq(cqe, cq, ch, static_cast<int>(comp_vector), err, alloc);
   if (cq->impl == nullptr) {
     delete cq;
     return nullptr;
   }
+  cq->parent_domain = parent_domain;
+  hold_domain(parent_domain);
   cq->ctx = to_ctx(ctx);
   cq->wc_flags = wc_flags;
   ibv_cq_ex& ex = cq->ex;
@@ -144,9 +147,17 @@ ibv_cq_ex* create_cq_ex_op(ibv_context* ctx, ibv_cq_init_attr_ex* attr) noexcept
       (attr->flags & ~static_cast<uint32_t>(IBV_CREATE_CQ_ATTR_SINGLE_THREADED)) != 0) {
     return fail(EOPNOTSUPP, static_cast<ibv_cq_ex*>(nullptr));
   }
+  // IBV_CQ_INIT_ATTR_MASK_PD: a parent domain of this context, whose
+  // allocator the ring comes from (a plain PD is refused, as mlx5 does).
+  ibv_pd* parent_domain = nullptr;
+  if ((attr->comp_mask & IBV_CQ_INIT_ATTR_MASK_PD) != 0) {
+    parent_domain = attr->parent_domain;
+    if (parent_domain == nullptr || parent_domain->context != ctx || !to_pd(parent_domain)->parent)
+      return fail(EINVAL, static_cast<ibv_cq_ex*>(nullptr));
+  }
   int err = 0;
   Cq* cq = make_cq(ctx, static_cast<int>(attr->cqe), attr->cq_context, attr->channel, attr->comp_vector,
-                   attr->wc_flags, &err);
+                   attr->wc_flags, parent_domain, &err);
   if (cq == nullptr) return fail(err, static_cast<ibv_cq_ex*>(nullptr));
   return &cq->ex;
 }
@@ -204,6 +215,8 @@ int destroy_owned(Owned kind, void* obj) noexcept {
     case Owned::Mr: return ibv_dereg_mr(static_cast<ibv_mr*>(obj));
     case Owned::Cq: return ibv_destroy_cq(static_cast<ibv_cq*>(obj));
     case Owned::Channel: return ibv_destroy_comp_channel(static_cast<ibv_comp_channel*>(obj));  // its CQs went just before
+    case Owned::ParentDomain: return ibv_dealloc_pd(static_cast<ibv_pd*>(obj));  // its queues went before
+    case Owned::Td: return dealloc_td_op(static_cast<ibv_td*>(obj));
     case Owned::Pd: return ibv_dealloc_pd(static_cast<ibv_pd*>(obj));
     case Owned::kCount: break;
   }
@@ -268,6 +281,7 @@ UROCE_EXPORT ibv_pd* ibv_alloc_pd(ibv_context* context) noexcept {
 UROCE_EXPORT int ibv_dealloc_pd(ibv_pd* ibpd) noexcept {
   if (ibpd == nullptr) return EINVAL;
   Pd* pd = to_pd(ibpd);
+  if (pd->parent) return dealloc_parent_domain(pd);
   const int rc = rnic_of(ibpd->context).dealloc_pd(pd->impl);
   if (rc != 0) return rc;
   disown(ibpd->context, Owned::Pd, ibpd);
@@ -436,7 +450,7 @@ UROCE_EXPORT ibv_cq* ibv_create_cq(ibv_context* context, int cqe, void* cq_conte
                                    int comp_vector) noexcept {
   if (comp_vector < 0) return fail(EINVAL, static_cast<ibv_cq*>(nullptr));
   int err = 0;
-  Cq* cq = make_cq(context, cqe, cq_context, channel, static_cast<uint32_t>(comp_vector), IBV_WC_STANDARD_FLAGS,
+  Cq* cq = make_cq(context, cqe, cq_context, channel, static_cast<uint32_t>(comp_vector), IBV_WC_STANDARD_FLAGS, nullptr,
                    &err);
   if (cq == nullptr) return fail(err, static_cast<ibv_cq*>(nullptr));
   return abi(cq);
@@ -463,6 +477,7 @@ UROCE_EXPORT int ibv_destroy_cq(ibv_cq* ibcq) noexcept {
     pthread_mutex_unlock(&context->mutex);
   }
   disown(context, Owned::Cq, ibcq);
+  release_domain(cq->parent_domain);
   pthread_cond_destroy(&ibcq->cond);
   pthread_mutex_destroy(&ibcq->mutex);
   delete cq;
@@ -500,11 +515,12 @@ UROCE_EXPORT ibv_srq* ibv_create_srq(ibv_pd* ibpd, ibv_srq_init_attr* init) noex
   ibv_srq_init_attr ours = *init;
   ours.srq_context = srq;  // the RNIC's context is ours; the application's stays in ibv_srq
   int err = 0;
-  srq->impl = rnic_of(ibpd->context).create_srq(to_pd(ibpd)->impl, ours, &err);
+  srq->impl = rnic_of(ibpd->context).create_srq(to_pd(ibpd)->impl, ours, &err, to_pd(ibpd)->ring_allocator());
   if (srq->impl == nullptr) {
     delete srq;
     return fail(err, static_cast<ibv_srq*>(nullptr));
   }
+  hold_domain(ibpd);
   srq->ctx = to_ctx(ibpd->context);
   ibv_srq& s = srq->base;
   s.context = ibpd->context;
@@ -520,6 +536,26 @@ UROCE_EXPORT ibv_srq* ibv_create_srq(ibv_pd* ibpd, ibv_srq_init_attr* init) noex
   }
   own(ibpd->context, Owned::Srq, &s);
   return &s;
+}
+
+// ibv_create_srq_ex(3): libibverbs' inline answers the plain basic SRQ
+// itself (ibv_create_srq); what reaches here names a type or a field more.
+// A basic SRQ with any of the known fields is still one; XRC and tag
+// matching SRQs are not offered (EOPNOTSUPP); anything else is EINVAL.
+ibv_srq* shim::create_srq_ex_op(ibv_context* ctx, ibv_srq_init_attr_ex* attr) noexcept {
+  constexpr uint32_t kKnown = IBV_SRQ_INIT_ATTR_TYPE | IBV_SRQ_INIT_ATTR_PD | IBV_SRQ_INIT_ATTR_XRCD |
+                              IBV_SRQ_INIT_ATTR_CQ | IBV_SRQ_INIT_ATTR_TM;
+  if (attr == nullptr || (attr->comp_mask & ~kKnown) != 0) return fail(EINVAL, static_cast<ibv_srq*>(nullptr));
+  const ibv_srq_type type = (attr->comp_mask & IBV_SRQ_INIT_ATTR_TYPE) != 0 ? attr->srq_type : IBV_SRQT_BASIC;
+  if (type == IBV_SRQT_XRC || type == IBV_SRQT_TM || (attr->comp_mask & (IBV_SRQ_INIT_ATTR_XRCD | IBV_SRQ_INIT_ATTR_TM)))
+    return fail(EOPNOTSUPP, static_cast<ibv_srq*>(nullptr));
+  if (type != IBV_SRQT_BASIC || (attr->comp_mask & IBV_SRQ_INIT_ATTR_PD) == 0 || attr->pd == nullptr ||
+      attr->pd->context != ctx)
+    return fail(EINVAL, static_cast<ibv_srq*>(nullptr));
+  ibv_srq_init_attr init{attr->srq_context, attr->attr};
+  ibv_srq* srq = ibv_create_srq(attr->pd, &init);
+  if (srq != nullptr) attr->attr = init.attr;  // the actual sizes, written back
+  return srq;
 }
 
 UROCE_EXPORT int ibv_modify_srq(ibv_srq* ibsrq, ibv_srq_attr* attr, int mask) noexcept {
@@ -538,6 +574,7 @@ UROCE_EXPORT int ibv_destroy_srq(ibv_srq* ibsrq) noexcept {
   const int rc = rnic_of(ibsrq->context).destroy_srq(srq->impl);
   if (rc != 0) return rc;
   disown(ibsrq->context, Owned::Srq, ibsrq);
+  release_domain(ibsrq->pd);
   pthread_cond_destroy(&ibsrq->cond);
   pthread_mutex_destroy(&ibsrq->mutex);
   delete srq;

@@ -253,13 +253,14 @@ ibv_qp* make_qp(ibv_pd* ibpd, ibv_qp_init_attr* init, uint64_t send_ops) noexcep
   ours.recv_cq = rnic_handle(init->recv_cq);
   ours.srq = rnic_handle(init->srq);
   int err = 0;
-  qp->impl = rnic_of(ibpd->context).create_qp(to_pd(ibpd)->impl, ours, &err);
+  qp->impl = rnic_of(ibpd->context).create_qp(to_pd(ibpd)->impl, ours, &err, to_pd(ibpd)->ring_allocator());
   if (qp->impl == nullptr) {
     delete qp->batch;
     delete qp;
     return fail(err, static_cast<ibv_qp*>(nullptr));
   }
   qp->impl->context = qp;  // async events find us
+  hold_domain(ibpd);
   qp->ctx = to_ctx(ibpd->context);
   qp->extended = send_ops != 0;
   qp->send_ops = send_ops;
@@ -383,6 +384,7 @@ UROCE_EXPORT int ibv_destroy_qp(ibv_qp* ibqp) noexcept {
   const int rc = rnic_of(ibqp->context).destroy_qp(qp->impl);
   if (rc != 0) return rc;
   disown(ibqp->context, Owned::Qp, ibqp);
+  release_domain(ibqp->pd);
   pthread_cond_destroy(&ibqp->cond);
   pthread_mutex_destroy(&ibqp->mutex);
   delete qp->batch;

@@ -14,6 +14,7 @@
 
 #include <infiniband/verbs.h>
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -50,7 +51,7 @@ struct IbvDevice {
 // extended ops are found by going back from it (verbs_get_ctx).
 // What an application made on a context, by kind, in the order
 // ibv_close_device destroys what is left (users before what they use).
-enum class Owned : uint8_t { Qp, Srq, Ah, Mw, Mr, Cq, Channel, Pd, kCount };  // destroyed in this order
+enum class Owned : uint8_t { Qp, Srq, Ah, Mw, Mr, Cq, Channel, ParentDomain, Td, Pd, kCount };  // destroyed in this order
 
 struct ContextObjects;  // objects.cpp
 
@@ -72,10 +73,30 @@ ContextObjects* new_context_objects() noexcept;
 void close_context_objects(ibv_context* ctx) noexcept;
 
 // ---- objects -----------------------------------------------------------------------
+// A thread domain (ibv_alloc_td(3)): a hint that what is made with it is
+// used by one thread.  Taken and kept; nothing here changes for it.
+struct Td {
+  ibv_td base;
+  std::atomic<uint32_t> users{0};  // parent domains that name it
+};
+
 struct Pd {
   ibv_pd base;
   rnic::Pd* impl = nullptr;
+  // A parent domain (ibv_alloc_parent_domain(3), domains.cpp) stands for
+  // its PD everywhere (`impl` is that PD's) and adds a thread domain and
+  // the application's allocator for the queues made with it.
+  bool parent = false;
+  Td* td = nullptr;
+  bool has_alloc = false;
+  rnic::RingAllocator alloc{};
+  std::atomic<uint32_t> users{0};  // parent domain: the QPs, CQs and SRQs made with it
+  const rnic::RingAllocator* ring_allocator() const noexcept { return has_alloc ? &alloc : nullptr; }
 };
+// A queue made with `pd` holds it when it is a parent domain, whose
+// allocator frees the queue's rings; dealloc_pd is EBUSY until it lets go.
+void hold_domain(ibv_pd* pd) noexcept;
+void release_domain(ibv_pd* pd) noexcept;
 
 struct Mr {
   ibv_mr base;
@@ -94,6 +115,7 @@ struct Cq {
   ibv_cq_ex ex;
   rnic::Cq* impl = nullptr;
   Context* ctx = nullptr;
+  ibv_pd* parent_domain = nullptr;  // IBV_CQ_INIT_ATTR_MASK_PD: its allocator holds the ring
   uint64_t wc_flags = 0;      // IBV_WC_EX_WITH_* asked at creation
   ibv_wc cur{};               // the completion start_poll/next_poll made current
   uint64_t cur_ts = 0;        // its device-clock time (IBV_WC_EX_WITH_COMPLETION_TIMESTAMP)
@@ -155,6 +177,7 @@ Obj* from_abi(Abi* p) noexcept {
 
 inline IbvDevice* to_dev(ibv_device* d) noexcept { return from_abi<IbvDevice>(d); }
 inline Pd* to_pd(ibv_pd* p) noexcept { return from_abi<Pd>(p); }
+inline Td* to_td(ibv_td* t) noexcept { return from_abi<Td>(t); }
 inline Mr* to_mr(ibv_mr* m) noexcept { return from_abi<Mr>(m); }
 inline Channel* to_channel(ibv_comp_channel* c) noexcept { return from_abi<Channel>(c); }
 inline Cq* to_cq(ibv_cq* c) noexcept { return from_abi<Cq>(c); }
@@ -222,5 +245,10 @@ int post_srq_recv_op(ibv_srq* srq, ibv_recv_wr* wr, ibv_recv_wr** bad) noexcept;
 int post_send_op(ibv_qp* qp, ibv_send_wr* wr, ibv_send_wr** bad) noexcept;
 int post_recv_op(ibv_qp* qp, ibv_recv_wr* wr, ibv_recv_wr** bad) noexcept;
 ibv_qp* create_qp_ex_op(ibv_context* ctx, ibv_qp_init_attr_ex* attr) noexcept;
+ibv_pd* alloc_parent_domain_op(ibv_context* ctx, ibv_parent_domain_init_attr* attr) noexcept;
+ibv_td* alloc_td_op(ibv_context* ctx, ibv_td_init_attr* attr) noexcept;
+int dealloc_td_op(ibv_td* td) noexcept;
+int dealloc_parent_domain(Pd* pd) noexcept;
+ibv_srq* create_srq_ex_op(ibv_context* ctx, ibv_srq_init_attr_ex* attr) noexcept;
 
 }  // namespace uroce::shim

@@ -374,6 +374,10 @@ struct Side {
   ibv_mr* mr = nullptr;
   std::vector<uint8_t> buf = std::vector<uint8_t>(kBuf);
 
+  // With a parent domain (ibv_alloc_parent_domain(3)): `pd` is it, made
+  // over `base_pd` with `parent_attr`'s allocators; the extended CQ takes it.
+  ibv_pd* base_pd = nullptr;
+  ibv_parent_domain_init_attr* parent_attr = nullptr;
   uint64_t extra_wc_flags = 0;  // for the extended CQ
   uint64_t send_ops = IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_RDMA_WRITE;  // for the extended QP
   int mr_access = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE;
@@ -382,6 +386,12 @@ struct Side {
     ctx = c;
     pd = ibv_alloc_pd(c);
     ASSERT_NE(pd, nullptr);
+    if (parent_attr != nullptr) {
+      base_pd = pd;
+      parent_attr->pd = base_pd;
+      pd = ibv_alloc_parent_domain(c, parent_attr);
+      ASSERT_NE(pd, nullptr) << std::strerror(errno);
+    }
     ch = ibv_create_comp_channel(c);
     ASSERT_NE(ch, nullptr);
     if (extended) {
@@ -390,6 +400,10 @@ struct Side {
       a.channel = ch;
       a.cq_context = this;
       a.wc_flags = IBV_WC_EX_WITH_BYTE_LEN | IBV_WC_EX_WITH_QP_NUM | extra_wc_flags;
+      if (base_pd != nullptr) {
+        a.comp_mask = IBV_CQ_INIT_ATTR_MASK_PD;
+        a.parent_domain = pd;
+      }
       cqx = ibv_create_cq_ex(c, &a);
       ASSERT_NE(cqx, nullptr);
       cq = ibv_cq_ex_to_cq(cqx);
@@ -536,6 +550,9 @@ struct Side {
     }
     if (pd != nullptr) {
       EXPECT_EQ(ibv_dealloc_pd(pd), 0);
+    }
+    if (base_pd != nullptr) {
+      EXPECT_EQ(ibv_dealloc_pd(base_pd), 0);
     }
   }
 };
@@ -759,6 +776,172 @@ TEST_F(VerbsAbi, FlushThroughTheNewerQpEx) {
   a.close();
   b.close();
   c.close();
+}
+
+// A parent domain's allocator as a program writes one: every block it
+// hands out and takes back is recorded.  `mode` picks its answer:
+// memory of its own, IBV_ALLOCATOR_USE_DEFAULT, or NULL (an error).
+struct Arena {
+  enum Mode { Own, UseDefault, Fail } mode = Own;
+  int allocs = 0, frees = 0, defaults = 0;
+  std::vector<void*> live;
+  ibv_pd* pd_seen = nullptr;
+  std::vector<uint64_t> types;
+  bool aligned = true;
+
+  static void* alloc(ibv_pd* pd, void* ctx, size_t size, size_t alignment, uint64_t type) {
+    auto* a = static_cast<Arena*>(ctx);
+    a->pd_seen = pd;
+    a->types.push_back(type);
+    if (a->mode == Fail) return nullptr;
+    if (a->mode == UseDefault) {
+      ++a->defaults;
+      return IBV_ALLOCATOR_USE_DEFAULT;
+    }
+    void* p = nullptr;
+    if (posix_memalign(&p, alignment, size) != 0) return nullptr;
+    std::memset(p, 0, size);  // the man page: the callback zeroes
+    a->aligned = a->aligned && reinterpret_cast<uintptr_t>(p) % alignment == 0 && alignment >= 16;
+    ++a->allocs;
+    a->live.push_back(p);
+    return p;
+  }
+  static void free(ibv_pd*, void* ctx, void* ptr, uint64_t) {
+    auto* a = static_cast<Arena*>(ctx);
+    for (auto it = a->live.begin(); it != a->live.end(); ++it) {
+      if (*it == ptr) {
+        a->live.erase(it);
+        ++a->frees;
+        std::free(ptr);
+        return;
+      }
+    }
+    ADD_FAILURE() << "free of a block this allocator never gave: " << ptr;
+  }
+  ibv_parent_domain_init_attr attr(ibv_td* td = nullptr) {
+    ibv_parent_domain_init_attr a{};
+    a.td = td;
+    a.comp_mask = IBV_PARENT_DOMAIN_INIT_ATTR_ALLOCATORS | IBV_PARENT_DOMAIN_INIT_ATTR_PD_CONTEXT;
+    a.alloc = &Arena::alloc;
+    a.free = &Arena::free;
+    a.pd_context = this;
+    return a;
+  }
+};
+
+// Parent domains (ibv_alloc_parent_domain(3)): the QP's, the CQ's and the
+// SRQ's rings come from the application's allocator, which is told the
+// parent domain and its context and gets every block back; RC traffic runs
+// through them; a thread domain is taken; what was made with a parent
+// domain goes before it, and it before its PD and thread domain (EBUSY).
+TEST_F(VerbsAbi, ParentDomainRingsComeFromTheApplicationsAllocator) {
+  Arena arena_a, arena_b;
+  ibv_td_init_attr tda{};
+  ibv_td* td = ibv_alloc_td(ctx_[0], &tda);
+  ASSERT_NE(td, nullptr) << std::strerror(errno);
+  ibv_parent_domain_init_attr pa = arena_a.attr(td), pb = arena_b.attr();
+  Side a, b;
+  a.parent_attr = &pa;
+  b.parent_attr = &pb;
+  ASSERT_NO_FATAL_FAILURE(a.open(ctx_[0], IBV_QPT_RC, true));
+  ASSERT_NO_FATAL_FAILURE(b.open(ctx_[1], IBV_QPT_RC, true));
+  EXPECT_EQ(arena_a.allocs, 3) << "a CQ ring and a QP's send and receive rings";
+  EXPECT_EQ(arena_a.pd_seen, a.pd) << "the allocator is told the parent domain";
+  EXPECT_TRUE(arena_a.aligned);
+  EXPECT_EQ(ibv_dealloc_td(td), EBUSY) << "a parent domain names it";
+  EXPECT_EQ(ibv_dealloc_pd(a.base_pd), EBUSY) << "a parent domain stands for it";
+  EXPECT_EQ(ibv_dealloc_pd(a.pd), EBUSY) << "a QP and a CQ were made with it";
+
+  // An SRQ on it too, and a resize of the CQ through the same allocator.
+  ibv_srq_init_attr sa{};
+  sa.attr.max_wr = 16;
+  sa.attr.max_sge = 1;
+  ibv_srq* srq = ibv_create_srq(b.pd, &sa);
+  ASSERT_NE(srq, nullptr) << std::strerror(errno);
+  EXPECT_EQ(arena_b.allocs, 4);
+  EXPECT_EQ(ibv_resize_cq(b.cq, 2 * kCqe), 0);
+  EXPECT_EQ(arena_b.allocs, 5);
+  EXPECT_EQ(arena_b.frees, 1) << "the old ring went back";
+
+  ASSERT_NO_FATAL_FAILURE(a.connect(b));
+  ASSERT_NO_FATAL_FAILURE(b.connect(a));
+  for (uint64_t i = 0; i < 20; ++i) {  // more than the rings hold at once
+    b.post_recv(100 + i, kBuf);
+    const char msg[] = "through the parent domain's rings";
+    std::memcpy(a.buf.data(), msg, sizeof msg);
+    ibv_sge sge{reinterpret_cast<uintptr_t>(a.buf.data()), sizeof msg, a.mr->lkey};
+    ibv_send_wr wr{};
+    wr.wr_id = i;
+    wr.sg_list = &sge;
+    wr.num_sge = 1;
+    wr.opcode = IBV_WR_SEND;
+    wr.send_flags = IBV_SEND_SIGNALED;
+    ibv_send_wr* bad = nullptr;
+    ASSERT_EQ(ibv_post_send(a.qp, &wr, &bad), 0);
+    ibv_wc wc{};
+    int n = 0;
+    for (int k = 0; k < 1000000 && n == 0; ++k) n = ibv_poll_cq(b.cq, 1, &wc);
+    ASSERT_EQ(n, 1);
+    EXPECT_EQ(wc.status, IBV_WC_SUCCESS);
+    EXPECT_EQ(wc.wr_id, 100 + i);
+    EXPECT_STREQ(reinterpret_cast<const char*>(b.buf.data()), msg);
+    n = 0;
+    for (int k = 0; k < 1000000 && n == 0; ++k) n = ibv_poll_cq(a.cq, 1, &wc);
+    ASSERT_EQ(n, 1);
+    EXPECT_EQ(wc.wr_id, i);
+  }
+  EXPECT_EQ(ibv_destroy_srq(srq), 0);
+  a.close();
+  b.close();
+  EXPECT_EQ(arena_a.frees, arena_a.allocs) << "every block given back";
+  EXPECT_EQ(arena_b.frees, arena_b.allocs);
+  EXPECT_TRUE(arena_a.live.empty());
+  EXPECT_EQ(ibv_dealloc_td(td), 0);
+
+  // IBV_ALLOCATOR_USE_DEFAULT: the library's own memory; NULL: ENOMEM.
+  Arena def, failing;
+  def.mode = Arena::UseDefault;
+  failing.mode = Arena::Fail;
+  ibv_pd* pd = ibv_alloc_pd(ctx_[0]);
+  ASSERT_NE(pd, nullptr);
+  ibv_parent_domain_init_attr da = def.attr(), fa = failing.attr();
+  da.pd = pd;
+  fa.pd = pd;
+  ibv_pd* pdd = ibv_alloc_parent_domain(ctx_[0], &da);
+  ibv_pd* pdf = ibv_alloc_parent_domain(ctx_[0], &fa);
+  ASSERT_NE(pdd, nullptr);
+  ASSERT_NE(pdf, nullptr);
+  sa.attr.max_wr = 16;
+  srq = ibv_create_srq(pdd, &sa);
+  ASSERT_NE(srq, nullptr) << std::strerror(errno);
+  EXPECT_EQ(def.defaults, 1);
+  EXPECT_EQ(ibv_destroy_srq(srq), 0);
+  errno = 0;
+  EXPECT_EQ(ibv_create_srq(pdf, &sa), nullptr);
+  EXPECT_EQ(errno, ENOMEM) << "the allocator's NULL";
+  // Bad requests: no PD, a parent domain over a parent domain, an
+  // allocator without its free, unknown bits; a CQ's PD that is no parent domain.
+  ibv_parent_domain_init_attr bad = def.attr();
+  EXPECT_EQ(ibv_alloc_parent_domain(ctx_[0], &bad), nullptr);
+  bad.pd = pdd;
+  EXPECT_EQ(ibv_alloc_parent_domain(ctx_[0], &bad), nullptr);
+  bad.pd = pd;
+  bad.free = nullptr;
+  EXPECT_EQ(ibv_alloc_parent_domain(ctx_[0], &bad), nullptr);
+  bad = def.attr();
+  bad.pd = pd;
+  bad.comp_mask |= 1u << 7;
+  EXPECT_EQ(ibv_alloc_parent_domain(ctx_[0], &bad), nullptr);
+  EXPECT_EQ(errno, EINVAL);
+  ibv_cq_init_attr_ex ca{};
+  ca.cqe = 4;
+  ca.comp_mask = IBV_CQ_INIT_ATTR_MASK_PD;
+  ca.parent_domain = pd;
+  EXPECT_EQ(ibv_create_cq_ex(ctx_[0], &ca), nullptr);
+  EXPECT_EQ(errno, EINVAL);
+  EXPECT_EQ(ibv_dealloc_pd(pdd), 0);
+  EXPECT_EQ(ibv_dealloc_pd(pdf), 0);
+  EXPECT_EQ(ibv_dealloc_pd(pd), 0);
 }
 
 uint64_t now_ns(clockid_t clock) {

@@ -36,9 +36,12 @@ uint8_t* Mr::translate(uint64_t va, uint64_t len) const noexcept {
 
 // ---- CQ ------------------------------------------------------------------------------------
 
-Cq::Cq(Rnic& rnic, uint32_t capacity, void* context, CompChannel* channel)
+size_t Cq::bytes(uint32_t capacity) noexcept { return (size_t{capacity} + 1) * sizeof(Cqe); }
+
+Cq::Cq(Rnic& rnic, uint32_t capacity, void* context, CompChannel* channel, RingBlock&& mem)
     : rnic_(rnic), context_(context), channel_(channel), capacity_(capacity),
-      ring_(std::make_unique_for_overwrite<Cqe[]>(capacity + 1)),
+      mem_(static_cast<RingBlock&&>(mem)),
+      ring_(RingLayout::view<Cqe>(mem_, 0, capacity + 1).data()),
       slots_(capacity + 1) {}
 
 Cq::~Cq() = default;
@@ -145,6 +148,11 @@ int Cq::req_notify(bool solicited_only) {
 
 int Cq::resize(uint32_t cqe) {
   if (cqe < 1 || cqe > kMaxCqe) return EINVAL;
+  // The new ring is allocated, and the old one freed, here in the caller's
+  // thread (ring_memory.hpp), through the allocator the CQ was made with.
+  RingBlock mem;
+  if (RingBlock::allocate(bytes(cqe), mem_.allocator(), RingUse::Cq, &mem) != 0) return ENOMEM;
+  RingBlock old;
   int rc = 0;
   // In the engine's loop (no completion is pushed meanwhile), holding the
   // pollers' lock there: a poller holds it only to copy entries out, never
@@ -159,9 +167,11 @@ int Cq::resize(uint32_t cqe) {
       rc = EINVAL;
       return;
     }
-    auto ring = std::make_unique_for_overwrite<Cqe[]>(cqe + 1);
+    Cqe* ring = RingLayout::view<Cqe>(mem, 0, cqe + 1).data();
     for (uint32_t i = 0; i < used; ++i) ring[i] = ring_[(head + i) % size];
-    ring_ = std::move(ring);
+    ring_ = ring;
+    old = static_cast<RingBlock&&>(mem_);
+    mem_ = static_cast<RingBlock&&>(mem);
     slots_ = cqe + 1;
     capacity_ = cqe;
     head_.store(0, std::memory_order_relaxed);
@@ -173,16 +183,25 @@ int Cq::resize(uint32_t cqe) {
 
 // ---- receive queues -------------------------------------------------------------------------
 
-void RecvQueue::place(std::vector<RecvWqe>& ring, std::vector<ibv_sge>& sges) noexcept {
-  for (size_t i = 0; i < ring.size(); ++i) ring[i].sge = &sges[i * max_sge_];
+struct RecvQueue::Layout {
+  RingLayout l;  // first: the offsets below are taken from it in order
+  size_t slots, ring, sges;
+  Layout(uint32_t capacity, uint32_t max_sge) noexcept
+      : slots(ring_slots(capacity)), ring(l.add<RecvWqe>(slots)), sges(l.add<ibv_sge>(slots * max_sge)) {}
+};
+
+size_t RecvQueue::bytes(uint32_t capacity, uint32_t max_sge) noexcept {
+  return Layout(capacity, std::max<uint32_t>(max_sge, 1)).l.bytes();
 }
 
-void RecvQueue::init(uint32_t capacity, uint32_t max_sge) {
+void RecvQueue::init(uint32_t capacity, uint32_t max_sge, RingBlock&& mem) noexcept {
   capacity_ = capacity;
   max_sge_ = std::max<uint32_t>(max_sge, 1);
-  ring_.assign(ring_slots(capacity), RecvWqe{});
-  sges_.assign(ring_.size() * max_sge_, ibv_sge{});
-  place(ring_, sges_);
+  const Layout lay(capacity, max_sge_);
+  mem_ = static_cast<RingBlock&&>(mem);
+  ring_ = RingLayout::construct<RecvWqe>(mem_, lay.ring, lay.slots);
+  sges_ = RingLayout::construct<ibv_sge>(mem_, lay.sges, lay.slots * max_sge_);
+  for (size_t i = 0; i < ring_.size(); ++i) ring_[i].sge = &sges_[i * max_sge_];
   head_.store(0, std::memory_order_relaxed);
   tail_.store(0, std::memory_order_release);
 }
@@ -218,16 +237,19 @@ void RecvQueue::pop() noexcept {
 
 void RecvQueue::clear() noexcept { head_.store(tail_.load(std::memory_order_acquire), std::memory_order_release); }
 
-bool RecvQueue::resize(uint32_t capacity) {
+bool RecvQueue::resize(uint32_t capacity, RingBlock& mem, RingBlock* old) noexcept {
   const uint32_t head = head_.load(std::memory_order_relaxed);
   const uint32_t used = tail_.load(std::memory_order_relaxed) - head;
   if (used > capacity) return false;
-  std::vector<RecvWqe> ring(ring_slots(capacity));
-  std::vector<ibv_sge> sges(ring.size() * max_sge_);
-  place(ring, sges);
+  const Layout lay(capacity, max_sge_);
+  const std::span<RecvWqe> ring = RingLayout::construct<RecvWqe>(mem, lay.ring, lay.slots);
+  const std::span<ibv_sge> sges = RingLayout::construct<ibv_sge>(mem, lay.sges, lay.slots * max_sge_);
+  for (size_t i = 0; i < ring.size(); ++i) ring[i].sge = &sges[i * max_sge_];
   for (uint32_t i = 0; i < used; ++i) copy_recv_wqe(ring[i], ring_[(head + i) & (ring_.size() - 1)]);
-  ring_.swap(ring);
-  sges_.swap(sges);
+  *old = static_cast<RingBlock&&>(mem_);
+  mem_ = static_cast<RingBlock&&>(mem);
+  ring_ = ring;
+  sges_ = sges;
   capacity_ = capacity;
   head_.store(0, std::memory_order_relaxed);
   tail_.store(used, std::memory_order_release);
@@ -236,9 +258,9 @@ bool RecvQueue::resize(uint32_t capacity) {
 
 // ---- SRQ --------------------------------------------------------------------------------------
 
-Srq::Srq(Rnic& rnic, Pd* pd, const ibv_srq_attr& attr, void* context)
+Srq::Srq(Rnic& rnic, Pd* pd, const ibv_srq_attr& attr, void* context, RingBlock&& mem)
     : rnic_(rnic), pd_(pd), context_(context), max_sge_(attr.max_sge), limit_(attr.srq_limit) {
-  rq_.init(attr.max_wr, attr.max_sge);
+  rq_.init(attr.max_wr, attr.max_sge, static_cast<RingBlock&&>(mem));
 }
 
 Srq::~Srq() = default;
@@ -263,6 +285,13 @@ int Srq::modify(const ibv_srq_attr& attr, int mask) {
   if (mask & ~(IBV_SRQ_MAX_WR | IBV_SRQ_LIMIT)) return EINVAL;
   // IBA 10.2.9.2 / 11.2.3.4: the limit must not exceed the queue size.
   if ((mask & IBV_SRQ_MAX_WR) && (attr.max_wr == 0 || attr.max_wr > kMaxSrqWr)) return EINVAL;
+  // A resize's ring is allocated, and the old one freed, here in the
+  // caller's thread (ring_memory.hpp).
+  RingBlock mem, old;
+  if ((mask & IBV_SRQ_MAX_WR) &&
+      RingBlock::allocate(RecvQueue::bytes(attr.max_wr, rq_.max_sge()), rq_.memory().allocator(), RingUse::Srq,
+                          &mem) != 0)
+    return ENOMEM;
   int rc = 0;
   // In the engine's loop (nothing is popped meanwhile), holding the
   // posters' lock there: a poster holds it only to fill a slot.
@@ -274,7 +303,7 @@ int Srq::modify(const ibv_srq_attr& attr, int mask) {
       return;
     }
     // Resize (device cap SRQ_RESIZE): never below the WQEs queued now.
-    if ((mask & IBV_SRQ_MAX_WR) && !rq_.resize(attr.max_wr)) {
+    if ((mask & IBV_SRQ_MAX_WR) && !rq_.resize(attr.max_wr, mem, &old)) {
       rc = EINVAL;
       return;
     }

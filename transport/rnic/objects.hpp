@@ -29,6 +29,7 @@
 #include "transport/event_queue.hpp"
 #include "transport/neigh.hpp"
 #include "transport/rnic/limits.hpp"
+#include "transport/rnic/ring_memory.hpp"
 
 namespace uroce::transport {
 class Engine;
@@ -165,7 +166,9 @@ class CompChannel {
 // written over an unread one.
 class Cq {
  public:
-  Cq(Rnic& rnic, uint32_t capacity, void* context, CompChannel* channel);
+  // `mem`: bytes(capacity) of ring memory (ring_memory.hpp).
+  static size_t bytes(uint32_t capacity) noexcept;
+  Cq(Rnic& rnic, uint32_t capacity, void* context, CompChannel* channel, RingBlock&& mem);
   ~Cq();
   Rnic& rnic() const noexcept { return rnic_; }
   void* context() const noexcept { return context_; }
@@ -179,7 +182,7 @@ class Cq {
   // (IBV_WC_EX_WITH_COMPLETION_TIMESTAMP[_WALLCLOCK]).
   void enable_timestamps() noexcept { timestamps_.store(true, std::memory_order_relaxed); }
   int req_notify(bool solicited_only);       // 0 or errno
-  int resize(uint32_t cqe);                  // 0 or errno (EINVAL when below the entries in use)
+  int resize(uint32_t cqe);                  // 0 or errno (EINVAL when below the entries in use, ENOMEM)
   // [engine] Removes the entries of QP `qpn` not yet polled, keeping the
   // others in order (under the poll lock: bounded work).
   void clean(Qpn qpn);
@@ -216,7 +219,8 @@ class Cq {
     uint64_t wall_ns;
   };
   static_assert(sizeof(Cqe) == 64);
-  std::unique_ptr<Cqe[]> ring_;
+  RingBlock mem_;
+  Cqe* ring_;  // in mem_
   std::atomic<bool> timestamps_{false};
   uint32_t slots_;
   alignas(64) std::atomic<uint32_t> head_{0};  // next to poll
@@ -253,7 +257,10 @@ inline void copy_recv_wqe(RecvWqe& to, const RecvWqe& from) noexcept {
 // the CQ's: writer fills the slot, then tail_ release; reader acquires.
 class RecvQueue {
  public:
-  void init(uint32_t capacity, uint32_t max_sge);  // usable entries, SGEs per entry
+  // The ring memory for `capacity` usable entries of `max_sge` SGEs
+  // (ring_memory.hpp), then the queue in it.
+  static size_t bytes(uint32_t capacity, uint32_t max_sge) noexcept;
+  void init(uint32_t capacity, uint32_t max_sge, RingBlock&& mem) noexcept;
   uint32_t capacity() const noexcept { return capacity_; }
   uint32_t max_sge() const noexcept { return max_sge_; }
   // Application: the number of WQEs in the queue (for SRQ limit and query).
@@ -265,18 +272,21 @@ class RecvQueue {
   RecvWqe* front() noexcept;             // nullptr when empty
   void pop() noexcept;
   // Control path, with post_mu held and the engine not reading (run_sync):
-  // drop every entry / change the capacity keeping the entries (false
-  // when they would not fit).
+  // drop every entry / change the capacity keeping the entries, in `mem`
+  // (bytes(capacity, max_sge())), handing the old memory back in `old` to
+  // be freed outside the loop (false when they would not fit: `mem` stays).
   void clear() noexcept;
-  bool resize(uint32_t capacity);
+  bool resize(uint32_t capacity, RingBlock& mem, RingBlock* old) noexcept;
+  const RingBlock& memory() const noexcept { return mem_; }
   std::mutex post_mu;
 
  private:
-  void place(std::vector<RecvWqe>& ring, std::vector<ibv_sge>& sges) noexcept;
+  struct Layout;
   uint32_t capacity_ = 0;
   uint32_t max_sge_ = 1;
-  std::vector<RecvWqe> ring_;  // a power of two >= capacity_ slots; free-running indexes
-  std::vector<ibv_sge> sges_;  // max_sge_ per slot
+  RingBlock mem_;                // what the two below live in
+  std::span<RecvWqe> ring_;      // a power of two >= capacity_ slots; free-running indexes
+  std::span<ibv_sge> sges_;      // max_sge_ per slot
   alignas(64) std::atomic<uint32_t> head_{0};
   alignas(64) std::atomic<uint32_t> tail_{0};
 };
@@ -284,7 +294,8 @@ class RecvQueue {
 // ---- SRQ ---------------------------------------------------------------------------
 class Srq {
  public:
-  Srq(Rnic& rnic, Pd* pd, const ibv_srq_attr& attr, void* context);
+  // `mem`: RecvQueue::bytes(attr.max_wr, attr.max_sge) of ring memory.
+  Srq(Rnic& rnic, Pd* pd, const ibv_srq_attr& attr, void* context, RingBlock&& mem);
   ~Srq();
   Pd* pd() const noexcept { return pd_; }
   void* context() const noexcept { return context_; }

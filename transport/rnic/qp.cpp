@@ -214,11 +214,27 @@ bool is_atomic(ibv_wr_opcode op) noexcept {
 
 // ---- SendQueue ----------------------------------------------------------------------
 
-void SendQueue::init(uint32_t capacity, uint32_t max_sge, uint32_t max_inline) {
+struct SendQueue::Layout {
+  RingLayout l;  // first: the offsets below are taken from it in order
+  size_t slots, ring, sges, inl;
+  Layout(uint32_t capacity, uint32_t max_sge, uint32_t max_inline) noexcept
+      : slots(std::bit_ceil(std::max<uint32_t>(capacity, 1))),
+        ring(l.add<SendWqe>(slots)),
+        sges(l.add<ibv_sge>(slots * max_sge)),
+        inl(l.add<uint8_t>(slots * max_inline)) {}
+};
+
+size_t SendQueue::bytes(uint32_t capacity, uint32_t max_sge, uint32_t max_inline) noexcept {
+  return Layout(capacity, max_sge, max_inline).l.bytes();
+}
+
+void SendQueue::init(uint32_t capacity, uint32_t max_sge, uint32_t max_inline, RingBlock&& mem) noexcept {
+  const Layout lay(capacity, max_sge, max_inline);
+  mem_ = static_cast<RingBlock&&>(mem);
   capacity_ = capacity;
-  ring_.assign(std::bit_ceil(std::max<uint32_t>(capacity, 1)), SendWqe{});
-  sges_.assign(ring_.size() * max_sge, ibv_sge{});
-  inline_bytes_.assign(ring_.size() * max_inline, 0);
+  ring_ = RingLayout::construct<SendWqe>(mem_, lay.ring, lay.slots);
+  sges_ = RingLayout::construct<ibv_sge>(mem_, lay.sges, lay.slots * max_sge);
+  inline_bytes_ = RingLayout::construct<uint8_t>(mem_, lay.inl, lay.slots * max_inline);
   for (size_t i = 0; i < ring_.size(); ++i) {
     ring_[i].sge = max_sge != 0 ? &sges_[i * max_sge] : nullptr;
     ring_[i].inline_data = max_inline != 0 ? &inline_bytes_[i * max_inline] : nullptr;
@@ -238,7 +254,21 @@ void SendQueue::clear() noexcept {
 
 // ---- Qp ----------------------------------------------------------------------------------
 
-Qp::Qp(Rnic& rnic, Pd* pd, Qpn qpn, const ibv_qp_init_attr& init)
+ibv_qp_cap Qp::effective_caps(const ibv_qp_init_attr& init) noexcept {
+  ibv_qp_cap cap = init.cap;
+  if (init.srq != nullptr) {
+    cap.max_recv_wr = 0;
+    cap.max_recv_sge = 0;
+  }
+  // Inline data: at least what the send SGEs would occupy in a WQE, as rxe
+  // sizes it (rxe_init_sq) and reports it back; programs count on it
+  // (rdma_xclient sends 16 bytes inline on a QP asked for 0 and 1 SGE).
+  cap.max_inline_data = std::min(
+      kMaxInlineData, std::max(cap.max_inline_data, cap.max_send_sge * static_cast<uint32_t>(sizeof(ibv_sge))));
+  return cap;
+}
+
+Qp::Qp(Rnic& rnic, Pd* pd, Qpn qpn, const ibv_qp_init_attr& init, Rings&& rings)
     : rnic_(rnic),
       pd_(pd),
       qpn_(qpn),
@@ -247,20 +277,11 @@ Qp::Qp(Rnic& rnic, Pd* pd, Qpn qpn, const ibv_qp_init_attr& init)
       recv_cq_(reinterpret_cast<Cq*>(init.recv_cq)),
       srq_(reinterpret_cast<Srq*>(init.srq)),
       sq_sig_all_(init.sq_sig_all != 0),
-      cap_(init.cap) {
+      cap_(effective_caps(init)) {
   context = init.qp_context;
-  if (srq_ != nullptr) {
-    cap_.max_recv_wr = 0;
-    cap_.max_recv_sge = 0;
-    resp.srq_sges.resize(srq_->rq().max_sge());  // the SRQ WQE the responder holds (responder.cpp take_wqe)
-  }
-  // Inline data: at least what the send SGEs would occupy in a WQE, as rxe
-  // sizes it (rxe_init_sq) and reports it back; programs count on it
-  // (rdma_xclient sends 16 bytes inline on a QP asked for 0 and 1 SGE).
-  cap_.max_inline_data = std::min(
-      kMaxInlineData, std::max(cap_.max_inline_data, cap_.max_send_sge * static_cast<uint32_t>(sizeof(ibv_sge))));
-  sq.init(cap_.max_send_wr, cap_.max_send_sge, cap_.max_inline_data);
-  rq.init(cap_.max_recv_wr, cap_.max_recv_sge);
+  if (srq_ != nullptr) resp.srq_sges.resize(srq_->rq().max_sge());  // the SRQ WQE the responder holds (responder.cpp take_wqe)
+  sq.init(cap_.max_send_wr, cap_.max_send_sge, cap_.max_inline_data, static_cast<RingBlock&&>(rings.send));
+  rq.init(cap_.max_recv_wr, cap_.max_recv_sge, static_cast<RingBlock&&>(rings.recv));
   // UDP source port per QP (A17.4.3 leaves it free; 0xC000-0xFFFF as rxe,
   // spread by a multiplicative hash of the QPN so that ECMP spreads QPs).
   attrs_.sport = static_cast<uint16_t>(0xC000u | (((qpn.value() * 0x61C88647u) >> 18) & 0x3FFFu));

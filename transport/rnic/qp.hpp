@@ -20,6 +20,7 @@
 #include <atomic>
 #include <cstdint>
 #include <mutex>
+#include <span>
 #include <vector>
 
 #include "lib/util/timer_wheel.hpp"
@@ -27,6 +28,7 @@
 #include "transport/rnic/objects.hpp"
 #include "transport/rnic/requester.hpp"
 #include "transport/rnic/responder.hpp"
+#include "transport/rnic/ring_memory.hpp"
 #include "transport/rnic/sge.hpp"
 
 namespace uroce::rnic {
@@ -105,8 +107,10 @@ struct SendWqe {
 // from head_ (release, so that posters see the freed slot).
 class SendQueue {
  public:
-  // Slots sized by the QP's caps: max_sge SGEs and max_inline bytes each.
-  void init(uint32_t capacity, uint32_t max_sge, uint32_t max_inline);
+  // The ring memory for these caps (ring_memory.hpp), then the queue in
+  // it: slots sized by the QP's caps, max_sge SGEs and max_inline bytes each.
+  static size_t bytes(uint32_t capacity, uint32_t max_sge, uint32_t max_inline) noexcept;
+  void init(uint32_t capacity, uint32_t max_sge, uint32_t max_inline, RingBlock&& mem) noexcept;
   uint32_t capacity() const noexcept { return capacity_; }
   bool full() const noexcept;
   SendWqe& slot(uint32_t idx) noexcept { return ring_[idx % ring_.size()]; }
@@ -123,9 +127,11 @@ class SendQueue {
 
  private:
   uint32_t capacity_ = 0;
-  std::vector<SendWqe> ring_;  // a power of two >= capacity_ slots; indexes are free-running uint32_t
-  std::vector<ibv_sge> sges_;  // max_sge per slot
-  std::vector<uint8_t> inline_bytes_;  // max_inline per slot
+  struct Layout;
+  RingBlock mem_;              // what the three below live in
+  std::span<SendWqe> ring_;    // a power of two >= capacity_ slots; indexes are free-running uint32_t
+  std::span<ibv_sge> sges_;    // max_sge per slot
+  std::span<uint8_t> inline_bytes_;  // max_inline per slot
   alignas(64) std::atomic<uint32_t> head_{0};
   alignas(64) std::atomic<uint32_t> tail_{0};
 };
@@ -173,7 +179,16 @@ constexpr const char* qp_state_name(ibv_qp_state s) noexcept {
 // ---- the QP ------------------------------------------------------------------------
 class Qp {
  public:
-  Qp(Rnic& rnic, Pd* pd, Qpn qpn, const ibv_qp_init_attr& init);
+  // The capabilities a QP made with `init` has (what query reports): with
+  // an SRQ no receive queue of its own; inline room at least what the send
+  // SGEs would occupy.
+  static ibv_qp_cap effective_caps(const ibv_qp_init_attr& init) noexcept;
+  // Its ring memory (ring_memory.hpp), allocated by the caller for
+  // effective_caps(init): SendQueue::bytes, RecvQueue::bytes.
+  struct Rings {
+    RingBlock send, recv;
+  };
+  Qp(Rnic& rnic, Pd* pd, Qpn qpn, const ibv_qp_init_attr& init, Rings&& rings);
   ~Qp();
   Qp(const Qp&) = delete;
   Qp& operator=(const Qp&) = delete;

@@ -73,14 +73,23 @@ bool is_implicit_odp(const void* addr, uint64_t length, int access) noexcept {
          (access & IBV_ACCESS_ZERO_BASED) == 0;
 }
 
+// Out of the owner's list; the caller decides where it is destroyed (a
+// queue's ring memory is freed outside the engine's loop, ring_memory.hpp).
 template <class T>
-void erase_owned(std::vector<std::unique_ptr<T>>& v, T* p) {
+std::unique_ptr<T> take_owned(std::vector<std::unique_ptr<T>>& v, T* p) {
   for (auto it = v.begin(); it != v.end(); ++it) {
     if (it->get() == p) {
+      std::unique_ptr<T> out = std::move(*it);
       v.erase(it);
-      return;
+      return out;
     }
   }
+  return nullptr;
+}
+
+template <class T>
+void erase_owned(std::vector<std::unique_ptr<T>>& v, T* p) {
+  take_owned(v, p);
 }
 
 template <class T>
@@ -684,12 +693,21 @@ int Rnic::destroy_comp_channel(CompChannel* ch) {
   });
 }
 
-Cq* Rnic::create_cq(int cqe, void* context, CompChannel* ch, int comp_vector, int* err) {
+Cq* Rnic::create_cq(int cqe, void* context, CompChannel* ch, int comp_vector, int* err,
+                     const RingAllocator* alloc) {
+  // ibv_create_cq(3): EINVAL for cqe outside 1..max_cqe or a comp_vector
+  // beyond num_comp_vectors (1).
+  if (cqe < 1 || static_cast<uint32_t>(cqe) > kMaxCqe || comp_vector != 0) {
+    set_err(err, EINVAL);
+    return nullptr;
+  }
+  RingBlock mem;
+  if (RingBlock::allocate(Cq::bytes(static_cast<uint32_t>(cqe)), alloc, RingUse::Cq, &mem) != 0) {
+    set_err(err, ENOMEM);
+    return nullptr;
+  }
   return control([&]() -> Cq* {
-    // ibv_create_cq(3): EINVAL for cqe outside 1..max_cqe or a comp_vector
-    // beyond num_comp_vectors (1).
-    if (cqe < 1 || static_cast<uint32_t>(cqe) > kMaxCqe || comp_vector != 0 ||
-        (ch != nullptr && !owns(channels_, ch))) {
+    if (ch != nullptr && !owns(channels_, ch)) {
       set_err(err, EINVAL);
       return nullptr;
     }
@@ -697,7 +715,7 @@ Cq* Rnic::create_cq(int cqe, void* context, CompChannel* ch, int comp_vector, in
       set_err(err, ENOMEM);
       return nullptr;
     }
-    cqs_.push_back(std::make_unique<Cq>(*this, static_cast<uint32_t>(cqe), context, ch));
+    cqs_.push_back(std::make_unique<Cq>(*this, static_cast<uint32_t>(cqe), context, ch, std::move(mem)));
     if (ch != nullptr) {
       ch->attach();
       ch->users.fetch_add(1);
@@ -707,6 +725,7 @@ Cq* Rnic::create_cq(int cqe, void* context, CompChannel* ch, int comp_vector, in
 }
 
 int Rnic::destroy_cq(Cq* cq) {
+  std::unique_ptr<Cq> gone;  // destroyed here, after the loop let go of it
   return control([&]() -> int {
     if (cq == nullptr || !owns(cqs_, cq)) return EINVAL;
     if (cq->users.load() != 0) return EBUSY;  // ibv_destroy_cq(3): a QP or SRQ uses it
@@ -715,18 +734,26 @@ int Rnic::destroy_cq(Cq* cq) {
       ch->users.fetch_sub(1);
     }
     async_.remove_if([cq](const AsyncEvent& e) { return e.cq == cq; });
-    erase_owned(cqs_, cq);
+    gone = take_owned(cqs_, cq);
     return 0;
   });
 }
 
 // ---- SRQ -------------------------------------------------------------------------------------
 
-Srq* Rnic::create_srq(Pd* pd, const ibv_srq_init_attr& init, int* err) {
+Srq* Rnic::create_srq(Pd* pd, const ibv_srq_init_attr& init, int* err, const RingAllocator* alloc) {
+  const ibv_srq_attr& a = init.attr;
+  if (a.max_wr == 0 || a.max_wr > kMaxSrqWr || a.max_sge > kMaxSrqSge || a.srq_limit > a.max_wr) {
+    set_err(err, EINVAL);
+    return nullptr;
+  }
+  RingBlock mem;
+  if (RingBlock::allocate(RecvQueue::bytes(a.max_wr, a.max_sge), alloc, RingUse::Srq, &mem) != 0) {
+    set_err(err, ENOMEM);
+    return nullptr;
+  }
   return control([&]() -> Srq* {
-    const ibv_srq_attr& a = init.attr;
-    if (pd == nullptr || !owns(pds_, pd) || a.max_wr == 0 || a.max_wr > kMaxSrqWr || a.max_sge > kMaxSrqSge ||
-        a.srq_limit > a.max_wr) {
+    if (pd == nullptr || !owns(pds_, pd)) {
       set_err(err, EINVAL);
       return nullptr;
     }
@@ -734,26 +761,36 @@ Srq* Rnic::create_srq(Pd* pd, const ibv_srq_init_attr& init, int* err) {
       set_err(err, ENOMEM);
       return nullptr;
     }
-    srqs_.push_back(std::make_unique<Srq>(*this, pd, a, init.srq_context));
+    srqs_.push_back(std::make_unique<Srq>(*this, pd, a, init.srq_context, std::move(mem)));
     pd->users.fetch_add(1);
     return srqs_.back().get();
   });
 }
 
 int Rnic::destroy_srq(Srq* srq) {
+  std::unique_ptr<Srq> gone;  // destroyed here, after the loop let go of it
   return control([&]() -> int {
     if (srq == nullptr || !owns(srqs_, srq)) return EINVAL;
     if (srq->users.load() != 0) return EBUSY;
     srq->pd()->users.fetch_sub(1);
     async_.remove_if([srq](const AsyncEvent& e) { return e.srq == srq; });
-    erase_owned(srqs_, srq);
+    gone = take_owned(srqs_, srq);
     return 0;
   });
 }
 
 // ---- QP ----------------------------------------------------------------------------------------
 
-Qp* Rnic::make_qp(Pd* pd, const ibv_qp_init_attr& init, uint32_t qpn, int* err) {
+int Rnic::qp_rings(const ibv_qp_init_attr& init, const RingAllocator* alloc, Qp::Rings* rings) {
+  const ibv_qp_cap c = Qp::effective_caps(init);
+  if (RingBlock::allocate(SendQueue::bytes(c.max_send_wr, c.max_send_sge, c.max_inline_data), alloc,
+                          RingUse::QpSend, &rings->send) != 0 ||
+      RingBlock::allocate(RecvQueue::bytes(c.max_recv_wr, c.max_recv_sge), alloc, RingUse::QpRecv, &rings->recv) != 0)
+    return ENOMEM;
+  return 0;
+}
+
+Qp* Rnic::make_qp(Pd* pd, const ibv_qp_init_attr& init, uint32_t qpn, Qp::Rings& rings, int* err) {
   auto* scq = reinterpret_cast<Cq*>(init.send_cq);
   auto* rcq = reinterpret_cast<Cq*>(init.recv_cq);
   auto* srq = reinterpret_cast<Srq*>(init.srq);
@@ -771,7 +808,7 @@ Qp* Rnic::make_qp(Pd* pd, const ibv_qp_init_attr& init, uint32_t qpn, int* err) 
     set_err(err, EBUSY);
     return nullptr;
   }
-  auto qp = std::make_unique<Qp>(*this, pd, Qpn(qpn), init);
+  auto qp = std::make_unique<Qp>(*this, pd, Qpn(qpn), init, std::move(rings));
   Qp* p = qp.get();
   qp_table_[qpn] = p;
   qps_.push_back(std::move(qp));
@@ -782,7 +819,20 @@ Qp* Rnic::make_qp(Pd* pd, const ibv_qp_init_attr& init, uint32_t qpn, int* err) 
   return p;
 }
 
-Qp* Rnic::create_qp(Pd* pd, const ibv_qp_init_attr& init, int* err) {
+Qp* Rnic::create_qp(Pd* pd, const ibv_qp_init_attr& init, int* err, const RingAllocator* alloc) {
+  // The caps bound the ring memory allocated before the loop; the rest is
+  // checked there (make_qp).
+  const ibv_qp_cap& c = init.cap;
+  if (c.max_send_wr > kMaxQpWr || c.max_send_sge > kMaxSge || c.max_inline_data > kMaxInlineData ||
+      (init.srq == nullptr && (c.max_recv_wr > kMaxQpWr || c.max_recv_sge > kMaxSge))) {
+    set_err(err, EINVAL);
+    return nullptr;
+  }
+  Qp::Rings rings;
+  if (qp_rings(init, alloc, &rings) != 0) {
+    set_err(err, ENOMEM);
+    return nullptr;
+  }
   return control([&]() -> Qp* {
     if (init.qp_type != IBV_QPT_RC && init.qp_type != IBV_QPT_UC && init.qp_type != IBV_QPT_UD) {
       // A type verbs knows and this device does not do (raw packet, XRC,
@@ -814,19 +864,30 @@ Qp* Rnic::create_qp(Pd* pd, const ibv_qp_init_attr& init, int* err) {
       set_err(err, ENOMEM);
       return nullptr;
     }
-    return make_qp(pd, init, qpn, err);
+    return make_qp(pd, init, qpn, rings, err);
   });
 }
 
 Qp* Rnic::create_gsi_qp(Pd* pd, const ibv_qp_init_attr& init, int* err) {
+  ibv_qp_init_attr ud = init;
+  ud.qp_type = IBV_QPT_UD;
+  const ibv_qp_cap& c = ud.cap;
+  if (c.max_send_wr > kMaxQpWr || c.max_send_sge > kMaxSge || c.max_inline_data > kMaxInlineData ||
+      c.max_recv_wr > kMaxQpWr || c.max_recv_sge > kMaxSge) {
+    set_err(err, EINVAL);
+    return nullptr;
+  }
+  Qp::Rings rings;
+  if (qp_rings(ud, nullptr, &rings) != 0) {
+    set_err(err, ENOMEM);
+    return nullptr;
+  }
   return control([&]() -> Qp* {
     if (qp_table_[kQp1.value()] != nullptr) {
       set_err(err, EBUSY);
       return nullptr;
     }
-    ibv_qp_init_attr ud = init;
-    ud.qp_type = IBV_QPT_UD;
-    return make_qp(pd, ud, kQp1.value(), err);
+    return make_qp(pd, ud, kQp1.value(), rings, err);
   });
 }
 
@@ -848,13 +909,14 @@ int Rnic::destroy_qp(Qp* qp) {
   if (rc != 0) return rc;
   // A doorbell queued after the call above still points at the QP.
   while (qp->doorbell_pending.load(std::memory_order_acquire)) engine_.run_sync([] {});
+  std::unique_ptr<Qp> gone;  // destroyed here, after the loop let go of it
   return control([&]() -> int {
     qp->pd()->users.fetch_sub(1);
     qp->send_cq()->users.fetch_sub(1);
     qp->recv_cq()->users.fetch_sub(1);
     if (qp->srq() != nullptr) qp->srq()->users.fetch_sub(1);
     async_.remove_if([qp](const AsyncEvent& e) { return e.qp == qp; });
-    erase_owned(qps_, qp);
+    gone = take_owned(qps_, qp);
     return 0;
   });
 }

@@ -173,14 +173,18 @@ class Rnic final : public transport::RoceSink {
   int dealloc_mw(Mw* mw);
   CompChannel* create_comp_channel(int* err);
   int destroy_comp_channel(CompChannel* ch);  // EBUSY while a CQ uses it
-  Cq* create_cq(int cqe, void* context, CompChannel* ch, int comp_vector, int* err);
+  // The queues' ring memory comes from `alloc` when given (a parent
+  // domain's allocator, ring_memory.hpp), else from the heap; either way
+  // it is allocated and freed in the calling thread, never in the loop.
+  Cq* create_cq(int cqe, void* context, CompChannel* ch, int comp_vector, int* err,
+                const RingAllocator* alloc = nullptr);
   int destroy_cq(Cq* cq);                   // EBUSY while a QP/SRQ uses it
-  Srq* create_srq(Pd* pd, const ibv_srq_init_attr& init, int* err);
+  Srq* create_srq(Pd* pd, const ibv_srq_init_attr& init, int* err, const RingAllocator* alloc = nullptr);
   int destroy_srq(Srq* srq);
   // init.send_cq / recv_cq / srq carry this API's Cq* / Srq*
   // (reinterpret_cast), not libibverbs objects.  The QP's caps are
   // Qp::cap().  RC, UC and UD.
-  Qp* create_qp(Pd* pd, const ibv_qp_init_attr& init, int* err);
+  Qp* create_qp(Pd* pd, const ibv_qp_init_attr& init, int* err, const RingAllocator* alloc = nullptr);
   // The GSI QP (QPN 1) for the connection manager: UD semantics, Q_Key
   // 0x80010000 (IBA 13.4.6.1).  EBUSY when it exists.
   Qp* create_gsi_qp(Pd* pd, const ibv_qp_init_attr& init, int* err);
@@ -276,7 +280,8 @@ class Rnic final : public transport::RoceSink {
   void mcast_rx(transport::Engine& engine, transport::RoceRx& pkt) noexcept;  // [engine]
   void comm_est(Qp& qp) noexcept;                                              // [engine]
   std::function<void(Qp&)> comm_est_hook_;                                     // [engine]
-  Qp* make_qp(Pd* pd, const ibv_qp_init_attr& init, uint32_t qpn, int* err);
+  Qp* make_qp(Pd* pd, const ibv_qp_init_attr& init, uint32_t qpn, Qp::Rings& rings, int* err);
+  static int qp_rings(const ibv_qp_init_attr& init, const RingAllocator* alloc, Qp::Rings* rings);
   bool take_key(uint32_t* key);  // [engine] a new MR/MW key; false when none is left
   Mw* mw_by_key(uint32_t rkey) noexcept;
   uint8_t* check_mw_rkey(const Mw& mw, uint32_t rkey, uint64_t va, uint64_t len, int need, const Pd* pd,
