@@ -1,6 +1,7 @@
 // The GSI binding of the CM: MADs as UD SENDs on QP 1 (see gsi_port.hpp).
 #include "cm/gsi_port.hpp"
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 
@@ -83,6 +84,7 @@ int GsiPort::open() {
 void GsiPort::close() {
   if (qp_ != nullptr) rnic_.destroy_qp(qp_);
   qp_ = nullptr;
+  backlog_.clear();
   if (mr_ != nullptr) rnic_.dereg_mr(mr_);
   mr_ = nullptr;
   if (cq_ != nullptr) rnic_.destroy_cq(cq_);
@@ -145,10 +147,22 @@ rnic::Ah* GsiPort::ah_for(const MadAddr& to) {
 bool GsiPort::send(const MadAddr& to, std::span<const uint8_t> mad) {
   UROCE_ASSERT_ENGINE(rnic_.engine());
   if (qp_ == nullptr || mad.size() > wire::kMadSize) return false;
-  if (send_busy_ >= kSendSlots) {
-    ctr_.inc(GsiCtr::tx_no_slot);
-    return false;
+  if (send_busy_ >= kSendSlots || !backlog_.empty()) {  // behind the ones already waiting
+    if (backlog_.size() >= kMaxBacklog) {
+      ctr_.inc(GsiCtr::tx_no_slot);
+      return false;
+    }
+    Queued& q = backlog_.emplace_back();
+    q.to = to;
+    std::copy(mad.begin(), mad.end(), q.mad.begin());
+    q.len = static_cast<uint16_t>(mad.size());
+    ctr_.inc(GsiCtr::tx_queued);
+    return true;
   }
+  return post_send(to, mad);
+}
+
+bool GsiPort::post_send(const MadAddr& to, std::span<const uint8_t> mad) {
   rnic::Ah* ah = ah_for(to);
   if (ah == nullptr) {
     ctr_.inc(GsiCtr::tx_no_ah);
@@ -193,9 +207,14 @@ unsigned GsiPort::poll(const Receiver& rx) {
     total += static_cast<unsigned>(n);
     for (int i = 0; i < n; ++i) {
       const ibv_wc& wc = wcs[i];
-      if ((wc.wr_id & kRecvTag) == 0) {  // a send slot is free again
+      if ((wc.wr_id & kRecvTag) == 0) {  // a send slot is free again: the oldest waiting MAD takes it
         if (send_busy_ > 0) --send_busy_;
         if (wc.status != IBV_WC_SUCCESS) ctr_.inc(GsiCtr::tx_errors);
+        while (send_busy_ < kSendSlots && !backlog_.empty()) {
+          const Queued& q = backlog_.front();
+          post_send(q.to, std::span(q.mad).first(q.len));
+          backlog_.pop_front();
+        }
         continue;
       }
       const auto slot = static_cast<uint32_t>(wc.wr_id & ~kRecvTag);

@@ -3,7 +3,11 @@
 //   send: the MAD is copied into one of a ring of registered send slots and
 //         posted as a UD SEND to the peer's QP 1 with Q_Key 0x80010000 and
 //         P_Key 0xFFFF (IBA 13.4.6.1), through an address handle kept per
-//         peer GID.
+//         peer GID.  With every slot in flight (a burst: a thousand
+//         connections torn down at once while the wire is slow) it waits in
+//         a backlog, in order, and goes as slots free, as the kernel's
+//         ib_mad keeps an overflow list rather than drop; only a full
+//         backlog (kMaxBacklog) drops it, and the CM's retry covers that.
 //   receive: a ring of registered 40 + 256-byte buffers stays posted on the
 //         QP's receive queue; `poll()` takes the completions, strips the
 //         40-byte GRH area (IBA 11.4.1.2: a UD receive starts with it),
@@ -19,6 +23,7 @@
 #include <array>
 #include <atomic>
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <map>
 #include <memory>
@@ -34,7 +39,8 @@ namespace uroce::cm {
 
 #define UROCE_GSI_COUNTERS(X)                                                  \
   X(tx_posted, "MADs posted on QP 1")                                          \
-  X(tx_no_slot, "MADs not sent: every send slot still in flight")              \
+  X(tx_queued, "MADs queued behind a full send ring (sent as slots free)")      \
+  X(tx_no_slot, "MADs not sent: the send ring and its backlog full")           \
   X(tx_no_ah, "MADs not sent: no address handle for the peer's GID")           \
   X(tx_post_failed, "MADs not sent: post_send refused")                        \
   X(tx_errors, "send completions in error")                                    \
@@ -52,6 +58,7 @@ class GsiPort final : public MadPort {
   static constexpr uint32_t kGrhBytes = 40;
   static constexpr uint32_t kRecvSlots = 256;
   static constexpr uint32_t kSendSlots = 256;
+  static constexpr size_t kMaxBacklog = 4096;  // MADs waiting for a send slot (1 MiB at most)
   // Address handles kept (one per peer GID): a sender of MADs from ever
   // new source addresses must not grow memory without bound.  A send
   // copies the path into its work request, so an evicted handle is never
@@ -90,6 +97,7 @@ class GsiPort final : public MadPort {
   using Slot = std::array<uint8_t, kGrhBytes + wire::kMadSize>;
   rnic::Ah* ah_for(const MadAddr& to);
   bool post_recv(uint32_t slot);
+  bool post_send(const MadAddr& to, std::span<const uint8_t> mad);  // a slot is free
 
   rnic::Rnic& rnic_;
   rnic::Pd* pd_ = nullptr;
@@ -99,6 +107,12 @@ class GsiPort final : public MadPort {
   std::vector<Slot> bufs_;          // kRecvSlots receive slots, then kSendSlots send slots
   uint32_t send_next_ = 0;          // next send slot (round robin)
   uint32_t send_busy_ = 0;          // send slots posted and not yet completed
+  struct Queued {
+    MadAddr to;
+    std::array<uint8_t, wire::kMadSize> mad;
+    uint16_t len;
+  };
+  std::deque<Queued> backlog_;      // [engine] waiting for a send slot, oldest first
   struct AhEntry {
     rnic::Ah* ah = nullptr;
     uint64_t used = 0;  // use_clock_ at the last send through it

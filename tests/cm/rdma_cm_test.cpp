@@ -23,6 +23,7 @@
 #include <thread>
 #include <vector>
 
+#include "cm/gsi_port.hpp"
 #include "cm/rdma_cm.hpp"
 #include "lib/util/log.hpp"
 #include "lib/wire/build.hpp"
@@ -300,6 +301,67 @@ TEST_F(RdmaCmTest, ConnectAcceptDataDisconnect) {
 // takes, as rdma_cm(7) and Linux's cma.c have it, and no state that
 // nothing reaches or nothing leaves except the ends (a listener, a failed
 // or a disconnected id: only rdma_destroy_id is left to them).
+// QP 1's sends past its send ring wait in a backlog, in order, and go as
+// slots free (as the kernel's ib_mad overflow list): a burst loses nothing
+// until the backlog itself is full, and then only what does not fit.
+TEST(GsiBacklog, ABurstPastTheSendRingWaitsInOrder) {
+  HarnessOptions ho;
+  Harness h(ho);
+  h.a().engine->start();
+  h.b().engine->start();
+  GsiPort a(*h.a().rnic), b(*h.b().rnic);
+  ASSERT_EQ(a.open(), 0);
+  ASSERT_EQ(b.open(), 0);
+  ibv_gid g{};
+  ASSERT_EQ(h.b().rnic->query_gid(1, h.b().gid_v4, &g), 0);
+  MadAddr to;
+  std::memcpy(to.gid.data(), g.raw, to.gid.size());
+  constexpr uint32_t kExtra = 100;
+  constexpr uint32_t kBurst = GsiPort::kSendSlots + kExtra;
+  std::array<uint8_t, wire::kMadSize> mad{};
+  h.a().engine->run_sync([&] {
+    for (uint32_t i = 0; i < kBurst; ++i) {
+      std::memcpy(mad.data(), &i, sizeof i);
+      EXPECT_TRUE(a.send(to, mad)) << i;
+    }
+  });
+  EXPECT_EQ(a.counters().get(GsiCtr::tx_posted), GsiPort::kSendSlots);
+  EXPECT_EQ(a.counters().get(GsiCtr::tx_queued), kExtra);
+  // Both ports polled (as the CM's completion hook does) until the
+  // backlog went out; B sees what it receives in the order it was sent.
+  std::vector<uint32_t> got;
+  const GsiPort::Receiver keep = [&](const MadAddr&, std::span<const uint8_t> m) {
+    uint32_t i = 0;
+    std::memcpy(&i, m.data(), sizeof i);
+    got.push_back(i);
+  };
+  const GsiPort::Receiver none = [](const MadAddr&, std::span<const uint8_t>) {};
+  unsigned quiet = 0;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (quiet < 3 && std::chrono::steady_clock::now() < deadline) {
+    unsigned n = 0;
+    h.a().engine->run_sync([&] { n += a.poll(none); });
+    h.b().engine->run_sync([&] { n += b.poll(keep); });
+    quiet = n == 0 && a.counters().get(GsiCtr::tx_posted) == kBurst ? quiet + 1 : 0;
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  EXPECT_EQ(a.counters().get(GsiCtr::tx_posted), kBurst) << "the backlog went out";
+  EXPECT_EQ(a.counters().get(GsiCtr::tx_no_slot), 0u);
+  EXPECT_EQ(a.counters().get(GsiCtr::tx_errors), 0u);
+  ASSERT_FALSE(got.empty());
+  EXPECT_TRUE(std::is_sorted(got.begin(), got.end())) << "MADs overtook each other";
+  // Every slot free again: a ring's worth and a backlog's worth are taken,
+  // the one after them is not.
+  uint32_t refused = 0;
+  h.a().engine->run_sync([&] {
+    for (size_t i = 0; i < GsiPort::kSendSlots + GsiPort::kMaxBacklog + 1; ++i) refused += a.send(to, mad) ? 0 : 1;
+  });
+  EXPECT_EQ(refused, 1u);
+  EXPECT_EQ(a.counters().get(GsiCtr::tx_no_slot), 1u);
+  a.close();
+  b.close();
+}
+
 TEST(RdmaIdStateMachine, TableAsTheManPagesHaveIt) {
   using S = RdmaIdState;
   using In = RdmaIdInput;
