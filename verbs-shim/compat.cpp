@@ -256,15 +256,8 @@ UROCE_EXPORT void ibv_copy_path_rec_to_kern(ib_user_path_rec* dst, const ibv_sa_
   dst->preference = src->preference;
 }
 
-// ---- import: objects shared through a kernel command fd ---------------------------------------
-// There is no kernel command channel to import from (ibv_context.cmd_fd is
-// a memfd of the context's own).
-
-UROCE_EXPORT ibv_context* ibv_import_device(int) noexcept { return fail(EOPNOTSUPP, static_cast<ibv_context*>(nullptr)); }
-UROCE_EXPORT ibv_pd* ibv_import_pd(ibv_context*, uint32_t) noexcept { return fail(EOPNOTSUPP, static_cast<ibv_pd*>(nullptr)); }
-UROCE_EXPORT void ibv_unimport_pd(ibv_pd*) noexcept {}
-UROCE_EXPORT ibv_mr* ibv_import_mr(ibv_pd*, uint32_t) noexcept { return fail(EOPNOTSUPP, static_cast<ibv_mr*>(nullptr)); }
-UROCE_EXPORT void ibv_unimport_mr(ibv_mr*) noexcept {}
+// ---- import (import.cpp has devices, PDs and MRs) --------------------------------------------
+// No device memory here, so none to import.
 UROCE_EXPORT ibv_dm* ibv_import_dm(ibv_context*, uint32_t) noexcept { return fail(EOPNOTSUPP, static_cast<ibv_dm*>(nullptr)); }
 UROCE_EXPORT void ibv_unimport_dm(ibv_dm*) noexcept {}
 

@@ -348,9 +348,13 @@ UROCE_EXPORT __be64 ibv_get_device_guid(ibv_device* device) noexcept {
 
 UROCE_EXPORT ibv_context* ibv_open_device(ibv_device* device) noexcept {
   if (device == nullptr) return fail(EINVAL, static_cast<ibv_context*>(nullptr));
+  return open_context(to_dev(device), -1);
+}
+
+ibv_context* shim::open_context(IbvDevice* dev, int cmd_fd) noexcept {
+  ibv_device* device = &dev->dev;
   auto* c = new (std::nothrow) Context{};
   if (c == nullptr) return fail(ENOMEM, static_cast<ibv_context*>(nullptr));
-  IbvDevice* dev = to_dev(device);
   c->dev = dev;
   c->objects = new_context_objects();
   if (c->objects == nullptr) {
@@ -377,8 +381,9 @@ UROCE_EXPORT ibv_context* ibv_open_device(ibv_device* device) noexcept {
   ctx.device = device;
   // No kernel command channel, but programs dup, poll or pass the fd
   // (pyverbs dups it for ibv_import_device): a memfd of the context's own,
-  // closed with it; ibv_import_device answers EOPNOTSUPP.
-  ctx.cmd_fd = ::memfd_create("uroce-context", MFD_CLOEXEC);
+  // closed with it, by which ibv_import_device knows the context again
+  // (import.cpp).  An imported context owns the fd it was given.
+  ctx.cmd_fd = cmd_fd >= 0 ? cmd_fd : ::memfd_create("uroce-context", MFD_CLOEXEC);
   if (ctx.cmd_fd < 0) {
     const int e = errno;
     close_context_objects(&ctx);
@@ -401,6 +406,7 @@ UROCE_EXPORT ibv_context* ibv_open_device(ibv_device* device) noexcept {
   ctx.ops.post_srq_recv = post_srq_recv_op;
   ctx.ops._compat_query_port = ibv_query_port;
   ctx.ops._compat_query_device = ibv_query_device;
+  remember_context(c);
   return &ctx;
 }
 
@@ -409,6 +415,7 @@ UROCE_EXPORT int ibv_close_device(ibv_context* context) noexcept {
   Context* c = to_ctx(context);
   // What the program left on the context goes with it, as the kernel frees
   // a uverbs file's objects when it closes.
+  forget_context(c);
   close_context_objects(context);
   pthread_mutex_destroy(&context->mutex);
   if (context->cmd_fd >= 0) ::close(context->cmd_fd);

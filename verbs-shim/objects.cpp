@@ -208,6 +208,8 @@ namespace {
 
 int destroy_owned(Owned kind, void* obj) noexcept {
   switch (kind) {
+    case Owned::ImportedMr: ibv_unimport_mr(static_cast<ibv_mr*>(obj)); return 0;
+    case Owned::ImportedPd: ibv_unimport_pd(static_cast<ibv_pd*>(obj)); return 0;
     case Owned::Qp: return ibv_destroy_qp(static_cast<ibv_qp*>(obj));
     case Owned::Srq: return ibv_destroy_srq(static_cast<ibv_srq*>(obj));
     case Owned::Ah: return ibv_destroy_ah(static_cast<ibv_ah*>(obj));
@@ -282,6 +284,10 @@ UROCE_EXPORT int ibv_dealloc_pd(ibv_pd* ibpd) noexcept {
   if (ibpd == nullptr) return EINVAL;
   Pd* pd = to_pd(ibpd);
   if (pd->parent) return dealloc_parent_domain(pd);
+  if (pd->imported) {  // the handle only (import.cpp): the PD is its own context's
+    ibv_unimport_pd(ibpd);
+    return 0;
+  }
   const int rc = rnic_of(ibpd->context).dealloc_pd(pd->impl);
   if (rc != 0) return rc;
   disown(ibpd->context, Owned::Pd, ibpd);
@@ -403,6 +409,10 @@ UROCE_EXPORT int ibv_rereg_mr(ibv_mr* ibmr, int flags, ibv_pd* ibpd, void* addr,
 UROCE_EXPORT int ibv_dereg_mr(ibv_mr* ibmr) noexcept {
   if (ibmr == nullptr) return EINVAL;
   Mr* mr = to_mr(ibmr);
+  if (mr->imported) {  // the handle only (import.cpp): the MR is its own context's
+    ibv_unimport_mr(ibmr);
+    return 0;
+  }
   const int rc = rnic_of(ibmr->context).dereg_mr(mr->impl);
   if (rc != 0) return rc;
   disown(ibmr->context, Owned::Mr, ibmr);

@@ -51,7 +51,7 @@ struct IbvDevice {
 // extended ops are found by going back from it (verbs_get_ctx).
 // What an application made on a context, by kind, in the order
 // ibv_close_device destroys what is left (users before what they use).
-enum class Owned : uint8_t { Qp, Srq, Ah, Mw, Mr, Cq, Channel, ParentDomain, Td, Pd, kCount };  // destroyed in this order
+enum class Owned : uint8_t { ImportedMr, Qp, Srq, Ah, Mw, Mr, Cq, Channel, ParentDomain, Td, ImportedPd, Pd, kCount };  // destroyed in this order
 
 struct ContextObjects;  // objects.cpp
 
@@ -87,6 +87,7 @@ struct Pd {
   // its PD everywhere (`impl` is that PD's) and adds a thread domain and
   // the application's allocator for the queues made with it.
   bool parent = false;
+  bool imported = false;  // ibv_import_pd: another context's PD; ibv_unimport_pd frees only this
   Td* td = nullptr;
   bool has_alloc = false;
   rnic::RingAllocator alloc{};
@@ -101,6 +102,7 @@ void release_domain(ibv_pd* pd) noexcept;
 struct Mr {
   ibv_mr base;
   rnic::Mr* impl = nullptr;
+  bool imported = false;  // ibv_import_mr: another context's MR; ibv_unimport_mr frees only this
 };
 
 struct Channel {
@@ -250,5 +252,11 @@ ibv_td* alloc_td_op(ibv_context* ctx, ibv_td_init_attr* attr) noexcept;
 int dealloc_td_op(ibv_td* td) noexcept;
 int dealloc_parent_domain(Pd* pd) noexcept;
 ibv_srq* create_srq_ex_op(ibv_context* ctx, ibv_srq_init_attr_ex* attr) noexcept;
+// A context on `dev` whose command fd is `cmd_fd` (-1: a new memfd of its
+// own); ibv_open_device and ibv_import_device.  Open contexts are
+// registered for ibv_import_device to find by their fd.
+ibv_context* open_context(IbvDevice* dev, int cmd_fd) noexcept;
+void remember_context(Context* c) noexcept;
+void forget_context(Context* c) noexcept;
 
 }  // namespace uroce::shim

@@ -340,9 +340,6 @@ TEST_F(VerbsAbi, UnsupportedVerbsFailCleanly) {
   ASSERT_NE(blocked, nullptr) << std::strerror(errno);
   EXPECT_EQ(ibv_destroy_qp(blocked), 0);
   EXPECT_EQ(ibv_destroy_cq(cq), 0);
-  errno = 0;
-  EXPECT_EQ(ibv_import_device(3), nullptr);
-  EXPECT_EQ(errno, EOPNOTSUPP);
   EXPECT_EQ(ibv_is_fork_initialized(), IBV_FORK_UNNEEDED);
   EXPECT_EQ(ibv_dealloc_pd(pd), 0);
 }
@@ -941,6 +938,65 @@ TEST_F(VerbsAbi, ParentDomainRingsComeFromTheApplicationsAllocator) {
   EXPECT_EQ(errno, EINVAL);
   EXPECT_EQ(ibv_dealloc_pd(pdd), 0);
   EXPECT_EQ(ibv_dealloc_pd(pdf), 0);
+  EXPECT_EQ(ibv_dealloc_pd(pd), 0);
+}
+
+// ibv_import_device / ibv_import_pd / ibv_import_mr within one process: a
+// dup of a context's command fd opens another context on its device; the
+// PD and MR come back by handle as other handles on the same objects;
+// unimporting (or closing the importing context) frees only the handles,
+// and the PD stays busy while an import holds it.
+TEST_F(VerbsAbi, ImportSharesAContextsPdAndMr) {
+  ibv_pd* pd = ibv_alloc_pd(ctx_[0]);
+  ASSERT_NE(pd, nullptr);
+  static std::array<uint8_t, kBuf> buf;
+  ibv_mr* mr = ibv_reg_mr(pd, buf.data(), buf.size(), IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+  ASSERT_NE(mr, nullptr);
+  errno = 0;
+  EXPECT_EQ(ibv_import_device(-1), nullptr);
+  EXPECT_EQ(errno, EINVAL);
+  int pipefd[2];
+  ASSERT_EQ(pipe(pipefd), 0);
+  EXPECT_EQ(ibv_import_device(pipefd[0]), nullptr) << "not a context's fd";
+  EXPECT_EQ(errno, EINVAL);
+  close(pipefd[0]);
+  close(pipefd[1]);
+
+  for (int round = 0; round < 2; ++round) {
+    ibv_context* ic = ibv_import_device(dup(ctx_[0]->cmd_fd));
+    ASSERT_NE(ic, nullptr) << std::strerror(errno);
+    EXPECT_EQ(ic->device, ctx_[0]->device);
+    EXPECT_EQ(ibv_import_pd(ic, pd->handle + 1000), nullptr);
+    ibv_pd* ipd = ibv_import_pd(ic, pd->handle);
+    ASSERT_NE(ipd, nullptr);
+    EXPECT_EQ(ipd->handle, pd->handle);
+    EXPECT_EQ(ibv_import_mr(ipd, mr->handle ^ 0x1), nullptr);
+    ibv_mr* imr = ibv_import_mr(ipd, mr->handle);
+    ASSERT_NE(imr, nullptr);
+    EXPECT_EQ(imr->lkey, mr->lkey);
+    EXPECT_EQ(imr->rkey, mr->rkey);
+    EXPECT_EQ(imr->addr, mr->addr);
+    EXPECT_EQ(imr->length, mr->length);
+    EXPECT_EQ(imr->pd, ipd);
+    if (round == 0) {
+      ibv_unimport_mr(imr);
+      ibv_unimport_pd(ipd);
+    }  // round 1: closing the importing context lets go of them
+    EXPECT_EQ(ibv_close_device(ic), 0);
+  }
+  // The objects are the original context's, whole: the MR still
+  // deregisters, and the PD, no import holding it any more, deallocates.
+  ibv_pd* held = nullptr;
+  {
+    ibv_context* ic = ibv_import_device(dup(ctx_[0]->cmd_fd));
+    ASSERT_NE(ic, nullptr);
+    held = ibv_import_pd(ic, pd->handle);
+    ASSERT_NE(held, nullptr);
+    EXPECT_EQ(ibv_dereg_mr(mr), 0);
+    EXPECT_EQ(ibv_dealloc_pd(pd), EBUSY) << "an import holds it";
+    ibv_unimport_pd(held);
+    EXPECT_EQ(ibv_close_device(ic), 0);
+  }
   EXPECT_EQ(ibv_dealloc_pd(pd), 0);
 }
 

@@ -339,6 +339,35 @@ int Rnic::dealloc_pd(Pd* pd) {
   });
 }
 
+Pd* Rnic::import_pd(uint32_t handle) {
+  return control([&]() -> Pd* {
+    for (auto& p : pds_) {
+      if (p->handle() == handle) {
+        p->users.fetch_add(1);
+        return p.get();
+      }
+    }
+    return nullptr;
+  });
+}
+
+void Rnic::release_pd(Pd* pd) {
+  control([&]() -> int {
+    if (owns(pds_, pd)) pd->users.fetch_sub(1);
+    return 0;
+  });
+}
+
+Mr* Rnic::find_mr(uint32_t handle, const Pd* pd) {
+  return control([&]() -> Mr* {
+    const uint32_t idx = handle >> 8;
+    Mr* mr = idx < key_table_.size() ? key_table_[idx] : nullptr;
+    if (mr == nullptr || mr->lkey.value() != handle || mr->pd != pd || !mr->valid.load(std::memory_order_acquire))
+      return nullptr;
+    return mr;
+  });
+}
+
 // ---- MR ------------------------------------------------------------------------------------
 
 Mr* Rnic::reg_mr(Pd* pd, void* addr, size_t length, uint64_t iova, int access, int* err) {

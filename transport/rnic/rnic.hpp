@@ -145,6 +145,12 @@ class Rnic final : public transport::RoceSink {
   // the engine's loop) ----
   Pd* alloc_pd(int* err);
   int dealloc_pd(Pd* pd);                   // EBUSY while in use
+  // Importing (ibv_import_pd(3), ibv_import_mr(3)): the live PD with this
+  // handle, held (Pd::users) until release_pd; the live MR whose handle
+  // (its L_Key) this is, on `pd`.  nullptr when there is none.
+  Pd* import_pd(uint32_t handle);
+  void release_pd(Pd* pd);
+  Mr* find_mr(uint32_t handle, const Pd* pd);
   Mr* reg_mr(Pd* pd, void* addr, size_t length, uint64_t iova, int access, int* err);
   int rereg_mr(Mr* mr, int flags, Pd* pd, void* addr, size_t length, int access);
   int dereg_mr(Mr* mr);
