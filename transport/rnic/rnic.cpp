@@ -811,6 +811,12 @@ int Rnic::destroy_srq(Srq* srq) {
 // ---- QP ----------------------------------------------------------------------------------------
 
 int Rnic::qp_rings(const ibv_qp_init_attr& init, const RingAllocator* alloc, Qp::Rings* rings) {
+  // The caps bound the memory: checked here, before it is allocated (the
+  // rest of the request is checked in the loop, make_qp).
+  const ibv_qp_cap& asked = init.cap;
+  if (asked.max_send_wr > kMaxQpWr || asked.max_send_sge > kMaxSge || asked.max_inline_data > kMaxInlineData ||
+      (init.srq == nullptr && (asked.max_recv_wr > kMaxQpWr || asked.max_recv_sge > kMaxSge)))
+    return EINVAL;
   const ibv_qp_cap c = Qp::effective_caps(init);
   if (RingBlock::allocate(SendQueue::bytes(c.max_send_wr, c.max_send_sge, c.max_inline_data), alloc,
                           RingUse::QpSend, &rings->send) != 0 ||
@@ -849,17 +855,9 @@ Qp* Rnic::make_qp(Pd* pd, const ibv_qp_init_attr& init, uint32_t qpn, Qp::Rings&
 }
 
 Qp* Rnic::create_qp(Pd* pd, const ibv_qp_init_attr& init, int* err, const RingAllocator* alloc) {
-  // The caps bound the ring memory allocated before the loop; the rest is
-  // checked there (make_qp).
-  const ibv_qp_cap& c = init.cap;
-  if (c.max_send_wr > kMaxQpWr || c.max_send_sge > kMaxSge || c.max_inline_data > kMaxInlineData ||
-      (init.srq == nullptr && (c.max_recv_wr > kMaxQpWr || c.max_recv_sge > kMaxSge))) {
-    set_err(err, EINVAL);
-    return nullptr;
-  }
   Qp::Rings rings;
-  if (qp_rings(init, alloc, &rings) != 0) {
-    set_err(err, ENOMEM);
+  if (const int rc = qp_rings(init, alloc, &rings); rc != 0) {
+    set_err(err, rc);
     return nullptr;
   }
   return control([&]() -> Qp* {
@@ -900,15 +898,9 @@ Qp* Rnic::create_qp(Pd* pd, const ibv_qp_init_attr& init, int* err, const RingAl
 Qp* Rnic::create_gsi_qp(Pd* pd, const ibv_qp_init_attr& init, int* err) {
   ibv_qp_init_attr ud = init;
   ud.qp_type = IBV_QPT_UD;
-  const ibv_qp_cap& c = ud.cap;
-  if (c.max_send_wr > kMaxQpWr || c.max_send_sge > kMaxSge || c.max_inline_data > kMaxInlineData ||
-      c.max_recv_wr > kMaxQpWr || c.max_recv_sge > kMaxSge) {
-    set_err(err, EINVAL);
-    return nullptr;
-  }
   Qp::Rings rings;
-  if (qp_rings(ud, nullptr, &rings) != 0) {
-    set_err(err, ENOMEM);
+  if (const int rc = qp_rings(ud, nullptr, &rings); rc != 0) {
+    set_err(err, rc);
     return nullptr;
   }
   return control([&]() -> Qp* {

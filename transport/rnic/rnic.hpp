@@ -287,6 +287,8 @@ class Rnic final : public transport::RoceSink {
   void comm_est(Qp& qp) noexcept;                                              // [engine]
   std::function<void(Qp&)> comm_est_hook_;                                     // [engine]
   Qp* make_qp(Pd* pd, const ibv_qp_init_attr& init, uint32_t qpn, Qp::Rings& rings, int* err);
+  // The ring memory of a QP made with `init` (caller's thread): 0, EINVAL
+  // (caps above the device's), ENOMEM.
   static int qp_rings(const ibv_qp_init_attr& init, const RingAllocator* alloc, Qp::Rings* rings);
   bool take_key(uint32_t* key);  // [engine] a new MR/MW key; false when none is left
   Mw* mw_by_key(uint32_t rkey) noexcept;
