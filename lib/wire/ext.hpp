@@ -141,6 +141,32 @@ class FethT : public ByteView<Byte> {
   void set_word(uint32_t v) noexcept UROCE_W { store_be(this->p_, v); }
 };
 
+// The FETH word's fields (rxe's layout): the placement type in bits 3-0
+// (global visibility, persistence; the verbs' IBV_FLUSH_GLOBAL /
+// _PERSISTENT), the selectivity level in bits 5-4 (a range, or the whole
+// MR; IBV_FLUSH_RANGE / _MR), the rest reserved.  The requester builds it
+// and the responder reads it through these, one layout for both.
+inline constexpr uint32_t kFethGlobal = 1u << 0;
+inline constexpr uint32_t kFethPersistent = 1u << 1;
+inline constexpr uint32_t kFethRange = 0;
+inline constexpr uint32_t kFethMr = 1;
+inline constexpr uint32_t kFethPlacementMask = 0xf;
+inline constexpr uint32_t kFethLevelShift = 4;
+inline constexpr uint32_t kFethLevelMask = 0x3;  // bits 5-4
+constexpr uint32_t feth_placement(uint32_t word) noexcept { return word & kFethPlacementMask; }
+constexpr uint32_t feth_level(uint32_t word) noexcept { return word >> kFethLevelShift; }
+constexpr uint32_t make_feth(uint32_t placement, uint32_t level) noexcept {
+  return level << kFethLevelShift | (placement & kFethPlacementMask);
+}
+// One or both known placement types, a known level, nothing reserved.
+constexpr bool feth_known(uint32_t word) noexcept {
+  const uint32_t type = feth_placement(word);
+  const uint32_t level = feth_level(word);
+  return type != 0 && (type & ~(kFethGlobal | kFethPersistent)) == 0 && (level == kFethRange || level == kFethMr);
+}
+static_assert(feth_known(make_feth(kFethGlobal, kFethMr)) && !feth_known(make_feth(0, kFethRange)) &&
+              !feth_known(make_feth(kFethGlobal, 2)) && !feth_known(make_feth(kFethGlobal, kFethRange) | 0x100));
+
 #undef UROCE_W
 
 using Reth = RethT<uint8_t>;

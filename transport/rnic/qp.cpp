@@ -183,15 +183,15 @@ constexpr uint32_t kControlledQkey = 0x80000000u;
 // length holds it); the placement type is GLOBAL and/or PERSISTENT, the
 // level RANGE or MR.
 const char* flush_refusal(const ibv_send_wr& wr, uint32_t* feth) noexcept {
-  namespace v = verbs_newer;
   if (wr.num_sge != 0 || (wr.send_flags & IBV_SEND_INLINE) != 0) return "FLUSH with data";
   if (wr.wr.atomic.compare_add > kMaxMsgSize) return "FLUSH range above max_msg_sz";
   const uint64_t type = wr.wr.atomic.swap & 0xff;
   const uint64_t level = wr.wr.atomic.swap >> 8;
-  constexpr uint64_t kTypes = v::kFlushGlobal | v::kFlushPersistent;
-  if (type == 0 || (type & ~kTypes) != 0) return "FLUSH placement type";
-  if (level != v::kFlushRange && level != v::kFlushMr) return "FLUSH selectivity level";
-  *feth = static_cast<uint32_t>(level << 4 | type);
+  // Each must fit its field before the word says whether it is known.
+  const uint32_t word = wire::make_feth(static_cast<uint32_t>(type), static_cast<uint32_t>(level));
+  if (type > wire::kFethPlacementMask || level > wire::kFethLevelMask || !wire::feth_known(word))
+    return "FLUSH placement type or selectivity level";
+  *feth = word;
   return nullptr;
 }
 
@@ -606,7 +606,6 @@ int Qp::post_send(const ibv_send_wr* wr, const ibv_send_wr** bad) {
           w.compare_add = wr->wr.atomic.compare_add;
           w.swap = wr->wr.atomic.swap;
           break;
-
         case IBV_WR_SEND:
         case IBV_WR_SEND_WITH_IMM:
         case IBV_WR_SEND_WITH_INV:

@@ -190,26 +190,16 @@ constexpr int ibv_rights(uint8_t right) noexcept {
          ((right & wire::kRightAtomic) != 0 ? IBV_ACCESS_REMOTE_ATOMIC : 0);
 }
 
-// FLUSH (IBA 1.5): the FETH as rxe lays it out, the placement type in bits
-// 3-0 and the selectivity level in bits 5-4, the rest reserved.
-constexpr uint32_t kFethPlacementMask = 0xf;
-constexpr uint32_t kFethLevelShift = 4;
-uint32_t feth_placement(uint32_t feth) noexcept { return feth & kFethPlacementMask; }
-uint32_t feth_level(uint32_t feth) noexcept { return feth >> kFethLevelShift; }
-
 // The access bits a FLUSH needs of its QP and of the MR its R_Key names:
 // one per placement type it asks for (rxe: IB_ACCESS_FLUSH_GLOBAL /
 // _PERSISTENT); -1 for a FETH that names no placement type, one unknown
-// here, a selectivity level other than RANGE or MR, or sets reserved bits.
+// here, a selectivity level other than RANGE or MR, or sets reserved bits
+// (wire::feth_known).
 int flush_rights(uint32_t feth) noexcept {
-  namespace v = verbs_newer;
-  const uint32_t type = feth_placement(feth);
-  const uint32_t level = feth_level(feth);
-  if (type == 0 || (type & ~uint32_t{v::kFlushGlobal | v::kFlushPersistent}) != 0 ||
-      (level != v::kFlushRange && level != v::kFlushMr))
-    return -1;
-  return ((type & v::kFlushGlobal) != 0 ? v::kAccessFlushGlobal : 0) |
-         ((type & v::kFlushPersistent) != 0 ? v::kAccessFlushPersistent : 0);
+  if (!wire::feth_known(feth)) return -1;
+  const uint32_t type = wire::feth_placement(feth);
+  return ((type & wire::kFethGlobal) != 0 ? verbs_newer::kAccessFlushGlobal : 0) |
+         ((type & wire::kFethPersistent) != 0 ? verbs_newer::kAccessFlushPersistent : 0);
 }
 
 // ---- sending -----------------------------------------------------------------------
@@ -729,7 +719,7 @@ Step rkey_flush(Rx& r) noexcept {
   r.rkey = reth.rkey().value();
   KeyCheck check = KeyCheck::Ok;
   const int need = flush_rights(feth);  // valid: check_access passed it
-  if (feth_level(feth) == verbs_newer::kFlushMr) {
+  if (wire::feth_level(feth) == wire::kFethMr) {
     r.rnic.check_rkey_region(r.rkey, need, r.qp.pd(), &check, &r.qp);
   } else {
     r.rnic.check_rkey(r.rkey, reth.va(), reth.dma_len(), need, r.qp.pd(), &check, nullptr, &r.qp);

@@ -60,11 +60,9 @@ class RingBlock {
   static int allocate(size_t bytes, const RingAllocator* a, RingUse use, RingBlock* out) noexcept;
   uint8_t* data() const noexcept { return p_; }
   size_t size() const noexcept { return n_; }
-  bool from_application() const noexcept { return app_; }
   // The allocator it was asked of (nullptr: the heap), for the next block
   // of the same queue (a resize).
   const RingAllocator* allocator() const noexcept { return has_alloc_ ? &a_ : nullptr; }
-  RingUse use() const noexcept { return use_; }
   void release() noexcept;
 
  private:

@@ -8,6 +8,8 @@
 
 #include <cstdint>
 
+#include "lib/wire/ext.hpp"
+
 namespace uroce::rnic::verbs_newer {
 
 // FLUSH (IBA 1.5 memory placement; rdma-core 45, rxe since Linux 6.2).
@@ -15,10 +17,12 @@ inline constexpr auto kWrFlush = static_cast<ibv_wr_opcode>(14);  // IBV_WR_FLUS
 inline constexpr auto kWcFlush = static_cast<ibv_wc_opcode>(8);   // IBV_WC_FLUSH
 inline constexpr int kAccessFlushGlobal = 1 << 8;                 // IBV_ACCESS_FLUSH_GLOBAL
 inline constexpr int kAccessFlushPersistent = 1 << 9;             // IBV_ACCESS_FLUSH_PERSISTENT
-inline constexpr uint8_t kFlushGlobal = 1u << 0;                  // IBV_FLUSH_GLOBAL (placement type)
-inline constexpr uint8_t kFlushPersistent = 1u << 1;              // IBV_FLUSH_PERSISTENT
-inline constexpr uint8_t kFlushRange = 0;                         // IBV_FLUSH_RANGE (selectivity level)
-inline constexpr uint8_t kFlushMr = 1;                            // IBV_FLUSH_MR
+// IBV_FLUSH_GLOBAL / _PERSISTENT (placement type) and IBV_FLUSH_RANGE /
+// _MR (selectivity level) are the FETH's own values (lib/wire/ext.hpp).
+inline constexpr uint8_t kFlushGlobal = wire::kFethGlobal;
+inline constexpr uint8_t kFlushPersistent = wire::kFethPersistent;
+inline constexpr uint8_t kFlushRange = wire::kFethRange;
+inline constexpr uint8_t kFlushMr = wire::kFethMr;
 inline constexpr uint64_t kQpExWithFlush = uint64_t{1} << 11;     // IBV_QP_EX_WITH_FLUSH
 
 // device_cap_flags_ex bits past 31 (IB_UVERBS_DEVICE_*).
