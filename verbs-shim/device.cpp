@@ -297,11 +297,12 @@ int query_device_ex_op(ibv_context* ctx, const ibv_query_device_ex_input* in, ib
   full.device_cap_flags_ex = full.orig_attr.device_cap_flags | v::kDeviceAtomicWrite | v::kDeviceFlushGlobal;
   full.phys_port_cnt_ex = full.orig_attr.phys_port_cnt;
   full.odp_caps = rnic::Rnic::odp_caps();
+  // XRC carries RC's operations into SRQs, and every MR may be on demand.
+  full.xrc_odp_caps = full.odp_caps.per_transport_caps.rc_odp_caps;
   // Completion timestamps: a 64-bit clock of 1 GHz (CLOCK_MONOTONIC ns).
   full.completion_timestamp_mask = UINT64_MAX;
   full.hca_core_clock = rnic::Rnic::kHcaCoreClockKhz;
-  // No XRC (so no xrc_odp_caps), TSO, RSS, tag matching, packet pacing or
-  // device memory: zero.
+  // No TSO, RSS, tag matching, packet pacing or device memory: zero.
   copy_sized(attr, attr_size, &full, sizeof full);
   return 0;
 }
@@ -375,6 +376,10 @@ ibv_context* shim::open_context(IbvDevice* dev, int cmd_fd) noexcept {
   v.alloc_td = alloc_td_op;
   v.dealloc_td = dealloc_td_op;
   v.create_srq_ex = create_srq_ex_op;
+  v.open_xrcd = open_xrcd_op;
+  v.close_xrcd = close_xrcd_op;
+  v.get_srq_num = get_srq_num_op;
+  v.open_qp = open_qp_op;
   // Everything else stays NULL: the inline wrappers then answer EOPNOTSUPP
   // (or fall back to the plain verb), as for a provider without the op.
   ibv_context& ctx = v.context;

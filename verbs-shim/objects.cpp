@@ -212,6 +212,7 @@ int destroy_owned(Owned kind, void* obj) noexcept {
     case Owned::ImportedPd: ibv_unimport_pd(static_cast<ibv_pd*>(obj)); return 0;
     case Owned::Qp: return ibv_destroy_qp(static_cast<ibv_qp*>(obj));
     case Owned::Srq: return ibv_destroy_srq(static_cast<ibv_srq*>(obj));
+    case Owned::Xrcd: return close_xrcd_op(static_cast<ibv_xrcd*>(obj));
     case Owned::Ah: return ibv_destroy_ah(static_cast<ibv_ah*>(obj));
     case Owned::Mw: return dealloc_mw_op(static_cast<ibv_mw*>(obj));
     case Owned::Mr: return ibv_dereg_mr(static_cast<ibv_mr*>(obj));
@@ -519,13 +520,18 @@ UROCE_EXPORT void ibv_ack_cq_events(ibv_cq* cq, unsigned int nevents) noexcept {
 // ---- SRQ -------------------------------------------------------------------------------
 
 UROCE_EXPORT ibv_srq* ibv_create_srq(ibv_pd* ibpd, ibv_srq_init_attr* init) noexcept {
+  return make_srq(ibpd, init, nullptr);
+}
+
+ibv_srq* shim::make_srq(ibv_pd* ibpd, ibv_srq_init_attr* init, const rnic::Rnic::XrcSrq* xrc) noexcept {
   if (ibpd == nullptr || init == nullptr) return fail(EINVAL, static_cast<ibv_srq*>(nullptr));
   auto* srq = new (std::nothrow) Srq{};
   if (srq == nullptr) return fail(ENOMEM, static_cast<ibv_srq*>(nullptr));
   ibv_srq_init_attr ours = *init;
   ours.srq_context = srq;  // the RNIC's context is ours; the application's stays in ibv_srq
   int err = 0;
-  srq->impl = rnic_of(ibpd->context).create_srq(to_pd(ibpd)->impl, ours, &err, to_pd(ibpd)->ring_allocator());
+  srq->impl =
+      rnic_of(ibpd->context).create_srq(to_pd(ibpd)->impl, ours, &err, to_pd(ibpd)->ring_allocator(), xrc);
   if (srq->impl == nullptr) {
     delete srq;
     return fail(err, static_cast<ibv_srq*>(nullptr));
@@ -550,18 +556,21 @@ UROCE_EXPORT ibv_srq* ibv_create_srq(ibv_pd* ibpd, ibv_srq_init_attr* init) noex
 
 // ibv_create_srq_ex(3): libibverbs' inline answers the plain basic SRQ
 // itself (ibv_create_srq); what reaches here names a type or a field more.
-// A basic SRQ with any of the known fields is still one; XRC and tag
+// A basic SRQ with any of the known fields is still one.  An XRC SRQ
+// (xrc.cpp) needs its domain, its CQ and a PD, as the kernel asks; tag
 // matching SRQs are not offered (EOPNOTSUPP); anything else is EINVAL.
 ibv_srq* shim::create_srq_ex_op(ibv_context* ctx, ibv_srq_init_attr_ex* attr) noexcept {
   constexpr uint32_t kKnown = IBV_SRQ_INIT_ATTR_TYPE | IBV_SRQ_INIT_ATTR_PD | IBV_SRQ_INIT_ATTR_XRCD |
                               IBV_SRQ_INIT_ATTR_CQ | IBV_SRQ_INIT_ATTR_TM;
   if (attr == nullptr || (attr->comp_mask & ~kKnown) != 0) return fail(EINVAL, static_cast<ibv_srq*>(nullptr));
   const ibv_srq_type type = (attr->comp_mask & IBV_SRQ_INIT_ATTR_TYPE) != 0 ? attr->srq_type : IBV_SRQT_BASIC;
-  if (type == IBV_SRQT_XRC || type == IBV_SRQT_TM || (attr->comp_mask & (IBV_SRQ_INIT_ATTR_XRCD | IBV_SRQ_INIT_ATTR_TM)))
+  if (type == IBV_SRQT_TM || (attr->comp_mask & IBV_SRQ_INIT_ATTR_TM) != 0)
     return fail(EOPNOTSUPP, static_cast<ibv_srq*>(nullptr));
-  if (type != IBV_SRQT_BASIC || (attr->comp_mask & IBV_SRQ_INIT_ATTR_PD) == 0 || attr->pd == nullptr ||
-      attr->pd->context != ctx)
+  if ((type != IBV_SRQT_BASIC && type != IBV_SRQT_XRC) || (attr->comp_mask & IBV_SRQ_INIT_ATTR_PD) == 0 ||
+      attr->pd == nullptr || attr->pd->context != ctx)
     return fail(EINVAL, static_cast<ibv_srq*>(nullptr));
+  if (type == IBV_SRQT_XRC) return create_xrc_srq(ctx, attr);
+  if ((attr->comp_mask & IBV_SRQ_INIT_ATTR_XRCD) != 0) return fail(EINVAL, static_cast<ibv_srq*>(nullptr));
   ibv_srq_init_attr init{attr->srq_context, attr->attr};
   ibv_srq* srq = ibv_create_srq(attr->pd, &init);
   if (srq != nullptr) attr->attr = init.attr;  // the actual sizes, written back

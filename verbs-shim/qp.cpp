@@ -117,6 +117,9 @@ void wr_send_inv(ibv_qp_ex* q, uint32_t rkey) noexcept {
 void wr_set_ud_addr(ibv_qp_ex* q, ibv_ah* ah, uint32_t remote_qpn, uint32_t remote_qkey) noexcept {
   if (WrBatch::Entry* e = last_wr(q)) e->wr.wr.ud = {ah, remote_qpn, remote_qkey};
 }
+void wr_set_xrc_srqn(ibv_qp_ex* q, uint32_t remote_srqn) noexcept {
+  if (WrBatch::Entry* e = last_wr(q)) e->wr.qp_type.xrc.remote_srqn = remote_srqn;
+}
 void wr_set_sge_list(ibv_qp_ex* q, size_t n, const ibv_sge* list) noexcept {
   WrBatch::Entry* e = last_wr(q);
   if (e == nullptr) return;
@@ -227,6 +230,7 @@ void install_wr_ops(Qp* qp) noexcept {
   if ((ops & IBV_QP_EX_WITH_SEND_WITH_IMM) != 0) x.wr_send_imm = wr_send_imm;
   if ((ops & IBV_QP_EX_WITH_SEND_WITH_INV) != 0) x.wr_send_inv = wr_send_inv;
   x.wr_set_ud_addr = wr_set_ud_addr;
+  x.wr_set_xrc_srqn = wr_set_xrc_srqn;
   x.wr_set_inline_data = wr_set_inline_data;
   x.wr_set_inline_data_list = wr_set_inline_data_list;
   x.wr_set_sge = wr_set_sge;
@@ -309,12 +313,19 @@ int post_recv_op(ibv_qp* ibqp, ibv_recv_wr* wr, ibv_recv_wr** bad) noexcept {
 
 ibv_qp* create_qp_ex_op(ibv_context* ctx, ibv_qp_init_attr_ex* attr) noexcept {
   if (attr == nullptr) return fail(EINVAL, static_cast<ibv_qp*>(nullptr));
-  constexpr uint32_t kKnown = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_CREATE_FLAGS | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
+  constexpr uint32_t kKnown = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_XRCD | IBV_QP_INIT_ATTR_CREATE_FLAGS |
+                              IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
+  // RSS, TSO, memory windows, vendor extensions: not offered.
+  if ((attr->comp_mask & ~kKnown) != 0) return fail(EOPNOTSUPP, static_cast<ibv_qp*>(nullptr));
+  // An XRC receive QP has a domain and nothing else (xrc.cpp).
+  if (attr->qp_type == IBV_QPT_XRC_RECV) {
+    if ((attr->comp_mask & ~(IBV_QP_INIT_ATTR_XRCD | IBV_QP_INIT_ATTR_PD)) != 0)
+      return fail(EINVAL, static_cast<ibv_qp*>(nullptr));
+    return create_xrc_recv_qp(ctx, attr);
+  }
   if ((attr->comp_mask & IBV_QP_INIT_ATTR_PD) == 0 || attr->pd == nullptr || attr->pd->context != ctx) {
     return fail(EINVAL, static_cast<ibv_qp*>(nullptr));
   }
-  // XRC, RSS, TSO, memory windows, vendor extensions: not offered.
-  if ((attr->comp_mask & ~kKnown) != 0) return fail(EOPNOTSUPP, static_cast<ibv_qp*>(nullptr));
   // Of the creation flags only BLOCK_SELF_MCAST_LB (the QP does not get its
   // own multicast sends back); scatter-FCS, CVLAN stripping, padding and
   // source-QPN QPs are for raw Ethernet QPs, which uroce does not offer.
@@ -381,7 +392,8 @@ UROCE_EXPORT int ibv_query_qp(ibv_qp* ibqp, ibv_qp_attr* attr, int mask, ibv_qp_
 UROCE_EXPORT int ibv_destroy_qp(ibv_qp* ibqp) noexcept {
   if (ibqp == nullptr) return EINVAL;
   Qp* qp = to_qp(ibqp);
-  const int rc = rnic_of(ibqp->context).destroy_qp(qp->impl);
+  void* other = ibqp->qp_type == IBV_QPT_XRC_RECV ? forget_xrc_handle(qp) : nullptr;
+  const int rc = rnic_of(ibqp->context).destroy_qp(qp->impl, other);
   if (rc != 0) return rc;
   disown(ibqp->context, Owned::Qp, ibqp);
   release_domain(ibqp->pd);

@@ -51,7 +51,7 @@ struct IbvDevice {
 // extended ops are found by going back from it (verbs_get_ctx).
 // What an application made on a context, by kind, in the order
 // ibv_close_device destroys what is left (users before what they use).
-enum class Owned : uint8_t { ImportedMr, Qp, Srq, Ah, Mw, Mr, Cq, Channel, ParentDomain, Td, ImportedPd, Pd, kCount };  // destroyed in this order
+enum class Owned : uint8_t { ImportedMr, Qp, Srq, Xrcd, Ah, Mw, Mr, Cq, Channel, ParentDomain, Td, ImportedPd, Pd, kCount };  // destroyed in this order
 
 struct ContextObjects;  // objects.cpp
 
@@ -130,6 +130,12 @@ struct Srq {
   Context* ctx = nullptr;
 };
 
+// An XRC domain handle (ibv_open_xrcd(3), xrc.cpp).
+struct Xrcd {
+  ibv_xrcd base;
+  rnic::Xrcd* impl = nullptr;
+};
+
 // AHs need no wrapper: rnic::Ah begins with the ibv_ah that UD work
 // requests name (wr.ud.ah), and the shim hands out exactly that.
 
@@ -185,6 +191,7 @@ inline Channel* to_channel(ibv_comp_channel* c) noexcept { return from_abi<Chann
 inline Cq* to_cq(ibv_cq* c) noexcept { return from_abi<Cq>(c); }
 inline Cq* to_cq(ibv_cq_ex* c) noexcept { return from_abi<Cq>(c); }
 inline Srq* to_srq(ibv_srq* s) noexcept { return from_abi<Srq>(s); }
+inline Xrcd* to_xrcd(ibv_xrcd* x) noexcept { return from_abi<Xrcd>(x); }
 inline Qp* to_qp(ibv_qp* q) noexcept { return from_abi<Qp>(q); }
 inline Qp* to_qp(ibv_qp_ex* q) noexcept { return from_abi<Qp>(q); }
 
@@ -252,6 +259,19 @@ ibv_td* alloc_td_op(ibv_context* ctx, ibv_td_init_attr* attr) noexcept;
 int dealloc_td_op(ibv_td* td) noexcept;
 int dealloc_parent_domain(Pd* pd) noexcept;
 ibv_srq* create_srq_ex_op(ibv_context* ctx, ibv_srq_init_attr_ex* attr) noexcept;
+// An SRQ on `pd` (ibv_create_srq; `xrc`: an XRC SRQ of that domain and CQ).
+ibv_srq* make_srq(ibv_pd* pd, ibv_srq_init_attr* init, const rnic::Rnic::XrcSrq* xrc) noexcept;
+// XRC (xrc.cpp; annex A14, ibv_open_xrcd(3), ibv_create_srq_ex(3),
+// ibv_create_qp_ex(3), ibv_open_qp(3), ibv_get_srq_num(3)).
+ibv_xrcd* open_xrcd_op(ibv_context* ctx, ibv_xrcd_init_attr* attr) noexcept;
+int close_xrcd_op(ibv_xrcd* xrcd) noexcept;
+ibv_srq* create_xrc_srq(ibv_context* ctx, ibv_srq_init_attr_ex* attr) noexcept;
+int get_srq_num_op(ibv_srq* srq, uint32_t* srq_num) noexcept;
+ibv_qp* create_xrc_recv_qp(ibv_context* ctx, ibv_qp_init_attr_ex* attr) noexcept;
+ibv_qp* open_qp_op(ibv_context* ctx, ibv_qp_open_attr* attr) noexcept;
+// ibv_destroy_qp of one handle on an XRC receive QP: forgets it, and names
+// another live handle (nullptr: none) to receive the QP's async events.
+void* forget_xrc_handle(Qp* qp) noexcept;
 // A context on `dev` whose command fd is `cmd_fd` (-1: a new memfd of its
 // own); ibv_open_device and ibv_import_device.  Open contexts are
 // registered for ibv_import_device to find by their fd.

@@ -128,7 +128,12 @@ TEST_F(VerbsAbi, ContextIsAFullVerbsContext) {
   EXPECT_NE(verbs_get_ctx_op(c, query_device_ex), nullptr);
   EXPECT_NE(verbs_get_ctx_op(c, create_cq_ex), nullptr);
   EXPECT_NE(verbs_get_ctx_op(c, create_qp_ex), nullptr);
-  EXPECT_EQ(verbs_get_ctx_op(c, open_xrcd), nullptr);
+  for (auto* op : {reinterpret_cast<void*>(verbs_get_ctx_op(c, open_xrcd)),
+                   reinterpret_cast<void*>(verbs_get_ctx_op(c, close_xrcd)),
+                   reinterpret_cast<void*>(verbs_get_ctx_op(c, get_srq_num)),
+                   reinterpret_cast<void*>(verbs_get_ctx_op(c, open_qp))}) {
+    EXPECT_NE(op, nullptr);  // XRC
+  }
   for (auto* op : {reinterpret_cast<void*>(c->ops.poll_cq), reinterpret_cast<void*>(c->ops.req_notify_cq),
                    reinterpret_cast<void*>(c->ops.post_send), reinterpret_cast<void*>(c->ops.post_recv),
                    reinterpret_cast<void*>(c->ops.post_srq_recv)}) {
@@ -227,7 +232,7 @@ TEST_F(VerbsAbi, OnDemandPagingThroughTheVerbs) {
   constexpr uint32_t kRc = IBV_ODP_SUPPORT_SEND | IBV_ODP_SUPPORT_RECV | IBV_ODP_SUPPORT_WRITE |
                            IBV_ODP_SUPPORT_READ | IBV_ODP_SUPPORT_ATOMIC | IBV_ODP_SUPPORT_SRQ_RECV;
   EXPECT_EQ(ex.odp_caps.per_transport_caps.rc_odp_caps & kRc, kRc);
-  EXPECT_EQ(ex.xrc_odp_caps, 0u);  // no XRC
+  EXPECT_EQ(ex.xrc_odp_caps & kRc, kRc);  // XRC carries RC's operations
   EXPECT_NE(ex.device_cap_flags_ex & (uint64_t{1} << 40), 0u);  // IB_UVERBS_DEVICE_ATOMIC_WRITE
   // FLUSH and ATOMIC WRITE on ODP MRs too (IBV_ODP_SUPPORT_FLUSH, _ATOMIC_WRITE: rdma-core 47).
   EXPECT_EQ(ex.odp_caps.per_transport_caps.rc_odp_caps & (3u << 6), 3u << 6);
@@ -293,12 +298,6 @@ TEST_F(VerbsAbi, MemoryWindowsThroughTheVerbs) {
 TEST_F(VerbsAbi, UnsupportedVerbsFailCleanly) {
   ibv_pd* pd = ibv_alloc_pd(ctx_[0]);
   ASSERT_NE(pd, nullptr);
-  ibv_xrcd_init_attr xa{};
-  xa.comp_mask = IBV_XRCD_INIT_ATTR_FD | IBV_XRCD_INIT_ATTR_OFLAGS;
-  xa.fd = -1;
-  errno = 0;
-  EXPECT_EQ(ibv_open_xrcd(ctx_[0], &xa), nullptr);
-  EXPECT_EQ(errno, EOPNOTSUPP);
   ibv_alloc_dm_attr dma{};
   dma.length = 64;
   EXPECT_EQ(ibv_alloc_dm(ctx_[0], &dma), nullptr);
@@ -773,6 +772,207 @@ TEST_F(VerbsAbi, FlushThroughTheNewerQpEx) {
   a.close();
   b.close();
   c.close();
+}
+
+// XRC through the drop-in, as ibv_xsrq_pingpong uses it: a domain opened
+// by file (twice: one domain), an XRC SRQ on it (ibv_create_srq_ex,
+// ibv_get_srq_num), a receive QP (ibv_create_qp_ex with the domain) and a
+// second handle on it (ibv_open_qp); a send QP on the other device whose
+// requests name the SRQ, by ibv_post_send and by ibv_wr_set_xrc_srqn.
+TEST_F(VerbsAbi, XrcDomainsSrqsAndQps) {
+  ibv_device_attr attr{};
+  ASSERT_EQ(ibv_query_device(ctx_[1], &attr), 0);
+  EXPECT_NE(attr.device_cap_flags & IBV_DEVICE_XRC, 0u);
+  char file[] = "/tmp/uroce-xrcd.XXXXXX";
+  const int fd = mkstemp(file);
+  ASSERT_GE(fd, 0);
+  unlink(file);
+  ibv_xrcd_init_attr xa{};
+  xa.comp_mask = IBV_XRCD_INIT_ATTR_FD | IBV_XRCD_INIT_ATTR_OFLAGS;
+  xa.fd = fd;
+  xa.oflags = 0;
+  errno = 0;
+  EXPECT_EQ(ibv_open_xrcd(ctx_[1], &xa), nullptr) << "no domain for the file yet, and no O_CREAT";
+  EXPECT_EQ(errno, EINVAL);
+  xa.oflags = O_CREAT;
+  ibv_xrcd* xrcd = ibv_open_xrcd(ctx_[1], &xa);
+  ASSERT_NE(xrcd, nullptr) << std::strerror(errno);
+  ibv_xrcd* again = ibv_open_xrcd(ctx_[1], &xa);
+  ASSERT_NE(again, nullptr);
+  xa.oflags = O_CREAT | O_EXCL;
+  errno = 0;
+  EXPECT_EQ(ibv_open_xrcd(ctx_[1], &xa), nullptr);
+  EXPECT_EQ(errno, EINVAL);
+  xa.comp_mask = IBV_XRCD_INIT_ATTR_FD;
+  errno = 0;
+  EXPECT_EQ(ibv_open_xrcd(ctx_[1], &xa), nullptr) << "the flags are required";
+  EXPECT_EQ(errno, EINVAL);
+
+  ibv_pd* pd = ibv_alloc_pd(ctx_[1]);
+  ASSERT_NE(pd, nullptr);
+  ibv_cq* rcq = ibv_create_cq(ctx_[1], kCqe, nullptr, nullptr, 0);
+  ASSERT_NE(rcq, nullptr);
+  std::vector<uint8_t> rbuf(kBuf);
+  ibv_mr* rmr = ibv_reg_mr(pd, rbuf.data(), rbuf.size(), IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+  ASSERT_NE(rmr, nullptr);
+  ibv_srq_init_attr_ex sa{};
+  sa.attr.max_wr = 8;
+  sa.attr.max_sge = 1;
+  sa.comp_mask = IBV_SRQ_INIT_ATTR_TYPE | IBV_SRQ_INIT_ATTR_XRCD | IBV_SRQ_INIT_ATTR_CQ | IBV_SRQ_INIT_ATTR_PD;
+  sa.srq_type = IBV_SRQT_XRC;
+  sa.xrcd = xrcd;
+  sa.cq = rcq;
+  sa.pd = pd;
+  ibv_srq* srq = ibv_create_srq_ex(ctx_[1], &sa);
+  ASSERT_NE(srq, nullptr) << std::strerror(errno);
+  uint32_t srqn = 0;
+  ASSERT_EQ(ibv_get_srq_num(srq, &srqn), 0);
+  EXPECT_NE(srqn, 0u);
+  {
+    ibv_srq_init_attr_ex no_cq = sa;
+    no_cq.comp_mask &= ~IBV_SRQ_INIT_ATTR_CQ;
+    errno = 0;
+    EXPECT_EQ(ibv_create_srq_ex(ctx_[1], &no_cq), nullptr);
+    EXPECT_EQ(errno, EINVAL);
+  }
+
+  ibv_qp_init_attr_ex ra{};
+  ra.qp_type = IBV_QPT_XRC_RECV;
+  ra.comp_mask = IBV_QP_INIT_ATTR_XRCD;
+  ra.xrcd = again;  // the same domain by its other handle
+  ibv_qp* tgt = ibv_create_qp_ex(ctx_[1], &ra);
+  ASSERT_NE(tgt, nullptr) << std::strerror(errno);
+  ibv_qp_open_attr oa{};
+  oa.comp_mask = IBV_QP_OPEN_ATTR_NUM | IBV_QP_OPEN_ATTR_XRCD | IBV_QP_OPEN_ATTR_TYPE;
+  oa.qp_num = tgt->qp_num;
+  oa.xrcd = xrcd;
+  oa.qp_type = IBV_QPT_XRC_RECV;
+  ibv_qp* opened = ibv_open_qp(ctx_[1], &oa);
+  ASSERT_NE(opened, nullptr) << std::strerror(errno);
+  EXPECT_EQ(opened->qp_num, tgt->qp_num);
+
+  Side a;
+  a.send_ops = IBV_QP_EX_WITH_SEND;
+  ASSERT_NO_FATAL_FAILURE(a.open(ctx_[0], IBV_QPT_XRC_SEND, true));
+  ibv_gid gid_b{};
+  ASSERT_EQ(ibv_query_gid(ctx_[1], kPort, kGidIndex, &gid_b), 0);
+  auto path = [](const ibv_gid& to) {
+    ibv_ah_attr ah{};
+    ah.is_global = 1;
+    ah.grh.dgid = to;
+    ah.grh.sgid_index = kGidIndex;
+    ah.grh.hop_limit = 64;
+    ah.port_num = kPort;
+    return ah;
+  };
+  ibv_qp_attr m{};
+  m.qp_state = IBV_QPS_INIT;
+  m.port_num = kPort;
+  m.qp_access_flags = IBV_ACCESS_REMOTE_WRITE;
+  ASSERT_EQ(ibv_modify_qp(tgt, &m, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS), 0);
+  m = {};
+  m.qp_state = IBV_QPS_RTR;
+  m.path_mtu = IBV_MTU_1024;
+  m.dest_qp_num = a.qp->qp_num;
+  m.rq_psn = 0x100;
+  m.min_rnr_timer = 12;
+  m.ah_attr = path(a.gid());
+  ASSERT_EQ(ibv_modify_qp(tgt, &m, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
+                                        IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER),
+            0);
+  m = {};
+  m.qp_state = IBV_QPS_RTS;
+  m.timeout = 14;
+  m.sq_psn = 0x100;
+  ASSERT_EQ(ibv_modify_qp(tgt, &m, IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_SQ_PSN), 0);
+  m = {};
+  m.qp_state = IBV_QPS_RTR;
+  m.path_mtu = IBV_MTU_1024;
+  m.dest_qp_num = tgt->qp_num;
+  m.rq_psn = 0x100;
+  m.ah_attr = path(gid_b);
+  ASSERT_EQ(ibv_modify_qp(a.qp, &m, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN), 0);
+  m = {};
+  m.qp_state = IBV_QPS_RTS;
+  m.timeout = 14;
+  m.retry_cnt = 7;
+  m.rnr_retry = 7;
+  m.sq_psn = 0x100;
+  ASSERT_EQ(ibv_modify_qp(a.qp, &m,
+                          IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN |
+                              IBV_QP_MAX_QP_RD_ATOMIC),
+            0);
+
+  for (uint64_t i = 0; i < 2; ++i) {
+    ibv_sge rs{reinterpret_cast<uintptr_t>(rbuf.data() + i * 256), 256, rmr->lkey};
+    ibv_recv_wr rw{};
+    rw.wr_id = 10 + i;
+    rw.sg_list = &rs;
+    rw.num_sge = 1;
+    ibv_recv_wr* rbad = nullptr;
+    ASSERT_EQ(ibv_post_srq_recv(srq, &rw, &rbad), 0);
+  }
+  std::memcpy(a.buf.data(), "by post_send", 12);
+  ibv_sge ss{reinterpret_cast<uintptr_t>(a.buf.data()), 12, a.mr->lkey};
+  ibv_send_wr sw{};
+  sw.wr_id = 1;
+  sw.sg_list = &ss;
+  sw.num_sge = 1;
+  sw.opcode = IBV_WR_SEND;
+  sw.send_flags = IBV_SEND_SIGNALED;
+  sw.qp_type.xrc.remote_srqn = srqn;
+  ibv_send_wr* sbad = nullptr;
+  ASSERT_EQ(ibv_post_send(a.qp, &sw, &sbad), 0);
+  ibv_qp_ex* qx = ibv_qp_to_qp_ex(a.qp);
+  ASSERT_NE(qx, nullptr);
+  std::memcpy(a.buf.data() + 64, "by wr_send", 10);
+  ibv_wr_start(qx);
+  qx->wr_id = 2;
+  qx->wr_flags = IBV_SEND_SIGNALED;
+  ibv_wr_send(qx);
+  ibv_wr_set_xrc_srqn(qx, srqn);
+  ibv_wr_set_sge(qx, a.mr->lkey, reinterpret_cast<uintptr_t>(a.buf.data() + 64), 10);
+  ASSERT_EQ(ibv_wr_complete(qx), 0);
+
+  std::vector<ibv_wc> got;
+  for (int i = 0; i < 2000000 && got.size() < 2; ++i) {
+    ibv_wc wc{};
+    if (ibv_poll_cq(rcq, 1, &wc) == 1) got.push_back(wc);
+  }
+  ASSERT_EQ(got.size(), 2u);
+  for (const ibv_wc& wc : got) {
+    EXPECT_EQ(wc.status, IBV_WC_SUCCESS) << ibv_wc_status_str(wc.status);
+    EXPECT_EQ(wc.qp_num, tgt->qp_num);
+  }
+  EXPECT_EQ(got[0].byte_len, 12u);
+  EXPECT_EQ(got[1].byte_len, 10u);
+  EXPECT_EQ(std::memcmp(rbuf.data(), "by post_send", 12), 0);
+  EXPECT_EQ(std::memcmp(rbuf.data() + 256, "by wr_send", 10), 0);
+  int sent = 0;
+  ibv_poll_cq_attr pa{};
+  for (int i = 0; i < 2000000 && sent < 2; ++i) {
+    if (ibv_start_poll(a.cqx, &pa) != 0) continue;
+    do {
+      EXPECT_EQ(a.cqx->status, IBV_WC_SUCCESS);
+      ++sent;
+    } while (ibv_next_poll(a.cqx) == 0);
+    ibv_end_poll(a.cqx);
+  }
+  EXPECT_EQ(sent, 2);
+
+  // Teardown in the order the kernel asks: the domain is busy while its
+  // SRQ and receive QP (both handles) live.
+  EXPECT_EQ(ibv_close_xrcd(again), 0) << "another handle of the domain remains";
+  EXPECT_EQ(ibv_close_xrcd(xrcd), EBUSY);
+  EXPECT_EQ(ibv_destroy_qp(tgt), 0);
+  EXPECT_EQ(ibv_destroy_qp(opened), 0);
+  EXPECT_EQ(ibv_destroy_srq(srq), 0);
+  EXPECT_EQ(ibv_close_xrcd(xrcd), 0);
+  a.close();
+  EXPECT_EQ(ibv_dereg_mr(rmr), 0);
+  EXPECT_EQ(ibv_destroy_cq(rcq), 0);
+  EXPECT_EQ(ibv_dealloc_pd(pd), 0);
+  close(fd);
 }
 
 // A parent domain's allocator as a program writes one: every block it

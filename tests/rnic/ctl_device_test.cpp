@@ -225,12 +225,24 @@ TEST_F(Ctl, QpnsAndGsi) {
 
   // A QP type verbs knows and this device does not do: EOPNOTSUPP (as
   // rxe; rdma-core's tests skip on it); an unknown one: EINVAL.
-  for (const ibv_qp_type t : {IBV_QPT_RAW_PACKET, IBV_QPT_XRC_SEND, IBV_QPT_XRC_RECV}) {
+  for (const ibv_qp_type t : {IBV_QPT_RAW_PACKET, IBV_QPT_DRIVER}) {
     ibv_qp_init_attr other = init_attr(IBV_QPT_RC, c, c);
     other.qp_type = t;
     EXPECT_EQ(rnic->create_qp(pd, other, &err), nullptr);
     EXPECT_EQ(err, EOPNOTSUPP) << t;
   }
+  // XRC: a send QP needs a PD and a send CQ, its receive side is not read;
+  // a receive QP needs its domain.
+  ibv_qp_init_attr xrc_send = init_attr(IBV_QPT_XRC_SEND, c, nullptr);
+  Qp* xs = rnic->create_qp(pd, xrc_send, &err);
+  ASSERT_NE(xs, nullptr);
+  EXPECT_EQ(xs->recv_cq(), nullptr);
+  EXPECT_EQ(rnic->destroy_qp(xs), 0);
+  EXPECT_EQ(rnic->create_qp(nullptr, xrc_send, &err), nullptr);
+  EXPECT_EQ(err, EINVAL);
+  ibv_qp_init_attr xrc_recv = init_attr(IBV_QPT_XRC_RECV, nullptr, nullptr);
+  EXPECT_EQ(rnic->create_qp(nullptr, xrc_recv, &err), nullptr);
+  EXPECT_EQ(err, EINVAL) << "no domain";
   ibv_qp_init_attr unknown = init_attr(IBV_QPT_RC, c, c);
   unknown.qp_type = static_cast<ibv_qp_type>(0x77);
   EXPECT_EQ(rnic->create_qp(pd, unknown, &err), nullptr);

@@ -324,7 +324,11 @@ int qp_to_rts(Qp* q, const ibv_ah_attr& path, uint32_t dest_qpn, uint32_t sq_psn
   at.rq_psn = rq_psn;
   at.ah_attr = path;
   int mask = IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN;
-  if (q->type() == IBV_QPT_RC) {
+  // The reliable service's attributes, each for the half that uses them
+  // (an XRC receive QP responds, an XRC send QP requests).
+  const bool responds = q->type() == IBV_QPT_RC || q->type() == IBV_QPT_XRC_RECV;
+  const bool requests = q->type() == IBV_QPT_RC || q->type() == IBV_QPT_XRC_SEND;
+  if (responds) {
     at.max_dest_rd_atomic = o.max_dest_rd_atomic;
     at.min_rnr_timer = o.min_rnr_timer;
     mask |= IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER;
@@ -336,12 +340,15 @@ int qp_to_rts(Qp* q, const ibv_ah_attr& path, uint32_t dest_qpn, uint32_t sq_psn
   at.qp_state = IBV_QPS_RTS;
   at.sq_psn = sq_psn;
   mask = IBV_QP_STATE | IBV_QP_SQ_PSN;
-  if (q->type() == IBV_QPT_RC) {
+  if (requests) {
     at.timeout = o.timeout;
     at.retry_cnt = o.retry_cnt;
     at.rnr_retry = o.rnr_retry;
     at.max_rd_atomic = o.max_rd_atomic;
     mask |= IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_MAX_QP_RD_ATOMIC;
+  } else if (responds) {
+    at.timeout = o.timeout;
+    mask |= IBV_QP_TIMEOUT;
   }
   return q->modify(at, mask);
 }

@@ -739,5 +739,93 @@ TEST_F(Attack, PsnsFarFromTheWindowExecuteNothing) {
   EXPECT_EQ(q->state(), IBV_QPS_RTS);
 }
 
+// XRC (annex A14): a message keeps the SRQ its first packet named.  A
+// later packet naming another SRQ of the domain, or an SRQ destroyed since,
+// is an invalid request: NAK, the receive QP to ERR; the WQE the message
+// held completes in error on its own SRQ's CQ (or, its SRQ gone, nowhere);
+// nothing lands in the other SRQ's buffers.
+TEST_F(Attack, XrcMessagesKeepTheirSrq) {
+  Rnic& rn = peer.rnic();
+  int err = 0;
+  Xrcd* x = rn.open_xrcd(0, true, false, &err);
+  ASSERT_NE(x, nullptr);
+  Cq* cq1 = peer.cq();
+  Cq* cq2 = peer.cq();
+  auto srq = [&](Cq* cq) {
+    ibv_srq_init_attr init{};
+    init.attr.max_wr = 8;
+    init.attr.max_sge = 1;
+    const Rnic::XrcSrq xrc{x, cq};
+    Srq* s = rn.create_srq(peer.pd(), init, &err, nullptr, &xrc);
+    EXPECT_NE(s, nullptr);
+    return s;
+  };
+  auto recv_qp = [&]() {
+    ibv_qp_init_attr init{};
+    init.qp_type = IBV_QPT_XRC_RECV;
+    Qp* q = rn.create_qp(nullptr, init, &err, nullptr, x);
+    EXPECT_NE(q, nullptr);
+    EXPECT_EQ(qp_to_rts(q, peer.ah_attr(), RawPeer::kPeerQpn, kSqPsn, kRqPsn, ConnOpts{}), 0);
+    return q;
+  };
+  auto send = [&](uint8_t code, Qp* q, uint32_t psn_off, const Srq* to, std::span<const uint8_t> data) {
+    wire::PktDesc d = peer.request(static_cast<uint8_t>(op::kXrcBase | code), q->qpn(), Psn(kRqPsn + psn_off), data);
+    d.xrceth_srq = to->number();
+    return d;
+  };
+  auto xrc_acks = [&] {
+    std::vector<Frame> out;
+    for (Frame& f : peer.take())
+      if (f.opcode() == (op::kXrcBase | op::kAck)) out.push_back(std::move(f));
+    return out;
+  };
+  Srq* s1 = srq(cq1);
+  Srq* s2 = srq(cq2);
+  Guarded b1 = guarded(4096, IBV_ACCESS_LOCAL_WRITE);
+  Guarded b2 = guarded(4096, IBV_ACCESS_LOCAL_WRITE);
+  const ibv_sge g1{b1.addr(), 4096, b1.mr->lkey.value()};
+  const ibv_sge g2{b2.addr(), 4096, b2.mr->lkey.value()};
+  ASSERT_EQ(post_srq_recv(s1, 1, {&g1, 1}), 0);
+  ASSERT_EQ(post_srq_recv(s2, 2, {&g2, 1}), 0);
+  const auto chunk = bytes(1024, 0x77);
+
+  // FIRST names s1, LAST names s2.
+  Qp* q = recv_qp();
+  peer.inject(send(op::kSendFirst, q, 0, s1, chunk));
+  peer.inject(send(op::kSendLast, q, 1, s2, chunk));
+  auto a = xrc_acks();
+  ASSERT_FALSE(a.empty());
+  EXPECT_EQ(syndrome(a.back()), nak(NakCode::InvalidRequest));
+  EXPECT_EQ(a.back().psn().value(), kRqPsn + 1);
+  EXPECT_EQ(q->state(), IBV_QPS_ERR);
+  EXPECT_EQ(ctr(RnicCtr::xrc_srq_refused), 1u);
+  const auto w1 = peer.poll_cq(cq1);
+  ASSERT_EQ(w1.size(), 1u) << "s1's WQE completes, in error, on s1's CQ";
+  EXPECT_EQ(w1[0].wr_id, 1u);
+  EXPECT_NE(w1[0].status, IBV_WC_SUCCESS);
+  EXPECT_TRUE(peer.poll_cq(cq2).empty());
+  EXPECT_TRUE(b2.untouched());
+  EXPECT_TRUE(b1.untouched(kFill, 1024)) << "only the FIRST packet landed";
+  EXPECT_TRUE(b1.guards_intact() && b2.guards_intact());
+
+  // FIRST names s2, which is then destroyed; the rest names its number.
+  Qp* q2 = recv_qp();
+  peer.inject(send(op::kSendFirst, q2, 0, s2, chunk));
+  const uint32_t gone = s2->number();
+  ASSERT_EQ(rn.destroy_srq(s2), 0);
+  wire::PktDesc last = peer.request(static_cast<uint8_t>(op::kXrcBase | op::kSendLast), q2->qpn(),
+                                    Psn(kRqPsn + 1), chunk);
+  last.xrceth_srq = gone;
+  peer.inject(last);
+  a = xrc_acks();
+  ASSERT_FALSE(a.empty());
+  EXPECT_EQ(syndrome(a.back()), nak(NakCode::InvalidRequest));
+  EXPECT_EQ(q2->state(), IBV_QPS_ERR);
+  EXPECT_EQ(ctr(RnicCtr::xrc_srq_refused), 2u);
+  EXPECT_TRUE(peer.poll_cq(cq2).empty()) << "its SRQ is gone: nothing completes";
+  EXPECT_TRUE(b2.untouched(kFill, 1024));
+  EXPECT_TRUE(b2.guards_intact());
+}
+
 }  // namespace
 }  // namespace uroce::rnic::testing

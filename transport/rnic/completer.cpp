@@ -124,7 +124,14 @@ void retire(Qp& qp, SendWqe& w) noexcept {
 
 Step check_psn(Ctx& x) {
   // (The QP's state — RTS or SQD — was the receive dispatcher's check.)
-  if (x.qp.type() != IBV_QPT_RC) {
+  // Responses of the QP's own transport: RC's to an RC QP, XRC's to an
+  // XRC send QP (annex A14; one answered with RC's opcodes is taken too,
+  // their headers being the same).
+  const wire::Transport t = x.info.op().transport;
+  const bool ours = x.qp.type() == IBV_QPT_RC ? t == wire::Transport::RC
+                                              : x.qp.type() == IBV_QPT_XRC_SEND &&
+                                                    (t == wire::Transport::XRC || t == wire::Transport::RC);
+  if (!ours) {
     ctr(x).inc(RnicCtr::drop_bad_transport);
     return Step::Drop;
   }

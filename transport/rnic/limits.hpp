@@ -25,6 +25,7 @@ inline constexpr uint32_t kMaxQpRdAtom = 128;          // max_rd_atomic / max_de
 inline constexpr uint32_t kMaxSrq = 1u << 14;
 inline constexpr uint32_t kMaxSrqWr = 16384;
 inline constexpr uint32_t kMaxSrqSge = 32;
+inline constexpr uint32_t kMaxXrcd = 1u << 12;          // XRC domains (annex A14)
 inline constexpr uint32_t kMaxAh = 1u << 16;
 // Bytes per message (RC/UC).  1 GiB, as mlx5 reports (rxe's 2 GiB would let
 // a READ at the 256-byte MTU take 2^23 PSNs, one past what the 24-bit

@@ -258,8 +258,16 @@ bool RecvQueue::resize(uint32_t capacity, RingBlock& mem, RingBlock* old) noexce
 
 // ---- SRQ --------------------------------------------------------------------------------------
 
-Srq::Srq(Rnic& rnic, Pd* pd, const ibv_srq_attr& attr, void* context, RingBlock&& mem)
-    : rnic_(rnic), pd_(pd), context_(context), max_sge_(attr.max_sge), limit_(attr.srq_limit) {
+Srq::Srq(Rnic& rnic, Pd* pd, const ibv_srq_attr& attr, void* context, RingBlock&& mem, uint32_t number, Xrcd* xrcd,
+         Cq* cq)
+    : rnic_(rnic),
+      pd_(pd),
+      context_(context),
+      number_(number),
+      xrcd_(xrcd),
+      cq_(cq),
+      max_sge_(attr.max_sge),
+      limit_(attr.srq_limit) {
   rq_.init(attr.max_wr, attr.max_sge, static_cast<RingBlock&&>(mem));
 }
 

@@ -61,6 +61,25 @@ class Pd {
   uint32_t handle_;
 };
 
+// ---- XRC domain --------------------------------------------------------------------
+// An XRC domain (IBA annex A14; ibv_open_xrcd(3)): what XRC SRQs and XRC
+// receive QPs belong to.  A request arriving at an XRC receive QP names,
+// in its XRCETH, an SRQ of the QP's domain; no other SRQ can be reached
+// through it.  Opened by file (its inode) or anonymously; every open of the
+// same file on this device is a handle on the same domain (`opens`).
+class Xrcd {
+ public:
+  Xrcd(uint32_t handle, uint64_t inode) : handle_(handle), inode_(inode) {}
+  uint32_t handle() const noexcept { return handle_; }
+  uint64_t inode() const noexcept { return inode_; }  // 0: opened without a file
+  std::atomic<uint32_t> users{0};  // XRC SRQs and XRC receive QPs in it
+  uint32_t opens = 0;              // handles (control path, under run_sync)
+
+ private:
+  uint32_t handle_;
+  uint64_t inode_;
+};
+
 // ---- MR ----------------------------------------------------------------------------
 // Registered over memory of this process: [addr, addr+length) as seen by the
 // application, addressed remotely by iova (== addr unless reg_mr_iova).
@@ -292,13 +311,22 @@ class RecvQueue {
 };
 
 // ---- SRQ ---------------------------------------------------------------------------
+// Every SRQ has a number (ibv_get_srq_num(3)), by which an XRC request's
+// XRCETH names it (Rnic::srq_by_num).  An XRC SRQ (IBV_SRQT_XRC) belongs
+// to a domain and has a CQ of its own: its receive completions go there,
+// whichever XRC receive QP took the message; its PD is the one the
+// requests' R_Keys are checked against (annex A14).
 class Srq {
  public:
   // `mem`: RecvQueue::bytes(attr.max_wr, attr.max_sge) of ring memory.
-  Srq(Rnic& rnic, Pd* pd, const ibv_srq_attr& attr, void* context, RingBlock&& mem);
+  Srq(Rnic& rnic, Pd* pd, const ibv_srq_attr& attr, void* context, RingBlock&& mem, uint32_t number,
+      Xrcd* xrcd = nullptr, Cq* cq = nullptr);
   ~Srq();
   Pd* pd() const noexcept { return pd_; }
   void* context() const noexcept { return context_; }
+  uint32_t number() const noexcept { return number_; }
+  Xrcd* xrcd() const noexcept { return xrcd_; }  // nullptr: a basic SRQ
+  Cq* cq() const noexcept { return cq_; }        // XRC: where its receives complete
   int post_recv(const ibv_recv_wr* wr, const ibv_recv_wr** bad);
   int modify(const ibv_srq_attr& attr, int mask);  // IBV_SRQ_MAX_WR (resize: EINVAL/ENOSYS), IBV_SRQ_LIMIT
   int query(ibv_srq_attr* attr) const;
@@ -312,6 +340,9 @@ class Srq {
   Rnic& rnic_;
   Pd* pd_;
   void* context_;
+  uint32_t number_;
+  Xrcd* xrcd_;
+  Cq* cq_;
   uint32_t max_sge_;
   std::atomic<uint32_t> limit_{0};
   RecvQueue rq_;

@@ -31,7 +31,11 @@ namespace {
 // are written against).  C10-11: a modify with a missing required or a
 // not-permitted attribute fails and leaves the QP unchanged.
 
-enum TypeIdx : uint8_t { kRC, kUC, kUD, kGSI, kNumTypes };
+// XRC's two halves (annex A14) have columns of their own, as in the Linux
+// core's table: the send QP (INI) requests like RC and takes no responder
+// attributes; the receive QP (TGT) responds like RC and needs only a
+// timeout and a PSN to be RTS.
+enum TypeIdx : uint8_t { kRC, kUC, kUD, kGSI, kXrcIni, kXrcTgt, kNumTypes };
 
 struct Transition {
   bool valid = false;
@@ -56,56 +60,59 @@ constexpr Table make_table() {
   }
   Transition& reset_init = t[IBV_QPS_RESET][IBV_QPS_INIT];
   reset_init.valid = true;
-  reset_init.req = {IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS,
-                    IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS,
-                    IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_QKEY, IBV_QP_PKEY_INDEX | IBV_QP_QKEY};
+  constexpr int kInitConnected = IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS;
+  reset_init.req = {kInitConnected, kInitConnected, IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_QKEY,
+                    IBV_QP_PKEY_INDEX | IBV_QP_QKEY, kInitConnected, kInitConnected};
 
   Transition& init_init = t[IBV_QPS_INIT][IBV_QPS_INIT];
   init_init.valid = true;
-  init_init.opt = {IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS,
-                   IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS,
-                   IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_QKEY, IBV_QP_PKEY_INDEX | IBV_QP_QKEY};
+  init_init.opt = {kInitConnected, kInitConnected, IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_QKEY,
+                   IBV_QP_PKEY_INDEX | IBV_QP_QKEY, kInitConnected, kInitConnected};
 
   Transition& init_rtr = t[IBV_QPS_INIT][IBV_QPS_RTR];
   init_rtr.valid = true;
-  init_rtr.req = {IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC |
-                      IBV_QP_MIN_RNR_TIMER,
-                  IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN, 0, 0};
-  init_rtr.opt = {IBV_QP_ALT_PATH | IBV_QP_ACCESS_FLAGS | IBV_QP_PKEY_INDEX,
-                  IBV_QP_ALT_PATH | IBV_QP_ACCESS_FLAGS | IBV_QP_PKEY_INDEX, IBV_QP_PKEY_INDEX | IBV_QP_QKEY,
-                  IBV_QP_PKEY_INDEX | IBV_QP_QKEY};
+  constexpr int kRtrPath = IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN;
+  constexpr int kRtrResponder = kRtrPath | IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER;
+  constexpr int kRtrOpt = IBV_QP_ALT_PATH | IBV_QP_ACCESS_FLAGS | IBV_QP_PKEY_INDEX;
+  init_rtr.req = {kRtrResponder, kRtrPath, 0, 0, kRtrPath, kRtrResponder};
+  init_rtr.opt = {kRtrOpt, kRtrOpt, IBV_QP_PKEY_INDEX | IBV_QP_QKEY, IBV_QP_PKEY_INDEX | IBV_QP_QKEY,
+                  kRtrOpt | IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER, kRtrOpt};
 
   Transition& rtr_rts = t[IBV_QPS_RTR][IBV_QPS_RTS];
   rtr_rts.valid = true;
-  rtr_rts.req = {IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC,
-                 IBV_QP_SQ_PSN, IBV_QP_SQ_PSN, IBV_QP_SQ_PSN};
-  rtr_rts.opt = {kRtsOptRC, kRtsOptUC, kRtsOptUD, kRtsOptUD};
+  constexpr int kRtsRequester =
+      IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC;
+  rtr_rts.req = {kRtsRequester, IBV_QP_SQ_PSN, IBV_QP_SQ_PSN, IBV_QP_SQ_PSN, kRtsRequester,
+                 IBV_QP_TIMEOUT | IBV_QP_SQ_PSN};
+  rtr_rts.opt = {kRtsOptRC, kRtsOptUC, kRtsOptUD, kRtsOptUD, kRtsOptUC,
+                 kRtsOptRC | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_MAX_QP_RD_ATOMIC};
 
   Transition& rts_rts = t[IBV_QPS_RTS][IBV_QPS_RTS];
   rts_rts.valid = true;
-  rts_rts.opt = {kRtsOptRC, kRtsOptUC, kRtsOptUD, kRtsOptUD};
+  rts_rts.opt = {kRtsOptRC, kRtsOptUC, kRtsOptUD, kRtsOptUD, kRtsOptUC, kRtsOptRC};
 
   Transition& rts_sqd = t[IBV_QPS_RTS][IBV_QPS_SQD];
   rts_sqd.valid = true;
   rts_sqd.opt = {IBV_QP_EN_SQD_ASYNC_NOTIFY, IBV_QP_EN_SQD_ASYNC_NOTIFY, IBV_QP_EN_SQD_ASYNC_NOTIFY,
-                 IBV_QP_EN_SQD_ASYNC_NOTIFY};
+                 IBV_QP_EN_SQD_ASYNC_NOTIFY, IBV_QP_EN_SQD_ASYNC_NOTIFY, IBV_QP_EN_SQD_ASYNC_NOTIFY};
 
   Transition& sqd_rts = t[IBV_QPS_SQD][IBV_QPS_RTS];
   sqd_rts.valid = true;
-  sqd_rts.opt = {kRtsOptRC, kRtsOptUC, kRtsOptUD, kRtsOptUD};
+  sqd_rts.opt = {kRtsOptRC, kRtsOptUC, kRtsOptUD, kRtsOptUD, kRtsOptUC, kRtsOptRC};
 
   Transition& sqd_sqd = t[IBV_QPS_SQD][IBV_QPS_SQD];
   sqd_sqd.valid = true;
-  sqd_sqd.opt = {IBV_QP_PORT | IBV_QP_AV | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
-                     IBV_QP_MAX_QP_RD_ATOMIC | IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_ALT_PATH | IBV_QP_ACCESS_FLAGS |
-                     IBV_QP_PKEY_INDEX | IBV_QP_MIN_RNR_TIMER | IBV_QP_PATH_MIG_STATE,
+  constexpr int kSqdRC = IBV_QP_PORT | IBV_QP_AV | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
+                         IBV_QP_MAX_QP_RD_ATOMIC | IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_ALT_PATH |
+                         IBV_QP_ACCESS_FLAGS | IBV_QP_PKEY_INDEX | IBV_QP_MIN_RNR_TIMER | IBV_QP_PATH_MIG_STATE;
+  sqd_sqd.opt = {kSqdRC,
                  IBV_QP_AV | IBV_QP_ALT_PATH | IBV_QP_ACCESS_FLAGS | IBV_QP_PKEY_INDEX | IBV_QP_PATH_MIG_STATE,
-                 IBV_QP_PKEY_INDEX | IBV_QP_QKEY, IBV_QP_PKEY_INDEX | IBV_QP_QKEY};
+                 IBV_QP_PKEY_INDEX | IBV_QP_QKEY, IBV_QP_PKEY_INDEX | IBV_QP_QKEY, kSqdRC, kSqdRC};
 
   // SQE -> RTS (IBA 10.3.1.6): UD and UC only (RC never enters SQE).
   Transition& sqe_rts = t[IBV_QPS_SQE][IBV_QPS_RTS];
   sqe_rts.valid = true;
-  sqe_rts.opt = {0, IBV_QP_CUR_STATE | IBV_QP_ACCESS_FLAGS, kRtsOptUD, kRtsOptUD};
+  sqe_rts.opt = {0, IBV_QP_CUR_STATE | IBV_QP_ACCESS_FLAGS, kRtsOptUD, kRtsOptUD, 0, 0};
   return t;
 }
 
@@ -123,9 +130,9 @@ TypeIdx type_idx(const Qp& qp) noexcept {
     case IBV_QPT_RC: return kRC;
     case IBV_QPT_UC: return kUC;
     case IBV_QPT_UD: return kUD;
+    case IBV_QPT_XRC_SEND: return kXrcIni;
+    case IBV_QPT_XRC_RECV: return kXrcTgt;
     case IBV_QPT_RAW_PACKET:
-    case IBV_QPT_XRC_SEND:
-    case IBV_QPT_XRC_RECV:
     case IBV_QPT_DRIVER:
       break;
   }
@@ -138,25 +145,30 @@ uint32_t mtu_bytes(ibv_mtu m) noexcept { return 128u << static_cast<unsigned>(m)
 // 86 "Service types and operations"): UD sends only; UC no READ/atomics;
 // SEND with Invalidate RC only (IBA table 38 has no UC/UD opcode with an
 // IETH); ATOMIC WRITE RC only (IBA 1.5).  LOCAL_INV and BIND_MW (memory
-// windows, IBA 10.6.7) on the connected services, as rxe.
+// windows, IBA 10.6.7) on the connected services, as rxe.  An XRC send QP
+// (annex A14) takes RC's SENDs, WRITEs, READs and atomics (the XRC block
+// of IBA table 38); no SEND with Invalidate (its R_Key would be checked
+// against the SRQ's PD, not the window's QP), no IBA 1.5 opcode; an XRC
+// receive QP sends nothing.
 bool opcode_ok(TypeIdx t, ibv_wr_opcode op) noexcept {
   if (op == verbs_newer::kWrFlush) return t == kRC;  // IBA 1.5; not an enumerator of rdma-core 44's
   switch (op) {
     case IBV_WR_SEND:
     case IBV_WR_SEND_WITH_IMM:
-      return true;
+      return t != kXrcTgt;
     case IBV_WR_RDMA_WRITE:
     case IBV_WR_RDMA_WRITE_WITH_IMM:
-      return t == kRC || t == kUC;
+      return t == kRC || t == kUC || t == kXrcIni;
     case IBV_WR_RDMA_READ:
     case IBV_WR_ATOMIC_CMP_AND_SWP:
     case IBV_WR_ATOMIC_FETCH_AND_ADD:
+      return t == kRC || t == kXrcIni;
     case IBV_WR_SEND_WITH_INV:
     case IBV_WR_ATOMIC_WRITE:  // IBA 1.5: RC only
       return t == kRC;
     case IBV_WR_LOCAL_INV:
     case IBV_WR_BIND_MW:
-      return t == kRC || t == kUC;  // memory windows: connected QPs (as rxe)
+      return t == kRC || t == kUC || t == kXrcIni;  // memory windows: QPs with a PD that send (as rxe)
     case IBV_WR_TSO:
     case IBV_WR_DRIVER1:
       return false;
@@ -256,7 +268,8 @@ void SendQueue::clear() noexcept {
 
 ibv_qp_cap Qp::effective_caps(const ibv_qp_init_attr& init) noexcept {
   ibv_qp_cap cap = init.cap;
-  if (init.srq != nullptr) {
+  if (init.qp_type == IBV_QPT_XRC_RECV) return ibv_qp_cap{};  // no queue of its own (annex A14)
+  if (init.srq != nullptr || init.qp_type == IBV_QPT_XRC_SEND) {
     cap.max_recv_wr = 0;
     cap.max_recv_sge = 0;
   }
@@ -268,18 +281,26 @@ ibv_qp_cap Qp::effective_caps(const ibv_qp_init_attr& init) noexcept {
   return cap;
 }
 
-Qp::Qp(Rnic& rnic, Pd* pd, Qpn qpn, const ibv_qp_init_attr& init, Rings&& rings)
+Qp::Qp(Rnic& rnic, Pd* pd, Qpn qpn, const ibv_qp_init_attr& init, Rings&& rings, Xrcd* xrcd)
     : rnic_(rnic),
       pd_(pd),
+      xrcd_(xrcd),
       qpn_(qpn),
       type_(init.qp_type),
-      send_cq_(reinterpret_cast<Cq*>(init.send_cq)),
-      recv_cq_(reinterpret_cast<Cq*>(init.recv_cq)),
-      srq_(reinterpret_cast<Srq*>(init.srq)),
+      send_cq_(init.qp_type == IBV_QPT_XRC_RECV ? nullptr : reinterpret_cast<Cq*>(init.send_cq)),
+      recv_cq_(init.qp_type == IBV_QPT_XRC_SEND || init.qp_type == IBV_QPT_XRC_RECV
+                   ? nullptr
+                   : reinterpret_cast<Cq*>(init.recv_cq)),
+      srq_(init.qp_type == IBV_QPT_RC || init.qp_type == IBV_QPT_UC || init.qp_type == IBV_QPT_UD
+               ? reinterpret_cast<Srq*>(init.srq)
+               : nullptr),
       sq_sig_all_(init.sq_sig_all != 0),
       cap_(effective_caps(init)) {
   context = init.qp_context;
-  if (srq_ != nullptr) resp.srq_sges.resize(srq_->rq().max_sge());  // the SRQ WQE the responder holds (responder.cpp take_wqe)
+  // The SRQ WQE the responder holds (responder.cpp take_wqe): an XRC
+  // receive QP's may come from any SRQ of its domain.
+  if (srq_ != nullptr) resp.srq_sges.resize(srq_->rq().max_sge());
+  if (type_ == IBV_QPT_XRC_RECV) resp.srq_sges.resize(kMaxSrqSge);
   sq.init(cap_.max_send_wr, cap_.max_send_sge, cap_.max_inline_data, static_cast<RingBlock&&>(rings.send));
   rq.init(cap_.max_recv_wr, cap_.max_recv_sge, static_cast<RingBlock&&>(rings.recv));
   // UDP source port per QP (A17.4.3 leaves it free; 0xC000-0xFFFF as rxe,
@@ -374,8 +395,8 @@ void Qp::apply_modify(const ibv_qp_attr& attr, int mask) {
       // Completions of this QP still in its CQs go too (mlx5 cleans its
       // CQs on the move to RESET): a QP brought back from ERR through
       // RESET to RTS does not hand its new user the old flush errors.
-      send_cq_->clean(qpn_);
-      if (recv_cq_ != send_cq_) recv_cq_->clean(qpn_);
+      if (send_cq_ != nullptr) send_cq_->clean(qpn_);
+      if (recv_cq_ != nullptr && recv_cq_ != send_cq_) recv_cq_->clean(qpn_);
       req.wqe_idx = 0;
       comp.wqe_idx = 0;
       attrs_.sqd_notify = false;
@@ -638,6 +659,8 @@ int Qp::post_send(const ibv_send_wr* wr, const ibv_send_wr** bad) {
         w.bind_length = b.length;
         w.bind_access = b.mw_access_flags;
       }
+      // Annex A14: the SRQ number goes in every request's XRCETH.
+      w.remote_srqn = t == kXrcIni ? wr->qp_type.xrc.remote_srqn & Qpn::kMask : 0;
       if (ah != nullptr) {
         w.ud_path = ah->path;
         w.remote_qpn = wr->wr.ud.remote_qpn & Qpn::kMask;
@@ -692,10 +715,11 @@ int Qp::post_recv(const ibv_recv_wr* wr, const ibv_recv_wr** bad) {
   {
     std::lock_guard lock(rq.post_mu);
     for (; wr != nullptr; wr = wr->next) {
-      // ibv_post_recv(3): a QP on an SRQ takes no receives of its own;
-      // RESET refuses them (IBA 10.3.1.1); ERR flushes them (10.3.1.7).
+      // ibv_post_recv(3): a QP on an SRQ takes no receives of its own, nor
+      // does an XRC QP (its domain's SRQs do); RESET refuses them (IBA
+      // 10.3.1.1); ERR flushes them (10.3.1.7).
       const ibv_qp_state st = state();
-      if (srq_ != nullptr || st == IBV_QPS_RESET || st == IBV_QPS_UNKNOWN) {
+      if (srq_ != nullptr || recv_cq_ == nullptr || st == IBV_QPS_RESET || st == IBV_QPS_UNKNOWN) {
         rc = EINVAL;
         break;
       }
@@ -759,8 +783,8 @@ void Qp::to_error(bool fatal) noexcept {
     ev.qp = this;
     rnic_.raise(ev);
   }
-  if (srq_ != nullptr) {
-    // IBA 10.3.1.7 / 11.6.3.1: a QP on an SRQ in ERR consumes no more
+  if (srq_ != nullptr || type_ == IBV_QPT_XRC_RECV) {
+    // IBA 10.3.1.7 / 11.6.3.1: a QP on an SRQ (an XRC receive QP: on its domain's) in ERR consumes no more
     // receive WQEs: the last-WQE-reached event tells the application.
     AsyncEvent ev;
     ev.type = IBV_EVENT_QP_LAST_WQE_REACHED;
@@ -772,7 +796,7 @@ void Qp::to_error(bool fatal) noexcept {
 void Qp::send_error() noexcept {
   // IBA 10.3.1.6: an RC send-side error takes the whole QP to ERR; UD and
   // UC go to SQE, where the receive side keeps working.
-  if (type_ == IBV_QPT_RC) {
+  if (reliable()) {
     to_error(false);
     return;
   }
@@ -782,7 +806,7 @@ void Qp::send_error() noexcept {
 }
 
 void Qp::flush_recv() noexcept {
-  if (srq_ != nullptr) return;  // SRQ WQEs belong to the SRQ, not to this QP
+  if (srq_ != nullptr || recv_cq_ == nullptr) return;  // SRQ WQEs belong to the SRQ, not to this QP; XRC has none
   while (RecvWqe* w = rq.front()) {
     ibv_wc wc{};
     wc.wr_id = w->wr_id;

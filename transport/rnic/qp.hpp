@@ -56,6 +56,7 @@ struct SendWqe {
   AhAttr ud_path{};                 // UD: copied from the AH at post time
   uint32_t remote_qpn = 0;          // UD
   uint32_t remote_qkey = 0;         // UD
+  uint32_t remote_srqn = 0;         // XRC send QP: the SRQ its XRCETH names (wr.qp_type.xrc.remote_srqn)
   uint32_t num_sge = 0;
   ibv_sge* sge = nullptr;           // the queue's side array: max_send_sge per slot (unused when inline)
   uint64_t length = 0;              // total message bytes
@@ -188,7 +189,10 @@ class Qp {
   struct Rings {
     RingBlock send, recv;
   };
-  Qp(Rnic& rnic, Pd* pd, Qpn qpn, const ibv_qp_init_attr& init, Rings&& rings);
+  // XRC (annex A14): an XRC send QP (IBV_QPT_XRC_SEND) has a PD and a
+  // send CQ and no receive side; an XRC receive QP (IBV_QPT_XRC_RECV) has
+  // only its domain `xrcd`: no PD, no CQ, no queue of its own.
+  Qp(Rnic& rnic, Pd* pd, Qpn qpn, const ibv_qp_init_attr& init, Rings&& rings, Xrcd* xrcd = nullptr);
   ~Qp();
   Qp(const Qp&) = delete;
   Qp& operator=(const Qp&) = delete;
@@ -207,12 +211,22 @@ class Qp {
 
   // ---- identity and configuration (read by the engine; written by modify under run_sync)
   Rnic& rnic() const noexcept { return rnic_; }
-  Pd* pd() const noexcept { return pd_; }
+  Pd* pd() const noexcept { return pd_; }  // nullptr: an XRC receive QP
   Qpn qpn() const noexcept { return qpn_; }
   ibv_qp_type type() const noexcept { return type_; }
   bool is_gsi() const noexcept { return qpn_ == kQp1; }
-  Cq* send_cq() const noexcept { return send_cq_; }
-  Cq* recv_cq() const noexcept { return recv_cq_; }
+  // The reliable connected service: RC, and XRC (annex A14: XRC is RC's
+  // transport with the receive side in a domain's SRQs).
+  bool reliable() const noexcept {
+    return type_ == IBV_QPT_RC || type_ == IBV_QPT_XRC_SEND || type_ == IBV_QPT_XRC_RECV;
+  }
+  bool connected() const noexcept { return reliable() || type_ == IBV_QPT_UC; }
+  Xrcd* xrcd() const noexcept { return xrcd_; }  // XRC receive QP: its domain
+  // ibv_open_qp(3): the handles on an XRC receive QP (its creator's
+  // included); destroy_qp removes one, and the QP goes with the last.
+  uint32_t handles = 1;  // control path, under run_sync
+  Cq* send_cq() const noexcept { return send_cq_; }  // nullptr: an XRC receive QP
+  Cq* recv_cq() const noexcept { return recv_cq_; }  // nullptr: XRC (an XRC SRQ has its own)
   Srq* srq() const noexcept { return srq_; }
   bool sq_sig_all() const noexcept { return sq_sig_all_; }
   void* context = nullptr;  // ibv_qp's qp_context, for async events
@@ -290,6 +304,7 @@ class Qp {
 
   Rnic& rnic_;
   Pd* pd_;
+  Xrcd* xrcd_;
   Qpn qpn_;
   ibv_qp_type type_;
   Cq* send_cq_;

@@ -6,7 +6,7 @@
 //   the QP               by destination QPN in the one QP table (drop_unknown_qpn)
 //   its state            requests (and all of a UD/GSI QP's traffic) from RTR
 //                        on, responses in RTS/SQD (IBA 10.3.1) (drop_qp_state)
-//   its path             RC/UC: from the path's destination to its source
+//   its path             RC/UC/XRC: from the path's destination to its source
 //                        (rxe's check_addr) (drop_src_addr, drop_dst_addr)
 //   the P_Key            the one we hold (IBA 10.9.3) (drop_pkey)
 //   the frame            opcode known, ICRC (Engine::accept_roce)
@@ -88,7 +88,7 @@ void Rnic::rx_burst(transport::Engine& engine, transport::RoceRx* pkts, uint16_t
       rte_pktmbuf_free(pkt.m);
       continue;
     }
-    const bool connected = qp->type() == IBV_QPT_RC || qp->type() == IBV_QPT_UC;
+    const bool connected = qp->connected();
     if (connected) {
       if (const auto why = off_path(*qp, frame, pkt.info)) {
         ctr_.inc(*why);

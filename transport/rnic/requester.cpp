@@ -92,6 +92,7 @@ bool is_ud(const Qp& qp) noexcept { return qp.type() == IBV_QPT_UD || qp.is_gsi(
 
 uint8_t transport_base(const Qp& qp) noexcept {
   if (is_ud(qp)) return wire::op::kUdBase;
+  if (qp.type() == IBV_QPT_XRC_SEND) return wire::op::kXrcBase;  // annex A14: RC's opcodes in the XRC block
   return qp.type() == IBV_QPT_UC ? wire::op::kUcBase : wire::op::kRcBase;
 }
 
@@ -257,6 +258,7 @@ Emit emit(transport::Engine& engine, Qp& qp, SendWqe& w, Seg seg, uint64_t off, 
     d.deth_qkey = Qkey((w.remote_qkey & 0x80000000u) != 0 ? own : w.remote_qkey);
     d.deth_src_qp = qp.qpn();
   }
+  if (info.has(wire::kHdrXrceth)) d.xrceth_srq = w.remote_srqn;  // every XRC request names its SRQ (A14)
   if (info.has(wire::kHdrReth)) {
     d.reth_va = w.remote_addr + off;
     d.reth_rkey = Rkey(w.rkey);
@@ -319,7 +321,7 @@ void requester_run(transport::Engine& engine, Qp& qp) noexcept {
   CompState& c = qp.comp;
   if (c.rnr_wait) return;  // the RNR timer restarts us
   if (r.wqe_idx != qp.sq.tail()) UROCE_STAMP(Picked);
-  const bool rc = qp.type() == IBV_QPT_RC && !qp.is_gsi();
+  const bool rc = qp.reliable();
   const uint32_t mtu = pmtu(qp);
   uint32_t budget = kReqBudget;
   bool done_unreliable = false;
@@ -399,7 +401,7 @@ void requester_run(transport::Engine& engine, Qp& qp) noexcept {
 void requester_rewind(Qp& qp) noexcept {
   ReqState& r = qp.req;
   const CompState& c = qp.comp;
-  if (qp.type() != IBV_QPT_RC || qp.is_gsi()) return;
+  if (!qp.reliable()) return;
   const uint32_t mtu = pmtu(qp);
   r.next_psn = c.psn;
   r.pkts_since_ackreq = 0;

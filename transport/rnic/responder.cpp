@@ -5,7 +5,7 @@
 // One packet runs through a state machine of small checks, in the order
 // IBA 9.7.4.1 and Linux rxe (rxe_resp.c) take them:
 //
-//   CheckQp -> CheckPsn -> CheckOpSeq -> CheckAccess -> CheckResource
+//   CheckQp -> CheckPsn -> (XRC: CheckSrq) -> CheckOpSeq -> CheckAccess -> CheckResource
 //     -> CheckLength -> CheckRkey -> Execute -> (Complete) -> Acknowledge
 //   side exits: Duplicate (9.7.5.1.4), NakPsnSeq (C9-114), Rnr (9.7.5.1.1),
 //               Fault (class C errors: NAK + QP to ERR; UC/UD: drop)
@@ -69,6 +69,7 @@ constexpr uint8_t nak_syndrome(NakCode c) noexcept {
 enum class Step : uint8_t {
   CheckQp,
   CheckPsn,
+  CheckSrq,
   CheckOpSeq,
   CheckAccess,
   CheckResource,
@@ -86,8 +87,8 @@ enum class Step : uint8_t {
   Done,
 };
 
-[[maybe_unused]] constexpr std::array<std::string_view, 17> kStepName = {
-    "CHECK_QP", "CHECK_PSN", "CHECK_OP_SEQ", "CHECK_ACCESS", "CHECK_RESOURCE", "CHECK_LENGTH",
+[[maybe_unused]] constexpr std::array<std::string_view, 18> kStepName = {
+    "CHECK_QP", "CHECK_PSN", "CHECK_SRQ", "CHECK_OP_SEQ", "CHECK_ACCESS", "CHECK_RESOURCE", "CHECK_LENGTH",
     "CHECK_RKEY", "EXECUTE", "READ_REPLY", "ATOMIC_REPLY", "COMPLETE", "ACKNOWLEDGE",
     "DUPLICATE", "NAK_PSN_SEQ", "RNR", "FAULT", "DONE",
 };
@@ -105,6 +106,7 @@ enum class Fault : uint8_t {
   RecvProt,      // a receive SGE failed its L_Key check (9.7.5.2.4: remote operational error)
   RecvLength,    // the message is longer than the receive WQE (9.7.5.2.2)
   Invalidate,    // SEND with Invalidate naming a key that cannot be invalidated (class J, as rxe)
+  XrcSrq,        // XRC: the XRCETH names no XRC SRQ of the QP's domain, or another than its message's (A14)
 };
 
 struct FaultRule {
@@ -115,7 +117,7 @@ struct FaultRule {
   RnicCtr drop_ctr;          // UC/UD
 };
 
-constexpr std::array<FaultRule, 9> kFaultRules = {{
+constexpr std::array<FaultRule, 10> kFaultRules = {{
     {NakCode::InvalidRequest, RnicCtr::rem_inv_req_naks, IBV_WC_REM_INV_REQ_ERR, IBV_EVENT_QP_REQ_ERR,
      RnicCtr::drop_bad_opcode_seq},
     {NakCode::InvalidRequest, RnicCtr::rem_inv_req_naks, IBV_WC_REM_INV_REQ_ERR, IBV_EVENT_QP_REQ_ERR,
@@ -134,8 +136,10 @@ constexpr std::array<FaultRule, 9> kFaultRules = {{
      RnicCtr::drop_ud_too_long},
     {NakCode::InvalidRequest, RnicCtr::rem_inv_req_naks, IBV_WC_REM_INV_REQ_ERR, IBV_EVENT_QP_REQ_ERR,
      RnicCtr::drop_bad_transport},  // IETH opcodes exist for RC only: UC/UD never get here
+    {NakCode::InvalidRequest, RnicCtr::rem_inv_req_naks, IBV_WC_REM_INV_REQ_ERR, IBV_EVENT_QP_REQ_ERR,
+     RnicCtr::drop_bad_transport},  // XRC is reliable: never dropped
 }};
-static_assert(kFaultRules.size() == static_cast<size_t>(Fault::Invalidate) + 1);
+static_assert(kFaultRules.size() == static_cast<size_t>(Fault::XrcSrq) + 1);
 
 constexpr const FaultRule& rule(Fault f) noexcept { return kFaultRules[static_cast<size_t>(f)]; }
 
@@ -159,11 +163,17 @@ struct Rx {
   uint32_t dma_len = 0;
   uint32_t rkey = 0;
   uint32_t epoch = 0;         // READ: the MR's epoch when the request was checked
+  // Where the request goes: the SRQ that gives its receive WQE (the QP's,
+  // or an XRC request's by its XRCETH, found by check_qp and checked by
+  // check_srq) and the PD its keys are checked against (the QP's; XRC: that
+  // SRQ's, nullptr while there is none).
+  Srq* srq = nullptr;
+  const Pd* pd = nullptr;
 
   wire::BthC bth() const noexcept { return wire::BthC(frame + pi.bth_off); }
   template <class View>
   View ext(wire::Hdr h) const noexcept { return View(frame + pi.ext_off(h)); }
-  bool rc() const noexcept { return qp.type() == IBV_QPT_RC; }
+  bool rc() const noexcept { return qp.reliable(); }  // RC and XRC: ACK/NAK, class C errors
   bool ud() const noexcept { return qp.type() == IBV_QPT_UD; }
   uint32_t mtu() const noexcept { return qp.attrs().pmtu_bytes; }
 };
@@ -204,6 +214,12 @@ int flush_rights(uint32_t feth) noexcept {
 
 // ---- sending -----------------------------------------------------------------------
 
+// A response's opcode: `code` in the QP's transport block (an XRC receive
+// QP answers with XRC's, annex A14).
+uint8_t resp_opcode(const Qp& qp, uint8_t code) noexcept {
+  return static_cast<uint8_t>((qp.type() == IBV_QPT_XRC_RECV ? wire::op::kXrcBase : wire::op::kRcBase) | code);
+}
+
 wire::PktDesc response_desc(const transport::Engine& engine, const Qp& qp, uint8_t opcode, Psn psn) noexcept {
   wire::PktDesc d;
   tx_fill_path(engine, qp.attrs().path, qp.attrs().sport, d);
@@ -220,13 +236,13 @@ wire::PktDesc response_desc(Rx& r, uint8_t opcode, Psn psn) noexcept {
 
 // ACK, NAK or RNR NAK (IBA 9.7.5.1.1-2).
 void send_ack(Rx& r, Psn psn, uint8_t syndrome) noexcept {
-  wire::PktDesc d = response_desc(r, wire::op::RC_ACK, psn);
+  wire::PktDesc d = response_desc(r, resp_opcode(r.qp, wire::op::kAck), psn);
   d.aeth_syndrome = syndrome;
   if (tx_send(r.engine, r.qp.attrs().path, d)) r.ctr.inc(RnicCtr::resp_pkts);
 }
 
 void send_atomic_ack(Rx& r, Psn psn, uint64_t orig) noexcept {
-  wire::PktDesc d = response_desc(r, wire::op::RC_ATOMIC_ACK, psn);
+  wire::PktDesc d = response_desc(r, resp_opcode(r.qp, wire::op::kAtomicAck), psn);
   d.atomic_ack_orig = orig;
   if (tx_send(r.engine, r.qp.attrs().path, d)) r.ctr.inc(RnicCtr::resp_pkts);
 }
@@ -237,9 +253,11 @@ void send_atomic_ack(Rx& r, Psn psn, uint64_t orig) noexcept {
 // the path MTU (IBA 9.7.5.1.6-7).  `first`: the response starts a message
 // (FIRST/ONLY); a replay from the middle of one continues it with
 // MIDDLE/LAST, as rxe sends it.  AETH on FIRST/LAST/ONLY (C9-28).
-void stream_start(Qp& qp, uint32_t rkey, uint32_t epoch, uint64_t va, uint32_t len, Psn psn, bool first) noexcept {
+void stream_start(Qp& qp, const Pd* pd, uint32_t rkey, uint32_t epoch, uint64_t va, uint32_t len, Psn psn,
+                  bool first) noexcept {
   RespState::ReadStream& st = qp.resp.stream;
   st.active = true;
+  st.pd = pd;
   st.first = first;
   st.rkey = rkey;
   st.epoch = epoch;
@@ -263,7 +281,7 @@ Pump stream_pump(transport::Engine& engine, Qp& qp) noexcept {
   if (st.resid != 0) {
     KeyCheck check = KeyCheck::Ok;
     uint32_t epoch = 0;
-    src = qp.rnic().check_rkey(st.rkey, st.va, st.resid, IBV_ACCESS_REMOTE_READ, qp.pd(), &check, &epoch, &qp);
+    src = qp.rnic().check_rkey(st.rkey, st.va, st.resid, IBV_ACCESS_REMOTE_READ, st.pd, &check, &epoch, &qp);
     if (src == nullptr || epoch != st.epoch) return Pump::Refused;
   }
   const uint32_t mtu = qp.attrs().pmtu_bytes;
@@ -272,9 +290,9 @@ Pump stream_pump(transport::Engine& engine, Qp& qp) noexcept {
     const bool last = st.pkts_left == 1;
     uint8_t opcode;
     if (st.first) {
-      opcode = last ? wire::op::RC_READ_RESPONSE_ONLY : wire::op::RC_READ_RESPONSE_FIRST;
+      opcode = resp_opcode(qp, last ? wire::op::kReadRespOnly : wire::op::kReadRespFirst);
     } else {
-      opcode = last ? wire::op::RC_READ_RESPONSE_LAST : wire::op::RC_READ_RESPONSE_MIDDLE;
+      opcode = resp_opcode(qp, last ? wire::op::kReadRespLast : wire::op::kReadRespMiddle);
     }
     const wire::PktDesc d = response_desc(engine, qp, opcode, st.psn);
     rte_mbuf* m = engine.alloc();
@@ -326,7 +344,7 @@ void stream_step(transport::Engine& engine, Qp& qp) noexcept {
     case Pump::Refused: {
       RespState::ReadStream& st = qp.resp.stream;
       st.active = false;
-      wire::PktDesc d = response_desc(engine, qp, wire::op::RC_ACK, st.psn);
+      wire::PktDesc d = response_desc(engine, qp, resp_opcode(qp, wire::op::kAck), st.psn);
       d.aeth_syndrome = nak_syndrome(NakCode::RemoteAccessError);
       if (tx_send(engine, qp.attrs().path, d)) qp.rnic().counters().inc(RnicCtr::resp_pkts);
       qp.rnic().counters().inc(RnicCtr::rem_access_naks);
@@ -341,7 +359,7 @@ void stream_step(transport::Engine& engine, Qp& qp) noexcept {
 
 // The WQE of the message under way, if one was taken.
 RecvWqe* current_wqe(Rx& r) noexcept {
-  if (r.qp.srq() != nullptr) return r.s.have_srq_wqe ? &r.s.srq_wqe : nullptr;
+  if (r.srq != nullptr) return r.s.have_srq_wqe ? &r.s.srq_wqe : nullptr;
   return r.qp.recv_front();
 }
 
@@ -349,7 +367,7 @@ RecvWqe* current_wqe(Rx& r) noexcept {
 // message completes; an SRQ's is copied out and popped at once, because
 // other QPs share the queue (as rxe's get_srq_wqe).
 RecvWqe* take_wqe(Rx& r) noexcept {
-  Srq* srq = r.qp.srq();
+  Srq* srq = r.srq;
   if (srq == nullptr) return r.qp.recv_front();
   if (!r.s.have_srq_wqe) {
     RecvWqe* w = srq->rq().front();
@@ -359,18 +377,33 @@ RecvWqe* take_wqe(Rx& r) noexcept {
     srq->rq().pop();
     srq->after_pop();
     r.s.have_srq_wqe = true;
+    r.s.wqe_srq = srq;
   }
   return &r.s.srq_wqe;
 }
 
-void release_wqe(Qp& qp) noexcept {
-  RespState& s = qp.resp;
-  if (qp.srq() != nullptr) {
+// Where a receive WQE of `srq` (nullptr: the QP's RQ) completes: an XRC
+// SRQ's own CQ, else the QP's receive CQ.
+Cq* recv_cq_of(const Qp& qp, const Srq* srq) noexcept {
+  return srq != nullptr && srq->cq() != nullptr ? srq->cq() : qp.recv_cq();
+}
+
+// Give back `w` (the SRQ WQE held, or the RQ's head) and say where its
+// completion goes: the CQ of the SRQ it came from (which, when a request
+// named another SRQ mid-message, is not the request's).
+Cq* release_wqe(Rx& r, const RecvWqe& w) noexcept {
+  RespState& s = r.s;
+  Cq* cq;
+  if (&w == &s.srq_wqe) {
+    cq = recv_cq_of(r.qp, s.wqe_srq);
     s.have_srq_wqe = false;
+    s.wqe_srq = nullptr;
   } else {
-    qp.recv_pop();
+    cq = r.qp.recv_cq();
+    r.qp.recv_pop();
   }
   s.recv_offset = 0;
+  return cq;
 }
 
 // A RoCE packet carries no SL.  In a UD receive completion ConnectX puts
@@ -415,8 +448,8 @@ bool complete_recv(Rx& r, RecvWqe& w, ibv_wc_status status, uint32_t byte_len) n
       wc.sl = ud_roce_sl(r.pi.l3);
     }
   }
-  release_wqe(r.qp);
-  if (!r.qp.recv_cq()->push(wc, r.bth().se())) {
+  Cq* cq = release_wqe(r, w);
+  if (!cq->push(wc, r.bth().se())) {
     // The CQ raised IBV_EVENT_CQ_ERR and counted; the QP cannot go on
     // (IBA 11.4.2.1: CQ overflow is an affiliated error).
     r.qp.to_error(true);
@@ -430,7 +463,7 @@ bool complete_recv(Rx& r, RecvWqe& w, ibv_wc_status status, uint32_t byte_len) n
 // SGE touched is checked against its L_Key, PD and Local Write right
 // (IBA 10.6.3).  False: an SGE failed.
 bool scatter(Rx& r, const RecvWqe& w, uint64_t at, const uint8_t* src, uint32_t n) noexcept {
-  const Pd* pd = r.qp.srq() != nullptr ? r.qp.srq()->pd() : r.qp.pd();
+  const Pd* pd = r.srq != nullptr ? r.srq->pd() : r.qp.pd();
   return sge_scatter(r.rnic, pd, {w.sge, w.num_sge}, at, src, n, IBV_ACCESS_LOCAL_WRITE);
 }
 
@@ -451,9 +484,9 @@ Transport transport_of(ibv_qp_type t) noexcept {
     case IBV_QPT_RC: return Transport::RC;
     case IBV_QPT_UC: return Transport::UC;
     case IBV_QPT_UD: return Transport::UD;
+    case IBV_QPT_XRC_RECV: return Transport::XRC;
     case IBV_QPT_RAW_PACKET:
-    case IBV_QPT_XRC_SEND:
-    case IBV_QPT_XRC_RECV:
+    case IBV_QPT_XRC_SEND:  // requests only: nothing to respond to
     case IBV_QPT_DRIVER:
       return Transport::None;
   }
@@ -462,11 +495,18 @@ Transport transport_of(ibv_qp_type t) noexcept {
 
 // The request's transport is the QP's, and a UD/GSI Q_Key matches
 // (10.2.5, C10-15).  The QP's state, path and P_Key were checked by the
-// receive dispatcher (recv.cpp).
+// receive dispatcher (recv.cpp).  An XRC request's SRQ is looked up here
+// (a duplicate needs its PD too) and judged after the PSN (check_srq).
 Step check_qp(Rx& r) noexcept {
   if (!r.op.request || r.op.transport != transport_of(r.qp.type())) {
     r.ctr.inc(RnicCtr::drop_bad_transport);
     return Step::Done;
+  }
+  if (r.op.has(wire::kHdrXrceth)) {
+    Srq* srq = r.rnic.srq_by_num(r.ext<wire::XrcEthC>(wire::kHdrXrceth).number());
+    const bool in_domain = srq != nullptr && srq->xrcd() != nullptr && srq->xrcd() == r.qp.xrcd();
+    r.srq = in_domain ? srq : nullptr;
+    r.pd = in_domain ? srq->pd() : nullptr;
   }
   if (r.op.has(wire::kHdrDeth)) {
     const Qkey want(r.qp.is_gsi() ? kGsiQkey : r.qp.attrs().qkey);  // GSI: 0x80010000 (IBA 13.4.6.1)
@@ -485,7 +525,8 @@ Step check_qp(Rx& r) noexcept {
 Step check_psn(Rx& r) noexcept {
   RespState& s = r.s;
   switch (r.op.transport) {
-    case Transport::RC: {
+    case Transport::RC:
+    case Transport::XRC: {
       const int32_t d = distance(r.psn, s.epsn);
       if (d > 0) {
         r.ctr.inc(RnicCtr::drop_psn_out_of_seq);
@@ -498,7 +539,7 @@ Step check_psn(Rx& r) noexcept {
         return Step::Duplicate;
       }
       s.nak_sent = false;
-      return Step::CheckOpSeq;
+      return r.op.transport == Transport::XRC ? Step::CheckSrq : Step::CheckOpSeq;
     }
     case Transport::UC:
       if (s.uc_drop || r.psn != s.epsn) {
@@ -518,12 +559,27 @@ Step check_psn(Rx& r) noexcept {
       return Step::CheckOpSeq;
     case Transport::RD:
     case Transport::CNP:
-    case Transport::XRC:
     case Transport::None:
       break;
   }
   r.ctr.inc(RnicCtr::drop_bad_transport);
   return Step::Done;
+}
+
+// Annex A14: the SRQ an XRC request names must be an XRC SRQ of the
+// receive QP's domain (check_qp found it), and every packet of a message
+// must name the SRQ its first packet named.  Its PD is what the request's
+// R_Keys are checked against, its CQ where the receive completes.  Anything
+// else is an invalid request (class C: NAK, the QP to ERR).
+Step check_srq(Rx& r) noexcept {
+  const bool continues = !r.op.first && r.s.in_message;
+  if (r.srq == nullptr || (continues && r.srq != r.s.msg_srq)) {
+    r.ctr.inc(RnicCtr::xrc_srq_refused);
+    r.fault = Fault::XrcSrq;
+    return Step::Fault;
+  }
+  if (r.op.first) r.s.msg_srq = r.srq;
+  return Step::CheckOpSeq;
 }
 
 // The opcode sequence within a message (IBA 9.7.5.2.2 / 9.8.3.2): the
@@ -623,7 +679,7 @@ Step rkey_write(Rx& r) noexcept {
     s.write_rkey = reth.rkey().value();
     s.write_va = reth.va();
     if (reth.dma_len() != 0 && r.rnic.check_rkey(s.write_rkey, s.write_va, reth.dma_len(), IBV_ACCESS_REMOTE_WRITE,
-                                                 r.qp.pd(), &check, &s.write_epoch, &r.qp) == nullptr) {
+                                                 r.pd, &check, &s.write_epoch, &r.qp) == nullptr) {
       r.fault = Fault::RemoteAccess;
       return Step::Fault;
     }
@@ -640,7 +696,7 @@ Step rkey_write(Rx& r) noexcept {
   if (r.len != 0) {
     uint32_t epoch = 0;
     r.target =
-        r.rnic.check_rkey(s.write_rkey, s.write_va, r.len, IBV_ACCESS_REMOTE_WRITE, r.qp.pd(), &check, &epoch, &r.qp);
+        r.rnic.check_rkey(s.write_rkey, s.write_va, r.len, IBV_ACCESS_REMOTE_WRITE, r.pd, &check, &epoch, &r.qp);
     if (r.target == nullptr || epoch != s.write_epoch) {
       r.fault = Fault::RemoteAccess;
       return Step::Fault;
@@ -656,7 +712,7 @@ Step rkey_read(Rx& r) noexcept {
   r.rkey = reth.rkey().value();
   if (r.dma_len != 0) {
     KeyCheck check = KeyCheck::Ok;
-    r.target = r.rnic.check_rkey(r.rkey, r.va, r.dma_len, IBV_ACCESS_REMOTE_READ, r.qp.pd(), &check, &r.epoch, &r.qp);
+    r.target = r.rnic.check_rkey(r.rkey, r.va, r.dma_len, IBV_ACCESS_REMOTE_READ, r.pd, &check, &r.epoch, &r.qp);
     if (r.target == nullptr) {
       r.fault = Fault::RemoteAccess;
       return Step::Fault;
@@ -675,7 +731,7 @@ Step rkey_word(Rx& r, int need) noexcept {
     return Step::Fault;
   }
   KeyCheck check = KeyCheck::Ok;
-  r.target = r.rnic.check_rkey(r.rkey, r.va, kAtomicLen, need, r.qp.pd(), &check, nullptr, &r.qp);
+  r.target = r.rnic.check_rkey(r.rkey, r.va, kAtomicLen, need, r.pd, &check, nullptr, &r.qp);
   if (r.target == nullptr) {
     r.fault = Fault::RemoteAccess;
     return Step::Fault;
@@ -720,9 +776,9 @@ Step rkey_flush(Rx& r) noexcept {
   KeyCheck check = KeyCheck::Ok;
   const int need = flush_rights(feth);  // valid: check_access passed it
   if (wire::feth_level(feth) == wire::kFethMr) {
-    r.rnic.check_rkey_region(r.rkey, need, r.qp.pd(), &check, &r.qp);
+    r.rnic.check_rkey_region(r.rkey, need, r.pd, &check, &r.qp);
   } else {
-    r.rnic.check_rkey(r.rkey, reth.va(), reth.dma_len(), need, r.qp.pd(), &check, nullptr, &r.qp);
+    r.rnic.check_rkey(r.rkey, reth.va(), reth.dma_len(), need, r.pd, &check, nullptr, &r.qp);
   }
   if (check != KeyCheck::Ok) {
     r.fault = Fault::RemoteAccess;
@@ -884,7 +940,7 @@ Step read_reply(Rx& r) noexcept {
   res = RdAtomicResult{r.psn, r.psn + (npkts - 1), false, 0, r.va, r.dma_len, r.rkey, true};
   ++s.msn;
   s.epsn = r.psn + npkts;
-  stream_start(r.qp, r.rkey, r.epoch, r.va, r.dma_len, r.psn, true);
+  stream_start(r.qp, r.pd, r.rkey, r.epoch, r.va, r.dma_len, r.psn, true);
   stream_step(r.engine, r.qp);
   return Step::Done;
 }
@@ -958,8 +1014,8 @@ Step dup_read(Rx& r) noexcept {
   // remote access error); a replay runs in the registration as it is now.
   KeyCheck check = KeyCheck::Ok;
   uint32_t epoch = 0;
-  if (len != 0) r.rnic.check_rkey(res->rkey, va, len, IBV_ACCESS_REMOTE_READ, r.qp.pd(), &check, &epoch, &r.qp);
-  stream_start(r.qp, res->rkey, epoch, va, len, r.psn, r.psn == res->psn);
+  if (len != 0) r.rnic.check_rkey(res->rkey, va, len, IBV_ACCESS_REMOTE_READ, r.pd, &check, &epoch, &r.qp);
+  stream_start(r.qp, r.pd, res->rkey, epoch, va, len, r.psn, r.psn == res->psn);
   stream_step(r.engine, r.qp);
   return Step::Done;
 }
@@ -1070,11 +1126,14 @@ void process(transport::Engine& engine, Qp& qp, transport::RoceRx& pkt) noexcept
        pkt.info.psn,
        frame + pkt.info.payload_off,
        pkt.info.payload_len};
+  r.srq = qp.srq();
+  r.pd = qp.pd();
   Step step = Step::CheckQp;
   for (;;) {
     switch (step) {
       case Step::CheckQp: step = check_qp(r); continue;
       case Step::CheckPsn: step = check_psn(r); continue;
+      case Step::CheckSrq: step = check_srq(r); continue;
       case Step::CheckOpSeq: step = check_op_seq(r); continue;
       case Step::CheckAccess: step = check_access(r); continue;
       case Step::CheckResource: step = check_resource(r); continue;
@@ -1176,6 +1235,8 @@ void responder_reset(Qp& qp) noexcept {
   s.msg_opcode = 0;
   s.write_len = 0;
   s.have_srq_wqe = false;
+  s.msg_srq = nullptr;
+  s.wqe_srq = nullptr;
   s.results.assign(qp.attrs().max_dest_rd_atomic, RdAtomicResult{});
   s.results_next = 0;
 }
@@ -1193,13 +1254,28 @@ void responder_flush(Qp& qp) noexcept {
   stop_stream(qp.rnic().engine(), qp);
   abandon_message(s);
   if (!s.have_srq_wqe) return;
+  Cq* cq = recv_cq_of(qp, s.wqe_srq);
   s.have_srq_wqe = false;
+  s.wqe_srq = nullptr;
   ibv_wc wc{};
   wc.wr_id = s.srq_wqe.wr_id;
   wc.status = IBV_WC_WR_FLUSH_ERR;
   wc.opcode = IBV_WC_RECV;
   wc.qp_num = qp.qpn().value();
-  qp.recv_cq()->push(wc);
+  if (cq != nullptr) cq->push(wc);
+}
+
+void responder_forget_srq(Qp& qp, const Srq* srq) noexcept {
+  RespState& s = qp.resp;
+  if (s.msg_srq == srq) {
+    abandon_message(s);
+    s.msg_srq = nullptr;
+  }
+  if (s.wqe_srq == srq) {
+    s.have_srq_wqe = false;
+    s.wqe_srq = nullptr;
+    s.recv_offset = 0;
+  }
 }
 
 }  // namespace uroce::rnic

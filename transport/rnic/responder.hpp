@@ -64,7 +64,13 @@ struct RespState {
   // so its WQE is popped at FIRST and kept here until the message ends).
   bool have_srq_wqe = false;
   RecvWqe srq_wqe{};                // its sge: srq_sges
-  std::vector<ibv_sge> srq_sges;    // the SRQ's max_sge (Qp::Qp); the SRQ slot is reused once popped
+  std::vector<ibv_sge> srq_sges;    // the SRQ's max_sge (Qp::Qp; XRC: the device's); the SRQ slot is reused once popped
+  // XRC receive QP (annex A14): the SRQ the message under way named in its
+  // first packet's XRCETH (every later packet must name it too), and the
+  // one the held WQE came from (its CQ gets that WQE's completion).  Both
+  // are dropped when their SRQ is destroyed (responder_forget_srq).
+  Srq* msg_srq = nullptr;
+  Srq* wqe_srq = nullptr;
   // A READ response being streamed, params::kRespBudget packets per engine
   // iteration (a long READ must not flood the port's TX ring or the
   // peer's RX ring).  Requests arriving meanwhile wait in `backlog`, in
@@ -74,6 +80,7 @@ struct RespState {
     bool first = false;       // the next packet starts the response (FIRST/ONLY)
     uint32_t rkey = 0;        // re-checked every burst: the MR may go meanwhile
     uint32_t epoch = 0;       // ... or be re-registered (Mr::epoch)
+    const Pd* pd = nullptr;   // the PD it is checked against (XRC: the SRQ's)
     uint64_t va = 0;          // next byte to send
     uint32_t resid = 0;       // bytes left
     uint32_t pkts_left = 0;   // packets left (1 for a zero-length READ)
@@ -102,6 +109,10 @@ void responder_flush(Qp& qp) noexcept;
 // [engine] The QP is being destroyed: cancel the responder's timer and
 // free the requests it holds.  Rnic::destroy_qp calls it.
 void responder_stop(Qp& qp, transport::Engine& engine) noexcept;
+// [engine] The SRQ `srq` is being destroyed: an XRC receive QP drops the
+// message under way that named it and the WQE it holds from it (a later
+// packet of that message is then out of sequence).
+void responder_forget_srq(Qp& qp, const Srq* srq) noexcept;
 // Bind the responder's timer to `qp` (once, when the QP is made).
 void responder_bind(Qp& qp) noexcept;
 

@@ -113,7 +113,8 @@ Rnic::Rnic(transport::Engine& engine, std::string name)
       key_table_(kMaxMr),
       last_key_byte_(kMaxMr),
       rng_((uint64_t{std::random_device{}()} << 32) ^ std::random_device{}()),
-      qp_table_(kMaxQp) {
+      qp_table_(kMaxQp),
+      srq_table_(kMaxSrq + 1) {
   // The GID table (as the kernel fills rxe's from the netdev): the IPv6
   // link-local address first, then every address in the device's order,
   // IPv4 as ::ffff:a.b.c.d; all RoCE v2.
@@ -138,9 +139,10 @@ Rnic::Rnic(transport::Engine& engine, std::string name)
   a.max_qp_wr = static_cast<int>(kMaxQpWr);
   // Memory windows type 1 and 2B with local and remote invalidation (as
   // rxe; MEM_MGT_EXTENSIONS is what programs test for SEND with
-  // Invalidate and LOCAL_INV).
+  // Invalidate and LOCAL_INV); XRC (annex A14).
   a.device_cap_flags = IBV_DEVICE_RC_RNR_NAK_GEN | IBV_DEVICE_SRQ_RESIZE | IBV_DEVICE_SYS_IMAGE_GUID |
-                       IBV_DEVICE_MEM_WINDOW | IBV_DEVICE_MEM_WINDOW_TYPE_2B | IBV_DEVICE_MEM_MGT_EXTENSIONS;
+                       IBV_DEVICE_MEM_WINDOW | IBV_DEVICE_MEM_WINDOW_TYPE_2B | IBV_DEVICE_MEM_MGT_EXTENSIONS |
+                       IBV_DEVICE_XRC;
   a.max_sge = static_cast<int>(kMaxSge);
   a.max_sge_rd = static_cast<int>(kMaxSgeRd);
   a.max_cq = static_cast<int>(kMaxCq);
@@ -204,6 +206,7 @@ Rnic::~Rnic() {
   qps_.clear();
   ahs_.clear();
   srqs_.clear();
+  xrcds_.clear();
   cqs_.clear();
   channels_.clear();
   mws_.clear();
@@ -315,6 +318,7 @@ Rnic::Usage Rnic::usage() {
     u.srqs = srqs_.size();
     u.qps = qps_.size();
     u.ahs = ahs_.size();
+    u.xrcds = xrcds_.size();
     return u;
   });
 }
@@ -770,7 +774,8 @@ int Rnic::destroy_cq(Cq* cq) {
 
 // ---- SRQ -------------------------------------------------------------------------------------
 
-Srq* Rnic::create_srq(Pd* pd, const ibv_srq_init_attr& init, int* err, const RingAllocator* alloc) {
+Srq* Rnic::create_srq(Pd* pd, const ibv_srq_init_attr& init, int* err, const RingAllocator* alloc,
+                      const XrcSrq* xrc) {
   const ibv_srq_attr& a = init.attr;
   if (a.max_wr == 0 || a.max_wr > kMaxSrqWr || a.max_sge > kMaxSrqSge || a.srq_limit > a.max_wr) {
     set_err(err, EINVAL);
@@ -782,16 +787,32 @@ Srq* Rnic::create_srq(Pd* pd, const ibv_srq_init_attr& init, int* err, const Rin
     return nullptr;
   }
   return control([&]() -> Srq* {
-    if (pd == nullptr || !owns(pds_, pd)) {
+    if (pd == nullptr || !owns(pds_, pd) ||
+        (xrc != nullptr && (xrc->xrcd == nullptr || !owns(xrcds_, xrc->xrcd) || xrc->cq == nullptr ||
+                            !owns(cqs_, xrc->cq)))) {
       set_err(err, EINVAL);
       return nullptr;
     }
-    if (srqs_.size() >= kMaxSrq) {
+    // A number no live SRQ has, searched from where the last one was
+    // found: a number is not given again soon after its SRQ went, so that
+    // a late XRC request for it finds nothing rather than its heir.
+    uint32_t srqn = 0;
+    for (uint32_t i = 0; i < kMaxSrq && srqn == 0; ++i) {
+      const uint32_t cand = 1 + (next_srqn_ - 1 + i) % kMaxSrq;
+      if (srq_table_[cand] == nullptr) srqn = cand;
+    }
+    if (srqn == 0) {
       set_err(err, ENOMEM);
       return nullptr;
     }
-    srqs_.push_back(std::make_unique<Srq>(*this, pd, a, init.srq_context, std::move(mem)));
+    next_srqn_ = srqn % kMaxSrq + 1;
+    Xrcd* xrcd = xrc != nullptr ? xrc->xrcd : nullptr;
+    Cq* cq = xrc != nullptr ? xrc->cq : nullptr;
+    srqs_.push_back(std::make_unique<Srq>(*this, pd, a, init.srq_context, std::move(mem), srqn, xrcd, cq));
     pd->users.fetch_add(1);
+    if (xrcd != nullptr) xrcd->users.fetch_add(1);
+    if (cq != nullptr) cq->users.fetch_add(1);
+    srq_table_[srqn] = srqs_.back().get();
     return srqs_.back().get();
   });
 }
@@ -802,9 +823,64 @@ int Rnic::destroy_srq(Srq* srq) {
     if (srq == nullptr || !owns(srqs_, srq)) return EINVAL;
     if (srq->users.load() != 0) return EBUSY;
     srq->pd()->users.fetch_sub(1);
+    if (srq->xrcd() != nullptr) {
+      srq->xrcd()->users.fetch_sub(1);
+      // The domain's receive QPs let go of it (a message that named it).
+      for (auto& qp : qps_)
+        if (qp->xrcd() == srq->xrcd()) responder_forget_srq(*qp, srq);
+    }
+    if (srq->cq() != nullptr) srq->cq()->users.fetch_sub(1);
+    srq_table_[srq->number()] = nullptr;
     async_.remove_if([srq](const AsyncEvent& e) { return e.srq == srq; });
     gone = take_owned(srqs_, srq);
     return 0;
+  });
+}
+
+// ---- XRC domain --------------------------------------------------------------------------------
+
+Xrcd* Rnic::open_xrcd(uint64_t inode, bool create, bool exclusive, int* err) {
+  return control([&]() -> Xrcd* {
+    Xrcd* found = nullptr;
+    if (inode != 0)
+      for (auto& x : xrcds_)
+        if (x->inode() == inode) found = x.get();
+    if (found != nullptr ? exclusive : !create) {
+      set_err(err, EINVAL);
+      return nullptr;
+    }
+    if (found == nullptr) {
+      if (xrcds_.size() >= kMaxXrcd) {
+        set_err(err, ENOMEM);
+        return nullptr;
+      }
+      xrcds_.push_back(std::make_unique<Xrcd>(next_xrcd_++, inode));
+      found = xrcds_.back().get();
+    }
+    ++found->opens;
+    return found;
+  });
+}
+
+int Rnic::close_xrcd(Xrcd* xrcd) {
+  return control([&]() -> int {
+    if (xrcd == nullptr || !owns(xrcds_, xrcd)) return EINVAL;
+    if (xrcd->opens == 1 && xrcd->users.load() != 0) return EBUSY;
+    if (--xrcd->opens == 0) erase_owned(xrcds_, xrcd);
+    return 0;
+  });
+}
+
+Qp* Rnic::open_xrc_qp(Xrcd* xrcd, Qpn qpn, int* err) {
+  return control([&]() -> Qp* {
+    Qp* qp = qpn.value() < qp_table_.size() ? qp_table_[qpn.value()] : nullptr;
+    if (xrcd == nullptr || !owns(xrcds_, xrcd) || qp == nullptr || qp->type() != IBV_QPT_XRC_RECV ||
+        qp->xrcd() != xrcd) {
+      set_err(err, EINVAL);
+      return nullptr;
+    }
+    ++qp->handles;
+    return qp;
   });
 }
 
@@ -825,17 +901,28 @@ int Rnic::qp_rings(const ibv_qp_init_attr& init, const RingAllocator* alloc, Qp:
   return 0;
 }
 
-Qp* Rnic::make_qp(Pd* pd, const ibv_qp_init_attr& init, uint32_t qpn, Qp::Rings& rings, int* err) {
+bool Rnic::qp_init_ok(Pd* pd, const ibv_qp_init_attr& init, Xrcd* xrcd) const {
   auto* scq = reinterpret_cast<Cq*>(init.send_cq);
   auto* rcq = reinterpret_cast<Cq*>(init.recv_cq);
   auto* srq = reinterpret_cast<Srq*>(init.srq);
   const ibv_qp_cap& c = init.cap;
+  // An XRC receive QP has its domain and nothing else (annex A14).
+  if (init.qp_type == IBV_QPT_XRC_RECV) return xrcd != nullptr && owns(xrcds_, xrcd);
   // ibv_create_qp(3): EINVAL for a bad PD/CQ/SRQ or a capability above
-  // the device's; receive capabilities do not apply with an SRQ.
-  if (pd == nullptr || !owns(pds_, pd) || scq == nullptr || rcq == nullptr || !owns(cqs_, scq) ||
-      !owns(cqs_, rcq) || (srq != nullptr && !owns(srqs_, srq)) || c.max_send_wr > kMaxQpWr ||
-      c.max_send_sge > kMaxSge || c.max_inline_data > kMaxInlineData ||
-      (srq == nullptr && (c.max_recv_wr > kMaxQpWr || c.max_recv_sge > kMaxSge))) {
+  // the device's; receive capabilities do not apply with an SRQ, nor to an
+  // XRC send QP, which has no receive side (its receive CQ and SRQ are not
+  // read).
+  const bool receives = init.qp_type != IBV_QPT_XRC_SEND;
+  if (pd == nullptr || !owns(pds_, pd) || scq == nullptr || !owns(cqs_, scq) || c.max_send_wr > kMaxQpWr ||
+      c.max_send_sge > kMaxSge || c.max_inline_data > kMaxInlineData)
+    return false;
+  if (!receives) return true;
+  return rcq != nullptr && owns(cqs_, rcq) && (srq == nullptr || (owns(srqs_, srq) && srq->xrcd() == nullptr)) &&
+         (srq != nullptr || (c.max_recv_wr <= kMaxQpWr && c.max_recv_sge <= kMaxSge));
+}
+
+Qp* Rnic::make_qp(Pd* pd, const ibv_qp_init_attr& init, uint32_t qpn, Qp::Rings& rings, int* err, Xrcd* xrcd) {
+  if (!qp_init_ok(pd, init, xrcd)) {
     set_err(err, EINVAL);
     return nullptr;
   }
@@ -843,29 +930,31 @@ Qp* Rnic::make_qp(Pd* pd, const ibv_qp_init_attr& init, uint32_t qpn, Qp::Rings&
     set_err(err, EBUSY);
     return nullptr;
   }
-  auto qp = std::make_unique<Qp>(*this, pd, Qpn(qpn), init, std::move(rings));
+  auto qp = std::make_unique<Qp>(*this, pd, Qpn(qpn), init, std::move(rings), xrcd);
   Qp* p = qp.get();
   qp_table_[qpn] = p;
   qps_.push_back(std::move(qp));
-  pd->users.fetch_add(1);
-  scq->users.fetch_add(1);
-  rcq->users.fetch_add(1);
-  if (srq != nullptr) srq->users.fetch_add(1);
+  // What it uses is held (EBUSY on their destroy) until it goes.
+  if (p->pd() != nullptr) p->pd()->users.fetch_add(1);
+  if (p->send_cq() != nullptr) p->send_cq()->users.fetch_add(1);
+  if (p->recv_cq() != nullptr) p->recv_cq()->users.fetch_add(1);
+  if (p->srq() != nullptr) p->srq()->users.fetch_add(1);
+  if (p->xrcd() != nullptr) p->xrcd()->users.fetch_add(1);
   return p;
 }
 
-Qp* Rnic::create_qp(Pd* pd, const ibv_qp_init_attr& init, int* err, const RingAllocator* alloc) {
+Qp* Rnic::create_qp(Pd* pd, const ibv_qp_init_attr& init, int* err, const RingAllocator* alloc, Xrcd* xrcd) {
   Qp::Rings rings;
   if (const int rc = qp_rings(init, alloc, &rings); rc != 0) {
     set_err(err, rc);
     return nullptr;
   }
   return control([&]() -> Qp* {
-    if (init.qp_type != IBV_QPT_RC && init.qp_type != IBV_QPT_UC && init.qp_type != IBV_QPT_UD) {
-      // A type verbs knows and this device does not do (raw packet, XRC,
-      // driver QPs): EOPNOTSUPP, as rxe answers; anything else: EINVAL.
-      const bool known = init.qp_type == IBV_QPT_RAW_PACKET || init.qp_type == IBV_QPT_XRC_SEND ||
-                         init.qp_type == IBV_QPT_XRC_RECV || init.qp_type == IBV_QPT_DRIVER;
+    if (init.qp_type != IBV_QPT_RC && init.qp_type != IBV_QPT_UC && init.qp_type != IBV_QPT_UD &&
+        init.qp_type != IBV_QPT_XRC_SEND && init.qp_type != IBV_QPT_XRC_RECV) {
+      // A type verbs knows and this device does not do (raw packet, driver
+      // QPs): EOPNOTSUPP, as rxe answers; anything else: EINVAL.
+      const bool known = init.qp_type == IBV_QPT_RAW_PACKET || init.qp_type == IBV_QPT_DRIVER;
       set_err(err, known ? EOPNOTSUPP : EINVAL);
       return nullptr;
     }
@@ -891,7 +980,7 @@ Qp* Rnic::create_qp(Pd* pd, const ibv_qp_init_attr& init, int* err, const RingAl
       set_err(err, ENOMEM);
       return nullptr;
     }
-    return make_qp(pd, init, qpn, rings, err);
+    return make_qp(pd, init, qpn, rings, err, xrcd);
   });
 }
 
@@ -912,11 +1001,18 @@ Qp* Rnic::create_gsi_qp(Pd* pd, const ibv_qp_init_attr& init, int* err) {
   });
 }
 
-int Rnic::destroy_qp(Qp* qp) {
+int Rnic::destroy_qp(Qp* qp, void* other_handle) {
   // Not from the engine's loop: a doorbell of the QP may be queued there,
   // and this waits for it to have run.
+  bool last = true;
   int rc = control([&]() -> int {
     if (qp == nullptr || !owns(qps_, qp)) return EINVAL;
+    if (qp->handles > 1) {  // an XRC receive QP others opened (open_xrc_qp): one handle less
+      --qp->handles;
+      if (other_handle != nullptr) qp->context = other_handle;
+      last = false;
+      return 0;
+    }
     qp_table_[qp->qpn().value()] = nullptr;
     mcast_.detach_all(qp);  // as uverbs does for a QP destroyed while attached
     // Type 2 windows bound through it are invalidated: nothing reaches
@@ -927,15 +1023,16 @@ int Rnic::destroy_qp(Qp* qp) {
     responder_stop(*qp, engine_);  // the responder's, and a READ response still streaming
     return 0;
   });
-  if (rc != 0) return rc;
+  if (rc != 0 || !last) return rc;
   // A doorbell queued after the call above still points at the QP.
   while (qp->doorbell_pending.load(std::memory_order_acquire)) engine_.run_sync([] {});
   std::unique_ptr<Qp> gone;  // destroyed here, after the loop let go of it
   return control([&]() -> int {
-    qp->pd()->users.fetch_sub(1);
-    qp->send_cq()->users.fetch_sub(1);
-    qp->recv_cq()->users.fetch_sub(1);
+    if (qp->pd() != nullptr) qp->pd()->users.fetch_sub(1);
+    if (qp->send_cq() != nullptr) qp->send_cq()->users.fetch_sub(1);
+    if (qp->recv_cq() != nullptr) qp->recv_cq()->users.fetch_sub(1);
     if (qp->srq() != nullptr) qp->srq()->users.fetch_sub(1);
+    if (qp->xrcd() != nullptr) qp->xrcd()->users.fetch_sub(1);
     async_.remove_if([qp](const AsyncEvent& e) { return e.qp == qp; });
     gone = take_owned(qps_, qp);
     return 0;

@@ -76,6 +76,7 @@ namespace uroce::rnic {
   X(inv_rkey_refused, "SEND with Invalidate naming a key that cannot be invalidated (NAKed)") \
   X(mw_remote_invalidated, "memory windows invalidated by a peer's SEND with Invalidate") \
   X(flushes_executed, "FLUSH requests carried out (IBA 1.5, global visibility)")            \
+  X(xrc_srq_refused, "XRC requests naming no XRC SRQ of the QP's domain (NAKed, A14)")      \
   X(drop_tx_no_neigh, "dropped: request not sent, its destination did not resolve")         \
   X(drop_tx_too_long, "dropped: request frame larger than a buffer")                        \
   X(port_events, "port state changes reported (IBV_EVENT_PORT_ACTIVE / PORT_ERR)")          \
@@ -132,7 +133,7 @@ class Rnic final : public transport::RoceSink {
   // How many objects of each kind the RNIC holds now (control path: a leak
   // check for tests and tools).
   struct Usage {
-    size_t pds = 0, mrs = 0, channels = 0, cqs = 0, srqs = 0, qps = 0, ahs = 0;
+    size_t pds = 0, mrs = 0, channels = 0, cqs = 0, srqs = 0, qps = 0, ahs = 0, xrcds = 0;
   };
   Usage usage();
   // The GID index holding `addr`, or -1.
@@ -185,16 +186,40 @@ class Rnic final : public transport::RoceSink {
   Cq* create_cq(int cqe, void* context, CompChannel* ch, int comp_vector, int* err,
                 const RingAllocator* alloc = nullptr);
   int destroy_cq(Cq* cq);                   // EBUSY while a QP/SRQ uses it
-  Srq* create_srq(Pd* pd, const ibv_srq_init_attr& init, int* err, const RingAllocator* alloc = nullptr);
-  int destroy_srq(Srq* srq);
+  // `xrc`: an XRC SRQ (IBV_SRQT_XRC) of that domain whose receives
+  // complete on that CQ; both must be this device's.
+  struct XrcSrq {
+    Xrcd* xrcd = nullptr;
+    Cq* cq = nullptr;
+  };
+  Srq* create_srq(Pd* pd, const ibv_srq_init_attr& init, int* err, const RingAllocator* alloc = nullptr,
+                  const XrcSrq* xrc = nullptr);
+  int destroy_srq(Srq* srq);  // EBUSY while a QP uses it
+  // XRC domains (ibv_open_xrcd(3)).  `inode` names the file the domain
+  // belongs to (0: an anonymous domain, which needs `create`); opening a
+  // file's domain again gives the same Xrcd (Xrcd::opens).  EINVAL: the
+  // file has no domain and `create` is false, or it has one and `exclusive`
+  // is true (the kernel's answers); ENOMEM past the limit.
+  Xrcd* open_xrcd(uint64_t inode, bool create, bool exclusive, int* err);
+  // One handle less; the domain goes with the last.  EBUSY when that last
+  // handle would leave SRQs or receive QPs in it.
+  int close_xrcd(Xrcd* xrcd);
+  // ibv_open_qp(3): another handle on the XRC receive QP `qpn` of `xrcd`
+  // (EINVAL when it is not one); destroy_qp removes a handle.
+  Qp* open_xrc_qp(Xrcd* xrcd, Qpn qpn, int* err);
   // init.send_cq / recv_cq / srq carry this API's Cq* / Srq*
   // (reinterpret_cast), not libibverbs objects.  The QP's caps are
-  // Qp::cap().  RC, UC and UD.
-  Qp* create_qp(Pd* pd, const ibv_qp_init_attr& init, int* err, const RingAllocator* alloc = nullptr);
+  // Qp::cap().  RC, UC, UD; XRC send QPs (a PD and a send CQ; receive
+  // fields ignored) and XRC receive QPs (`xrcd`; no PD, CQ or caps).
+  Qp* create_qp(Pd* pd, const ibv_qp_init_attr& init, int* err, const RingAllocator* alloc = nullptr,
+                Xrcd* xrcd = nullptr);
   // The GSI QP (QPN 1) for the connection manager: UD semantics, Q_Key
   // 0x80010000 (IBA 13.4.6.1).  EBUSY when it exists.
   Qp* create_gsi_qp(Pd* pd, const ibv_qp_init_attr& init, int* err);
-  int destroy_qp(Qp* qp);
+  // An XRC receive QP with other handles (open_xrc_qp) loses one and
+  // stays; `other_handle` (when given) becomes its context, so that its
+  // async events name a handle still open.
+  int destroy_qp(Qp* qp, void* other_handle = nullptr);
   Ah* create_ah(Pd* pd, const ibv_ah_attr& attr, int* err);  // wr.ud.ah = &ah->ibv
   int destroy_ah(Ah* ah);
   // Multicast (ibv_attach_mcast(3) / ibv_detach_mcast(3), mcast.hpp): a UD
@@ -231,6 +256,8 @@ class Rnic final : public transport::RoceSink {
   // invalidated.
   bool remote_invalidate(Qp& qp, uint32_t rkey) noexcept;
   Qp* qp_by_num(Qpn qpn) noexcept;
+  // [engine] The SRQ with this number (Srq::number), or nullptr.
+  Srq* srq_by_num(uint32_t srqn) noexcept { return srqn < srq_table_.size() ? srq_table_[srqn] : nullptr; }
 
   // ---- async events ----
   int async_fd() const noexcept { return async_.fd(); }
@@ -274,6 +301,8 @@ class Rnic final : public transport::RoceSink {
   std::vector<std::unique_ptr<Srq>> srqs_;
   std::vector<std::unique_ptr<Qp>> qps_;
   std::vector<std::unique_ptr<Ah>> ahs_;
+  std::vector<std::unique_ptr<Xrcd>> xrcds_;
+  uint32_t next_xrcd_ = 1;
   ZeroedArray<Mr*> key_table_;                  // index = key >> 8 (kMaxMr)
   std::vector<std::unique_ptr<Mw>> mws_;        // index = key >> 8 (sized on the first MW)
   ZeroedArray<uint8_t> last_key_byte_;          // per index: the key byte of its last registration
@@ -282,11 +311,17 @@ class Rnic final : public transport::RoceSink {
   std::mt19937_64 rng_;                         // key bytes, QPNs (seeded from the OS)
   uint32_t live_mrs_ = 0;
   ZeroedArray<Qp*> qp_table_;                   // by QPN, the one QP table (engine reads; written under run_sync)
+  ZeroedArray<Srq*> srq_table_;                 // by SRQ number (engine reads; written under run_sync)
+  uint32_t next_srqn_ = 1;                      // where the search for a free number starts (0 is never one)
   McastTable mcast_;
   void mcast_rx(transport::Engine& engine, transport::RoceRx& pkt) noexcept;  // [engine]
   void comm_est(Qp& qp) noexcept;                                              // [engine]
   std::function<void(Qp&)> comm_est_hook_;                                     // [engine]
-  Qp* make_qp(Pd* pd, const ibv_qp_init_attr& init, uint32_t qpn, Qp::Rings& rings, int* err);
+  Qp* make_qp(Pd* pd, const ibv_qp_init_attr& init, uint32_t qpn, Qp::Rings& rings, int* err,
+              Xrcd* xrcd = nullptr);
+  // [engine] Whether `init` (with `pd`, `xrcd`) names objects of this
+  // device as its QP type needs them, within the device's caps.
+  bool qp_init_ok(Pd* pd, const ibv_qp_init_attr& init, Xrcd* xrcd) const;
   // The ring memory of a QP made with `init` (caller's thread): 0, EINVAL
   // (caps above the device's), ENOMEM.
   static int qp_rings(const ibv_qp_init_attr& init, const RingAllocator* alloc, Qp::Rings* rings);
