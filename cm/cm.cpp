@@ -338,7 +338,8 @@ CmState Cm::bad_call(CmId& id, Input& in) {
 CmState Cm::do_connect(CmId& id, Input& in) {
   const auto& p = *static_cast<const ConnectParams*>(in.params);
   if (p.private_data.size() > sizeof(ReqMsg{}.private_data) ||
-      (p.transport != CmTransport::RC && p.transport != CmTransport::UC) || p.max_cm_retries > 15 ||
+      (p.transport != CmTransport::RC && p.transport != CmTransport::UC && p.transport != CmTransport::Xrc) ||
+      p.max_cm_retries > 15 ||
       p.remote_cm_response_timeout > 31 || p.local_cm_response_timeout > 31) {
     in.rc = -EINVAL;
     return id.state;
@@ -358,19 +359,25 @@ CmState Cm::do_connect(CmId& id, Input& in) {
   r.local_ca_guid = cfg_.ca_guid;
   r.local_qkey = p.qkey;
   r.local_qpn = p.qpn.value();
-  r.responder_resources = p.responder_resources;
   r.initiator_depth = p.initiator_depth;
   r.remote_cm_response_timeout = p.remote_cm_response_timeout;
   r.transport_service_type = static_cast<uint8_t>(p.transport);
   r.end_to_end_flow_control = p.flow_control ? 1 : 0;
   r.starting_psn = p.starting_psn.value();
   r.local_cm_response_timeout = p.local_cm_response_timeout;
-  r.retry_count = p.retry_count & 7;
   r.partition_key = p.path.pkey;
   r.path_mtu = p.path.mtu & 0xF;
-  r.rnr_retry_count = p.rnr_retry_count & 7;
   r.max_cm_retries = p.max_cm_retries;
-  r.srq = p.srq ? 1 : 0;
+  if (p.transport == CmTransport::Xrc) {
+    // Annex A14: an XRC send QP has no responder, retries nothing the REQ
+    // would announce, and has no SRQ of its own (ib_cm leaves them 0).
+    r.extended_transport_type = kExtTransportXrc;
+  } else {
+    r.responder_resources = p.responder_resources;
+    r.retry_count = p.retry_count & 7;
+    r.rnr_retry_count = p.rnr_retry_count & 7;
+    r.srq = p.srq ? 1 : 0;
+  }
   r.primary_local_lid = p.path.local_lid;
   r.primary_remote_lid = p.path.remote_lid;
   r.primary_local_gid = p.path.local_gid;
@@ -402,7 +409,7 @@ CmState Cm::rx_req_new(CmId& id, Input& in) {
   id.remote_ca_guid = req.local_ca_guid;
   id.remote_qpn = Qpn(req.local_qpn);
   id.service_id = req.service_id;
-  id.transport = static_cast<CmTransport>(req.transport_service_type);
+  id.transport = static_cast<CmTransport>(req.transport_service_type);  // rx_req let only RC, UC and XRC in
   id.peer = *in.from;
   id.tid = tid_of(in.mad);
   id.max_retries = req.max_cm_retries;
@@ -432,14 +439,21 @@ CmState Cm::do_accept(CmId& id, Input& in) {
   r.local_comm_id = id.local_id;
   r.remote_comm_id = id.remote_id;
   r.local_qkey = p.qkey;
-  r.local_qpn = p.qpn.value();
   r.starting_psn = p.starting_psn.value();
   r.responder_resources = p.responder_resources;
-  r.initiator_depth = p.initiator_depth;
   r.target_ack_delay = p.target_ack_delay & 0x1F;
-  r.end_to_end_flow_control = p.flow_control ? 1 : 0;
   r.rnr_retry_count = p.rnr_retry_count & 7;
-  r.srq = p.srq ? 1 : 0;
+  if (id.transport == CmTransport::Xrc) {
+    // Annex A14 (and ib_cm): an XRC receive QP is named by the Local EECN,
+    // always takes its receives from SRQs, and initiates nothing.
+    r.local_eecn = p.qpn.value();
+    r.srq = 1;
+  } else {
+    r.local_qpn = p.qpn.value();
+    r.initiator_depth = p.initiator_depth;
+    r.end_to_end_flow_control = p.flow_control ? 1 : 0;
+    r.srq = p.srq ? 1 : 0;
+  }
   r.local_ca_guid = cfg_.ca_guid;
   copy_in(r.private_data, p.private_data);
 
@@ -512,7 +526,8 @@ CmState Cm::rx_rep(CmId& id, Input& in) {
   // this attempt ends: its consumer sees the rejection (reason 10) now
   // rather than after the REQ's retries.
   CmId* by_id = by_remote(rep.local_ca_guid, rep.local_comm_id);
-  CmId* by_qpn = by_remote_qpn(rep.local_ca_guid, Qpn(rep.local_qpn));
+  const Qpn rep_qpn(id.transport == CmTransport::Xrc ? rep.local_eecn : rep.local_qpn);  // annex A14
+  CmId* by_qpn = by_remote_qpn(rep.local_ca_guid, rep_qpn);
   if ((by_id != nullptr && by_id != &id) || (by_qpn != nullptr && by_qpn != &id)) {
     ctr_.inc(CmCtr::rej_stale_rep);
     RejMsg j;
@@ -536,7 +551,7 @@ CmState Cm::rx_rep(CmId& id, Input& in) {
   id.rep = rep;
   id.remote_id = rep.local_comm_id;
   id.remote_ca_guid = rep.local_ca_guid;
-  id.remote_qpn = Qpn(rep.local_qpn);
+  id.remote_qpn = rep_qpn;
   // 12.6.5/12.6.8 (Responder Resources, Initiator Depth): what we may have in flight is bounded by the peer's
   // responder resources, and the other way round.
   id.initiator_depth = std::min(id.req.initiator_depth, rep.responder_resources);
@@ -1103,7 +1118,8 @@ void Cm::rx_req(const MadAddr& from, const uint8_t* mad) {
     return;
   }
   const auto ts = static_cast<CmTransport>(req.transport_service_type());
-  if (ts != CmTransport::RC && ts != CmTransport::UC) {
+  const bool xrc = ts == CmTransport::Xrc && req.extended_transport_type() == kExtTransportXrc;
+  if (ts != CmTransport::RC && ts != CmTransport::UC && !xrc) {
     ctr_.inc(CmCtr::rej_transport);
     send_rej_stateless(from, tid, req.local_comm_id(), RejReason::InvalidTransportType, CmMsgRef::Req);
     return;
@@ -1296,7 +1312,14 @@ int Cm::init_qp_attr(const CmId* id, ibv_qp_state state, ibv_qp_attr& attr, int&
                                    : (id->state == CmState::ReqRcvd || id->state == CmState::MraReqSent ||
                                       id->state == CmState::RepSent || id->state == CmState::MraRepRcvd ||
                                       id->state == CmState::Established);
+  // The reliable service's attributes, each for the half that has it (as
+  // ib_cm's cm_init_qp_rtr_attr / _rts_attr): RC both; XRC's receive QP
+  // (the passive side) the responder's and a timeout, its send QP the
+  // requester's.
+  const bool xrc = id->transport == CmTransport::Xrc;
   const bool rc = id->transport == CmTransport::RC;
+  const bool responds = rc || (xrc && !id->active);
+  const bool requests = rc || (xrc && id->active);
   attr = ibv_qp_attr{};
   attr.qp_state = state;
   switch (state) {
@@ -1304,7 +1327,8 @@ int Cm::init_qp_attr(const CmId* id, ibv_qp_state state, ibv_qp_attr& attr, int&
       attr.pkey_index = 0;
       attr.port_num = 1;
       attr.qp_access_flags = IBV_ACCESS_REMOTE_WRITE;
-      if (rc && id->responder_resources > 0) attr.qp_access_flags |= IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC;
+      if (responds && id->responder_resources > 0)
+        attr.qp_access_flags |= IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC;
       mask = IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS;
       return 0;
     case IBV_QPS_RTR: {
@@ -1331,7 +1355,7 @@ int Cm::init_qp_attr(const CmId* id, ibv_qp_state state, ibv_qp_attr& attr, int&
       attr.ah_attr.grh.hop_limit = r.primary_hop_limit;
       attr.ah_attr.grh.traffic_class = r.primary_traffic_class;
       mask = IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN;
-      if (rc) {
+      if (responds) {
         attr.max_dest_rd_atomic = id->responder_resources;
         attr.min_rnr_timer = 0;
         mask |= IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER;
@@ -1343,7 +1367,11 @@ int Cm::init_qp_attr(const CmId* id, ibv_qp_state state, ibv_qp_attr& attr, int&
       const ReqMsg& r = id->req;
       attr.sq_psn = id->active ? id->rep.starting_psn : r.starting_psn;  // the peer's receive PSN
       mask = IBV_QP_STATE | IBV_QP_SQ_PSN;
-      if (rc) {
+      if (responds && !requests) {
+        attr.timeout = r.primary_local_ack_timeout;
+        mask |= IBV_QP_TIMEOUT;
+      }
+      if (requests) {
         attr.timeout = r.primary_local_ack_timeout;
         attr.retry_cnt = r.retry_count;
         // The RNR retry count a side uses is the one its peer asked for

@@ -298,8 +298,11 @@ static_assert(sizeof(SidrRepMsg{}.private_data) == 136 && 96 + 136 == kCmBodySiz
 
 // ---- enumerations with the spec's numbers ----------------------------------
 
-// REQ Transport Service Type (table 106): 0 RC, 1 UC, 2 RD, 3 reserved.
-enum class CmTransport : uint8_t { RC = 0, UC = 1, RD = 2 };
+// REQ Transport Service Type (table 106): 0 RC, 1 UC, 2 RD; 3 with the
+// Extended Transport Type 1 is XRC (annex A14, as Linux's ib_cm sends and
+// reads it).
+enum class CmTransport : uint8_t { RC = 0, UC = 1, RD = 2, Xrc = 3 };
+inline constexpr uint8_t kExtTransportXrc = 1;
 
 // MRA "Message MRAed" and REJ "Message REJected" (tables 107, 108).
 enum class CmMsgRef : uint8_t { Req = 0, Rep = 1, Other = 2 };

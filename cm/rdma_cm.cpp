@@ -267,7 +267,11 @@ void RdmaCm::ack_event(const RdmaEvent& ev) {
 int RdmaCm::create_id(RdmaChannel* ch, void* user, rdma_port_space ps, ibv_qp_type qp_type, RdmaId** out) {
   if (out == nullptr) return EINVAL;
   if (ps != RDMA_PS_TCP && ps != RDMA_PS_UDP && ps != RDMA_PS_IB && ps != RDMA_PS_IPOIB) return EINVAL;
-  if (qp_type != IBV_QPT_RC && qp_type != IBV_QPT_UC && qp_type != IBV_QPT_UD) return EINVAL;
+  // RC, UC, UD, and XRC's two halves (rdma_xclient / rdma_xserver -c x):
+  // what the kernel's rdma_cm takes in RDMA_PS_IB.
+  if (qp_type != IBV_QPT_RC && qp_type != IBV_QPT_UC && qp_type != IBV_QPT_UD && qp_type != IBV_QPT_XRC_SEND &&
+      qp_type != IBV_QPT_XRC_RECV)
+    return EINVAL;
   auto* id = new RdmaId;
   id->user = user;
   id->channel = ch;
@@ -580,9 +584,13 @@ void RdmaCm::on_req(RdmaDev& d, const CmEvent& ev, bool sidr) {
   auto* id = new RdmaId;
   id->channel = l->channel;
   id->ps = l->ps;
-  id->qp_type = sidr ? IBV_QPT_UD : (ev.req->transport_service_type == static_cast<uint8_t>(CmTransport::UC)
-                                         ? IBV_QPT_UC
-                                         : IBV_QPT_RC);
+  // The request's service makes the new id's QP type (an XRC REQ comes
+  // from a send QP, so the id gets a receive QP, as the kernel's rdma_cm).
+  const auto service = static_cast<CmTransport>(sidr ? 0 : ev.req->transport_service_type);
+  id->qp_type = sidr                           ? IBV_QPT_UD
+                : service == CmTransport::UC  ? IBV_QPT_UC
+                : service == CmTransport::Xrc ? IBV_QPT_XRC_RECV
+                                              : IBV_QPT_RC;
   id->addr_timer.cb = &RdmaCm::on_addr_timer;
   id->addr_timer.owner = id;
   id->dev = &d;
@@ -897,7 +905,9 @@ int RdmaCm::connect(RdmaId* id, const rdma_conn_param* param) {
       p.dest = dest;
       p.service_id = sid;
       p.path = id->path;
-      p.transport = id->qp_type == IBV_QPT_UC ? CmTransport::UC : CmTransport::RC;
+      p.transport = id->qp_type == IBV_QPT_UC         ? CmTransport::UC
+                    : id->qp_type == IBV_QPT_XRC_SEND ? CmTransport::Xrc
+                                                      : CmTransport::RC;
       p.qpn = Qpn(id->qp != nullptr ? id->qp->qpn().value() : param->qp_num);
       p.starting_psn = Psn(random_psn());
       const rdma_conn_param none{};

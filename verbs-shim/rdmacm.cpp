@@ -13,6 +13,7 @@
 // rdma_get_request, rdma_create_qp's CQs and default PD, rdma_getaddrinfo.
 // rsockets are not provided (ENOSYS), except rpoll/rselect which pass
 // through to poll/select (rping, ucmatose and udaddy import them).
+#include <fcntl.h>
 #include <netdb.h>
 #include <poll.h>
 #include <rdma/rdma_cma.h>
@@ -107,6 +108,23 @@ ibv_pd* default_pd(ibv_context* verbs) {
   ibv_pd*& pd = pds[verbs];
   if (pd == nullptr) pd = ibv_alloc_pd(verbs);
   return pd;
+}
+
+// One anonymous XRC domain per device for XRC receive QPs and SRQs made
+// without one (librdmacm: ucma_get_xrcd); closed with the device.
+ibv_xrcd* default_xrcd(ibv_context* verbs) {
+  static std::mutex mu;
+  static std::map<ibv_context*, ibv_xrcd*> xrcds;
+  std::lock_guard lock(mu);
+  ibv_xrcd*& x = xrcds[verbs];
+  if (x == nullptr) {
+    ibv_xrcd_init_attr a{};
+    a.comp_mask = IBV_XRCD_INIT_ATTR_FD | IBV_XRCD_INIT_ATTR_OFLAGS;
+    a.fd = -1;
+    a.oflags = O_CREAT;
+    x = ibv_open_xrcd(verbs, &a);
+  }
+  return x;
 }
 
 socklen_t addr_len(const sockaddr* s) {
@@ -314,8 +332,10 @@ int complete(Id* x) {
 }
 
 void destroy_cqs(Id* x) {
-  if (!x->own_cqs) return;
   rdma_cm_id& id = x->id;
+  // An XRC receive id's CQ is its SRQ's (rdma_create_srq made it): it goes
+  // with the SRQ (librdmacm's ucma_destroy_cqs).
+  if (!x->own_cqs || (id.qp_type == IBV_QPT_XRC_RECV && id.srq != nullptr)) return;
   if (id.send_cq != nullptr && id.send_cq != id.recv_cq) ibv_destroy_cq(id.send_cq);
   if (id.recv_cq != nullptr) ibv_destroy_cq(id.recv_cq);
   if (id.send_cq_channel != nullptr && id.send_cq_channel != id.recv_cq_channel)
@@ -584,6 +604,16 @@ RDMACM_EXPORT void rdma_free_devices(ibv_context** list) noexcept { std::free(li
 
 RDMACM_EXPORT int rdma_create_qp(rdma_cm_id* id, ibv_pd* pd, ibv_qp_init_attr* qp_init_attr) noexcept {
   if (id == nullptr || qp_init_attr == nullptr || id->verbs == nullptr || id->qp != nullptr) return fail(EINVAL, -1);
+  if (id->qp_type == IBV_QPT_XRC_RECV) {  // needs its domain: the extended call (as librdmacm)
+    ibv_qp_init_attr_ex ex{};
+    std::memcpy(&ex, qp_init_attr, sizeof *qp_init_attr);
+    ex.qp_type = IBV_QPT_XRC_RECV;
+    ex.comp_mask = pd != nullptr ? IBV_QP_INIT_ATTR_PD : 0;
+    ex.pd = pd;
+    const int rc = rdma_create_qp_ex(id, &ex);
+    std::memcpy(qp_init_attr, &ex, sizeof *qp_init_attr);
+    return rc;
+  }
   Id* x = to_id(id);
   if (pd == nullptr) pd = id->pd != nullptr ? id->pd : default_pd(id->verbs);
   if (pd == nullptr || pd->context != id->verbs) return fail(EINVAL, -1);
@@ -607,6 +637,20 @@ RDMACM_EXPORT int rdma_create_qp(rdma_cm_id* id, ibv_pd* pd, ibv_qp_init_attr* q
 RDMACM_EXPORT int rdma_create_qp_ex(rdma_cm_id* id, ibv_qp_init_attr_ex* attr) noexcept {
   if (id == nullptr || attr == nullptr || id->verbs == nullptr || id->qp != nullptr) return fail(EINVAL, -1);
   Id* x = to_id(id);
+  if (id->qp_type == IBV_QPT_XRC_RECV) {
+    // An XRC receive QP: the id's domain, no PD, no CQs (its SRQs have
+    // them); the device's own domain when none is given.
+    attr->qp_type = IBV_QPT_XRC_RECV;
+    if ((attr->comp_mask & IBV_QP_INIT_ATTR_XRCD) == 0 || attr->xrcd == nullptr) {
+      attr->xrcd = default_xrcd(id->verbs);
+      if (attr->xrcd == nullptr) return -1;
+      attr->comp_mask |= IBV_QP_INIT_ATTR_XRCD;
+    }
+    attr->comp_mask &= ~uint32_t{IBV_QP_INIT_ATTR_PD};
+    ibv_qp* qp = ibv_create_qp_ex(id->verbs, attr);
+    if (qp == nullptr) return -1;
+    return attach(x, qp, id->pd);
+  }
   ibv_pd* pd = (attr->comp_mask & IBV_QP_INIT_ATTR_PD) != 0 ? attr->pd : nullptr;
   if (pd == nullptr) pd = id->pd != nullptr ? id->pd : default_pd(id->verbs);
   if (pd == nullptr || pd->context != id->verbs) return fail(EINVAL, -1);
@@ -638,6 +682,17 @@ RDMACM_EXPORT void rdma_destroy_qp(rdma_cm_id* id) noexcept {
 
 RDMACM_EXPORT int rdma_create_srq(rdma_cm_id* id, ibv_pd* pd, ibv_srq_init_attr* attr) noexcept {
   if (id == nullptr || attr == nullptr || id->verbs == nullptr) return fail(EINVAL, -1);
+  if (id->qp_type == IBV_QPT_XRC_RECV) {  // an XRC receive id's SRQ is an XRC SRQ (librdmacm)
+    ibv_srq_init_attr_ex ex{};
+    ex.srq_context = attr->srq_context;
+    ex.attr = attr->attr;
+    ex.comp_mask = IBV_SRQ_INIT_ATTR_TYPE | (pd != nullptr ? IBV_SRQ_INIT_ATTR_PD : 0);
+    ex.srq_type = IBV_SRQT_XRC;
+    ex.pd = pd;
+    const int rc = rdma_create_srq_ex(id, &ex);
+    attr->attr = ex.attr;
+    return rc;
+  }
   if (pd == nullptr) pd = id->pd != nullptr ? id->pd : default_pd(id->verbs);
   if (pd == nullptr) return fail(EINVAL, -1);
   ibv_srq* srq = ibv_create_srq(pd, attr);
@@ -648,9 +703,39 @@ RDMACM_EXPORT int rdma_create_srq(rdma_cm_id* id, ibv_pd* pd, ibv_srq_init_attr*
 }
 
 RDMACM_EXPORT int rdma_create_srq_ex(rdma_cm_id* id, ibv_srq_init_attr_ex* attr) noexcept {
-  if (id == nullptr || attr == nullptr) return fail(EINVAL, -1);
-  if ((attr->comp_mask & IBV_SRQ_INIT_ATTR_TYPE) != 0 && attr->srq_type != IBV_SRQT_BASIC)
-    return fail(EOPNOTSUPP, -1);
+  if (id == nullptr || attr == nullptr || id->verbs == nullptr) return fail(EINVAL, -1);
+  // librdmacm's rdma_create_srq_ex: the type must be given.
+  if ((attr->comp_mask & IBV_SRQ_INIT_ATTR_TYPE) == 0) return fail(EINVAL, -1);
+  if (attr->srq_type == IBV_SRQT_XRC) {
+    // The id's PD, the device's domain and a receive CQ of the id's own
+    // (rdma_get_recv_comp polls it) unless given.
+    Id* x = to_id(id);
+    if ((attr->comp_mask & IBV_SRQ_INIT_ATTR_PD) == 0 || attr->pd == nullptr) {
+      attr->pd = id->pd != nullptr ? id->pd : default_pd(id->verbs);
+      attr->comp_mask |= IBV_SRQ_INIT_ATTR_PD;
+    }
+    if ((attr->comp_mask & IBV_SRQ_INIT_ATTR_XRCD) == 0 || attr->xrcd == nullptr) {
+      attr->xrcd = default_xrcd(id->verbs);
+      if (attr->xrcd == nullptr) return -1;
+    }
+    bool made_cq = false;
+    if ((attr->comp_mask & IBV_SRQ_INIT_ATTR_CQ) == 0 || attr->cq == nullptr) {
+      if (id->recv_cq != nullptr || create_cqs(x, 0, attr->attr.max_wr) != 0) return fail(EINVAL, -1);
+      attr->cq = id->recv_cq;
+      made_cq = true;
+    }
+    attr->comp_mask |= IBV_SRQ_INIT_ATTR_XRCD | IBV_SRQ_INIT_ATTR_CQ;
+    ibv_srq* srq = ibv_create_srq_ex(id->verbs, attr);
+    if (srq == nullptr) {
+      const int e = errno;
+      if (made_cq) destroy_cqs(x);
+      return fail(e, -1);
+    }
+    id->srq = srq;
+    if (id->pd == nullptr) id->pd = attr->pd;
+    return 0;
+  }
+  if (attr->srq_type != IBV_SRQT_BASIC) return fail(EOPNOTSUPP, -1);
   ibv_srq_init_attr a{};
   a.srq_context = attr->srq_context;
   a.attr = attr->attr;
@@ -661,6 +746,7 @@ RDMACM_EXPORT void rdma_destroy_srq(rdma_cm_id* id) noexcept {
   if (id == nullptr || id->srq == nullptr) return;
   ibv_destroy_srq(id->srq);
   id->srq = nullptr;
+  destroy_cqs(to_id(id));  // an XRC SRQ's CQ, when rdma_create_srq made it
 }
 
 // ---- endpoints (synchronous ids) ----------------------------------------------------------

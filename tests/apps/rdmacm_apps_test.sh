@@ -72,6 +72,7 @@ PROGRAMS=(
   "mckey|mckey -m 239.1.1.1 -b @S@ -c 2 -C 10|mckey -m 239.1.1.1 -s -b @C@ -c 2 -C 10|data transfers complete|data transfers complete||"
   "rdma_server|rdma_server|rdma_client -s @S@|rdma_client: end 0|rdma_server: end 0||"
   "rdma_xserver|rdma_xserver|rdma_xclient -s @S@|rdma_xclient: end 0|rdma_xserver: end 0||"
+  "rdma_xserver-xrc|rdma_xserver -c x|rdma_xclient -s @S@ -c x|rdma_xclient: end 0|rdma_xserver: end 0||"
   "cmtime|cmtime|cmtime -s @S@ -c 100|^connect +:||25|"
 )
 

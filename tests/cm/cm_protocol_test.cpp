@@ -294,6 +294,87 @@ TEST_F(CmPair, ConnectTransferAttrsAndDisconnect) {
   EXPECT_EQ(cm[1]->counters().get(CmCtr::retransmits), 0u);
 }
 
+// XRC (annex A14, as Linux's ib_cm): the REQ says Transport Service Type 3
+// with Extended Transport Type 1 and leaves the responder's fields 0; the
+// REP names the receive QP in its Local EECN, with SRQ set; each side's QP
+// attributes are its half's (receive QP: responder and a timeout; send QP:
+// requester); the DREQ names the receive QP.
+TEST_F(CmPair, XrcConnectionFields) {
+  listen_b();
+  auto_consumers();
+  CmId* a = cm[0]->create_id();
+  ConnectParams p = params_a();
+  p.transport = CmTransport::Xrc;
+  ASSERT_EQ(cm[0]->connect(a, p), 0);
+  run(1 * kMs);
+  ASSERT_EQ(types(0), (std::vector{CmEventType::RepReceived, CmEventType::Established}));
+  ASSERT_NE(b_id, nullptr);
+  EXPECT_EQ(b_id->transport, CmTransport::Xrc);
+
+  const ReqViewC req(w.log()[0].body());
+  EXPECT_EQ(req.transport_service_type(), 3u);
+  EXPECT_EQ(req.extended_transport_type(), 1u);
+  EXPECT_EQ(req.local_qpn(), 0x15u);
+  EXPECT_EQ(req.responder_resources(), 0u);
+  EXPECT_EQ(req.retry_count(), 0u);
+  EXPECT_EQ(req.rnr_retry_count(), 0u);
+  EXPECT_EQ(req.srq(), 0u);
+  const RepViewC rep(w.log()[1].body());
+  EXPECT_EQ(rep.local_eecn(), 0x16u);
+  EXPECT_EQ(rep.local_qpn(), 0u);
+  EXPECT_EQ(rep.srq(), 1u);
+  EXPECT_EQ(rep.initiator_depth(), 0u);
+
+  ibv_qp_attr qa{};
+  int mask = 0;
+  ASSERT_EQ(cm[0]->init_qp_attr(a, IBV_QPS_RTR, qa, mask), 0);
+  EXPECT_EQ(qa.dest_qp_num, 0x16u) << "from the REP's Local EECN";
+  EXPECT_EQ(mask, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN);
+  ASSERT_EQ(cm[0]->init_qp_attr(a, IBV_QPS_RTS, qa, mask), 0);
+  EXPECT_EQ(mask, IBV_QP_STATE | IBV_QP_SQ_PSN | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
+                      IBV_QP_MAX_QP_RD_ATOMIC);
+  ASSERT_EQ(cm[1]->init_qp_attr(b_id, IBV_QPS_RTR, qa, mask), 0);
+  EXPECT_EQ(qa.dest_qp_num, 0x15u);
+  EXPECT_EQ(mask, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
+                      IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER);
+  ASSERT_EQ(cm[1]->init_qp_attr(b_id, IBV_QPS_RTS, qa, mask), 0);
+  EXPECT_EQ(mask, IBV_QP_STATE | IBV_QP_SQ_PSN | IBV_QP_TIMEOUT);
+  EXPECT_EQ(qa.timeout, 14);
+
+  hook[1] = [this](const CmEvent& e) {
+    if (e.type == CmEventType::DreqReceived) {
+      EXPECT_EQ(cm[1]->disconnect(e.id), 0);
+    }
+  };
+  EXPECT_EQ(cm[0]->disconnect(a), 0);
+  run(1 * kMs);
+  EXPECT_EQ(DreqViewC(w.log()[3].body()).remote_qpn_eecn(), 0x16u);
+  EXPECT_EQ(b_id->state, CmState::TimeWait);
+}
+
+// A REQ for a service this CM does not carry (RD; type 3 with another
+// extended type) is rejected "invalid transport type" (IBA table 109).
+TEST_F(CmPair, ReqForAnotherTransportIsRejected) {
+  listen_b();
+  auto_consumers();
+  for (const auto& [ts, ext] : {std::pair{2, 0}, std::pair{3, 0}, std::pair{3, 2}}) {
+    ev[0].clear();
+    CmId* a = cm[0]->create_id();
+    ASSERT_EQ(cm[0]->connect(a, params_a()), 0);
+    // Rewrite the REQ on its way (its MAD is the last one sent).
+    w.tamper([ts, ext](uint8_t* mad) {
+      ReqView r(mad + kMadHdrSize);
+      r.set_transport_service_type(static_cast<uint8_t>(ts));
+      r.set_extended_transport_type(static_cast<uint8_t>(ext));
+    });
+    run(1 * kMs);
+    const CmEvent* rej = last(0, CmEventType::RejReceived);
+    ASSERT_NE(rej, nullptr) << ts << "/" << ext;
+    EXPECT_EQ(rej->reason, static_cast<uint16_t>(RejReason::InvalidTransportType));
+  }
+  EXPECT_EQ(cm[1]->counters().get(CmCtr::rej_transport), 3u);
+}
+
 TEST_F(CmPair, RejectWithPrivateData) {
   listen_b();
   hook[1] = [this](const CmEvent& e) {

@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <optional>
 #include <vector>
 
@@ -78,6 +79,14 @@ class LoopWire {
     s.dropped = copies == 0;
     log_.push_back(s);
     for (unsigned i = 0; i < copies; ++i) queue_.push_back(s);
+  }
+
+  // Rewrite the MAD sent last, before it is delivered (what a peer of
+  // another kind would have sent).
+  void tamper(const std::function<void(uint8_t* mad)>& f) {
+    if (queue_.empty()) return;
+    f(queue_.back().mad.data());
+    log_.back().mad = queue_.back().mad;
   }
 
   // Deliver everything queued (and what the answers queue) in order.
