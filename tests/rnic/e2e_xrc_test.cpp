@@ -14,6 +14,7 @@
 //                open_xrc_qp handles, what each XRC QP type refuses
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
 #include <vector>
 
@@ -119,7 +120,8 @@ TEST_F(Xrc, SendsLandInTheSrqEachRequestNamesAndCompleteOnItsCq) {
     }
     std::vector<uint8_t> want(sizes[i]);
     fill_pattern(want, i);
-    EXPECT_EQ(std::memcmp(dst.data() + i * kSlot, want.data(), sizes[i]), 0) << "size " << sizes[i];
+    const std::span<const uint8_t> got = dst.bytes(i * kSlot, sizes[i]);
+    EXPECT_TRUE(std::equal(got.begin(), got.end(), want.begin())) << "size " << sizes[i];
   }
   EXPECT_TRUE(h.poll_cq(cq1).empty());
   EXPECT_TRUE(h.poll_cq(cq2).empty());
