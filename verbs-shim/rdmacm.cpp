@@ -11,8 +11,7 @@
 // static_asserts below), synchronous ids (a NULL channel: each call waits
 // for its own event and leaves it in id->event), rdma_create_ep /
 // rdma_get_request, rdma_create_qp's CQs and default PD, rdma_getaddrinfo.
-// rsockets are not provided (ENOSYS), except rpoll/rselect which pass
-// through to poll/select (rping, ucmatose and udaddy import them).
+// rsockets are rsocket.cpp's, on the same calls.
 #include <fcntl.h>
 #include <netdb.h>
 #include <poll.h>
@@ -966,14 +965,10 @@ RDMACM_EXPORT int rdma_getaddrinfo(const char* node, const char* service, const 
   return 0;
 }
 
-// ---- rsockets: not provided; rpoll/rselect pass through -----------------------------------------
-
-RDMACM_EXPORT int rpoll(pollfd* fds, nfds_t nfds, int timeout) noexcept { return poll(fds, nfds, timeout); }
-RDMACM_EXPORT int rselect(int nfds, fd_set* r, fd_set* w, fd_set* e, timeval* t) noexcept {
-  return select(nfds, r, w, e, t);
-}
-// repoll_* (rdma-core 58, RDMACM_1.5): epoll over rsockets and other fds.
-// With no rsockets every fd is an ordinary one: epoll itself.
+// ---- repoll (rdma-core 58, RDMACM_1.5) -----------------------------------------------------------
+// epoll over ordinary fds; an rsocket's fd (rsocket.cpp) is its rdma_cm
+// channel's, which epoll sees only for connection events: use rpoll for
+// rsockets.
 RDMACM_EXPORT int repoll_create(int flags) noexcept { return epoll_create1(flags); }
 RDMACM_EXPORT int repoll_ctl(int epfd, int op, int fd, epoll_event* event) noexcept {
   return epoll_ctl(epfd, op, fd, event);
@@ -981,32 +976,3 @@ RDMACM_EXPORT int repoll_ctl(int epfd, int op, int fd, epoll_event* event) noexc
 RDMACM_EXPORT int repoll_wait(int epfd, epoll_event* events, int maxevents, int timeout) noexcept {
   return epoll_wait(epfd, events, maxevents, timeout);
 }
-RDMACM_EXPORT int rsocket(int, int, int) noexcept { return fail(ENOSYS, -1); }
-RDMACM_EXPORT int rbind(int, const sockaddr*, socklen_t) noexcept { return fail(ENOSYS, -1); }
-RDMACM_EXPORT int rlisten(int, int) noexcept { return fail(ENOSYS, -1); }
-RDMACM_EXPORT int raccept(int, sockaddr*, socklen_t*) noexcept { return fail(ENOSYS, -1); }
-RDMACM_EXPORT int rconnect(int, const sockaddr*, socklen_t) noexcept { return fail(ENOSYS, -1); }
-RDMACM_EXPORT int rshutdown(int, int) noexcept { return fail(ENOSYS, -1); }
-RDMACM_EXPORT int rclose(int) noexcept { return fail(ENOSYS, -1); }
-RDMACM_EXPORT ssize_t rrecv(int, void*, size_t, int) noexcept { return fail(ENOSYS, ssize_t{-1}); }
-RDMACM_EXPORT ssize_t rrecvfrom(int, void*, size_t, int, sockaddr*, socklen_t*) noexcept {
-  return fail(ENOSYS, ssize_t{-1});
-}
-RDMACM_EXPORT ssize_t rrecvmsg(int, msghdr*, int) noexcept { return fail(ENOSYS, ssize_t{-1}); }
-RDMACM_EXPORT ssize_t rsend(int, const void*, size_t, int) noexcept { return fail(ENOSYS, ssize_t{-1}); }
-RDMACM_EXPORT ssize_t rsendto(int, const void*, size_t, int, const sockaddr*, socklen_t) noexcept {
-  return fail(ENOSYS, ssize_t{-1});
-}
-RDMACM_EXPORT ssize_t rsendmsg(int, const msghdr*, int) noexcept { return fail(ENOSYS, ssize_t{-1}); }
-RDMACM_EXPORT ssize_t rread(int, void*, size_t) noexcept { return fail(ENOSYS, ssize_t{-1}); }
-RDMACM_EXPORT ssize_t rreadv(int, const iovec*, int) noexcept { return fail(ENOSYS, ssize_t{-1}); }
-RDMACM_EXPORT ssize_t rwrite(int, const void*, size_t) noexcept { return fail(ENOSYS, ssize_t{-1}); }
-RDMACM_EXPORT ssize_t rwritev(int, const iovec*, int) noexcept { return fail(ENOSYS, ssize_t{-1}); }
-RDMACM_EXPORT int rgetpeername(int, sockaddr*, socklen_t*) noexcept { return fail(ENOSYS, -1); }
-RDMACM_EXPORT int rgetsockname(int, sockaddr*, socklen_t*) noexcept { return fail(ENOSYS, -1); }
-RDMACM_EXPORT int rsetsockopt(int, int, int, const void*, socklen_t) noexcept { return fail(ENOSYS, -1); }
-RDMACM_EXPORT int rgetsockopt(int, int, int, void*, socklen_t*) noexcept { return fail(ENOSYS, -1); }
-RDMACM_EXPORT int rfcntl(int, int, ...) noexcept { return fail(ENOSYS, -1); }
-RDMACM_EXPORT off_t riomap(int, void*, size_t, int, int, off_t) noexcept { return fail(ENOSYS, off_t{-1}); }
-RDMACM_EXPORT int riounmap(int, void*, size_t) noexcept { return fail(ENOSYS, -1); }
-RDMACM_EXPORT size_t riowrite(int, const void*, size_t, off_t, int) noexcept { return fail(ENOSYS, size_t{0}); }

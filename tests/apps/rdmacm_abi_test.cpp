@@ -1,18 +1,28 @@
 // The librdmacm drop-in in process, as a program built against rdma-core's
 // headers uses it: rdma_getaddrinfo's forms, and a client and a server of
 // one process connected over 127.0.0.1 and over the device's own address
-// (loopback: rdma-core's own tests and fi_pingpong do this).  Two sim
-// devices (sim2.toml); loopback never touches their wire.
+// (loopback: rdma-core's own tests and fi_pingpong do this); rsockets
+// between the two devices.  Two sim devices (sim2.toml); loopback never
+// touches their wire.
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
 #include <infiniband/verbs.h>
 #include <netdb.h>
 #include <rdma/rdma_cma.h>
 #include <rdma/rdma_verbs.h>
+#include <rdma/rsocket.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <netinet/tcp.h>
+#include <sys/mman.h>
+#include <sys/uio.h>
+#include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include "signal_wait.hpp"
 
@@ -223,6 +233,160 @@ TEST(RdmaCmEvents, SignalInterruptsABlockedWait) {
   rdma_ack_cm_event(ev);
   EXPECT_EQ(rdma_destroy_id(id), 0);
   rdma_destroy_event_channel(ch);
+}
+
+
+// ---- rsockets ----------------------------------------------------------------------------
+
+std::vector<uint8_t> pattern(size_t n, uint8_t seed) {
+  std::vector<uint8_t> v(n);
+  for (size_t i = 0; i < n; ++i) v[i] = static_cast<uint8_t>(i * 31 + seed);
+  return v;
+}
+
+// A connected pair: the server on uroce1 (10.9.0.2) accepts in a thread of
+// its own while the client connects from uroce0.
+struct RsPair {
+  int client = -1, server = -1;
+  explicit RsPair(uint16_t port) {
+    const int lfd = rsocket(AF_INET, SOCK_STREAM, 0);
+    EXPECT_GE(lfd, 0) << std::strerror(errno);
+    sockaddr_in l = sin4("10.9.0.2", port);
+    EXPECT_EQ(rbind(lfd, sa(l), sizeof l), 0) << std::strerror(errno);
+    EXPECT_EQ(rlisten(lfd, 1), 0) << std::strerror(errno);
+    std::thread acceptor([&] {
+      sockaddr_in peer{};
+      socklen_t len = sizeof peer;
+      server = raccept(lfd, sa(peer), &len);
+      EXPECT_GE(server, 0) << std::strerror(errno);
+      char ip[32];
+      inet_ntop(AF_INET, &peer.sin_addr, ip, sizeof ip);
+      EXPECT_STREQ(ip, "10.9.0.1");
+    });
+    client = rsocket(AF_INET, SOCK_STREAM, 0);
+    EXPECT_GE(client, 0);
+    sockaddr_in d = sin4("10.9.0.2", port);
+    EXPECT_EQ(rconnect(client, sa(d), sizeof d), 0) << std::strerror(errno);
+    acceptor.join();
+    EXPECT_EQ(rclose(lfd), 0);
+  }
+  ~RsPair() {
+    if (client >= 0) rclose(client);
+    if (server >= 0) rclose(server);
+  }
+};
+
+// A megabyte each way (more than a receive buffer: the grants cycle), read
+// with MSG_WAITALL, with iovecs and a peek; the peer's shutdown is the
+// reader's end of file.
+TEST(Rsocket, StreamBothWaysPeekAndEndOfFile) {
+  RsPair p(7490);
+  ASSERT_GE(p.server, 0);
+  const std::vector<uint8_t> out = pattern(1 << 20, 3);
+  std::thread echo([&] {
+    std::vector<uint8_t> in(out.size());
+    EXPECT_EQ(rrecv(p.server, in.data(), in.size(), MSG_WAITALL), static_cast<ssize_t>(in.size()));
+    EXPECT_EQ(in, out);
+    EXPECT_EQ(rsend(p.server, in.data(), in.size(), 0), static_cast<ssize_t>(in.size()));
+    uint8_t b = 0;
+    EXPECT_EQ(rrecv(p.server, &b, 1, 0), 0) << "the client's shutdown: end of file";
+  });
+  EXPECT_EQ(rsend(p.client, out.data(), out.size(), 0), static_cast<ssize_t>(out.size()));
+  std::vector<uint8_t> back(out.size());
+  uint8_t peek[16] = {};
+  ASSERT_EQ(rrecv(p.client, peek, sizeof peek, MSG_PEEK | MSG_WAITALL), static_cast<ssize_t>(sizeof peek));
+  EXPECT_EQ(std::memcmp(peek, out.data(), sizeof peek), 0);
+  size_t got = 0;
+  while (got < back.size()) {
+    iovec v[2] = {{back.data() + got, std::min<size_t>(1000, back.size() - got)}, {nullptr, 0}};
+    v[1] = {back.data() + got + v[0].iov_len, std::min<size_t>(70000, back.size() - got - v[0].iov_len)};
+    const ssize_t n = rreadv(p.client, v, 2);
+    ASSERT_GT(n, 0) << std::strerror(errno);
+    got += static_cast<size_t>(n);
+  }
+  EXPECT_EQ(back, out);
+  EXPECT_EQ(rshutdown(p.client, SHUT_RDWR), 0);
+  echo.join();
+}
+
+// Non-blocking reads and rpoll over an rsocket and a pipe together.
+TEST(Rsocket, NonBlockingAndPoll) {
+  RsPair p(7491);
+  ASSERT_GE(p.server, 0);
+  ASSERT_EQ(rfcntl(p.client, F_SETFL, O_NONBLOCK), 0);
+  EXPECT_EQ(rfcntl(p.client, F_GETFL), O_NONBLOCK);
+  char buf[64];
+  errno = 0;
+  EXPECT_EQ(rrecv(p.client, buf, sizeof buf, 0), -1);
+  EXPECT_TRUE(errno == EAGAIN || errno == EWOULDBLOCK) << errno;
+  int pipefd[2];
+  ASSERT_EQ(pipe(pipefd), 0);
+  pollfd fds[2] = {{p.client, POLLIN, 0}, {pipefd[0], POLLIN, 0}};
+  EXPECT_EQ(rpoll(fds, 2, 50), 0) << "nothing to read yet";
+  pollfd w{p.client, POLLOUT, 0};
+  EXPECT_EQ(rpoll(&w, 1, 0), 1);
+  EXPECT_NE(w.revents & POLLOUT, 0);
+  ASSERT_EQ(rsend(p.server, "ten bytes!", 10, 0), 10);
+  EXPECT_EQ(rpoll(fds, 2, 5000), 1);
+  EXPECT_NE(fds[0].revents & POLLIN, 0);
+  EXPECT_EQ(fds[1].revents, 0);
+  EXPECT_EQ(rrecv(p.client, buf, sizeof buf, 0), 10);
+  EXPECT_EQ(std::memcmp(buf, "ten bytes!", 10), 0);
+  ASSERT_EQ(write(pipefd[1], "x", 1), 1);
+  EXPECT_EQ(rpoll(fds, 2, 1000), 1);
+  EXPECT_NE(fds[1].revents & POLLIN, 0);
+  close(pipefd[0]);
+  close(pipefd[1]);
+}
+
+TEST(Rsocket, OptionsAndRefusals) {
+  errno = 0;
+  EXPECT_EQ(rsocket(AF_INET, SOCK_DGRAM, 0), -1) << "datagram rsockets are not offered";
+  EXPECT_EQ(errno, ENOTSUP);
+  EXPECT_EQ(rsocket(AF_UNIX, SOCK_STREAM, 0), -1);
+  errno = 0;
+  sockaddr_in any = sin4("10.9.0.1", 0);
+  EXPECT_EQ(rbind(12345, sa(any), sizeof any), -1);
+  EXPECT_EQ(errno, EBADF);
+
+  const int fd = rsocket(AF_INET, SOCK_STREAM, 0);
+  ASSERT_GE(fd, 0);
+  int v = 1 << 16;
+  EXPECT_EQ(rsetsockopt(fd, SOL_SOCKET, SO_RCVBUF, &v, sizeof v), 0);
+  int got = 0;
+  socklen_t len = sizeof got;
+  EXPECT_EQ(rgetsockopt(fd, SOL_SOCKET, SO_RCVBUF, &got, &len), 0);
+  EXPECT_EQ(got, 1 << 17) << "doubled, as librdmacm (and Linux) keep it";
+  v = 128;
+  EXPECT_EQ(rsetsockopt(fd, SOL_RDMA, RDMA_INLINE, &v, sizeof v), 0);
+  EXPECT_EQ(rgetsockopt(fd, SOL_RDMA, RDMA_INLINE, &got, &len), 0);
+  EXPECT_EQ(got, 128);
+  v = 1;
+  EXPECT_EQ(rsetsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &v, sizeof v), 0);
+  EXPECT_EQ(rgetsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &got, &len), 0);
+  EXPECT_EQ(got, 1);
+  errno = 0;
+  EXPECT_EQ(rsetsockopt(fd, SOL_RDMA, RDMA_IOMAPSIZE, &v, sizeof v), -1);
+  EXPECT_EQ(errno, ENOTSUP);
+  // Nobody listens on this port of uroce1: the connection is refused, and
+  // SO_ERROR says so once.
+  sockaddr_in d = sin4("10.9.0.2", 7499);
+  errno = 0;
+  EXPECT_EQ(rconnect(fd, sa(d), sizeof d), -1);
+  EXPECT_EQ(errno, ECONNREFUSED);
+  EXPECT_EQ(rgetsockopt(fd, SOL_SOCKET, SO_ERROR, &got, &len), 0);
+  EXPECT_EQ(got, ECONNREFUSED);
+  EXPECT_EQ(rgetsockopt(fd, SOL_SOCKET, SO_ERROR, &got, &len), 0);
+  EXPECT_EQ(got, 0);
+  char b = 0;
+  errno = 0;
+  EXPECT_EQ(rsend(fd, &b, 1, 0), -1);
+  EXPECT_EQ(errno, ENOTCONN);
+  errno = 0;
+  EXPECT_EQ(riomap(fd, &b, 1, PROT_WRITE, 0, 0), -1);
+  EXPECT_EQ(errno, EOPNOTSUPP);
+  EXPECT_EQ(rclose(fd), 0);
+  EXPECT_EQ(rclose(fd), EBADF) << "closed already";
 }
 
 }  // namespace

@@ -27,7 +27,8 @@ case $MODE in afpacket|memif) ;; *) echo "$0: mode afpacket or memif" >&2; exit 
 
 skip() { echo "SKIP: $*"; exit $EXIT_SKIP; }
 [ "$(id -u)" -eq 0 ] || skip "needs root (DPDK ports, network namespaces)"
-for p in rping ucmatose udaddy mckey rdma_server rdma_client rdma_xserver rdma_xclient cmtime stdbuf; do
+for p in rping ucmatose udaddy mckey rdma_server rdma_client rdma_xserver rdma_xclient cmtime rstream riostream udpong \
+  stdbuf; do
   command -v $p >/dev/null || skip "needs $p (scripts/setup installs rdmacm-utils)"
 done
 
@@ -74,6 +75,11 @@ PROGRAMS=(
   "rdma_xserver|rdma_xserver|rdma_xclient -s @S@|rdma_xclient: end 0|rdma_xserver: end 0||"
   "rdma_xserver-xrc|rdma_xserver -c x|rdma_xclient -s @S@ -c x|rdma_xclient: end 0|rdma_xserver: end 0||"
   "cmtime|cmtime|cmtime -s @S@ -c 100|^connect +:||25|"
+  "rstream|rstream -b @S@|rstream -s @S@|^1m_bw|^1m_bw||"
+  "rstream-blocking-verify|rstream -b @S@ -T b -T v -S 131072 -C 300|rstream -s @S@ -T b -T v -S 131072 -C 300|^custom +128k +300|^custom +128k +300||"
+  "rstream-async-verify|rstream -b @S@ -T a -T v|rstream -s @S@ -T a -T v|^1m_bw|^1m_bw||"
+  "riostream|riostream -b @S@|riostream -s @S@|^1m_bw|^1m_bw||riomap's direct placement (iomap) is not offered"
+  "udpong|udpong -b @S@|udpong -s @S@|^64k +|||datagram rsockets (udpong's UD protocol) are not offered"
 )
 
 run_one() {  # ENTRY

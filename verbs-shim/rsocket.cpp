@@ -1,0 +1,1186 @@
+// rsockets (rsocket(7)) in the drop-in librdmacm.so.1: stream sockets over
+// RC QPs, on librdmacm's own rsocket wire protocol so that rstream and
+// other rsocket programs talk to librdmacm peers (kernel rxe, hardware).
+// Built on this library's rdma_cm calls and the drop-in's verbs, as
+// librdmacm builds its rsockets on its own.
+//
+// The protocol (librdmacm's rsocket.c is its only description):
+//   connection  rdma_cm over RDMA_PS_TCP; REQ and REP carry a 40-byte
+//               ConnData: version 1, flags (byte order, iomap), the
+//               receive credits (the receive queue's depth), the sender's
+//               SGL array to be written with buffer updates, and the first
+//               half of its receive buffer
+//   data        RDMA WRITE with immediate into the peer's receive buffer
+//               at the SGE it last granted; the immediate is op:3 | len:29
+//               (op 0: data); each consumes one receive WQE there
+//   credits     op 4 (SGL): a WRITE with immediate of a 16-byte SGE (the
+//               next free half of the receive buffer) into the peer's SGL
+//               array, or a bare immediate, both carrying the sequence
+//               number up to which the peer may send
+//   control     op 7: disconnect (0), keepalive (1), shutdown (2), as bare
+//               immediates; at most kCtrlSlots outstanding
+// Only stream sockets: SOCK_DGRAM (udpong's UD protocol) and riomap's
+// direct placement are refused (ENOTSUP / EOPNOTSUPP), and a connection
+// never offers an iomap.  Connecting and accepting complete before the call
+// returns, also on a non-blocking socket (0 rather than EINPROGRESS, which
+// a non-blocking connect may do).  A socket is one thread's at a time for
+// sending and one for receiving, as librdmacm's locks allow; rpoll and
+// rselect take rsockets and ordinary fds together.
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <rdma/rdma_cma.h>
+#include <rdma/rdma_verbs.h>
+#include <rdma/rsocket.h>
+#include <sys/select.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cstdarg>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <new>
+#include <vector>
+
+#define RDMACM_EXPORT extern "C" __attribute__((visibility("default")))
+
+namespace {
+
+// ---- the wire protocol -----------------------------------------------------------------
+enum Op : uint32_t { kOpData = 0, kOpWrite = 2, kOpSgl = 4, kOpIomapSgl = 6, kOpCtrl = 7 };
+enum Ctrl : uint32_t { kCtrlDisconnect = 0, kCtrlKeepalive = 1, kCtrlShutdown = 2 };
+constexpr uint32_t make_msg(uint32_t op, uint32_t data) { return op << 29 | (data & 0x1FFFFFFF); }
+constexpr uint32_t msg_op(uint32_t m) { return m >> 29; }
+constexpr uint32_t msg_data(uint32_t m) { return m & 0x1FFFFFFF; }
+
+constexpr uint64_t kRecvWrId = uint64_t{1} << 63;  // receive WQEs; send WQEs carry their message
+constexpr uint32_t kOlapStart = 2048;               // the first chunk of a send; doubles up to:
+constexpr uint32_t kMaxTransfer = 65536;
+constexpr uint32_t kSndLowat = 2048;                // a send waits for this much send buffer
+constexpr uint32_t kQpMinSize = 16, kQpMaxSize = 0xFFFE;
+constexpr uint16_t kCtrlSlots = 4;                  // control messages outstanding
+constexpr uint32_t kSglSize = 2;                    // entries of the SGL array the peer writes
+constexpr uint8_t kConnVersion = 1;
+constexpr uint8_t kFlagNet = 1 << 0;                // the sender is big-endian
+constexpr uint8_t kFlagIomap = 1 << 1;
+constexpr uint32_t kDefInline = 64, kDefQpSize = 384, kDefMem = 1 << 17;
+// A blocking call polls this long before it sleeps on the CQ's channel
+// (librdmacm's default polling_time): a reply often comes within it.
+constexpr auto kPollBeforeSleep = std::chrono::microseconds(10);
+
+struct WireSge {
+  uint64_t addr;
+  uint32_t key;
+  uint32_t length;
+};
+static_assert(sizeof(WireSge) == 16);
+
+struct ConnData {
+  uint8_t version;
+  uint8_t flags;
+  uint16_t credits;  // big-endian
+  uint8_t reserved[3];
+  uint8_t iomap_scale;
+  WireSge target_sgl;  // fields big-endian
+  WireSge data_buf;    // fields big-endian
+};
+static_assert(sizeof(ConnData) == 40);
+
+constexpr bool kHostIsNet = __BYTE_ORDER == __BIG_ENDIAN;
+
+// ---- a socket ----------------------------------------------------------------------------
+// States as bits, so that "connected" keeps its read and write halves.
+enum : uint32_t {
+  kInit = 0,
+  kBound = 0x1,
+  kListening = 0x2,
+  kConnected = 0x100,
+  kWritable = 0x200,
+  kReadable = 0x400,
+  kConnectRdwr = kConnected | kWritable | kReadable,
+  kConnectError = 0x800,
+  kDisconnected = 0x1000,
+  kError = 0x2000,
+};
+
+struct RecvMsg {
+  uint32_t op;
+  uint32_t len;
+};
+
+struct Rsocket {
+  int index = -1;  // the socket number: its rdma_cm id's channel fd
+  rdma_cm_id* id = nullptr;
+  uint32_t state = kInit;
+  int err = 0;
+  int fd_flags = 0;  // O_NONBLOCK
+  uint32_t so_opts = 0, tcp_opts = 0, ipv6_opts = 0;
+  int keepalive_time = 7200;
+  // Sizes (rsetsockopt before connecting).
+  uint32_t sbuf_size = kDefMem, rbuf_size = kDefMem, sq_inline = kDefInline;
+  uint32_t sq_size = kDefQpSize, rq_size = kDefQpSize;
+  // Resources, once connecting.
+  ibv_comp_channel* channel = nullptr;
+  ibv_cq* cq = nullptr;
+  uint8_t* sbuf = nullptr;
+  uint8_t* rbuf = nullptr;
+  WireSge* target_sgl = nullptr;  // the peer's buffer grants, written by the peer
+  ibv_mr* smr = nullptr;
+  ibv_mr* rmr = nullptr;
+  ibv_mr* tmr = nullptr;
+  bool swap_sgl = false;
+  bool cq_armed = false;
+  uint32_t unacked_events = 0;
+  // Sending.
+  uint16_t sseq_no = 0, sseq_comp = 0;  // data messages sent / allowed
+  uint32_t sqe_avail = 0;
+  uint32_t sbuf_bytes_avail = 0;
+  uint16_t ctrl_seqno = 0, ctrl_max_seqno = kCtrlSlots;
+  ibv_sge ssgl[2]{};
+  uint32_t target_sge = 0;
+  WireSge remote_sgl{};  // the peer's SGL array, where our grants go
+  uint32_t remote_sge = 0;
+  // Receiving.
+  uint16_t rseq_no = 0, rseq_comp = 0;
+  uint32_t rbuf_offset = 0, rbuf_free_offset = 0, rbuf_bytes_avail = 0;
+  std::vector<RecvMsg> rmsg;
+  uint32_t rmsg_head = 0, rmsg_tail = 0;
+  std::mutex mu;  // one call at a time; released while a blocking call waits
+};
+
+std::mutex g_mu;
+std::map<int, Rsocket*>& table() {
+  static std::map<int, Rsocket*> t;
+  return t;
+}
+
+Rsocket* lookup(int fd) {
+  std::lock_guard lock(g_mu);
+  auto it = table().find(fd);
+  return it != table().end() ? it->second : nullptr;
+}
+
+template <class T>
+T fail(int err, T ret) {
+  errno = err;
+  return ret;
+}
+
+bool nonblocking(const Rsocket& rs, int flags) { return (rs.fd_flags & O_NONBLOCK) != 0 || (flags & MSG_DONTWAIT) != 0; }
+
+int insert(Rsocket* rs) {
+  rs->index = rs->id->channel->fd;
+  std::lock_guard lock(g_mu);
+  table()[rs->index] = rs;
+  return rs->index;
+}
+
+void* alloc_buf(size_t len) {
+  void* p = nullptr;
+  if (posix_memalign(&p, 4096, std::max<size_t>(len, 1)) != 0) return nullptr;
+  std::memset(p, 0, len);
+  return p;
+}
+
+// ---- resources --------------------------------------------------------------------------
+
+void free_resources(Rsocket* rs) {
+  if (rs->id != nullptr && rs->id->qp != nullptr) rdma_destroy_qp(rs->id);
+  for (ibv_mr* mr : {rs->smr, rs->rmr, rs->tmr})
+    if (mr != nullptr) ibv_dereg_mr(mr);
+  rs->smr = rs->rmr = rs->tmr = nullptr;
+  if (rs->cq != nullptr) {
+    if (rs->unacked_events != 0) ibv_ack_cq_events(rs->cq, rs->unacked_events);
+    ibv_destroy_cq(rs->cq);
+  }
+  if (rs->channel != nullptr) ibv_destroy_comp_channel(rs->channel);
+  rs->cq = nullptr;
+  rs->channel = nullptr;
+  std::free(rs->sbuf);
+  std::free(rs->rbuf);
+  std::free(rs->target_sgl);
+  rs->sbuf = rs->rbuf = nullptr;
+  rs->target_sgl = nullptr;
+}
+
+void destroy(Rsocket* rs) {
+  {
+    std::lock_guard lock(g_mu);
+    table().erase(rs->index);
+  }
+  free_resources(rs);
+  if (rs->id != nullptr) rdma_destroy_id(rs->id);
+  delete rs;
+}
+
+int post_recv(Rsocket* rs) {
+  ibv_recv_wr wr{};
+  wr.wr_id = kRecvWrId;
+  ibv_recv_wr* bad = nullptr;
+  const int rc = ibv_post_recv(rs->id->qp, &wr, &bad);
+  return rc == 0 ? 0 : fail(rc, -1);
+}
+
+// The QP (RC, every WQE signaled), its CQ and channel, the buffers and their
+// registrations, and the receive WQEs (librdmacm's rs_create_ep).
+int create_ep(Rsocket* rs) {
+  rs->sq_size = std::clamp(rs->sq_size, kQpMinSize, kQpMaxSize);
+  rs->rq_size = std::clamp(rs->rq_size, kQpMinSize, kQpMaxSize);
+  ibv_context* verbs = rs->id->verbs;
+  rs->channel = ibv_create_comp_channel(verbs);
+  if (rs->channel == nullptr) return -1;
+  rs->cq = ibv_create_cq(verbs, static_cast<int>(rs->sq_size + rs->rq_size), rs, rs->channel, 0);
+  if (rs->cq == nullptr) return -1;
+  if ((rs->fd_flags & O_NONBLOCK) != 0) fcntl(rs->channel->fd, F_SETFL, O_NONBLOCK);
+  ibv_qp_init_attr qa{};
+  qa.qp_context = rs;
+  qa.send_cq = rs->cq;
+  qa.recv_cq = rs->cq;
+  qa.qp_type = IBV_QPT_RC;
+  qa.sq_sig_all = 1;
+  qa.cap.max_send_wr = rs->sq_size;
+  qa.cap.max_recv_wr = rs->rq_size;
+  qa.cap.max_send_sge = 2;
+  qa.cap.max_recv_sge = 1;
+  qa.cap.max_inline_data = rs->sq_inline;
+  if (rdma_create_qp(rs->id, nullptr, &qa) != 0) return -1;
+  rs->sq_inline = qa.cap.max_inline_data;
+  ibv_pd* pd = rs->id->pd;
+  // The send buffer, with room behind it for control messages' SGEs when
+  // they cannot go inline.
+  const size_t sbuf_total = rs->sbuf_size + sizeof(WireSge) * kCtrlSlots;
+  rs->sbuf = static_cast<uint8_t*>(alloc_buf(sbuf_total));
+  rs->rbuf = static_cast<uint8_t*>(alloc_buf(rs->rbuf_size));
+  rs->target_sgl = static_cast<WireSge*>(alloc_buf(sizeof(WireSge) * kSglSize));
+  if (rs->sbuf == nullptr || rs->rbuf == nullptr || rs->target_sgl == nullptr) return fail(ENOMEM, -1);
+  rs->smr = ibv_reg_mr(pd, rs->sbuf, sbuf_total, IBV_ACCESS_LOCAL_WRITE);
+  rs->rmr = ibv_reg_mr(pd, rs->rbuf, rs->rbuf_size, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+  rs->tmr = ibv_reg_mr(pd, rs->target_sgl, sizeof(WireSge) * kSglSize,
+                       IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+  if (rs->smr == nullptr || rs->rmr == nullptr || rs->tmr == nullptr) return -1;
+  rs->ssgl[0].addr = rs->ssgl[1].addr = reinterpret_cast<uintptr_t>(rs->sbuf);
+  rs->ssgl[0].lkey = rs->ssgl[1].lkey = rs->smr->lkey;
+  rs->sbuf_bytes_avail = rs->sbuf_size;
+  // The first half of the receive buffer goes to the peer with the
+  // connection; the second is granted as soon as the connection is up.
+  rs->rbuf_free_offset = rs->rbuf_size / 2;
+  rs->rbuf_bytes_avail = rs->rbuf_size / 2;
+  rs->sqe_avail = rs->sq_size - rs->ctrl_max_seqno;
+  rs->rseq_comp = static_cast<uint16_t>(rs->rq_size / 2);
+  rs->rmsg.assign(rs->rq_size + 1, RecvMsg{});
+  for (uint32_t i = 0; i < rs->rq_size; ++i)
+    if (post_recv(rs) != 0) return -1;
+  ibv_req_notify_cq(rs->cq, 0);
+  rs->cq_armed = true;
+  return 0;
+}
+
+ConnData conn_data(const Rsocket* rs) {
+  ConnData c{};
+  c.version = kConnVersion;
+  c.flags = kFlagIomap | (kHostIsNet ? kFlagNet : 0);  // an iomap of size 0: none
+  c.credits = htobe16(static_cast<uint16_t>(rs->rq_size));
+  c.iomap_scale = 0;
+  c.target_sgl = {htobe64(reinterpret_cast<uintptr_t>(rs->target_sgl)), htobe32(rs->tmr->rkey), htobe32(kSglSize)};
+  c.data_buf = {htobe64(reinterpret_cast<uintptr_t>(rs->rbuf)), htobe32(rs->rmr->rkey), htobe32(rs->rbuf_size / 2)};
+  return c;
+}
+
+// The peer's ConnData: where our buffer grants go, its first grant, and
+// how many messages we may send.  False: not a version we speak.
+bool save_conn_data(Rsocket* rs, const void* pdata, uint8_t len) {
+  if (pdata == nullptr || len < sizeof(ConnData)) return false;
+  ConnData c;
+  std::memcpy(&c, pdata, sizeof c);
+  if (c.version != kConnVersion) return false;
+  rs->remote_sgl = {be64toh(c.target_sgl.addr), be32toh(c.target_sgl.key), be32toh(c.target_sgl.length)};
+  rs->remote_sge = 1;  // entry 0 is what the connection granted
+  rs->swap_sgl = ((c.flags & kFlagNet) != 0) != kHostIsNet;
+  rs->target_sgl[0] = {be64toh(c.data_buf.addr), be32toh(c.data_buf.key), be32toh(c.data_buf.length)};
+  rs->target_sge = 0;
+  rs->sseq_comp = be16toh(c.credits);
+  return true;
+}
+
+// ---- posting ----------------------------------------------------------------------------
+
+int post_write(Rsocket* rs, ibv_sge* sgl, int nsge, uint32_t msg, unsigned flags, uint64_t addr, uint32_t rkey,
+               bool with_imm) {
+  ibv_send_wr wr{};
+  wr.wr_id = msg;
+  wr.sg_list = sgl;
+  wr.num_sge = nsge;
+  wr.opcode = with_imm ? IBV_WR_RDMA_WRITE_WITH_IMM : IBV_WR_RDMA_WRITE;
+  wr.send_flags = flags;
+  wr.imm_data = htobe32(msg);
+  wr.wr.rdma.remote_addr = addr;
+  wr.wr.rdma.rkey = rkey;
+  ibv_send_wr* bad = nullptr;
+  const int rc = ibv_post_send(rs->id->qp, &wr, &bad);
+  return rc == 0 ? 0 : fail(rc, -1);
+}
+
+// A bare control message: a zero-length WRITE with its immediate.
+int post_msg(Rsocket* rs, uint32_t msg) { return post_write(rs, nullptr, 0, msg, 0, 0, 0, true); }
+
+// `len` bytes of data into the peer's current grant.
+int write_data(Rsocket* rs, ibv_sge* sgl, int nsge, uint32_t len, unsigned flags) {
+  ++rs->sseq_no;
+  --rs->sqe_avail;
+  rs->sbuf_bytes_avail -= len;
+  WireSge& t = rs->target_sgl[rs->target_sge];
+  const uint64_t addr = t.addr;
+  const uint32_t rkey = t.key;
+  t.addr += len;
+  t.length -= len;
+  if (t.length == 0 && ++rs->target_sge == kSglSize) rs->target_sge = 0;
+  return post_write(rs, sgl, nsge, make_msg(kOpData, len), flags, addr, rkey, true);
+}
+
+bool ctrl_avail(const Rsocket* rs) { return rs->ctrl_seqno != rs->ctrl_max_seqno; }
+
+// Grant the peer the next free half of our receive buffer, or (none free)
+// just more messages.
+void send_credits(Rsocket* rs) {
+  ++rs->ctrl_seqno;
+  rs->rseq_comp = static_cast<uint16_t>(rs->rseq_no + rs->rq_size / 2);
+  const uint32_t msg = make_msg(kOpSgl, static_cast<uint16_t>(rs->rseq_no + rs->rq_size));
+  if (rs->rbuf_bytes_avail < rs->rbuf_size / 2) {
+    post_msg(rs, msg);
+    return;
+  }
+  WireSge g{reinterpret_cast<uintptr_t>(rs->rbuf + rs->rbuf_free_offset), rs->rmr->rkey, rs->rbuf_size / 2};
+  if (rs->swap_sgl) g = {__builtin_bswap64(g.addr), __builtin_bswap32(g.key), __builtin_bswap32(g.length)};
+  ibv_sge sge{};
+  unsigned flags = IBV_SEND_INLINE;
+  if (rs->sq_inline < sizeof g) {  // through the control area behind the send buffer
+    auto* slot = reinterpret_cast<WireSge*>(rs->sbuf + rs->sbuf_size) + (rs->ctrl_seqno & (kCtrlSlots - 1));
+    *slot = g;
+    sge = {reinterpret_cast<uintptr_t>(slot), sizeof g, rs->smr->lkey};
+    flags = 0;
+  } else {
+    sge = {reinterpret_cast<uintptr_t>(&g), sizeof g, 0};
+  }
+  post_write(rs, &sge, 1, msg, flags, rs->remote_sgl.addr + rs->remote_sge * sizeof(WireSge), rs->remote_sgl.key,
+             true);
+  rs->rbuf_bytes_avail -= rs->rbuf_size / 2;
+  rs->rbuf_free_offset += rs->rbuf_size / 2;
+  if (rs->rbuf_free_offset >= rs->rbuf_size) rs->rbuf_free_offset = 0;
+  if (++rs->remote_sge == rs->remote_sgl.length) rs->remote_sge = 0;
+}
+
+void update_credits(Rsocket* rs) {
+  const bool want = rs->rbuf_bytes_avail >= rs->rbuf_size / 2 ||
+                    static_cast<int16_t>(static_cast<uint16_t>(rs->rseq_no - rs->rseq_comp)) >= 0;
+  if (want && ctrl_avail(rs) && (rs->state & kConnected) != 0) send_credits(rs);
+}
+
+// ---- completions ------------------------------------------------------------------------
+
+// Everything the CQ holds: received messages into the queue, grants and
+// controls applied, send buffer and slots given back; receive WQEs reposted.
+int poll_cq(Rsocket* rs) {
+  ibv_wc wc{};
+  int got;
+  uint32_t received = 0;
+  while ((got = ibv_poll_cq(rs->cq, 1, &wc)) > 0) {
+    if ((wc.wr_id & kRecvWrId) != 0) {
+      if (wc.status != IBV_WC_SUCCESS) continue;  // flushed: the connection is going
+      ++received;
+      const uint32_t msg = (wc.wc_flags & IBV_WC_WITH_IMM) != 0 ? be32toh(wc.imm_data) : 0;
+      switch (msg_op(msg)) {
+        case kOpSgl:
+          rs->sseq_comp = static_cast<uint16_t>(msg_data(msg));
+          break;
+        case kOpIomapSgl:
+        case kOpWrite:
+          break;
+        case kOpCtrl:
+          if (msg_data(msg) == kCtrlDisconnect) {
+            rs->state = kDisconnected;
+            return 0;
+          }
+          if (msg_data(msg) == kCtrlShutdown) {
+            if ((rs->state & kWritable) == 0) {
+              rs->state = kDisconnected;
+              return 0;
+            }
+            rs->state &= ~kReadable;
+          }
+          break;
+        default:
+          rs->rmsg[rs->rmsg_tail] = {msg_op(msg), msg_data(msg)};
+          if (++rs->rmsg_tail == rs->rq_size + 1) rs->rmsg_tail = 0;
+          break;
+      }
+    } else {
+      const auto msg = static_cast<uint32_t>(wc.wr_id);
+      switch (msg_op(msg)) {
+        case kOpSgl:
+          ++rs->ctrl_max_seqno;
+          break;
+        case kOpCtrl:
+          ++rs->ctrl_max_seqno;
+          if (msg_data(msg) == kCtrlDisconnect) rs->state = kDisconnected;
+          break;
+        default:
+          ++rs->sqe_avail;
+          rs->sbuf_bytes_avail += msg_data(msg);
+          break;
+      }
+      if (wc.status != IBV_WC_SUCCESS && (rs->state & kConnected) != 0) {
+        rs->state = kError;
+        rs->err = EIO;
+      }
+    }
+  }
+  int rc = 0;
+  if ((rs->state & kConnected) != 0) {
+    for (; received > 0 && rc == 0; --received) rc = post_recv(rs);
+    if (rc != 0) {
+      rs->state = kError;
+      rs->err = errno;
+    }
+  }
+  return rc;
+}
+
+bool can_send(const Rsocket* rs) {
+  return rs->sqe_avail != 0 && rs->sbuf_bytes_avail >= kSndLowat && rs->sseq_no != rs->sseq_comp &&
+         rs->target_sgl[rs->target_sge].length != 0;
+}
+bool have_rdata(const Rsocket* rs) { return rs->rmsg_head != rs->rmsg_tail; }
+bool conn_can_send(const Rsocket* rs) { return can_send(rs) || (rs->state & kWritable) == 0; }
+bool conn_have_rdata(const Rsocket* rs) { return have_rdata(rs) || (rs->state & kReadable) == 0; }
+bool conn_can_send_ctrl(const Rsocket* rs) { return ctrl_avail(rs) || (rs->state & kConnected) == 0; }
+bool conn_all_sends_done(const Rsocket* rs) {
+  return static_cast<int>(rs->ctrl_max_seqno) - static_cast<int>(rs->ctrl_seqno) + static_cast<int>(rs->sqe_avail) ==
+             static_cast<int>(rs->sq_size) ||
+         (rs->state & kConnected) == 0;
+}
+
+// Wait for the CQ's next event (the CQ armed): read it from the channel.
+// Called with rs->mu held; releases it while it sleeps.
+int wait_cq_event(Rsocket* rs, std::unique_lock<std::mutex>& lock) {
+  ibv_cq* cq = nullptr;
+  void* ctx = nullptr;
+  lock.unlock();
+  const int rc = ibv_get_cq_event(rs->channel, &cq, &ctx);
+  lock.lock();
+  if (rc != 0) {
+    if (errno != EAGAIN && errno != EINTR) rs->state = kError;
+    return -1;
+  }
+  ++rs->unacked_events;
+  rs->cq_armed = false;
+  return 0;
+}
+
+// Until `test` holds: grants out, the CQ polled, and (blocking) a wait for
+// its next completion (librdmacm's rs_process_cq).  0, or -1 with errno
+// (EWOULDBLOCK when non-blocking and not yet).
+template <class Test>
+int process_cq(Rsocket* rs, std::unique_lock<std::mutex>& lock, bool nonblock, Test test) {
+  int rc;
+  const auto spin_until = std::chrono::steady_clock::now() + kPollBeforeSleep;
+  for (;;) {
+    update_credits(rs);
+    rc = poll_cq(rs);
+    if (test(rs)) {
+      rc = 0;
+      break;
+    }
+    if (rc != 0) break;
+    if (nonblock) {
+      rc = fail(EWOULDBLOCK, -1);
+      break;
+    }
+    if (std::chrono::steady_clock::now() < spin_until) continue;
+    if (!rs->cq_armed) {
+      ibv_req_notify_cq(rs->cq, 0);
+      rs->cq_armed = true;
+      continue;  // poll again: a completion may have come before the arming
+    }
+    update_credits(rs);
+    if ((rc = wait_cq_event(rs, lock)) != 0) break;
+  }
+  update_credits(rs);
+  return rc;
+}
+
+// ---- connecting -------------------------------------------------------------------------
+
+int do_connect(Rsocket* rs, const sockaddr* addr) {
+  constexpr int kResolveMs = 2000;
+  auto* dst = const_cast<sockaddr*>(addr);
+  if (rdma_resolve_addr(rs->id, nullptr, dst, kResolveMs) != 0 || rdma_resolve_route(rs->id, kResolveMs) != 0 ||
+      create_ep(rs) != 0)
+    return -1;
+  const ConnData c = conn_data(rs);
+  rdma_conn_param p{};
+  p.private_data = &c;
+  p.private_data_len = sizeof c;
+  p.flow_control = 1;
+  p.retry_count = 7;
+  p.rnr_retry_count = 7;
+  if (rdma_connect(rs->id, &p) != 0) return -1;
+  const rdma_cm_event* ev = rs->id->event;
+  if (ev == nullptr || !save_conn_data(rs, ev->param.conn.private_data, ev->param.conn.private_data_len))
+    return fail(ENOTSUP, -1);
+  rs->state = kConnectRdwr;
+  return 0;
+}
+
+// The connection is over: the QP to ERR, so that its receives flush and a
+// thread asleep on the CQ wakes (librdmacm's ucma_shutdown); the DREQ goes
+// when the id is destroyed.
+void qp_to_error(Rsocket* rs) {
+  if (rs->id->qp == nullptr) return;
+  ibv_qp_attr a{};
+  a.qp_state = IBV_QPS_ERR;
+  ibv_modify_qp(rs->id->qp, &a, IBV_QP_STATE);
+  if (rs->cq != nullptr) ibv_req_notify_cq(rs->cq, 0);
+}
+
+// ---- I/O ------------------------------------------------------------------------------
+
+ssize_t send_bytes(Rsocket* rs, const uint8_t* buf, size_t len, int flags) {
+  std::unique_lock lock(rs->mu);
+  size_t left = len;
+  uint32_t olen = kOlapStart;
+  int rc = 0;
+  if ((rs->state & kConnected) == 0) return fail((rs->state & kDisconnected) != 0 ? EPIPE : ENOTCONN, ssize_t{-1});
+  while (left > 0) {
+    if (!can_send(rs)) {
+      rc = process_cq(rs, lock, nonblocking(*rs, flags), conn_can_send);
+      if (rc != 0) break;
+      if ((rs->state & kWritable) == 0) {
+        rc = fail(ECONNRESET, -1);
+        break;
+      }
+    }
+    uint32_t xfer = left > olen ? olen : static_cast<uint32_t>(left);
+    if (olen < left && olen < kMaxTransfer) olen <<= 1;
+    xfer = std::min({xfer, rs->sbuf_bytes_avail, rs->target_sgl[rs->target_sge].length});
+    const uint32_t to_end =
+        static_cast<uint32_t>(reinterpret_cast<uintptr_t>(rs->sbuf + rs->sbuf_size) - rs->ssgl[0].addr);
+    if (xfer <= rs->sq_inline) {
+      ibv_sge sge{reinterpret_cast<uintptr_t>(buf), xfer, 0};
+      rc = write_data(rs, &sge, 1, xfer, IBV_SEND_INLINE);
+    } else if (xfer <= to_end) {
+      std::memcpy(reinterpret_cast<void*>(rs->ssgl[0].addr), buf, xfer);
+      rs->ssgl[0].length = xfer;
+      rc = write_data(rs, rs->ssgl, 1, xfer, 0);
+      rs->ssgl[0].addr = xfer < to_end ? rs->ssgl[0].addr + xfer : reinterpret_cast<uintptr_t>(rs->sbuf);
+    } else {  // wraps: the end of the send buffer, then its start
+      rs->ssgl[0].length = to_end;
+      std::memcpy(reinterpret_cast<void*>(rs->ssgl[0].addr), buf, to_end);
+      rs->ssgl[1].length = xfer - to_end;
+      std::memcpy(rs->sbuf, buf + to_end, rs->ssgl[1].length);
+      rc = write_data(rs, rs->ssgl, 2, xfer, 0);
+      rs->ssgl[0].addr = reinterpret_cast<uintptr_t>(rs->sbuf) + rs->ssgl[1].length;
+    }
+    if (rc != 0) break;
+    left -= xfer;
+    buf += xfer;
+  }
+  if (rc != 0 && left == len) return -1;
+  return static_cast<ssize_t>(len - left);
+}
+
+// Copies up to `len` bytes of received data out; `consume` false: MSG_PEEK.
+size_t copy_out(Rsocket* rs, uint8_t* buf, size_t len, bool consume) {
+  size_t left = len;
+  uint32_t head = rs->rmsg_head, offset = rs->rbuf_offset;
+  while (left > 0 && head != rs->rmsg_tail) {
+    RecvMsg& m = rs->rmsg[head];
+    uint32_t take;
+    if (left < m.len) {
+      take = static_cast<uint32_t>(left);
+      if (consume) m.len -= take;
+    } else {
+      take = m.len;
+      if (++head == rs->rq_size + 1) head = 0;
+      if (consume) ++rs->rseq_no;
+    }
+    for (uint32_t n = take; n > 0;) {  // the data may wrap at the buffer's end
+      const uint32_t chunk = std::min(n, rs->rbuf_size - offset);
+      std::memcpy(buf, rs->rbuf + offset, chunk);
+      offset = offset + chunk == rs->rbuf_size ? 0 : offset + chunk;
+      buf += chunk;
+      n -= chunk;
+      if (consume) rs->rbuf_bytes_avail += chunk;
+    }
+    left -= take;
+  }
+  if (consume) {
+    rs->rmsg_head = head;
+    rs->rbuf_offset = offset;
+  }
+  return len - left;
+}
+
+ssize_t recv_bytes(Rsocket* rs, uint8_t* buf, size_t len, int flags) {
+  std::unique_lock lock(rs->mu);
+  if ((rs->state & (kConnected | kDisconnected | kError)) == 0) return fail(ENOTCONN, ssize_t{-1});
+  size_t done = 0;
+  int rc = 0;
+  do {
+    if (!have_rdata(rs)) {
+      rc = process_cq(rs, lock, nonblocking(*rs, flags), conn_have_rdata);
+      if (rc != 0) break;
+    }
+    if ((flags & MSG_PEEK) != 0) {
+      done = copy_out(rs, buf, len, false);
+      break;
+    }
+    done += copy_out(rs, buf + done, len - done, true);
+  } while (done < len && (flags & MSG_WAITALL) != 0 && (rs->state & kReadable) != 0);
+  update_credits(rs);
+  if (rc != 0 && done == 0) return -1;
+  return static_cast<ssize_t>(done);
+}
+
+// Readiness of one rsocket for rpoll (the CQ processed, not waiting).
+short revents_of(Rsocket* rs, short events) {
+  std::unique_lock lock(rs->mu);
+  if (rs->state == kListening) {
+    pollfd p{rs->id->channel->fd, events, 0};
+    ::poll(&p, 1, 0);
+    return p.revents;
+  }
+  if ((rs->state & (kConnected | kDisconnected | kError)) == 0)
+    return rs->state == kConnectError ? static_cast<short>((events & (POLLIN | POLLOUT)) | POLLERR) : 0;
+  process_cq(rs, lock, true, [events](const Rsocket* r) {
+    return ((events & POLLIN) != 0 && conn_have_rdata(r)) || ((events & POLLOUT) != 0 && can_send(r));
+  });
+  short r = 0;
+  if ((events & POLLIN) != 0 && conn_have_rdata(rs)) r |= POLLIN;
+  if ((events & POLLOUT) != 0 && can_send(rs)) r |= POLLOUT;
+  if ((rs->state & kConnected) == 0) r |= (rs->state & kDisconnected) != 0 ? POLLHUP : POLLERR;
+  return r;
+}
+
+// The fd to sleep on for an rsocket (its CQ's channel, armed first; a
+// listener's CM channel), or -1.
+int arm_fd(Rsocket* rs) {
+  std::lock_guard lock(rs->mu);
+  if (rs->state == kListening) return rs->id->channel->fd;
+  if (rs->cq == nullptr || (rs->state & kConnected) == 0) return -1;
+  if (!rs->cq_armed) {
+    ibv_req_notify_cq(rs->cq, 0);
+    rs->cq_armed = true;
+  }
+  return rs->channel->fd;
+}
+
+// The event that woke the fd: read it so that the channel is quiet again.
+void consume_event(Rsocket* rs) {
+  std::unique_lock lock(rs->mu);
+  if (rs->cq == nullptr || !rs->cq_armed) return;
+  const int flags = fcntl(rs->channel->fd, F_GETFL);
+  fcntl(rs->channel->fd, F_SETFL, flags | O_NONBLOCK);
+  ibv_cq* cq = nullptr;
+  void* ctx = nullptr;
+  if (ibv_get_cq_event(rs->channel, &cq, &ctx) == 0) {
+    ++rs->unacked_events;
+    rs->cq_armed = false;
+  }
+  fcntl(rs->channel->fd, F_SETFL, flags);
+}
+
+}  // namespace
+
+// ---- the calls ---------------------------------------------------------------------------
+
+RDMACM_EXPORT int rsocket(int domain, int type, int protocol) noexcept {
+  if ((domain != AF_INET && domain != AF_INET6) || type != SOCK_STREAM || (protocol != 0 && protocol != IPPROTO_TCP))
+    return fail(ENOTSUP, -1);  // datagram rsockets and AF_IB are not offered
+  auto* rs = new (std::nothrow) Rsocket;
+  if (rs == nullptr) return fail(ENOMEM, -1);
+  if (rdma_create_id(nullptr, &rs->id, rs, RDMA_PS_TCP) != 0) {
+    const int e = errno;
+    delete rs;
+    return fail(e, -1);
+  }
+  rs->id->route.addr.src_addr.sa_family = static_cast<sa_family_t>(domain);
+  return insert(rs);
+}
+
+RDMACM_EXPORT int rbind(int socket, const sockaddr* addr, socklen_t) noexcept {
+  Rsocket* rs = lookup(socket);
+  if (rs == nullptr) return fail(EBADF, -1);
+  std::lock_guard lock(rs->mu);
+  if (rdma_bind_addr(rs->id, const_cast<sockaddr*>(addr)) != 0) return -1;
+  rs->state = kBound;
+  return 0;
+}
+
+RDMACM_EXPORT int rlisten(int socket, int backlog) noexcept {
+  Rsocket* rs = lookup(socket);
+  if (rs == nullptr) return fail(EBADF, -1);
+  std::lock_guard lock(rs->mu);
+  if (rs->state == kListening) return 0;
+  if (rdma_listen(rs->id, backlog) != 0) return -1;
+  rs->state = kListening;
+  return 0;
+}
+
+RDMACM_EXPORT int raccept(int socket, sockaddr* addr, socklen_t* addrlen) noexcept {
+  Rsocket* ls = lookup(socket);
+  if (ls == nullptr) return fail(EBADF, -1);
+  rdma_cm_id* cid = nullptr;
+  uint32_t sbuf, rbuf, inl, sq, rq;
+  int fd_flags;
+  {
+    std::lock_guard lock(ls->mu);
+    if (ls->state != kListening) return fail(EINVAL, -1);
+    const int fl = fcntl(ls->id->channel->fd, F_GETFL);
+    fcntl(ls->id->channel->fd, F_SETFL, (ls->fd_flags & O_NONBLOCK) != 0 ? fl | O_NONBLOCK : fl & ~O_NONBLOCK);
+    if (rdma_get_request(ls->id, &cid) != 0) return -1;  // EAGAIN when non-blocking and none waits
+    sbuf = ls->sbuf_size;
+    rbuf = ls->rbuf_size;
+    inl = ls->sq_inline;
+    sq = ls->sq_size;
+    rq = ls->rq_size;
+    fd_flags = ls->fd_flags;
+  }
+  auto* rs = new (std::nothrow) Rsocket;
+  if (rs == nullptr) {
+    rdma_reject(cid, nullptr, 0);
+    rdma_destroy_id(cid);
+    return fail(ENOMEM, -1);
+  }
+  rs->id = cid;
+  rs->id->context = rs;
+  rs->sbuf_size = sbuf;
+  rs->rbuf_size = rbuf;
+  rs->sq_inline = inl;
+  rs->sq_size = sq;
+  rs->rq_size = rq;
+  rs->fd_flags = fd_flags;
+  insert(rs);
+  const rdma_cm_event* ev = cid->event;
+  const rdma_conn_param req = ev->param.conn;
+  if (create_ep(rs) != 0 || !save_conn_data(rs, req.private_data, req.private_data_len)) {
+    const int e = errno != 0 ? errno : ENOTSUP;
+    rdma_reject(cid, nullptr, 0);
+    destroy(rs);
+    return fail(e, -1);
+  }
+  const ConnData c = conn_data(rs);
+  rdma_conn_param p = req;  // the request's resources and retry counts, our ConnData
+  p.private_data = &c;
+  p.private_data_len = sizeof c;
+  if (rdma_accept(cid, &p) != 0) {
+    const int e = errno;
+    destroy(rs);
+    return fail(e, -1);
+  }
+  rs->state = kConnectRdwr;
+  if (addr != nullptr && addrlen != nullptr) rgetpeername(rs->index, addr, addrlen);
+  return rs->index;
+}
+
+RDMACM_EXPORT int rconnect(int socket, const sockaddr* addr, socklen_t) noexcept {
+  Rsocket* rs = lookup(socket);
+  if (rs == nullptr) return fail(EBADF, -1);
+  std::lock_guard lock(rs->mu);
+  if ((rs->state & kConnected) != 0) return fail(EISCONN, -1);
+  if (rs->state != kInit && rs->state != kBound) return fail(EINVAL, -1);
+  // The connection is made before this returns, also on a non-blocking
+  // socket: its rdma_cm calls wait for their events meanwhile.
+  const int fd = rs->id->channel->fd;
+  const int fl = fcntl(fd, F_GETFL);
+  fcntl(fd, F_SETFL, fl & ~O_NONBLOCK);
+  const int rc = do_connect(rs, addr);
+  const int e = errno;
+  fcntl(fd, F_SETFL, fl);
+  if (rc != 0) {
+    rs->err = e;
+    rs->state = kConnectError;
+    return fail(e, -1);
+  }
+  return 0;
+}
+
+RDMACM_EXPORT ssize_t rsend(int socket, const void* buf, size_t len, int flags) noexcept {
+  Rsocket* rs = lookup(socket);
+  if (rs == nullptr) return fail(EBADF, ssize_t{-1});
+  return send_bytes(rs, static_cast<const uint8_t*>(buf), len, flags);
+}
+
+RDMACM_EXPORT ssize_t rrecv(int socket, void* buf, size_t len, int flags) noexcept {
+  Rsocket* rs = lookup(socket);
+  if (rs == nullptr) return fail(EBADF, ssize_t{-1});
+  return recv_bytes(rs, static_cast<uint8_t*>(buf), len, flags);
+}
+
+RDMACM_EXPORT ssize_t rsendto(int socket, const void* buf, size_t len, int flags, const sockaddr*,
+                              socklen_t) noexcept {
+  return rsend(socket, buf, len, flags);  // a stream socket ignores the address (as send(2) on TCP)
+}
+
+RDMACM_EXPORT ssize_t rrecvfrom(int socket, void* buf, size_t len, int flags, sockaddr* src,
+                                socklen_t* srclen) noexcept {
+  const ssize_t n = rrecv(socket, buf, len, flags);
+  if (n >= 0 && src != nullptr && srclen != nullptr) rgetpeername(socket, src, srclen);
+  return n;
+}
+
+RDMACM_EXPORT ssize_t rread(int socket, void* buf, size_t count) noexcept { return rrecv(socket, buf, count, 0); }
+RDMACM_EXPORT ssize_t rwrite(int socket, const void* buf, size_t count) noexcept {
+  return rsend(socket, buf, count, 0);
+}
+
+RDMACM_EXPORT ssize_t rsendmsg(int socket, const msghdr* msg, int flags) noexcept {
+  if (msg == nullptr) return fail(EINVAL, ssize_t{-1});
+  ssize_t total = 0;
+  for (size_t i = 0; i < msg->msg_iovlen; ++i) {
+    const iovec& v = msg->msg_iov[i];
+    const ssize_t n = rsend(socket, v.iov_base, v.iov_len, flags);
+    if (n < 0) return total > 0 ? total : n;
+    total += n;
+    if (static_cast<size_t>(n) < v.iov_len) break;
+  }
+  return total;
+}
+
+RDMACM_EXPORT ssize_t rrecvmsg(int socket, msghdr* msg, int flags) noexcept {
+  if (msg == nullptr) return fail(EINVAL, ssize_t{-1});
+  ssize_t total = 0;
+  for (size_t i = 0; i < msg->msg_iovlen; ++i) {
+    const iovec& v = msg->msg_iov[i];
+    // After the first bytes, take only what is there (a short read, as recvmsg).
+    const ssize_t n = rrecv(socket, v.iov_base, v.iov_len, total > 0 ? flags | MSG_DONTWAIT : flags);
+    if (n < 0) return total > 0 ? total : n;
+    total += n;
+    if (static_cast<size_t>(n) < v.iov_len) break;
+  }
+  return total;
+}
+
+RDMACM_EXPORT ssize_t rwritev(int socket, const iovec* iov, int iovcnt) noexcept {
+  msghdr m{};
+  m.msg_iov = const_cast<iovec*>(iov);
+  m.msg_iovlen = static_cast<size_t>(std::max(iovcnt, 0));
+  return rsendmsg(socket, &m, 0);
+}
+RDMACM_EXPORT ssize_t rreadv(int socket, const iovec* iov, int iovcnt) noexcept {
+  msghdr m{};
+  m.msg_iov = const_cast<iovec*>(iov);
+  m.msg_iovlen = static_cast<size_t>(std::max(iovcnt, 0));
+  return rrecvmsg(socket, &m, 0);
+}
+
+RDMACM_EXPORT int rshutdown(int socket, int how) noexcept {
+  Rsocket* rs = lookup(socket);
+  if (rs == nullptr) return fail(EBADF, -1);
+  std::unique_lock lock(rs->mu);
+  if ((rs->state & kConnected) == 0) {
+    if ((rs->state & kDisconnected) != 0) qp_to_error(rs);
+    return 0;
+  }
+  uint32_t ctrl;
+  if (how == SHUT_RDWR) {
+    ctrl = kCtrlDisconnect;
+    rs->state &= ~(kReadable | kWritable);
+  } else if (how == SHUT_WR) {
+    rs->state &= ~kWritable;
+    ctrl = (rs->state & kReadable) != 0 ? kCtrlShutdown : kCtrlDisconnect;
+  } else {
+    rs->state &= ~kReadable;
+    if ((rs->state & kWritable) != 0) return 0;
+    ctrl = kCtrlDisconnect;
+  }
+  int rc = 0;
+  if (!ctrl_avail(rs)) rc = process_cq(rs, lock, false, conn_can_send_ctrl);
+  if (rc == 0 && (rs->state & kConnected) != 0 && ctrl_avail(rs)) {
+    ++rs->ctrl_seqno;
+    rc = post_msg(rs, make_msg(kOpCtrl, ctrl));
+  }
+  if ((rs->state & kConnected) != 0) process_cq(rs, lock, false, conn_all_sends_done);
+  if ((rs->state & kDisconnected) != 0) qp_to_error(rs);
+  return rc;
+}
+
+RDMACM_EXPORT int rclose(int socket) noexcept {
+  Rsocket* rs = lookup(socket);
+  if (rs == nullptr) return EBADF;  // librdmacm's answer: the value, not -1 and errno
+  {
+    std::lock_guard lock(rs->mu);
+    rs->fd_flags &= ~O_NONBLOCK;
+    if (rs->channel != nullptr) fcntl(rs->channel->fd, F_SETFL, 0);
+  }
+  if ((rs->state & kConnected) != 0) rshutdown(socket, SHUT_RDWR);
+  destroy(rs);  // destroying a connected id sends its DREQ (as the kernel's rdma_cm)
+  return 0;
+}
+
+RDMACM_EXPORT int rgetpeername(int socket, sockaddr* addr, socklen_t* addrlen) noexcept {
+  Rsocket* rs = lookup(socket);
+  if (rs == nullptr) return fail(EBADF, -1);
+  if (addr == nullptr || addrlen == nullptr) return fail(EINVAL, -1);
+  const sockaddr* a = rdma_get_peer_addr(rs->id);
+  const socklen_t len = a->sa_family == AF_INET6 ? sizeof(sockaddr_in6) : sizeof(sockaddr_in);
+  std::memcpy(addr, a, std::min(*addrlen, len));
+  *addrlen = len;
+  return 0;
+}
+
+RDMACM_EXPORT int rgetsockname(int socket, sockaddr* addr, socklen_t* addrlen) noexcept {
+  Rsocket* rs = lookup(socket);
+  if (rs == nullptr) return fail(EBADF, -1);
+  if (addr == nullptr || addrlen == nullptr) return fail(EINVAL, -1);
+  const sockaddr* a = rdma_get_local_addr(rs->id);
+  const socklen_t len = a->sa_family == AF_INET6 ? sizeof(sockaddr_in6) : sizeof(sockaddr_in);
+  std::memcpy(addr, a, std::min(*addrlen, len));
+  *addrlen = len;
+  return 0;
+}
+
+RDMACM_EXPORT int rsetsockopt(int socket, int level, int optname, const void* optval, socklen_t optlen) noexcept {
+  Rsocket* rs = lookup(socket);
+  if (rs == nullptr) return fail(EBADF, -1);
+  if (optval == nullptr || optlen < static_cast<socklen_t>(sizeof(int))) return fail(EINVAL, -1);
+  std::lock_guard lock(rs->mu);
+  const int v = *static_cast<const int*>(optval);
+  const bool unopened = rs->sbuf == nullptr;
+  auto flag = [](uint32_t& set, int name, bool on) { set = on ? set | (1u << name) : set & ~(1u << name); };
+  switch (level) {
+    case SOL_SOCKET:
+      switch (optname) {
+        case SO_REUSEADDR: flag(rs->so_opts, optname, v != 0); return 0;
+        case SO_KEEPALIVE: flag(rs->so_opts, optname, v != 0); return 0;
+        case SO_OOBINLINE: flag(rs->so_opts, optname, v != 0); return 0;
+        case SO_RCVBUF:
+          if (unopened) rs->rbuf_size = static_cast<uint32_t>(v) << 1;
+          return 0;
+        case SO_SNDBUF:
+          if (unopened) rs->sbuf_size = std::max(static_cast<uint32_t>(v) << 1, kSndLowat << 1);
+          return 0;
+        case SO_LINGER:
+          // Stored inverted, as librdmacm: the default (0) is "on".
+          if (optlen < static_cast<socklen_t>(sizeof(linger))) return fail(EINVAL, -1);
+          flag(rs->so_opts, optname, static_cast<const linger*>(optval)->l_onoff == 0);
+          return 0;
+        default: break;
+      }
+      break;
+    case IPPROTO_TCP:
+      switch (optname) {
+        case TCP_NODELAY: flag(rs->tcp_opts, optname, v != 0); return 0;
+        case TCP_MAXSEG: case TCP_KEEPCNT: case TCP_KEEPINTVL: return 0;  // a reliable connection
+        case TCP_KEEPIDLE:
+          if (v <= 0) return fail(EINVAL, -1);
+          rs->keepalive_time = v;
+          return 0;
+        default: break;
+      }
+      break;
+    case IPPROTO_IPV6:
+      if (optname == IPV6_V6ONLY) {
+        flag(rs->ipv6_opts, optname, v != 0);
+        return 0;
+      }
+      break;
+    case SOL_RDMA:
+      if (!unopened || (rs->state & kConnected) != 0) return fail(EINVAL, -1);  // sizes are fixed once connecting
+      switch (optname) {
+        case RDMA_SQSIZE: rs->sq_size = std::min(static_cast<uint32_t>(v), kQpMaxSize); return 0;
+        case RDMA_RQSIZE: rs->rq_size = std::min(static_cast<uint32_t>(v), kQpMaxSize); return 0;
+        case RDMA_INLINE: rs->sq_inline = std::min(static_cast<uint32_t>(v), kQpMaxSize); return 0;
+        case RDMA_IOMAPSIZE: return fail(ENOTSUP, -1);  // no iomap (riomap)
+        case RDMA_ROUTE: return 0;  // RoCE: the route comes from the address
+        default: break;
+      }
+      break;
+    default: break;
+  }
+  return fail(ENOTSUP, -1);
+}
+
+RDMACM_EXPORT int rgetsockopt(int socket, int level, int optname, void* optval, socklen_t* optlen) noexcept {
+  Rsocket* rs = lookup(socket);
+  if (rs == nullptr) return fail(EBADF, -1);
+  if (optval == nullptr || optlen == nullptr || *optlen < static_cast<socklen_t>(sizeof(int)))
+    return fail(EINVAL, -1);
+  std::lock_guard lock(rs->mu);
+  int* out = static_cast<int*>(optval);
+  auto put = [&](int v) {
+    *out = v;
+    *optlen = sizeof(int);
+    return 0;
+  };
+  switch (level) {
+    case SOL_SOCKET:
+      switch (optname) {
+        case SO_REUSEADDR: case SO_KEEPALIVE: case SO_OOBINLINE: return put((rs->so_opts >> optname) & 1);
+        case SO_RCVBUF: return put(static_cast<int>(rs->rbuf_size));
+        case SO_SNDBUF: return put(static_cast<int>(rs->sbuf_size));
+        case SO_ERROR: {
+          const int e = rs->err;
+          rs->err = 0;
+          return put(e);
+        }
+        case SO_LINGER:
+          if (*optlen < static_cast<socklen_t>(sizeof(linger))) return fail(EINVAL, -1);
+          *static_cast<linger*>(optval) = {((rs->so_opts >> optname) & 1) == 0, 0};
+          *optlen = sizeof(linger);
+          return 0;
+        default: break;
+      }
+      break;
+    case IPPROTO_TCP:
+      switch (optname) {
+        case TCP_NODELAY: return put((rs->tcp_opts >> optname) & 1);
+        case TCP_KEEPIDLE: return put(rs->keepalive_time);
+        case TCP_KEEPCNT: case TCP_KEEPINTVL: return put(1);
+        case TCP_MAXSEG: return put(2048);
+        default: break;
+      }
+      break;
+    case IPPROTO_IPV6:
+      if (optname == IPV6_V6ONLY) return put((rs->ipv6_opts >> optname) & 1);
+      break;
+    case SOL_RDMA:
+      switch (optname) {
+        case RDMA_SQSIZE: return put(static_cast<int>(rs->sq_size));
+        case RDMA_RQSIZE: return put(static_cast<int>(rs->rq_size));
+        case RDMA_INLINE: return put(static_cast<int>(rs->sq_inline));
+        case RDMA_IOMAPSIZE: return put(0);
+        default: break;
+      }
+      break;
+    default: break;
+  }
+  return fail(ENOTSUP, -1);
+}
+
+RDMACM_EXPORT int rfcntl(int socket, int cmd, ...) noexcept {
+  Rsocket* rs = lookup(socket);
+  if (rs == nullptr) return fail(EBADF, -1);
+  std::lock_guard lock(rs->mu);
+  switch (cmd) {
+    case F_GETFL: return rs->fd_flags;
+    case F_SETFL: {
+      va_list ap;
+      va_start(ap, cmd);
+      const int arg = va_arg(ap, int);
+      va_end(ap);
+      const int nb = arg & O_NONBLOCK;
+      for (int fd : {rs->id->channel->fd, rs->channel != nullptr ? rs->channel->fd : -1}) {
+        if (fd < 0) continue;
+        const int fl = fcntl(fd, F_GETFL);
+        fcntl(fd, F_SETFL, nb != 0 ? fl | O_NONBLOCK : fl & ~O_NONBLOCK);
+      }
+      rs->fd_flags = arg;
+      return 0;
+    }
+    default: return fail(ENOTSUP, -1);
+  }
+}
+
+// rpoll(3): the rsockets among `fds` by their state and CQs, the others by
+// poll(2); with nothing ready, every rsocket's CQ is armed and the thread
+// sleeps in poll(2) on their channels and the other fds together.
+RDMACM_EXPORT int rpoll(pollfd* fds, nfds_t nfds, int timeout) noexcept {
+  using Clock = std::chrono::steady_clock;
+  const auto deadline = Clock::now() + std::chrono::milliseconds(timeout < 0 ? 0 : timeout);
+  std::vector<Rsocket*> rss(nfds, nullptr);
+  std::vector<pollfd> sleep(nfds);
+  for (nfds_t i = 0; i < nfds; ++i) rss[i] = lookup(fds[i].fd);
+  for (;;) {
+    int ready = 0;
+    bool others = false;
+    for (nfds_t i = 0; i < nfds; ++i) {
+      fds[i].revents = 0;
+      if (rss[i] != nullptr) {
+        fds[i].revents = revents_of(rss[i], fds[i].events);
+      } else {
+        others = true;
+      }
+    }
+    if (others) {  // the ordinary fds, without waiting
+      for (nfds_t i = 0; i < nfds; ++i) sleep[i] = {rss[i] == nullptr ? fds[i].fd : -1, fds[i].events, 0};
+      if (::poll(sleep.data(), nfds, 0) < 0) return -1;
+      for (nfds_t i = 0; i < nfds; ++i)
+        if (rss[i] == nullptr) fds[i].revents = sleep[i].revents;
+    }
+    for (nfds_t i = 0; i < nfds; ++i) ready += fds[i].revents != 0;
+    if (ready > 0 || timeout == 0) return ready;
+    int wait_ms = -1;
+    if (timeout > 0) {
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
+      if (left <= 0) return 0;
+      wait_ms = static_cast<int>(left);
+    }
+    for (nfds_t i = 0; i < nfds; ++i)
+      sleep[i] = {rss[i] != nullptr ? arm_fd(rss[i]) : fds[i].fd, rss[i] != nullptr ? short{POLLIN} : fds[i].events,
+                  0};
+    // A completion between the check above and the arming would raise no
+    // event: look once more before sleeping.
+    bool now_ready = false;
+    for (nfds_t i = 0; i < nfds && !now_ready; ++i)
+      if (rss[i] != nullptr) now_ready = revents_of(rss[i], fds[i].events) != 0;
+    if (now_ready) continue;
+    const int n = ::poll(sleep.data(), nfds, wait_ms);
+    if (n < 0) return -1;
+    for (nfds_t i = 0; i < nfds; ++i)
+      if (rss[i] != nullptr && sleep[i].revents != 0 && rss[i]->state != kListening) consume_event(rss[i]);
+  }
+}
+
+RDMACM_EXPORT int rselect(int nfds, fd_set* readfds, fd_set* writefds, fd_set* exceptfds, timeval* timeout) noexcept {
+  std::vector<pollfd> p;
+  for (int fd = 0; fd < nfds; ++fd) {
+    short ev = 0;
+    if (readfds != nullptr && FD_ISSET(fd, readfds)) ev |= POLLIN;
+    if (writefds != nullptr && FD_ISSET(fd, writefds)) ev |= POLLOUT;
+    if (exceptfds != nullptr && FD_ISSET(fd, exceptfds)) ev |= POLLPRI;
+    if (ev != 0) p.push_back({fd, ev, 0});
+  }
+  const int ms = timeout == nullptr ? -1 : static_cast<int>(timeout->tv_sec * 1000 + timeout->tv_usec / 1000);
+  const int rc = rpoll(p.data(), p.size(), ms);
+  if (rc < 0) return rc;
+  if (readfds != nullptr) FD_ZERO(readfds);
+  if (writefds != nullptr) FD_ZERO(writefds);
+  if (exceptfds != nullptr) FD_ZERO(exceptfds);
+  int count = 0;
+  for (const pollfd& q : p) {
+    if (readfds != nullptr && (q.revents & (POLLIN | POLLHUP | POLLERR)) != 0) {
+      FD_SET(q.fd, readfds);
+      ++count;
+    }
+    if (writefds != nullptr && (q.revents & (POLLOUT | POLLERR)) != 0) {
+      FD_SET(q.fd, writefds);
+      ++count;
+    }
+    if (exceptfds != nullptr && (q.revents & POLLPRI) != 0) {
+      FD_SET(q.fd, exceptfds);
+      ++count;
+    }
+  }
+  return count;
+}
+
+// Direct placement (riomap/riowrite) needs the iomap this implementation
+// never offers.
+RDMACM_EXPORT off_t riomap(int socket, void*, size_t, int, int, off_t) noexcept {
+  return lookup(socket) == nullptr ? fail(EBADF, off_t{-1}) : fail(EOPNOTSUPP, off_t{-1});
+}
+RDMACM_EXPORT int riounmap(int socket, void*, size_t) noexcept {
+  return lookup(socket) == nullptr ? fail(EBADF, -1) : fail(EOPNOTSUPP, -1);
+}
+RDMACM_EXPORT size_t riowrite(int socket, const void*, size_t, off_t, int) noexcept {
+  errno = lookup(socket) == nullptr ? EBADF : EOPNOTSUPP;
+  return 0;
+}
