@@ -19,9 +19,13 @@
 //               number up to which the peer may send
 //   control     op 7: disconnect (0), keepalive (1), shutdown (2), as bare
 //               immediates; at most kCtrlSlots outstanding
-// Only stream sockets: SOCK_DGRAM (udpong's UD protocol) and riomap's
-// direct placement are refused (ENOTSUP / EOPNOTSUPP), and a connection
-// never offers an iomap.  Connecting and accepting complete before the call
+//   iomap       riomap: a 24-byte entry (offset, SGE) written with
+//               immediate op 6 into the peer's iomap array (sized by its
+//               RDMA_IOMAPSIZE, announced in its ConnData); riowrite: plain
+//               RDMA WRITEs into the entry covering the offset, no receive
+//               consumed, the peer notices by polling its memory
+// Only stream sockets: SOCK_DGRAM (udpong's UD protocol) is refused
+// (ENOTSUP).  Connecting and accepting complete before the call
 // returns, also on a non-blocking socket (0 rather than EINPROGRESS, which
 // a non-blocking connect may do).  A socket is one thread's at a time for
 // sending and one for receiving, as librdmacm's locks allow; rpoll and
@@ -33,6 +37,7 @@
 #include <rdma/rdma_cma.h>
 #include <rdma/rdma_verbs.h>
 #include <rdma/rsocket.h>
+#include <sys/mman.h>
 #include <sys/select.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
@@ -83,6 +88,18 @@ struct WireSge {
 };
 static_assert(sizeof(WireSge) == 16);
 
+// One iomap entry: the peer's memory at `sge` stands for [offset, offset+len).
+struct WireIomap {
+  uint64_t offset;
+  WireSge sge;
+};
+static_assert(sizeof(WireIomap) == 24);
+
+// librdmacm's 8-bit encoding of the iomap size in ConnData: small values as
+// they are, larger ones as 0x80 | value >> 8.
+constexpr uint32_t iomap_to_scale(uint32_t v) { return v <= 0x80 ? v : 0x80 | (v >> 8); }
+constexpr uint32_t iomap_from_scale(uint32_t v) { return v <= 0x80 ? v : (v & 0x7F) << 8; }
+
 struct ConnData {
   uint8_t version;
   uint8_t flags;
@@ -116,6 +133,15 @@ struct RecvMsg {
   uint32_t len;
 };
 
+// A riomap() registration: sent to the peer's iomap array at `index` (-1:
+// a local mapping, never sent) once `sent`.
+struct Mapping {
+  uint64_t offset = 0;
+  ibv_mr* mr = nullptr;
+  int index = -1;
+  bool sent = false;
+};
+
 struct Rsocket {
   int index = -1;  // the socket number: its rdma_cm id's channel fd
   rdma_cm_id* id = nullptr;
@@ -133,6 +159,8 @@ struct Rsocket {
   uint8_t* sbuf = nullptr;
   uint8_t* rbuf = nullptr;
   WireSge* target_sgl = nullptr;  // the peer's buffer grants, written by the peer
+  WireIomap* target_iomap = nullptr;  // the peer's iomap entries, behind them (same block)
+  uint32_t target_iomap_size = 0;     // RDMA_IOMAPSIZE
   ibv_mr* smr = nullptr;
   ibv_mr* rmr = nullptr;
   ibv_mr* tmr = nullptr;
@@ -148,6 +176,9 @@ struct Rsocket {
   uint32_t target_sge = 0;
   WireSge remote_sgl{};  // the peer's SGL array, where our grants go
   uint32_t remote_sge = 0;
+  WireSge remote_iomap{};  // the peer's iomap array (length: entries)
+  std::vector<Mapping> maps;
+  bool iomap_pending = false;
   // Receiving.
   uint16_t rseq_no = 0, rseq_comp = 0;
   uint32_t rbuf_offset = 0, rbuf_free_offset = 0, rbuf_bytes_avail = 0;
@@ -197,6 +228,8 @@ void free_resources(Rsocket* rs) {
   for (ibv_mr* mr : {rs->smr, rs->rmr, rs->tmr})
     if (mr != nullptr) ibv_dereg_mr(mr);
   rs->smr = rs->rmr = rs->tmr = nullptr;
+  for (Mapping& m : rs->maps) ibv_dereg_mr(m.mr);
+  rs->maps.clear();
   if (rs->cq != nullptr) {
     if (rs->unacked_events != 0) ibv_ack_cq_events(rs->cq, rs->unacked_events);
     ibv_destroy_cq(rs->cq);
@@ -259,12 +292,13 @@ int create_ep(Rsocket* rs) {
   const size_t sbuf_total = rs->sbuf_size + sizeof(WireSge) * kCtrlSlots;
   rs->sbuf = static_cast<uint8_t*>(alloc_buf(sbuf_total));
   rs->rbuf = static_cast<uint8_t*>(alloc_buf(rs->rbuf_size));
-  rs->target_sgl = static_cast<WireSge*>(alloc_buf(sizeof(WireSge) * kSglSize));
+  const size_t target_len = sizeof(WireSge) * kSglSize + sizeof(WireIomap) * rs->target_iomap_size;
+  rs->target_sgl = static_cast<WireSge*>(alloc_buf(target_len));
   if (rs->sbuf == nullptr || rs->rbuf == nullptr || rs->target_sgl == nullptr) return fail(ENOMEM, -1);
+  rs->target_iomap = reinterpret_cast<WireIomap*>(rs->target_sgl + kSglSize);
   rs->smr = ibv_reg_mr(pd, rs->sbuf, sbuf_total, IBV_ACCESS_LOCAL_WRITE);
   rs->rmr = ibv_reg_mr(pd, rs->rbuf, rs->rbuf_size, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
-  rs->tmr = ibv_reg_mr(pd, rs->target_sgl, sizeof(WireSge) * kSglSize,
-                       IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+  rs->tmr = ibv_reg_mr(pd, rs->target_sgl, target_len, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
   if (rs->smr == nullptr || rs->rmr == nullptr || rs->tmr == nullptr) return -1;
   rs->ssgl[0].addr = rs->ssgl[1].addr = reinterpret_cast<uintptr_t>(rs->sbuf);
   rs->ssgl[0].lkey = rs->ssgl[1].lkey = rs->smr->lkey;
@@ -286,9 +320,9 @@ int create_ep(Rsocket* rs) {
 ConnData conn_data(const Rsocket* rs) {
   ConnData c{};
   c.version = kConnVersion;
-  c.flags = kFlagIomap | (kHostIsNet ? kFlagNet : 0);  // an iomap of size 0: none
+  c.flags = kFlagIomap | (kHostIsNet ? kFlagNet : 0);
   c.credits = htobe16(static_cast<uint16_t>(rs->rq_size));
-  c.iomap_scale = 0;
+  c.iomap_scale = static_cast<uint8_t>(iomap_to_scale(rs->target_iomap_size));
   c.target_sgl = {htobe64(reinterpret_cast<uintptr_t>(rs->target_sgl)), htobe32(rs->tmr->rkey), htobe32(kSglSize)};
   c.data_buf = {htobe64(reinterpret_cast<uintptr_t>(rs->rbuf)), htobe32(rs->rmr->rkey), htobe32(rs->rbuf_size / 2)};
   return c;
@@ -304,6 +338,10 @@ bool save_conn_data(Rsocket* rs, const void* pdata, uint8_t len) {
   rs->remote_sgl = {be64toh(c.target_sgl.addr), be32toh(c.target_sgl.key), be32toh(c.target_sgl.length)};
   rs->remote_sge = 1;  // entry 0 is what the connection granted
   rs->swap_sgl = ((c.flags & kFlagNet) != 0) != kHostIsNet;
+  rs->remote_iomap = {};
+  if ((c.flags & kFlagIomap) != 0)  // its iomap array follows its SGL array
+    rs->remote_iomap = {rs->remote_sgl.addr + sizeof(WireSge) * rs->remote_sgl.length, rs->remote_sgl.key,
+                        iomap_from_scale(c.iomap_scale)};
   rs->target_sgl[0] = {be64toh(c.data_buf.addr), be32toh(c.data_buf.key), be32toh(c.data_buf.length)};
   rs->target_sge = 0;
   rs->sseq_comp = be16toh(c.credits);
@@ -431,6 +469,10 @@ int poll_cq(Rsocket* rs) {
           ++rs->ctrl_max_seqno;
           if (msg_data(msg) == kCtrlDisconnect) rs->state = kDisconnected;
           break;
+        case kOpIomapSgl:
+          ++rs->sqe_avail;
+          rs->sbuf_bytes_avail += sizeof(WireIomap);
+          break;
         default:
           ++rs->sqe_avail;
           rs->sbuf_bytes_avail += msg_data(msg);
@@ -552,42 +594,121 @@ void qp_to_error(Rsocket* rs) {
 
 // ---- I/O ------------------------------------------------------------------------------
 
-ssize_t send_bytes(Rsocket* rs, const uint8_t* buf, size_t len, int flags) {
+// Where `len` bytes at `src` go from: inline from the caller's memory, or
+// copied into the send ring (one SGE, or two where it wraps).  The WQE
+// posted next takes `sgl`, `nsge` and `flags`.
+struct Staged {
+  ibv_sge inline_sge{};
+  ibv_sge* sgl = nullptr;
+  int nsge = 0;
+  unsigned flags = 0;
+};
+Staged stage(Rsocket* rs, const void* src, uint32_t len) {
+  Staged st;
+  const auto* bytes = static_cast<const uint8_t*>(src);
+  const auto to_end = static_cast<uint32_t>(reinterpret_cast<uintptr_t>(rs->sbuf + rs->sbuf_size) - rs->ssgl[0].addr);
+  if (len <= rs->sq_inline) {
+    st.inline_sge = {reinterpret_cast<uintptr_t>(src), len, 0};
+    st.sgl = &st.inline_sge;
+    st.nsge = 1;
+    st.flags = IBV_SEND_INLINE;
+  } else if (len <= to_end) {
+    std::memcpy(reinterpret_cast<void*>(rs->ssgl[0].addr), bytes, len);
+    rs->ssgl[0].length = len;
+    st.sgl = rs->ssgl;
+    st.nsge = 1;
+  } else {  // wraps: the end of the send ring, then its start
+    rs->ssgl[0].length = to_end;
+    std::memcpy(reinterpret_cast<void*>(rs->ssgl[0].addr), bytes, to_end);
+    rs->ssgl[1].length = len - to_end;
+    std::memcpy(rs->sbuf, bytes + to_end, rs->ssgl[1].length);
+    st.sgl = rs->ssgl;
+    st.nsge = 2;
+  }
+  return st;
+}
+// After the WQE of a staged copy was posted: the ring's next free byte.
+void advance_ring(Rsocket* rs, const Staged& st, uint32_t len) {
+  if ((st.flags & IBV_SEND_INLINE) != 0) return;
+  const auto base = reinterpret_cast<uintptr_t>(rs->sbuf);
+  if (st.nsge == 2) {
+    rs->ssgl[0].addr = base + rs->ssgl[1].length;
+  } else {
+    const uintptr_t next = rs->ssgl[0].addr + len;
+    rs->ssgl[0].addr = next < base + rs->sbuf_size ? next : base;
+  }
+}
+
+// Wait (or not) until a message may go; 0, or -1 and errno.
+int wait_can_send(Rsocket* rs, std::unique_lock<std::mutex>& lock, int flags) {
+  if (can_send(rs)) return 0;
+  if (process_cq(rs, lock, nonblocking(*rs, flags), conn_can_send) != 0) return -1;
+  return (rs->state & kWritable) != 0 ? 0 : fail(ECONNRESET, -1);
+}
+
+// The riomap() registrations the peer has not heard of yet, each into its
+// iomap array at its index (librdmacm's rs_send_iomaps).
+int send_iomaps(Rsocket* rs, std::unique_lock<std::mutex>& lock, int flags) {
+  for (Mapping& m : rs->maps) {
+    if (m.sent || m.index < 0) continue;
+    if (wait_can_send(rs, lock, flags) != 0) return -1;
+    WireIomap e{m.offset, {reinterpret_cast<uintptr_t>(m.mr->addr), m.mr->rkey, static_cast<uint32_t>(m.mr->length)}};
+    if (rs->swap_sgl)
+      e = {__builtin_bswap64(e.offset),
+           {__builtin_bswap64(e.sge.addr), __builtin_bswap32(e.sge.key), __builtin_bswap32(e.sge.length)}};
+    ++rs->sseq_no;  // it takes a receive of the peer's, as a data message
+    --rs->sqe_avail;
+    rs->sbuf_bytes_avail -= sizeof e;
+    const Staged st = stage(rs, &e, sizeof e);
+    const int rc = post_write(rs, st.sgl, st.nsge, make_msg(kOpIomapSgl, static_cast<uint32_t>(m.index)), st.flags,
+                              rs->remote_iomap.addr + static_cast<uint64_t>(m.index) * sizeof e,
+                              rs->remote_iomap.key, true);
+    advance_ring(rs, st, sizeof e);
+    if (rc != 0) return rc;
+    m.sent = true;
+  }
+  rs->iomap_pending = false;
+  return 0;
+}
+
+// Sends `len` bytes from `buf`: as data messages into the peer's receive
+// buffer (`offset` < 0), or by riowrite straight into its iomap at
+// `offset` (until the offset leaves every entry).
+ssize_t send_bytes(Rsocket* rs, const uint8_t* buf, size_t len, int flags, int64_t offset = -1) {
   std::unique_lock lock(rs->mu);
   size_t left = len;
   uint32_t olen = kOlapStart;
   int rc = 0;
   if ((rs->state & kConnected) == 0) return fail((rs->state & kDisconnected) != 0 ? EPIPE : ENOTCONN, ssize_t{-1});
+  if (rs->iomap_pending && send_iomaps(rs, lock, flags) != 0) return -1;
+  const WireIomap* iom = nullptr;
   while (left > 0) {
-    if (!can_send(rs)) {
-      rc = process_cq(rs, lock, nonblocking(*rs, flags), conn_can_send);
-      if (rc != 0) break;
-      if ((rs->state & kWritable) == 0) {
-        rc = fail(ECONNRESET, -1);
-        break;
+    if (offset >= 0 && (iom == nullptr || static_cast<uint64_t>(offset) >= iom->offset + iom->sge.length)) {
+      iom = nullptr;
+      for (uint32_t i = 0; i < rs->target_iomap_size && iom == nullptr; ++i) {
+        const WireIomap& e = rs->target_iomap[i];
+        if (static_cast<uint64_t>(offset) >= e.offset && static_cast<uint64_t>(offset) < e.offset + e.sge.length)
+          iom = &e;
       }
+      if (iom == nullptr) break;  // no mapping covers it: what was written so far
     }
+    if ((rc = wait_can_send(rs, lock, flags)) != 0) break;
     uint32_t xfer = left > olen ? olen : static_cast<uint32_t>(left);
     if (olen < left && olen < kMaxTransfer) olen <<= 1;
-    xfer = std::min({xfer, rs->sbuf_bytes_avail, rs->target_sgl[rs->target_sge].length});
-    const uint32_t to_end =
-        static_cast<uint32_t>(reinterpret_cast<uintptr_t>(rs->sbuf + rs->sbuf_size) - rs->ssgl[0].addr);
-    if (xfer <= rs->sq_inline) {
-      ibv_sge sge{reinterpret_cast<uintptr_t>(buf), xfer, 0};
-      rc = write_data(rs, &sge, 1, xfer, IBV_SEND_INLINE);
-    } else if (xfer <= to_end) {
-      std::memcpy(reinterpret_cast<void*>(rs->ssgl[0].addr), buf, xfer);
-      rs->ssgl[0].length = xfer;
-      rc = write_data(rs, rs->ssgl, 1, xfer, 0);
-      rs->ssgl[0].addr = xfer < to_end ? rs->ssgl[0].addr + xfer : reinterpret_cast<uintptr_t>(rs->sbuf);
-    } else {  // wraps: the end of the send buffer, then its start
-      rs->ssgl[0].length = to_end;
-      std::memcpy(reinterpret_cast<void*>(rs->ssgl[0].addr), buf, to_end);
-      rs->ssgl[1].length = xfer - to_end;
-      std::memcpy(rs->sbuf, buf + to_end, rs->ssgl[1].length);
-      rc = write_data(rs, rs->ssgl, 2, xfer, 0);
-      rs->ssgl[0].addr = reinterpret_cast<uintptr_t>(rs->sbuf) + rs->ssgl[1].length;
+    xfer = std::min(xfer, rs->sbuf_bytes_avail);
+    xfer = offset < 0 ? std::min(xfer, rs->target_sgl[rs->target_sge].length)
+                      : static_cast<uint32_t>(std::min<uint64_t>(xfer, iom->offset + iom->sge.length - offset));
+    const Staged st = stage(rs, buf, xfer);
+    if (offset < 0) {
+      rc = write_data(rs, st.sgl, st.nsge, xfer, st.flags);
+    } else {  // direct placement: no receive consumed, no sequence taken
+      --rs->sqe_avail;
+      rs->sbuf_bytes_avail -= xfer;
+      rc = post_write(rs, st.sgl, st.nsge, make_msg(kOpWrite, xfer), st.flags,
+                      iom->sge.addr + (static_cast<uint64_t>(offset) - iom->offset), iom->sge.key, false);
+      offset += xfer;
     }
+    advance_ring(rs, st, xfer);
     if (rc != 0) break;
     left -= xfer;
     buf += xfer;
@@ -738,7 +859,7 @@ RDMACM_EXPORT int raccept(int socket, sockaddr* addr, socklen_t* addrlen) noexce
   Rsocket* ls = lookup(socket);
   if (ls == nullptr) return fail(EBADF, -1);
   rdma_cm_id* cid = nullptr;
-  uint32_t sbuf, rbuf, inl, sq, rq;
+  uint32_t sbuf, rbuf, inl, sq, rq, iomap;
   int fd_flags;
   {
     std::lock_guard lock(ls->mu);
@@ -751,6 +872,7 @@ RDMACM_EXPORT int raccept(int socket, sockaddr* addr, socklen_t* addrlen) noexce
     inl = ls->sq_inline;
     sq = ls->sq_size;
     rq = ls->rq_size;
+    iomap = ls->target_iomap_size;
     fd_flags = ls->fd_flags;
   }
   auto* rs = new (std::nothrow) Rsocket;
@@ -766,6 +888,7 @@ RDMACM_EXPORT int raccept(int socket, sockaddr* addr, socklen_t* addrlen) noexce
   rs->sq_inline = inl;
   rs->sq_size = sq;
   rs->rq_size = rq;
+  rs->target_iomap_size = iomap;
   rs->fd_flags = fd_flags;
   insert(rs);
   const rdma_cm_event* ev = cid->event;
@@ -998,7 +1121,9 @@ RDMACM_EXPORT int rsetsockopt(int socket, int level, int optname, const void* op
         case RDMA_SQSIZE: rs->sq_size = std::min(static_cast<uint32_t>(v), kQpMaxSize); return 0;
         case RDMA_RQSIZE: rs->rq_size = std::min(static_cast<uint32_t>(v), kQpMaxSize); return 0;
         case RDMA_INLINE: rs->sq_inline = std::min(static_cast<uint32_t>(v), kQpMaxSize); return 0;
-        case RDMA_IOMAPSIZE: return fail(ENOTSUP, -1);  // no iomap (riomap)
+        case RDMA_IOMAPSIZE:  // as librdmacm: what its 8-bit encoding can say
+          rs->target_iomap_size = iomap_from_scale(iomap_to_scale(static_cast<uint32_t>(v)));
+          return 0;
         case RDMA_ROUTE: return 0;  // RoCE: the route comes from the address
         default: break;
       }
@@ -1056,7 +1181,7 @@ RDMACM_EXPORT int rgetsockopt(int socket, int level, int optname, void* optval, 
         case RDMA_SQSIZE: return put(static_cast<int>(rs->sq_size));
         case RDMA_RQSIZE: return put(static_cast<int>(rs->rq_size));
         case RDMA_INLINE: return put(static_cast<int>(rs->sq_inline));
-        case RDMA_IOMAPSIZE: return put(0);
+        case RDMA_IOMAPSIZE: return put(static_cast<int>(rs->target_iomap_size));
         default: break;
       }
       break;
@@ -1172,15 +1297,51 @@ RDMACM_EXPORT int rselect(int nfds, fd_set* readfds, fd_set* writefds, fd_set* e
   return count;
 }
 
-// Direct placement (riomap/riowrite) needs the iomap this implementation
-// never offers.
-RDMACM_EXPORT off_t riomap(int socket, void*, size_t, int, int, off_t) noexcept {
-  return lookup(socket) == nullptr ? fail(EBADF, off_t{-1}) : fail(EOPNOTSUPP, off_t{-1});
+// riomap(3): `buf` registered for the peer to write (PROT_WRITE: into an
+// entry of its iomap, sent before the next send or riowrite) or kept local;
+// `offset` -1 maps it at its own address.  EINVAL before the connection or
+// for other protections, ENOMEM when the peer's iomap is full.
+RDMACM_EXPORT off_t riomap(int socket, void* buf, size_t len, int prot, int, off_t offset) noexcept {
+  Rsocket* rs = lookup(socket);
+  if (rs == nullptr) return fail(EBADF, off_t{-1});
+  std::lock_guard lock(rs->mu);
+  if ((rs->state & kConnected) == 0 || rs->tmr == nullptr || (prot & ~(PROT_WRITE | PROT_NONE)) != 0)
+    return fail(EINVAL, off_t{-1});
+  Mapping m;
+  int access = IBV_ACCESS_LOCAL_WRITE;
+  if ((prot & PROT_WRITE) != 0) {
+    for (uint32_t i = 0; i < rs->remote_iomap.length && m.index < 0; ++i)
+      if (std::none_of(rs->maps.begin(), rs->maps.end(), [i](const Mapping& x) { return x.index == static_cast<int>(i); }))
+        m.index = static_cast<int>(i);
+    if (m.index < 0) return fail(ENOMEM, off_t{-1});
+    access |= IBV_ACCESS_REMOTE_WRITE;
+  }
+  m.mr = ibv_reg_mr(rs->id->pd, buf, len, access);
+  if (m.mr == nullptr) return -1;
+  m.offset = offset == -1 ? reinterpret_cast<uintptr_t>(buf) : static_cast<uint64_t>(offset);
+  m.sent = m.index < 0;
+  rs->maps.push_back(m);
+  rs->iomap_pending = rs->iomap_pending || m.index >= 0;
+  return static_cast<off_t>(m.offset);
 }
-RDMACM_EXPORT int riounmap(int socket, void*, size_t) noexcept {
-  return lookup(socket) == nullptr ? fail(EBADF, -1) : fail(EOPNOTSUPP, -1);
-}
-RDMACM_EXPORT size_t riowrite(int socket, const void*, size_t, off_t, int) noexcept {
-  errno = lookup(socket) == nullptr ? EBADF : EOPNOTSUPP;
+
+RDMACM_EXPORT int riounmap(int socket, void* buf, size_t len) noexcept {
+  Rsocket* rs = lookup(socket);
+  if (rs == nullptr) return fail(EBADF, -1);
+  std::lock_guard lock(rs->mu);
+  auto it = std::find_if(rs->maps.begin(), rs->maps.end(),
+                         [&](const Mapping& m) { return m.mr->addr == buf && m.mr->length == len; });
+  if (it == rs->maps.end()) return fail(EINVAL, -1);
+  ibv_dereg_mr(it->mr);
+  rs->maps.erase(it);
   return 0;
+}
+
+// riowrite(3): straight into the peer's memory its riomap offered at
+// `offset`; what was written (short when the offset leaves its mappings).
+RDMACM_EXPORT size_t riowrite(int socket, const void* buf, size_t count, off_t offset, int flags) noexcept {
+  Rsocket* rs = lookup(socket);
+  if (rs == nullptr) return static_cast<size_t>(fail(EBADF, -1));
+  if (offset < 0) return static_cast<size_t>(fail(EINVAL, -1));
+  return static_cast<size_t>(send_bytes(rs, static_cast<const uint8_t*>(buf), count, flags, offset));
 }

@@ -78,7 +78,8 @@ PROGRAMS=(
   "rstream|rstream -b @S@|rstream -s @S@|^1m_bw|^1m_bw||"
   "rstream-blocking-verify|rstream -b @S@ -T b -T v -S 131072 -C 300|rstream -s @S@ -T b -T v -S 131072 -C 300|^custom +128k +300|^custom +128k +300||"
   "rstream-async-verify|rstream -b @S@ -T a -T v|rstream -s @S@ -T a -T v|^1m_bw|^1m_bw||"
-  "riostream|riostream -b @S@|riostream -s @S@|^1m_bw|^1m_bw||riomap's direct placement (iomap) is not offered"
+  "riostream-verify|riostream -b @S@ -S 65536 -C 200 -T v|riostream -s @S@ -S 65536 -C 200 -T v|^custom +64k +200|^custom +64k +200||"
+  "riostream-blocking|riostream -b @S@ -S 1000000 -C 20 -T b|riostream -s @S@ -S 1000000 -C 20 -T b|^custom +976k +20|^custom +976k +20||"
   "udpong|udpong -b @S@|udpong -s @S@|^64k +|||datagram rsockets (udpong's UD protocol) are not offered"
 )
 

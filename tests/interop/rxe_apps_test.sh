@@ -17,8 +17,9 @@
 # Cases (each in both directions, "NAME.uroce-server" and "NAME.rxe-server"):
 #   rc-small rc-multi rc-v6 ud rc-mtu4096     ibv_rc_pingpong / ibv_ud_pingpong
 #   rping ucmatose udaddy                     rdma_cm: rping -V, ucmatose, udaddy (SIDR)
-#   rstream                                   rsockets: rstream -T v (verified data) with
-#                                             64 KiB transfers, librdmacm's rsockets on rxe
+#   rstream riostream                         rsockets: rstream -T v (verified data) with
+#                                             64 KiB transfers, librdmacm's rsockets on rxe;
+#                                             riostream: the same by riomap/riowrite
 #   reject                                    a client to port 7174 while the server side
 #                                             listens on 7175 only: its CM answers REJ
 #                                             "invalid service ID" (8), the client fails
@@ -58,6 +59,7 @@ CASES=(
   "udaddy|1500||udaddy -b {SELF} -c 2 -C 10|udaddy -s {SERVER} -c 2 -C 10|cm|SIDR_REQ SIDR_REP UD_SEND_ONLY_WITH_IMMEDIATE"
   "reject|1500||rping -s -a {SELF} -p 7175 -C 1|rping -c -a {SERVER} -p 7174 -C 1 -S 64 -v|cm|REQ REJ"
   "rstream|1500||rstream -b {SELF} -S 65536 -C 200 -T v|rstream -s {SERVER} -S 65536 -C 200 -T v|cm|REQ REP RTU RC_RDMA_WRITE_FIRST RC_RDMA_WRITE_ONLY_WITH_IMMEDIATE"
+  "riostream|1500||riostream -b {SELF} -S 65536 -C 100 -T v|riostream -s {SERVER} -S 65536 -C 100 -T v|cm|REQ REP RTU RC_RDMA_WRITE_LAST RC_RDMA_WRITE_ONLY_WITH_IMMEDIATE"
   "send-lat|1500||ib_send_lat -d {DEV} -x {GID} -F -n 1000 -s 2|ib_send_lat -d {DEV} -x {GID} -F -n 1000 -s 2 {SERVER}|tcp|RC_SEND_ONLY"
   "write-bw|1500||ib_write_bw -d {DEV} -x {GID} -F -n 500 -s 65536|ib_write_bw -d {DEV} -x {GID} -F -n 500 -s 65536 {SERVER}|tcp|RC_RDMA_WRITE_FIRST RC_RDMA_WRITE_LAST"
   "read-lat|1500||ib_read_lat -d {DEV} -x {GID} -F -n 500 -s 4096|ib_read_lat -d {DEV} -x {GID} -F -n 500 -s 4096 {SERVER}|tcp|RC_RDMA_READ_REQUEST RC_RDMA_READ_RESPONSE_FIRST"
