@@ -1048,26 +1048,26 @@ RDMACM_EXPORT int rclose(int socket) noexcept {
   return 0;
 }
 
-RDMACM_EXPORT int rgetpeername(int socket, sockaddr* addr, socklen_t* addrlen) noexcept {
+namespace {
+// The id's peer or local address into the caller's buffer (truncated to
+// *addrlen, which then says the full length, as getpeername(2)).
+int copy_addr(int socket, sockaddr* addr, socklen_t* addrlen, bool peer) {
   Rsocket* rs = lookup(socket);
   if (rs == nullptr) return fail(EBADF, -1);
   if (addr == nullptr || addrlen == nullptr) return fail(EINVAL, -1);
-  const sockaddr* a = rdma_get_peer_addr(rs->id);
+  const sockaddr* a = peer ? rdma_get_peer_addr(rs->id) : rdma_get_local_addr(rs->id);
   const socklen_t len = a->sa_family == AF_INET6 ? sizeof(sockaddr_in6) : sizeof(sockaddr_in);
   std::memcpy(addr, a, std::min(*addrlen, len));
   *addrlen = len;
   return 0;
 }
+}  // namespace
 
+RDMACM_EXPORT int rgetpeername(int socket, sockaddr* addr, socklen_t* addrlen) noexcept {
+  return copy_addr(socket, addr, addrlen, true);
+}
 RDMACM_EXPORT int rgetsockname(int socket, sockaddr* addr, socklen_t* addrlen) noexcept {
-  Rsocket* rs = lookup(socket);
-  if (rs == nullptr) return fail(EBADF, -1);
-  if (addr == nullptr || addrlen == nullptr) return fail(EINVAL, -1);
-  const sockaddr* a = rdma_get_local_addr(rs->id);
-  const socklen_t len = a->sa_family == AF_INET6 ? sizeof(sockaddr_in6) : sizeof(sockaddr_in);
-  std::memcpy(addr, a, std::min(*addrlen, len));
-  *addrlen = len;
-  return 0;
+  return copy_addr(socket, addr, addrlen, false);
 }
 
 RDMACM_EXPORT int rsetsockopt(int socket, int level, int optname, const void* optval, socklen_t optlen) noexcept {
