@@ -132,10 +132,16 @@ setup_memif() {
   # A namespace of this run's own: nothing of the host's in the way.
   ip netns add "$PREFIX-m" 2>"$TMP/netns.err" || { fail "ip netns add"; show "$TMP/netns.err"; exit 1; }
   ip netns exec "$PREFIX-m" ip link set lo up
-  local ns="ip netns exec $PREFIX-m env" sock=$TMP/memif.sock
+  memif_env ""
+  ADDR_S=10.48.0.1 ADDR_C=10.48.0.2
+}
+# The memif pair of one program: a socket of its own (as verbs_apps_test.sh
+# does), so that a program's leftover socket file cannot keep the next
+# server from starting.
+memif_env() {  # NAME
+  local ns="ip netns exec $PREFIX-m env" sock=$TMP/memif$1.sock
   SRV_ENV="$ns UROCE_DEVICE=net_memif0,role=server,socket=$sock,socket-abstract=no UROCE_IP=10.48.0.1/24"
   CLI_ENV="$ns UROCE_DEVICE=net_memif0,role=client,socket=$sock,socket-abstract=no UROCE_IP=10.48.0.2/24"
-  ADDR_S=10.48.0.1 ADDR_C=10.48.0.2
 }
 
 "setup_$MODE"
@@ -143,6 +149,7 @@ echo "apps-rdmacm-$MODE: work in $TMP"
 for entry in "${PROGRAMS[@]}"; do
   name=${entry%%|*}
   if [ $# -gt 0 ] && ! printf '%s\n' "$@" | grep -qx -- "$name"; then continue; fi
+  [ "$MODE" = memif ] && memif_env "-$name"
   run_one "$entry"
 done
 if [ $failed -eq 0 ]; then
