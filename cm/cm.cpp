@@ -113,6 +113,28 @@ CmId* Cm::create_id(void* context) {
   return raw;
 }
 
+CmId* Cm::adopt_established(const Adopted& a) {
+  if (a.local_id == 0 || ids_.count(a.local_id) != 0) return nullptr;
+  auto id = std::make_unique<CmId>();
+  id->local_id = a.local_id;
+  id->remote_id = a.remote_id;
+  id->remote_ca_guid = a.remote_ca_guid;
+  id->peer = a.peer;
+  id->local_qpn = a.local_qpn;
+  id->remote_qpn = a.remote_qpn;
+  id->state = CmState::Established;
+  id->active = true;
+  id->max_retries = kDefaultMaxCmRetries;
+  id->timeout_ns = cm_timeout_ns(kDefaultCmResponseTimeout) + 2 * cfg_.packet_life_ns;
+  id->cm_ = this;
+  id->timer.cb = &Cm::on_timer;
+  id->timer.owner = id.get();
+  CmId* raw = id.get();
+  ids_.emplace(raw->local_id, std::move(id));
+  if (raw->remote_id != 0) index_remote(*raw);
+  return raw;
+}
+
 CmId* Cm::find(uint32_t local_id) const noexcept {
   auto it = ids_.find(local_id);
   return it == ids_.end() ? nullptr : it->second.get();

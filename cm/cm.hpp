@@ -394,6 +394,21 @@ class Cm {
   // counts, timeouts.  `mask` gets the ibv_qp_attr_mask bits set.
   int init_qp_attr(const CmId* id, ibv_qp_state state, ibv_qp_attr& attr, int& mask) const;
 
+  // Takes over a connection another CM ran and can no longer end (uroced:
+  // a client process that went away, DESIGN.md "The shared device"): an
+  // Established id with these communication IDs, peer and QPNs, whose
+  // destroy_id() then ends it as the IBA says (DREQ and its retries, the
+  // DREP, TimeWait).  nullptr when `local_id` is 0 or live here.
+  struct Adopted {
+    uint32_t local_id = 0;
+    uint32_t remote_id = 0;
+    uint64_t remote_ca_guid = 0;
+    MadAddr peer;
+    Qpn local_qpn;
+    Qpn remote_qpn;
+  };
+  CmId* adopt_established(const Adopted& a);
+
   // ---- from the wire: one received MAD (a GSI UD SEND's payload).
   void on_mad(const MadAddr& from, std::span<const uint8_t> mad);
 

@@ -372,6 +372,17 @@ int RdmaCm::destroy_id(RdmaId* id) {
   return 0;
 }
 
+void RdmaCm::device_removed(const rnic::Rnic* rnic) {
+  std::lock_guard lock(mu_);
+  for (RdmaId* id : ids_) {
+    if (id->dev == nullptr || id->dev->cfg.rnic != rnic || id->removal_reported || id->destroyed) continue;
+    id->removal_reported = true;
+    RdmaEvent ev;
+    ev.type = RDMA_CM_EVENT_DEVICE_REMOVAL;
+    queue_event(id, ev);
+  }
+}
+
 // ---- listening -----------------------------------------------------------------------------
 
 int RdmaCm::listen(RdmaId* id, int backlog) {
@@ -399,6 +410,11 @@ int RdmaCm::listen(RdmaId* id, int backlog) {
         if (oip && (*oip == *ip || binds_any(*oip) || binds_any(*ip)) && oip->is_v4() == ip->is_v4())
           return EADDRINUSE;
       }
+    }
+    // Another process's listener (the daemon's port space)?  Then REQs
+    // for this one come here.
+    if (arbiter_.listen) {
+      if (const int rc = arbiter_.listen(reinterpret_cast<uint64_t>(id), true); rc != 0) return rc;
     }
     step(*id, RdmaIdInput::Listen);
     id->backlog = backlog > 0 ? backlog : kDefaultBacklog;

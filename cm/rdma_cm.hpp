@@ -215,6 +215,7 @@ struct RdmaId {
   uint8_t retry_count = 7;
   uint8_t rnr_retry_count = 7;
   bool disconnect_reported = false;
+  bool removal_reported = false;      // DEVICE_REMOVAL (device_removed)
   bool destroyed = false;
   uint64_t addr_deadline_ns = 0;
   Timer addr_timer;
@@ -298,6 +299,24 @@ class RdmaCm {
   // did not join `addr`.  destroy_id leaves every group.
   virtual int leave_multicast(RdmaId* id, const sockaddr* addr);
 
+  // A port space shared with other processes (uroced, issue 15; DESIGN.md
+  // "The shared device"): the daemon grants every binding (conflicts across
+  // processes, ephemeral ports) and learns which ids listen, so that the
+  // requests for them come to this process.  `token` names an id.  Set
+  // before any id binds.
+  struct PortArbiter {
+    std::function<int(uint64_t token, int ps, const transport::IpAddr& ip, uint16_t port, bool reuseaddr,
+                      bool afonly, uint16_t* granted)>
+        bind;
+    std::function<void(uint64_t token)> unbind;
+    std::function<int(uint64_t token, bool on)> listen;
+  };
+  void set_port_arbiter(PortArbiter a);
+  // The device of `rnic` went away (the daemon serving it stopped): every
+  // id on it gets RDMA_CM_EVENT_DEVICE_REMOVAL, once, as rdma_cm reports a
+  // device unplugged.
+  void device_removed(const rnic::Rnic* rnic);
+
   // Counters of one device's CM and GSI port, for tests and tools.
   const CmCounters* cm_counters(size_t dev) const;
   const GsiCounters* gsi_counters(size_t dev) const;
@@ -359,6 +378,7 @@ class RdmaCm {
   std::set<RdmaChannel*> channels_;
   std::map<std::pair<int, uint16_t>, std::vector<RdmaId*>> ports_;  // (ps, port) -> bound ids
   uint32_t next_port_ = 0;
+  PortArbiter arbiter_;  // set_port_arbiter
 };
 
 // Per device: its CM (the device's; this model its consumer once started)

@@ -94,7 +94,11 @@ int RdmaCm::bind_locked(RdmaId* id, const sockaddr* addr) {
     }
     return 0;
   };
-  if (port == 0) {
+  const auto token = reinterpret_cast<uint64_t>(id);
+  if (port == 0 && arbiter_.bind) {
+    // A port no process of the host holds (the daemon's port space).
+    if (const int rc = arbiter_.bind(token, ps, *ip, 0, id->reuseaddr, id->afonly, &port); rc != 0) return rc;
+  } else if (port == 0) {
     const uint32_t span = kEphemeralHigh - kEphemeralLow + 1;
     uint32_t tries = 0;
     do {
@@ -103,6 +107,10 @@ int RdmaCm::bind_locked(RdmaId* id, const sockaddr* addr) {
     if (tries >= span) return EADDRINUSE;
   } else if (const int rc = conflict(port); rc != 0) {
     return rc;
+  } else if (arbiter_.bind) {
+    // Our own ids agree; the other processes' too?
+    uint16_t granted = 0;
+    if (const int rc2 = arbiter_.bind(token, ps, *ip, port, id->reuseaddr, id->afonly, &granted); rc2 != 0) return rc2;
   }
   ports_[{ps, port}].push_back(id);
   set_sockaddr(id->src, *ip, port);
@@ -116,6 +124,7 @@ int RdmaCm::bind_locked(RdmaId* id, const sockaddr* addr) {
 
 void RdmaCm::unbind_locked(RdmaId* id) {
   if (!id->bound) return;
+  if (arbiter_.unbind) arbiter_.unbind(reinterpret_cast<uint64_t>(id));
   const uint16_t port = port_of(sa(id->src));
   auto it = ports_.find({id->ps, port});
   if (it != ports_.end()) {
@@ -123,6 +132,11 @@ void RdmaCm::unbind_locked(RdmaId* id) {
     if (it->second.empty()) ports_.erase(it);
   }
   id->bound = false;
+}
+
+void RdmaCm::set_port_arbiter(PortArbiter a) {
+  std::lock_guard lock(mu_);
+  arbiter_ = std::move(a);
 }
 
 int RdmaCm::bind_addr(RdmaId* id, const sockaddr* addr) {

@@ -47,6 +47,16 @@ class Port {
   // The kernel network device behind the port, if any ("veth0" for
   // af_packet and tap); empty for memif, ring and sim.
   virtual std::string netdev() const { return {}; }
+
+  // Sleeping instead of polling (EngineConfig::idle_wait): an fd that is
+  // readable (poll/epoll) when rx_burst would find a frame, or -1 when the
+  // port has none (the engine then naps).  prepare_wait() is called before
+  // the engine sleeps on it: false when a frame is there already (do not
+  // sleep); end_wait() after it woke, or did not sleep.  Between them a
+  // frame's arrival makes the fd readable.  The engine's thread.
+  virtual int wait_fd() const { return -1; }
+  virtual bool prepare_wait() { return true; }
+  virtual void end_wait() {}
 };
 
 }  // namespace uroce::drivers

@@ -5,9 +5,16 @@
 #include <filesystem>
 
 #include <rte_lcore.h>
+#include <rte_mempool.h>
+#include <pthread.h>
+#include <sched.h>
 
+#include <cstring>
+
+#include "drivers/daemon/proto.hpp"
 #include "drivers/sim/sim_wire.hpp"
 #include "lib/config/mac.hpp"
+#include "lib/util/log.hpp"
 #include "transport/params.hpp"
 #include "transport/rnic/rnic.hpp"
 #include "transport/telemetry.hpp"
@@ -168,6 +175,8 @@ Device::~Device() {
   wrapper_.reset();
   fault_port_.reset();
   dpdk_port_.reset();
+  daemon_port_.reset();
+  if (daemon_pool_ != nullptr && !keep_daemon_pool_) rte_mempool_free(daemon_pool_);
 }
 
 void Device::attach(std::unique_ptr<DeviceClient> client) {
@@ -212,6 +221,48 @@ Status Devices::configure(config::Config cfg) {
   if (!open_.empty() || shut_down_) return Error{EBUSY, "Devices::configure: devices are already open"};
   cfg_ = std::move(cfg);
   return {};
+}
+
+Status Devices::use_daemon(std::shared_ptr<drivers::daemon::Link> link) {
+  std::lock_guard lock(mu_);
+  if (!open_.empty() || shut_down_) return Error{EBUSY, "Devices::use_daemon: devices are already open"};
+  // The process-wide settings from the environment; the per-device ones
+  // (UROCE_DEVICE, UROCE_IP, UROCE_MAC, UROCE_MTU) are the daemon's.
+  const config::EnvLookup env = config::process_env();
+  const config::EnvLookup global = [env](std::string_view name) -> std::optional<std::string> {
+    if (name == config::kEnvDevice || name == config::kEnvIp || name == config::kEnvMac || name == config::kEnvMtu ||
+        name == config::kEnvFaults)
+      return std::nullopt;
+    return env(name);
+  };
+  auto cfg = config::parse_config("", "", global);
+  if (!cfg) return config_error(cfg.error());
+  for (const drivers::daemon::DeviceDesc& desc : link->devices()) {
+    config::DeviceConfig dc;
+    dc.name = desc.name;
+    dc.kind = config::DeviceKind::kDaemon;
+    wire::MacAddr mac;
+    std::copy(desc.mac, desc.mac + 6, mac.begin());
+    dc.mac = mac;
+    dc.mtu = desc.mtu;
+    for (uint32_t i = 0; i < desc.naddrs; ++i) {
+      config::IpPrefix p;
+      std::copy(desc.addrs[i].ip, desc.addrs[i].ip + 16, p.addr.bytes.begin());
+      p.addr.family = IpAddr{p.addr.bytes}.is_v4() ? config::IpFamily::kIpv4 : config::IpFamily::kIpv6;
+      p.prefix_len = desc.addrs[i].prefix;
+      dc.addresses.push_back(p);
+    }
+    cfg->devices.push_back(std::move(dc));
+  }
+  if (auto f = env(config::kEnvFaults); f && !f->empty() && !cfg->devices.empty()) cfg->devices.front().faults = *f;
+  cfg_ = std::move(*cfg);
+  daemon_ = std::move(link);
+  return {};
+}
+
+std::shared_ptr<drivers::daemon::Link> Devices::daemon() const {
+  std::lock_guard lock(mu_);
+  return daemon_;
 }
 
 Status Devices::load_locked() {
@@ -328,6 +379,7 @@ void Devices::shutdown(Teardown how) {
       for (auto& c : d->clients_) (void)c.release();
       (void)d->rnic_.release();
       if (d->dpdk_port_) d->dpdk_port_->keep_pool_at_close();  // no 10,000 page faults to zero it on the way out
+      d->keep_daemon_pool_ = true;
     }
   }
   for (auto& d : open_) d->stop();  // every engine quiet before any port closes
@@ -369,8 +421,56 @@ Status Devices::make_sim_wire_locked() {
   return {};
 }
 
+// A device uroced serves: its shared region and a pool for what crosses it.
+Status Devices::make_daemon_port(Device& d, const config::DeviceConfig& dev) {
+  const auto it = std::find_if(cfg_->devices.begin(), cfg_->devices.end(),
+                               [&](const config::DeviceConfig& c) { return c.name == dev.name; });
+  const auto index = static_cast<uint32_t>(it - cfg_->devices.begin());
+  if (!daemon_ || index >= daemon_->devices().size()) return Error{ENODEV, device_error(dev, "uroced does not serve it")};
+  auto region = daemon_->open_device(index);
+  if (!region) return Error{region.error().code, device_error(dev, region.error().message)};
+  // Room for one frame of the region per mbuf; enough buffers for a full
+  // RX ring in flight and the engine's own frames beside it.
+  dpdk::PoolOptions po;
+  po.name_prefix = "uroced";
+  po.data_room = static_cast<uint16_t>(region->geometry().payload_max() + dpdk::kMbufHeadroom);
+  po.mbufs = std::max<uint32_t>(2047, 2 * region->geometry().rx_slots + 1023);
+  po.packed = true;  // copied by virtual address only
+  auto pool = dpdk::create_pktmbuf_pool(po);
+  if (!pool) return Error{pool.error().code, device_error(dev, pool.error().message)};
+  d.daemon_pool_ = *pool;
+  d.daemon_port_ = std::make_unique<drivers::daemon::DaemonPort>(std::move(*region), daemon_->devices()[index], *pool);
+  d.top_ = d.daemon_port_.get();
+  d.info_.driver = "uroced";
+  d.info_.netdev = daemon_->devices()[index].netdev;
+  return {};
+}
+
+// The RNIC's shared-device hooks (rnic.hpp SharedDevice): QPNs from the
+// daemon, claims and multicast groups into the ring.
+void Devices::share_with_daemon(Device& d, uint32_t index) {
+  std::shared_ptr<drivers::daemon::Link> link = daemon_;
+  drivers::daemon::DaemonPort* port = d.daemon_port_.get();
+  rnic::Rnic::SharedDevice sh;
+  sh.alloc_qpn = [link, index](uint32_t* qpn) { return link->alloc_qpn(index, qpn); };
+  sh.free_qpn = [link, index](uint32_t qpn) { (void)link->free_qpn(index, qpn); };
+  sh.claim = [port](uint32_t qpn, const wire::Ipv6Addr& dgid, uint32_t dqpn) {
+    uint8_t gid[16];
+    std::copy(dgid.begin(), dgid.end(), gid);
+    port->claim(qpn, gid, dqpn);
+  };
+  sh.unclaim = [port](uint32_t qpn) { port->unclaim(qpn); };
+  sh.mcast = [port](const wire::Ipv6Addr& mgid, bool join) {
+    uint8_t g[16];
+    std::copy(mgid.begin(), mgid.end(), g);
+    port->mcast(g, join);
+  };
+  d.rnic_->set_shared(std::move(sh));
+}
+
 Status Devices::make_port(Device& d, const config::DeviceConfig& dev) {
   DeviceInfo& info = d.info_;
+  if (dev.kind == config::DeviceKind::kDaemon) return make_daemon_port(d, dev);
   if (dev.kind == config::DeviceKind::kSim) {
     if (Status st = make_sim_wire_locked(); !st) return Error{st.error().code, device_error(dev, st.error().message)};
     const auto it = sim_ports_.find(dev.name);
@@ -393,7 +493,7 @@ Status Devices::make_port(Device& d, const config::DeviceConfig& dev) {
   return {};
 }
 
-Status Devices::make_engine(Device& d, const config::DeviceConfig& dev) {
+Status Devices::make_engine(Device& d, const config::DeviceConfig& dev, const OpenOptions& options) {
   DeviceInfo& info = d.info_;
   EngineConfig ec;
   ec.local = info.local;
@@ -401,7 +501,19 @@ Status Devices::make_engine(Device& d, const config::DeviceConfig& dev) {
   ec.announce = info.answer_host;  // a kernel that shares the netdev announces its own addresses
   ec.pcap_path = info.pcap;
   ec.progress = info.progress;
-  ec.ack_hold_ns = params::kAckHoldNs;
+  ec.ack_hold_ns = options.hold_acks ? params::kAckHoldNs : 0;
+  ec.idle_wait = options.idle_wait;
+  if (dev.kind == config::DeviceKind::kDaemon) {
+    ec.idle_wait = true;
+    // The daemon answers ARP/ND, announces, loops frames back (maybe to
+    // another process) and owns the QPN space (DESIGN.md "The shared device").
+    ec.announce = false;
+    ec.port_loopback = true;
+    const auto it = std::find_if(cfg_->devices.begin(), cfg_->devices.end(),
+                                 [&](const config::DeviceConfig& c) { return c.name == dev.name; });
+    const auto index = static_cast<size_t>(it - cfg_->devices.begin());
+    if (daemon_ && index < daemon_->devices().size()) ec.max_qpn = daemon_->devices()[index].max_qpn;
+  }
   if (d.dpdk_port_ && d.dpdk_port_->isolated()) {
     // Flow isolation keeps ARP/ND replies with the kernel: ask it.
     const int ifindex = d.netdev_ifindex_;
@@ -430,8 +542,17 @@ Status Devices::make_engine(Device& d, const config::DeviceConfig& dev) {
   // (mempool caches; net_af_xdp loses frames without one), and release the
   // id when it ends.
   Device* dev_ptr = &d;
-  auto on_start = [dev_ptr] {
+  const int rt = options.realtime_priority;
+  const std::string dev_name = info.name;
+  auto on_start = [dev_ptr, rt, dev_name] {
     if (rte_thread_register() == 0) dev_ptr->engine_lcore_ = rte_lcore_id();
+    if (rt > 0) {
+      sched_param sp{};
+      sp.sched_priority = rt;
+      if (const int e = pthread_setschedparam(pthread_self(), SCHED_FIFO, &sp); e != 0)
+        log_line(LogType::Engine, LogLevel::Warning, "%s: the engine thread stays SCHED_OTHER (SCHED_FIFO %d: %s)",
+                 dev_name.c_str(), rt, std::strerror(e));
+    }
   };
   auto on_exit = [] {
     if (rte_lcore_id() != LCORE_ID_ANY) rte_thread_unregister();
@@ -449,6 +570,16 @@ Status Devices::make_engine(Device& d, const config::DeviceConfig& dev) {
 Status Devices::set_identity(Device& d, const config::DeviceConfig& dev) {
   DeviceInfo& info = d.info_;
   drivers::Port& base = *d.top_;
+  if (dev.kind == config::DeviceKind::kDaemon) {  // the daemon's, as it listed them
+    info.addresses = dev.addresses;
+    info.answer_host = false;
+    info.mac = base.mac();
+    info.mtu = base.mtu();
+    AddressPlan plan;
+    plan.addresses = dev.addresses;
+    info.local = local_addrs(dev, plan, info.mac);
+    return {};
+  }
   const bool own_netdev =
       info.netdev_role == dpdk::NetdevRole::kShared || info.netdev_role == dpdk::NetdevRole::kExclusive;
   std::optional<drivers::NetdevInfo> netdev;
@@ -521,8 +652,13 @@ drivers::Result<std::unique_ptr<Device>> Devices::bring_up(const config::DeviceC
   if (Status st = wrap_port(*d, dev, options); !st) return st.error();
   info.pcap = capture_for(dev);
   info.progress = engine_progress(cfg_->progress);
-  if (Status st = make_engine(*d, dev); !st) return st.error();
+  if (Status st = make_engine(*d, dev, options); !st) return st.error();
   d->rnic_ = std::make_unique<rnic::Rnic>(*d->engine_, dev.name);
+  if (dev.kind == config::DeviceKind::kDaemon) {
+    const auto it = std::find_if(cfg_->devices.begin(), cfg_->devices.end(),
+                                 [&](const config::DeviceConfig& c) { return c.name == dev.name; });
+    share_with_daemon(*d, static_cast<uint32_t>(it - cfg_->devices.begin()));
+  }
   for (const ClientFactory& make : client_factories_) {
     if (Status st = attach_client(*d, make); !st) return Error{st.error().code, device_error(dev, st.error().message)};
   }

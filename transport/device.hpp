@@ -50,6 +50,8 @@
 #include <string_view>
 #include <vector>
 
+#include "drivers/daemon/daemon_port.hpp"
+#include "drivers/daemon/link.hpp"
 #include "drivers/dpdk/dpdk_port.hpp"
 #include "drivers/dpdk/eal.hpp"
 #include "drivers/fault.hpp"
@@ -128,6 +130,18 @@ struct OpenOptions {
   // Interposes a Port between the device's port (after any FaultPort) and
   // its engine; called once; the returned port must forward to `inner`.
   std::function<std::unique_ptr<drivers::Port>(drivers::Port& inner)> wrap_port;
+  // The engine thread sleeps when idle instead of napping
+  // (EngineConfig::idle_wait; uroced's devices).  A device uroced serves
+  // always does.
+  bool idle_wait = false;
+  // The engine thread's SCHED_FIFO priority (0: SCHED_OTHER), for an engine
+  // that sleeps when idle (idle_wait), so that it never spins at that
+  // priority: uroced's (DESIGN.md "The shared device").  Without the right
+  // (CAP_SYS_NICE) it stays SCHED_OTHER, with a warning.
+  int realtime_priority = 0;
+  // Coalesce ACKs (EngineConfig::ack_hold_ns = params::kAckHoldNs); false:
+  // every turn flushes (uroced forwards its clients' frames as they come).
+  bool hold_acks = true;
 };
 
 class Device {
@@ -149,6 +163,8 @@ class Device {
   drivers::Port& port() noexcept { return *top_; }  // what the engine drives
   // The DpdkPort underneath, or null (sim).
   drivers::dpdk::DpdkPort* dpdk_port() noexcept { return dpdk_port_.get(); }
+  // The DaemonPort underneath (a device uroced serves), or null.
+  drivers::daemon::DaemonPort* daemon_port() noexcept { return daemon_port_.get(); }
   // The FaultPort, or null when the device has no faults.
   drivers::FaultPort* fault_port() noexcept { return fault_port_.get(); }
 
@@ -179,6 +195,9 @@ class Device {
   int netdev_ifindex_ = 0;  // the kernel netdev the port shares, if any
   // Destroyed bottom-up: the engine first, the base port last.
   std::unique_ptr<drivers::dpdk::DpdkPort> dpdk_port_;
+  std::unique_ptr<drivers::daemon::DaemonPort> daemon_port_;
+  rte_mempool* daemon_pool_ = nullptr;  // the DaemonPort's buffers (freed after it)
+  bool keep_daemon_pool_ = false;       // Teardown::Exit: not freed (as DpdkPort::keep_pool_at_close)
   drivers::sim::SimPort* sim_port_ = nullptr;  // owned by the registry's SimWire
   std::unique_ptr<drivers::FaultPort> fault_port_;
   std::unique_ptr<drivers::Port> wrapper_;
@@ -206,6 +225,15 @@ class Devices {
   // Use `cfg` instead of loading the configuration (UROCE_CONFIG and the
   // environment) on first use.  Fails once a device is open.
   drivers::Status configure(config::Config cfg);
+  // A client of uroced (issue 15; DESIGN.md "The shared device"): the
+  // devices are the daemon's, one for each it lists, each over a
+  // DaemonPort (its RNIC this process's own, its QPNs the daemon's).  The
+  // configuration is the environment's process-wide settings (progress,
+  // log, capture, EAL); UROCE_FAULTS applies to the first device.  Fails
+  // once a device is open.
+  drivers::Status use_daemon(std::shared_ptr<drivers::daemon::Link> link);
+  // The daemon's link, or null (in-process devices).
+  std::shared_ptr<drivers::daemon::Link> daemon() const;
   // The configuration, loaded on first use.
   drivers::Result<config::Config> config();
   // The configured device names, in order (nothing is started).
@@ -250,9 +278,11 @@ class Devices {
   drivers::Result<std::unique_ptr<Device>> bring_up(const config::DeviceConfig& dev, const OpenOptions& options);
   drivers::Status make_sim_wire_locked();
   drivers::Status make_port(Device& d, const config::DeviceConfig& dev);
+  drivers::Status make_daemon_port(Device& d, const config::DeviceConfig& dev);
+  void share_with_daemon(Device& d, uint32_t index);
   drivers::Status set_identity(Device& d, const config::DeviceConfig& dev);
   drivers::Status wrap_port(Device& d, const config::DeviceConfig& dev, const OpenOptions& options);
-  drivers::Status make_engine(Device& d, const config::DeviceConfig& dev);
+  drivers::Status make_engine(Device& d, const config::DeviceConfig& dev, const OpenOptions& options);
   static drivers::Status attach_client(Device& d, const ClientFactory& make);  // one factory's client on d
   std::string capture_for(const config::DeviceConfig& dev) const;
   void close_locked(std::vector<std::unique_ptr<Device>>::iterator it);
@@ -266,6 +296,7 @@ class Devices {
   std::map<std::string, drivers::sim::SimPort*, std::less<>> sim_ports_;  // owned by sim_
   std::vector<std::unique_ptr<Device>> open_;
   std::vector<ClientFactory> client_factories_;
+  std::shared_ptr<drivers::daemon::Link> daemon_;  // use_daemon
 };
 
 // The EAL options a configuration asks for (pure).

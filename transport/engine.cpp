@@ -1,6 +1,9 @@
 #include "transport/engine.hpp"
 
 #include <sched.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
 
 #include <rte_mbuf.h>
 
@@ -56,6 +59,8 @@ Engine::Engine(drivers::Port& port, EngineConfig cfg)
 
 Engine::~Engine() {
   stop();
+  for (int fd : {epoll_fd_, wake_fd_})
+    if (fd >= 0) ::close(fd);
   engine_thread_.store(std::this_thread::get_id());  // the loop has stopped: it is ours now
   flush_tx();
   for (rte_mbuf* m : loop_) rte_pktmbuf_free(m);
@@ -64,6 +69,13 @@ Engine::~Engine() {
 }
 
 drivers::Status Engine::init() {
+  if (cfg_.idle_wait && epoll_fd_ < 0) {
+    epoll_fd_ = ::epoll_create1(EPOLL_CLOEXEC);
+    wake_fd_ = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    if (epoll_fd_ < 0 || wake_fd_ < 0) return drivers::Error{errno, "engine: epoll/eventfd for idle_wait"};
+    watch_fd(wake_fd_);
+    if (port_.wait_fd() >= 0) watch_fd(port_.wait_fd());
+  }
   if (!cfg_.pcap_path.empty()) {
     if (auto st = capture_.open(cfg_.pcap_path); !st) return st;
   }
@@ -103,6 +115,7 @@ unsigned Engine::poll_once() {
   // then the wire and the timers: a request made before this iteration is
   // in effect before anything this iteration receives is handled.
   unsigned work = drain_doorbells();
+  if (turn_hook_) work += turn_hook_();
   std::array<rte_mbuf*, 256> pkts;
   const uint16_t burst = cfg_.rx_burst < pkts.size() ? cfg_.rx_burst : static_cast<uint16_t>(pkts.size());
   const uint16_t n = port_.rx_burst(pkts.data(), burst);
@@ -120,6 +133,7 @@ unsigned Engine::poll_once() {
   }
   end_turn_tx();
   if (capture_.is_open()) capture_.maybe_flush(realtime_ns());
+  if (wake_fd_ >= 0 && std::this_thread::get_id() != thread_.get_id()) wake_if_needed();
   return work;
 }
 
@@ -182,7 +196,84 @@ void Engine::after_turn(unsigned work, uint64_t clock, uint64_t& idle_since) noe
     return;
   }
   if (idle_since == 0) idle_since = clock;
+  if (epoll_fd_ >= 0 && clock - idle_since >= (cfg_.idle_spin_ns != 0 ? cfg_.idle_spin_ns : params::kIdleWaitSpinNs)) {
+    // While an application thread drives the loop (it polls a CQ), the
+    // engine thread stays out of its way: a nap, not a sleep the port's
+    // producer would end on every frame (each such wake takes the loop's
+    // lock, and a thread preempted holding it stalls the application's
+    // polls for a scheduler slice).
+    if (static_cast<int64_t>(clock - assist_ns_.load(std::memory_order_relaxed)) <
+        static_cast<int64_t>(params::kAssistActiveNs)) {
+      constexpr timespec kNap{0, params::kAssistNapNs};
+      nanosleep(&kNap, nullptr);
+      return;
+    }
+    wait_idle();
+    idle_since = 0;  // woken: spin again before the next sleep
+    return;
+  }
   idle_backoff(clock - idle_since);
+}
+
+void Engine::watch_fd(int fd) {
+  if (epoll_fd_ < 0 || fd < 0) return;
+  epoll_event e{};
+  e.events = EPOLLIN;
+  e.data.fd = fd;
+  ::epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, fd, &e);
+}
+
+void Engine::unwatch_fd(int fd) {
+  if (epoll_fd_ >= 0 && fd >= 0) ::epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, fd, nullptr);
+}
+
+void Engine::wait_idle() noexcept {
+  uint64_t wait_ns = params::kIdleWaitMaxNs;
+  {
+    // The loop's state is read under its lock: an application thread may
+    // be running a turn (try_progress).
+    std::unique_lock lock(poll_mutex_, std::try_to_lock);
+    if (!lock.owns_lock()) return;  // someone else drives the loop now
+    sleeping_.store(true, std::memory_order_seq_cst);
+    bool sleep = rung_.load(std::memory_order_seq_cst) == seen_rung_ && loop_.empty() && tx_.empty();
+    // Each party's "tell me" goes first, then its look (ports, the layer above).
+    if (sleep) sleep = port_.prepare_wait();
+    if (sleep && idle_hooks_.prepare) sleep = idle_hooks_.prepare();
+    if (!sleep) {
+      port_.end_wait();
+      if (idle_hooks_.end) idle_hooks_.end();
+      sleeping_.store(false, std::memory_order_relaxed);
+      return;
+    }
+    const uint64_t now = steady_ns();
+    const uint64_t next = wheel_.next_deadline_hint();
+    if (next != UINT64_MAX) wait_ns = next <= now ? 0 : std::min(next - now, wait_ns);
+    sleep_until_.store(now + wait_ns, std::memory_order_seq_cst);
+  }
+  const timespec ts{static_cast<time_t>(wait_ns / 1'000'000'000), static_cast<long>(wait_ns % 1'000'000'000)};
+  std::array<epoll_event, 16> evs;
+  const int n = ::epoll_pwait2(epoll_fd_, evs.data(), static_cast<int>(evs.size()), &ts, nullptr);
+  ctr_.inc(EngineCtr::idle_sleeps);
+  if (n > 0) ctr_.inc(EngineCtr::idle_woken);
+  for (int i = 0; i < n; ++i) {
+    if (evs[i].data.fd != wake_fd_) continue;
+    uint64_t v;
+    [[maybe_unused]] const ssize_t r = ::read(wake_fd_, &v, sizeof v);
+  }
+  std::lock_guard lock(poll_mutex_);
+  port_.end_wait();
+  if (idle_hooks_.end) idle_hooks_.end();
+  sleeping_.store(false, std::memory_order_relaxed);
+}
+
+// A turn an application thread ran while the engine thread sleeps may
+// have left frames held (ACKs) or armed a timer sooner than the sleep
+// ends: wake the thread.
+void Engine::wake_if_needed() noexcept {
+  if (wake_fd_ < 0 || !sleeping_.load(std::memory_order_seq_cst)) return;
+  if (tx_.empty() && wheel_.next_deadline_hint() >= sleep_until_.load(std::memory_order_relaxed)) return;
+  const uint64_t one = 1;
+  [[maybe_unused]] const ssize_t w = ::write(wake_fd_, &one, sizeof one);
 }
 
 // An idle engine thread gives its core away by degrees (params.hpp):
@@ -276,10 +367,19 @@ bool Engine::try_progress(Assist how) {
 }
 
 bool Engine::ring(Doorbell d) noexcept {
-  return doorbells_.bounded_push(d);
+  if (!doorbells_.bounded_push(d)) return false;
+  if (wake_fd_ >= 0) {
+    rung_.fetch_add(1, std::memory_order_seq_cst);
+    if (sleeping_.load(std::memory_order_seq_cst)) {
+      const uint64_t one = 1;
+      [[maybe_unused]] const ssize_t w = ::write(wake_fd_, &one, sizeof one);
+    }
+  }
+  return true;
 }
 
 unsigned Engine::drain_doorbells() {
+  if (wake_fd_ >= 0) seen_rung_ = rung_.load(std::memory_order_acquire);  // what is rung after this wakes us
   unsigned n = 0;
   Doorbell d;
   // Bounded: callbacks that ring again run on the next iteration.
@@ -479,7 +579,11 @@ void Engine::send(rte_mbuf* m) noexcept {
 }
 
 bool Engine::send_to(const IpAddr& dst, rte_mbuf* m) noexcept {
-  if (cfg_.local.owns(dst)) return loop_back(m);
+  if (cfg_.local.owns(dst)) {
+    if (!cfg_.port_loopback) return loop_back(m);
+    send_to_mac(m, cfg_.local.mac);
+    return true;
+  }
   return neigh_.send(dst, m, now_ns_);
 }
 
@@ -494,7 +598,11 @@ bool Engine::send_to(const IpAddr& dst, rte_mbuf* m, NextHop& hop) noexcept {
       return neigh_.send(dst, m, now_ns_);  // unresolved: queued (or refused) there
     }
   }
-  if (hop.loopback) return loop_back(m);
+  if (hop.loopback) {
+    if (!cfg_.port_loopback) return loop_back(m);
+    send_to_mac(m, cfg_.local.mac);
+    return true;
+  }
   send_to_mac(m, hop.mac);
   return true;
 }
@@ -523,7 +631,7 @@ bool Engine::loop_back(rte_mbuf* m) noexcept {
 
 void Engine::send_multicast(const wire::Ipv6Addr& mgid, rte_mbuf* m) noexcept {
   UROCE_ASSERT_ENGINE(*this);
-  if (sink_ != nullptr && sink_->mcast_member(mgid)) {
+  if (!cfg_.port_loopback && sink_ != nullptr && sink_->mcast_member(mgid)) {
     if (rte_mbuf* copy = rte_pktmbuf_copy(m, port_.pool(), 0, UINT32_MAX); copy != nullptr) {
       loop_back(copy);
     } else {

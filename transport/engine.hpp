@@ -82,6 +82,8 @@ namespace uroce::transport {
   X(drop_tx_full, "dropped: the port did not take a frame")                             \
   X(drop_neigh, "dropped: frame queued for a neighbour that did not resolve")            \
   X(loopback, "frames to this device's own addresses, looped back (never on the wire)") \
+  X(idle_sleeps, "times the idle engine thread slept (EngineConfig::idle_wait)")         \
+  X(idle_woken, "of those, sleeps a frame, a doorbell or a watched fd ended early")     \
   X(drop_loopback_full, "dropped: the loopback queue was full (kLoopbackFrames)")
 
 UROCE_COUNTER_ENUM(EngineCtr, UROCE_ENGINE_COUNTERS)
@@ -133,6 +135,20 @@ struct EngineConfig {
   // entry, or nullopt after making the kernel resolve it.  Control path
   // (a system call per attempt).  Empty: the engine's own ARP/ND alone.
   std::function<std::optional<wire::MacAddr>(const IpAddr&)> kernel_neigh;
+  // The port delivers frames to the device's own addresses (a client of
+  // uroced: the daemon loops them back, possibly to another process's QP,
+  // and makes the multicast copies for every process): send_to sends them
+  // to the port addressed to our own MAC, and send_multicast makes no
+  // copy of its own.  False: the engine loops them back itself (rxe's way).
+  bool port_loopback = false;
+  // An idle engine thread sleeps instead of napping: on the port's wait
+  // fd (Port::wait_fd), its own wake eventfd (doorbells, run_sync) and the
+  // fds a layer above watches (watch_fd), until the next timer.  A frame
+  // or a doorbell then wakes it at once (the kernel's wake-up preempts a
+  // spinning thread), where a nap made it wait out the nap or a scheduler
+  // slice.  uroced and its clients (DESIGN.md "The shared device").
+  bool idle_wait = false;
+  uint64_t idle_spin_ns = 0;  // idle_wait: spin this long before sleeping (0: params::kIdleWaitSpinNs)
 };
 
 class Engine {
@@ -235,6 +251,22 @@ class Engine {
 
   // Callback for neighbour resolution results (rdma_resolve_addr).
   void set_resolve_hook(std::function<void(const IpAddr&, bool)> f) { resolve_hook_ = std::move(f); }
+  // [engine] Work of a layer above that has no doorbell of its own, run
+  // once per turn after the doorbells, before the port's receive burst;
+  // returns how much it did (0: idle).  uroced's switch drains its
+  // clients' rings here (daemon/switch.hpp).  Set before the loop runs.
+  void set_turn_hook(std::function<unsigned()> f) { turn_hook_ = std::move(f); }
+  // [engine] With idle_wait: more fds that end the engine thread's sleep
+  // (readable), and a layer's part in deciding to sleep: `prepare` (false:
+  // work is waiting, do not sleep; it also tells its producers to wake us)
+  // and `end` after the sleep.  Set before the loop runs, or inside it.
+  void watch_fd(int fd);
+  void unwatch_fd(int fd);
+  struct IdleHooks {
+    std::function<bool()> prepare;
+    std::function<void()> end;
+  };
+  void set_idle_hooks(IdleHooks h) { idle_hooks_ = std::move(h); }
 
   // ---- counters (any thread) -------------------------------------------------
   const EngineCounters& counters() const noexcept { return ctr_; }
@@ -253,7 +285,10 @@ class Engine {
   // A thread that runs the loop for good (the engine thread, the backstop
   // while a Sleeper waits), after a turn: `idle_since` follows how long
   // it has found no work, and idle_backoff gives the core away by degrees.
-  static void after_turn(unsigned work, uint64_t clock, uint64_t& idle_since) noexcept;
+  void after_turn(unsigned work, uint64_t clock, uint64_t& idle_since) noexcept;
+  // The engine thread, idle for a while, sleeps (idle_wait): see EngineConfig.
+  void wait_idle() noexcept;
+  void wake_if_needed() noexcept;  // [engine] a turn on another thread (see engine.cpp)
   bool tx_only_acks() noexcept;
   // One iteration unless another thread is running one: its work (as
   // poll()), or -1 when busy; `clock` gets the iteration's time sample.
@@ -294,6 +329,18 @@ class Engine {
   std::vector<RoceRx> roce_;
   boost::lockfree::queue<Doorbell, boost::lockfree::fixed_sized<true>> doorbells_;
   std::function<void(const IpAddr&, bool)> resolve_hook_;
+  std::function<unsigned()> turn_hook_;
+  // idle_wait: the engine thread's sleep.  ring() bumps rung_ and, when
+  // the thread sleeps (or is about to), writes wake_fd_; the thread sets
+  // sleeping_ then compares rung_ with what it last drained (seq_cst both
+  // ways: one of the two sees the other).
+  int epoll_fd_ = -1;
+  int wake_fd_ = -1;
+  std::atomic<bool> sleeping_{false};
+  std::atomic<uint64_t> sleep_until_{0};  // when the engine thread's sleep ends
+  std::atomic<uint64_t> rung_{0};
+  uint64_t seen_rung_ = 0;  // [engine]
+  IdleHooks idle_hooks_;
   std::vector<std::pair<IpAddr, wire::MacAddr>> kernel_learned_;  // learned next iteration
 
   std::mutex poll_mutex_;              // held while polling (inline mode)

@@ -23,6 +23,20 @@ inline constexpr size_t kLoopbackFrames = 2048;
 inline constexpr uint64_t kIdleSpinNs = 20'000;      // 20 us of pure spinning
 inline constexpr uint64_t kIdleYieldNs = 2'000'000;  // then yield until 2 ms idle
 inline constexpr long kIdleNapNs = 50'000;           // then 50 us naps
+// EngineConfig::idle_wait: an idle engine thread spins this long, then
+// sleeps until a frame, a doorbell or its next timer, at most
+// kIdleWaitMaxNs.  Short: a wake-up costs about 1 us on this machine even
+// with every core busy (an eventfd round trip between two processes beside
+// two spinning ones: 2.2 us median), far less than a scheduler slice.
+inline constexpr uint64_t kIdleWaitSpinNs = 10'000;
+inline constexpr uint64_t kIdleWaitMaxNs = 10'000'000;
+// ... but not while an application thread drove the loop this recently
+// (try_progress): it is polling, and will come back.  Measured on the
+// daemon path (ib_send_lat between two namespaces through two uroceds):
+// with the engine thread sleeping on the port's wake fd whenever idle,
+// the application's try_lock failed ~300,000 times a second and RC ACK
+// timeouts ended runs in RETRY_EXC_ERR.
+inline constexpr uint64_t kAssistActiveNs = 1'000'000;
 // When an application thread last called try_progress(Hold) while the
 // engine thread runs, the thread stays off the core kAssistHoldNs after it.
 // Short: an application that polls a CQ calls again within a few

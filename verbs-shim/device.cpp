@@ -23,9 +23,14 @@
 #include <thread>
 #include <vector>
 
+#include <sys/stat.h>
+
+#include "drivers/daemon/link.hpp"
+#include "drivers/daemon/msg_socket.hpp"
 #include "lib/util/devnode.hpp"
 #include "lib/util/log.hpp"
 #include "transport/device.hpp"
+#include "transport/rnic/rnic.hpp"
 #include "verbs-shim/shim.hpp"
 
 // verbs.h defines function-like macros over these names; the exported
@@ -195,6 +200,77 @@ void set_str(char* dst, size_t cap, const std::string& s) noexcept {
   dst[n] = '\0';
 }
 
+// Whether this process is a client of uroced (issue 15; DESIGN.md "The
+// shared device"), and at which socket: UROCE_DEVICE asks for an
+// in-process device; UROCE_SOCKET names the daemon's socket; UROCE_CONFIG
+// asks for the devices of that file, in-process; otherwise the daemon's
+// default socket, when it is there.
+std::optional<std::string> daemon_socket() {
+  auto set = [](std::string_view name) {
+    const char* v = std::getenv(std::string(name).c_str());
+    return v != nullptr && *v != '\0';
+  };
+  if (set(config::kEnvDevice)) return std::nullopt;
+  if (set(drivers::daemon::kEnvSocket)) return drivers::daemon::socket_path();
+  if (set(config::kEnvConfig)) return std::nullopt;
+  struct stat st {};
+  const std::string def(drivers::daemon::kDefaultSocket);
+  if (::stat(def.c_str(), &st) == 0 && S_ISSOCK(st.st_mode)) return def;
+  return std::nullopt;
+}
+
+// The client's QPs on a device, as JSON (the daemon's `uroce qp`).
+std::string qp_dump_json(uint32_t index) {
+  std::string out = "[";
+  const auto& link = transport::Devices::instance().daemon();
+  if (!link || index >= link->devices().size()) return "[]";
+  const std::string name = link->devices()[index].name;
+  for (IbvDevice* d : devices()) {
+    if (d->tdev->name() != name) continue;
+    static constexpr const char* kType[] = {"", "", "RC", "UC", "UD"};
+    for (const rnic::Rnic::QpSnapshot& q : d->rnic().qp_snapshots()) {
+      const char* type = q.type == IBV_QPT_XRC_SEND   ? "XRC_SEND"
+                         : q.type == IBV_QPT_XRC_RECV ? "XRC_RECV"
+                         : q.type >= IBV_QPT_RC && q.type <= IBV_QPT_UD ? kType[q.type]
+                                                                         : "?";
+      char gid[40] = "";
+      const transport::IpAddr ip{q.dgid};
+      if (ip.is_v4()) {
+        const uint32_t v = ip.as_v4();
+        std::snprintf(gid, sizeof gid, "%u.%u.%u.%u", v >> 24, (v >> 16) & 255, (v >> 8) & 255, v & 255);
+      } else {
+        size_t at = 0;
+        for (int i = 0; i < 16; i += 2)
+          at += static_cast<size_t>(std::snprintf(gid + at, sizeof gid - at, "%s%x", i == 0 ? "" : ":",
+                                                  (q.dgid[i] << 8) | q.dgid[i + 1]));
+      }
+      char item[320];
+      std::snprintf(item, sizeof item,
+                    "%s{\"qpn\":%u,\"type\":\"%s\",\"state\":\"%s\",\"sq_psn\":%u,\"rq_psn\":%u,"
+                    "\"dest_qpn\":%u,\"dest_gid\":\"%s\",\"send_posted\":%u,\"recv_posted\":%u}",
+                    out.size() > 1 ? "," : "", q.qpn, type, rnic::qp_state_name(q.state), q.sq_psn, q.rq_psn,
+                    q.dest_qp_num, gid, q.send_posted, q.recv_posted);
+      out += item;
+    }
+  }
+  return out + "]";
+}
+
+// The daemon went away: every device it served is dead (its port down for
+// good, IBV_EVENT_DEVICE_FATAL, QPs flushed; RDMA_CM_EVENT_DEVICE_REMOVAL
+// on the rdma_cm ids), as with a device unplugged under a kernel driver.
+// Never a hang: whatever waits for a completion or an event gets one.
+void daemon_gone() {
+  log_line(LogType::Shim, LogLevel::Error, "uroced went away: its devices are gone");
+  for (IbvDevice* d : devices()) {
+    if (auto* p = d->tdev->daemon_port()) p->mark_gone();
+  }
+  for (IbvDevice* d : devices()) {
+    d->rnic().device_fatal();
+    rdmacm_device_removed(&d->rnic());
+  }
+}
+
 // Brings every configured device up (first call only).  A device that
 // does not start is reported on stderr and left out, so the others still
 // serve (upstream likewise lists only the devices it could match).
@@ -207,6 +283,19 @@ void start_devices_locked() {
   std::atexit(exit_gate);
   std::atexit(linger_at_exit);
   take_term_signals();
+  std::shared_ptr<drivers::daemon::Link> link;
+  if (const auto sock = daemon_socket()) {
+    auto l = drivers::daemon::Link::connect(*sock, program_invocation_short_name);
+    if (!l) {
+      log_line(LogType::Shim, LogLevel::Error, "%s", l.error().message.c_str());
+      return;  // no device: the program sees an empty list
+    }
+    link = *l;
+    if (const drivers::Status st = reg.use_daemon(link); !st) {
+      log_line(LogType::Shim, LogLevel::Error, "uroced: %s", st.error().message.c_str());
+      return;
+    }
+  }
   auto names = reg.names();
   if (!names) {
     log_line(LogType::Shim, LogLevel::Error, "configuration: %s", names.error().message.c_str());
@@ -233,6 +322,7 @@ void start_devices_locked() {
     d->inline_progress = tdev->info().progress == transport::Progress::Inline;
     devices().push_back(d);
   }
+  if (link) link->start_events(drivers::daemon::Link::Handlers{&qp_dump_json, &daemon_gone});
 }
 
 bool valid_port(uint32_t port) noexcept { return port == rnic::kPortNum; }

@@ -10,6 +10,7 @@
 
 #include "cm/device_cm.hpp"
 #include "cm/rdma_cm.hpp"
+#include "drivers/daemon/link.hpp"
 #include "lib/util/log.hpp"
 #include "transport/device.hpp"
 #include "verbs-shim/shim.hpp"
@@ -49,6 +50,10 @@ std::atomic<cm::RdmaCm*> g_model{nullptr};  // set once the model runs
 
 void shim::rdmacm_at_exit() noexcept {
   if (cm::RdmaCm* m = g_model.load()) m->disconnect_all();
+}
+
+void shim::rdmacm_device_removed(const rnic::Rnic* rnic) noexcept {
+  if (cm::RdmaCm* m = g_model.load()) m->device_removed(rnic);
 }
 
 size_t shim::rdmacm_disconnects_pending() noexcept {
@@ -99,6 +104,25 @@ UROCE_EXPORT cm::RdmaCm* uroce_rdmacm() noexcept {
     opt.max_cm_retries = shim::env_u8("UROCE_CM_RETRIES", opt.max_cm_retries, 15);
     auto* m = new (std::nothrow) cm::RdmaCm(std::move(devs), opt);
     if (m == nullptr) return;
+    // A client of uroced: the host's port space is the daemon's.
+    if (auto link = transport::Devices::instance().daemon()) {
+      cm::RdmaCm::PortArbiter a;
+      a.bind = [link](uint64_t token, int ps, const transport::IpAddr& ip, uint16_t port, bool reuseaddr,
+                      bool afonly, uint16_t* granted) {
+        drivers::daemon::BindReq b{};
+        b.token = token;
+        b.ps = ps;
+        b.port = port;
+        std::copy(ip.bytes.begin(), ip.bytes.end(), b.ip);
+        b.is_v4 = ip.is_v4() ? 1 : 0;
+        b.reuseaddr = reuseaddr ? 1 : 0;
+        b.afonly = afonly ? 1 : 0;
+        return link->bind(b, granted);
+      };
+      a.unbind = [link](uint64_t token) { (void)link->unbind(token); };
+      a.listen = [link](uint64_t token, bool on) { return link->listen(token, on); };
+      m->set_port_arbiter(std::move(a));
+    }
     if (const int rc = m->start(); rc != 0) {
       log_line(LogType::Shim, LogLevel::Error, "the connection manager did not start: %s", std::strerror(rc));
       return;  // leaked on purpose: half-started engines may still refer to it

@@ -232,6 +232,9 @@ void rdmacm_at_exit() noexcept;
 // How many of those disconnects still wait for the peer's DREP (0 when
 // the model never started).
 size_t rdmacm_disconnects_pending() noexcept;
+// The device of `rnic` went away (uroced stopped): the rdma_cm ids on it
+// get RDMA_CM_EVENT_DEVICE_REMOVAL (nothing when the model never started).
+void rdmacm_device_removed(const rnic::Rnic* rnic) noexcept;
 
 // The devices that came up (ibv_get_device_list starts them on first use).
 std::vector<IbvDevice*>& devices() noexcept;

@@ -1,5 +1,11 @@
 #include "drivers/dpdk/dpdk_port.hpp"
 
+#include <linux/if_packet.h>
+#include <net/if.h>
+#include <sys/socket.h>
+
+#include <filesystem>
+
 #include "lib/util/fault_guard.hpp"
 
 #include <net/if.h>
@@ -322,6 +328,30 @@ void DpdkPort::read_identity(const DpdkPortConfig& config, uint32_t af_packet_fr
   }
   mtu_ = role_ == NetdevRole::kNone ? ethdev_mtu(config) : netdev_mtu(af_packet_framesz);
   if (!netdev_.empty() && netdev_fd_ < 0) netdev_fd_ = ::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  if (is_af_packet(device_name_) && !netdev_.empty()) wait_fd_ = find_packet_socket(netdev_);
+}
+
+// The af_packet PMD's socket on `iface`: the newest AF_PACKET socket of this
+// process bound to it (the PMD's own; DPDK 22.11 gives no way to ask it).
+// -1 when none is found (the engine then naps, as before).
+int DpdkPort::find_packet_socket(const std::string& iface) {
+  const unsigned ifindex = if_nametoindex(iface.c_str());
+  if (ifindex == 0) return -1;
+  int found = -1;
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator("/proc/self/fd", ec)) {
+    char* end = nullptr;
+    const long fd = std::strtol(e.path().filename().c_str(), &end, 10);
+    if (end == nullptr || *end != '\0' || fd < 0) continue;
+    int domain = 0;
+    socklen_t len = sizeof domain;
+    if (::getsockopt(static_cast<int>(fd), SOL_SOCKET, SO_DOMAIN, &domain, &len) != 0 || domain != AF_PACKET) continue;
+    sockaddr_ll sll{};
+    socklen_t sl = sizeof sll;
+    if (::getsockname(static_cast<int>(fd), reinterpret_cast<sockaddr*>(&sll), &sl) != 0) continue;
+    if (static_cast<unsigned>(sll.sll_ifindex) == ifindex && fd > found) found = static_cast<int>(fd);
+  }
+  return found;
 }
 
 // The kernel netdev's MTU; af_packet's ring frames may limit it further.

@@ -143,6 +143,10 @@ class DpdkPort final : public Port {
   rte_mempool* pool() const override { return pool_; }
   std::string name() const override { return devargs_; }
   std::string netdev() const override { return netdev_; }
+  // af_packet: the PMD's packet socket, readable when its RX ring holds a
+  // frame (the kernel's packet_poll), found among the process's fds by its
+  // bound interface; -1 for the other PMDs.
+  int wait_fd() const override { return wait_fd_; }
 
   uint16_t port_id() const noexcept { return port_id_; }
   NetdevRole netdev_role() const noexcept { return role_; }
@@ -169,6 +173,7 @@ class DpdkPort final : public Port {
   Status start(const DpdkPortConfig& config);
   void read_identity(const DpdkPortConfig& config, uint32_t af_packet_framesz);
   uint16_t netdev_mtu(uint32_t af_packet_framesz) const;
+  static int find_packet_socket(const std::string& iface);
   uint16_t ethdev_mtu(const DpdkPortConfig& config) const;
   void close() noexcept;
 
@@ -178,6 +183,7 @@ class DpdkPort final : public Port {
   std::string driver_;
   std::string netdev_;
   int netdev_fd_ = -1;       // a socket for SIOCGIFFLAGS on netdev_ (link_up)
+  int wait_fd_ = -1;         // not ours: the af_packet PMD's socket (wait_fd)
   NetdevRole role_ = NetdevRole::kNone;
   wire::MacAddr mac_{};
   uint16_t mtu_ = 0;

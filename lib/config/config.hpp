@@ -74,7 +74,9 @@ inline constexpr uint32_t kMaxMemoryMb = 1u << 20;  // 1 TiB
 enum class Progress : uint8_t { kThread, kInline };
 enum class LogLevel : uint8_t { kError, kWarning, kInfo, kDebug };
 enum class Hugepages : uint8_t { kAuto, kYes, kNo };
-enum class DeviceKind : uint8_t { kDpdk, kSim };
+// kDaemon: a device uroced serves (issue 15): never from a file; the drop-in
+// makes one per device the daemon lists (transport::Devices::use_daemon).
+enum class DeviceKind : uint8_t { kDpdk, kSim, kDaemon };
 
 std::string_view to_string(Progress p) noexcept;
 std::string_view to_string(LogLevel l) noexcept;

@@ -26,7 +26,9 @@ std::string range_text(int64_t lo, int64_t hi) { return std::to_string(lo) + "..
 std::string_view to_string(Progress p) noexcept { return enum_name(kProgressNames, p); }
 std::string_view to_string(LogLevel l) noexcept { return enum_name(kLogLevelNames, l); }
 std::string_view to_string(Hugepages h) noexcept { return enum_name(kHugepagesNames, h); }
-std::string_view to_string(DeviceKind k) noexcept { return enum_name(kDeviceKindNames, k); }
+std::string_view to_string(DeviceKind k) noexcept {
+  return k == DeviceKind::kDaemon ? "daemon" : enum_name(kDeviceKindNames, k);
+}
 
 Result<int64_t, std::string> check_range(int64_t v, int64_t lo, int64_t hi) {
   if (v < lo || v > hi) return Err{std::to_string(v) + " is out of range " + range_text(lo, hi)};

@@ -16,7 +16,7 @@ std::atomic<uint32_t> g_mask{0};
 namespace {
 
 constexpr std::array<const char*, kNumLogTypes> kLogTypeNames = {"uroce.engine", "uroce.rnic", "uroce.cm",
-                                                                   "uroce.shim"};
+                                                                   "uroce.shim", "uroce.daemon"};
 constexpr std::array<std::string_view, kNumTraceCats> kTraceCatNames = {"qp", "conn"};
 constexpr size_t kLineMax = 512;  // longer trace lines are cut
 constexpr std::string_view kTraceEnv = "UROCE_TRACE";

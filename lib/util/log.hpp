@@ -34,8 +34,8 @@
 namespace uroce {
 
 // ---- logging ------------------------------------------------------------------------
-enum class LogType : uint8_t { Engine, Rnic, Cm, Shim };
-inline constexpr size_t kNumLogTypes = 4;
+enum class LogType : uint8_t { Engine, Rnic, Cm, Shim, Daemon };
+inline constexpr size_t kNumLogTypes = 5;
 enum class LogLevel : uint8_t { Error, Warning, Info, Debug };
 
 void log_line(LogType type, LogLevel level, const char* fmt, ...) __attribute__((format(printf, 3, 4)));

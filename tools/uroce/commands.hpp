@@ -10,6 +10,8 @@ class App;
 
 namespace uroce::tools {
 
+// uroced's: dev, client, qp, daemon-stats (daemon_cli.cpp).
+void add_daemon_commands(CLI::App& app, int& exit_status);
 void add_devnode_command(CLI::App& app, int& exit_status);
 void add_memif_wire_command(CLI::App& app, int& exit_status);
 void add_node_command(CLI::App& app, int& exit_status);

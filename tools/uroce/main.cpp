@@ -15,6 +15,7 @@ using AddCommand = void (*)(CLI::App&, int&);
 
 // Alphabetical.
 constexpr auto kCommands = std::to_array<AddCommand>({
+    &uroce::tools::add_daemon_commands,
     &uroce::tools::add_devnode_command,
     &uroce::tools::add_memif_wire_command,
     &uroce::tools::add_node_command,

@@ -63,6 +63,13 @@ void McastTable::detach_all(const Qp* qp) {
   }
 }
 
+std::vector<wire::Ipv6Addr> McastTable::groups_of(const Qp* qp) const {
+  std::vector<wire::Ipv6Addr> out;
+  for (const auto& [mgid, g] : groups_)
+    if (std::find(g.qps.begin(), g.qps.end(), qp) != g.qps.end()) out.push_back(mgid);
+  return out;
+}
+
 const McastGroup* McastTable::find(const wire::Ipv6Addr& mgid) const noexcept {
   const auto it = groups_.find(mgid);
   return it != groups_.end() ? &it->second : nullptr;

@@ -54,6 +54,8 @@ class McastTable {
   int detach(const wire::Ipv6Addr& mgid, Qp* qp);
   // Every group the QP is in (the QP is being destroyed).
   void detach_all(const Qp* qp);
+  // The groups the QP is in.
+  std::vector<wire::Ipv6Addr> groups_of(const Qp* qp) const;
 
   // [engine] The group, or null.
   const McastGroup* find(const wire::Ipv6Addr& mgid) const noexcept;

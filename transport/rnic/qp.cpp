@@ -451,7 +451,10 @@ int Qp::modify(const ibv_qp_attr& attr, int mask) {
   int rc = 0;
   rnic_.engine().run_sync([&] {
     rc = check_modify(attr, mask);
-    if (rc == 0) apply_modify(attr, mask);
+    if (rc == 0) {
+      apply_modify(attr, mask);
+      rnic_.update_claim(*this);
+    }
   });
   return rc;
 }

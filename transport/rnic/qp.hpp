@@ -20,6 +20,7 @@
 #include <atomic>
 #include <cstdint>
 #include <mutex>
+#include <optional>
 #include <span>
 #include <vector>
 
@@ -294,6 +295,14 @@ class Qp {
   std::atomic<bool> doorbell_pending{false};
   // [engine] COMM_EST raised for this connection (recv.cpp; cleared at RTR).
   bool comm_est = false;
+  // [engine] On a device shared through uroced: the destination this QP
+  // claimed (Rnic::SharedDevice::claim), while it holds one.
+  struct Claim {
+    wire::Ipv6Addr gid{};
+    uint32_t qpn = 0;
+    friend bool operator==(const Claim&, const Claim&) = default;
+  };
+  std::optional<Claim> claim;
 
  private:
   int check_modify(const ibv_qp_attr& attr, int mask) const;

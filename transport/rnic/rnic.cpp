@@ -949,6 +949,26 @@ Qp* Rnic::create_qp(Pd* pd, const ibv_qp_init_attr& init, int* err, const RingAl
     set_err(err, rc);
     return nullptr;
   }
+  const bool known_type = init.qp_type == IBV_QPT_RC || init.qp_type == IBV_QPT_UC || init.qp_type == IBV_QPT_UD ||
+                          init.qp_type == IBV_QPT_XRC_SEND || init.qp_type == IBV_QPT_XRC_RECV;
+  if (shared() && known_type) {
+    // A shared device's QPNs are the daemon's (SharedDevice): asked here,
+    // in the caller's thread, given back if the QP is not made.
+    uint32_t qpn = 0;
+    if (const int rc = shared_.alloc_qpn(&qpn); rc != 0) {
+      set_err(err, rc);
+      return nullptr;
+    }
+    Qp* qp = control([&]() -> Qp* {
+      if (qpn < 2 || qpn >= qp_table_.size()) {
+        set_err(err, EIO);  // a daemon that cannot be right
+        return nullptr;
+      }
+      return make_qp(pd, init, qpn, rings, err, xrcd);
+    });
+    if (qp == nullptr) shared_.free_qpn(qpn);
+    return qp;
+  }
   return control([&]() -> Qp* {
     if (init.qp_type != IBV_QPT_RC && init.qp_type != IBV_QPT_UC && init.qp_type != IBV_QPT_UD &&
         init.qp_type != IBV_QPT_XRC_SEND && init.qp_type != IBV_QPT_XRC_RECV) {
@@ -1014,7 +1034,18 @@ int Rnic::destroy_qp(Qp* qp, void* other_handle) {
       return 0;
     }
     qp_table_[qp->qpn().value()] = nullptr;
-    mcast_.detach_all(qp);  // as uverbs does for a QP destroyed while attached
+    {
+      // As uverbs does for a QP destroyed while attached; a group it was
+      // the last member of is left (SharedDevice::mcast).
+      std::vector<wire::Ipv6Addr> groups;
+      if (shared_.mcast) groups = mcast_.groups_of(qp);
+      mcast_.detach_all(qp);
+      for (const wire::Ipv6Addr& g : groups) mcast_changed(g, true);
+    }
+    if (qp->claim) {
+      if (shared_.unclaim) shared_.unclaim(qp->qpn().value());
+      qp->claim.reset();
+    }
     // Type 2 windows bound through it are invalidated: nothing reaches
     // them any more (and a QP later made at the same address is not it).
     for (auto& mw : mws_)
@@ -1037,6 +1068,8 @@ int Rnic::destroy_qp(Qp* qp, void* other_handle) {
     gone = take_owned(qps_, qp);
     return 0;
   });
+  if (rc == 0 && shared() && gone && !gone->is_gsi()) shared_.free_qpn(gone->qpn().value());
+  return rc;
 }
 
 // ---- AH ----------------------------------------------------------------------------------------
@@ -1076,7 +1109,10 @@ int Rnic::attach_mcast(Qp* qp, const wire::Ipv6Addr& mgid) {
   return control([&]() -> int {
     // Linux's ib_attach_mcast: a UD QP and a multicast GID, else EINVAL.
     if (qp == nullptr || !owns(qps_, qp) || qp->type() != IBV_QPT_UD || qp->is_gsi()) return EINVAL;
-    return mcast_.attach(mgid, qp);
+    const bool had = mcast_.find(mgid) != nullptr;
+    const int rc = mcast_.attach(mgid, qp);
+    if (rc == 0) mcast_changed(mgid, had);
+    return rc;
   });
 }
 
@@ -1084,8 +1120,69 @@ int Rnic::detach_mcast(Qp* qp, const wire::Ipv6Addr& mgid) {
   return control([&]() -> int {
     if (qp == nullptr || !owns(qps_, qp) || qp->type() != IBV_QPT_UD || qp->is_gsi() || !is_multicast_gid(mgid))
       return EINVAL;
-    return mcast_.detach(mgid, qp);
+    const int rc = mcast_.detach(mgid, qp);
+    if (rc == 0) mcast_changed(mgid, true);
+    return rc;
   });
+}
+
+void Rnic::mcast_changed(const wire::Ipv6Addr& mgid, bool had_group) noexcept {
+  if (!shared_.mcast) return;
+  const bool has = mcast_.find(mgid) != nullptr;
+  if (has != had_group) shared_.mcast(mgid, has);
+}
+
+void Rnic::update_claim(Qp& qp) noexcept {
+  if (!shared_.claim) return;
+  const ibv_qp_state s = qp.state();
+  const bool holds = qp.connected() && s != IBV_QPS_RESET && s != IBV_QPS_INIT;
+  if (holds) {
+    const Qp::Claim want{qp.attrs().path.dgid, qp.attrs().dest_qp_num & 0xFFFFFF};
+    if (qp.claim != want) {
+      shared_.claim(qp.qpn().value(), want.gid, want.qpn);
+      qp.claim = want;
+    }
+  } else if (qp.claim) {
+    shared_.unclaim(qp.qpn().value());
+    qp.claim.reset();
+  }
+}
+
+void Rnic::device_fatal() {
+  bool first = false;
+  engine_.run_sync([&] {
+    if (dead_) return;
+    dead_ = first = true;
+    for (const auto& q : qps_)
+      if (!q->is_gsi() && q->state() != IBV_QPS_RESET && q->state() != IBV_QPS_ERR) q->to_error(false);
+  });
+  if (first) {
+    AsyncEvent ev;
+    ev.type = IBV_EVENT_DEVICE_FATAL;
+    ev.port = kPortNum;
+    raise(ev);
+  }
+}
+
+std::vector<Rnic::QpSnapshot> Rnic::qp_snapshots() {
+  std::vector<QpSnapshot> out;
+  engine_.run_sync([&] {
+    out.reserve(qps_.size());
+    for (const auto& q : qps_) {
+      QpSnapshot s;
+      s.qpn = q->qpn().value();
+      s.type = q->type();
+      s.state = q->state();
+      s.sq_psn = q->req.next_psn.value();
+      s.rq_psn = q->resp.epsn.value();
+      s.dest_qp_num = q->attrs().dest_qp_num;
+      s.dgid = q->attrs().path.dgid;
+      s.send_posted = q->sq.tail() - q->sq.head();
+      if (q->srq() == nullptr) s.recv_posted = q->rq.size();
+      out.push_back(s);
+    }
+  });
+  return out;
 }
 
 // ---- [engine] lookups ---------------------------------------------------------------------------

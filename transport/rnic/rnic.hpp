@@ -279,6 +279,48 @@ class Rnic final : public transport::RoceSink {
   RnicCounters& counters() noexcept { return ctr_; }
   const RnicCounters& counters() const noexcept { return ctr_; }
 
+  // ---- a device shared with other processes (uroced, issue 15) ----
+  // The daemon owns the device's QPN space and the wire: QPNs come from it
+  // and go back to it, and it learns — in order with the QP's frames
+  // (drivers/daemon/daemon_port.hpp) — what each connected QP may send to
+  // and which multicast groups this process is in.  Set before any QP.
+  struct SharedDevice {
+    std::function<int(uint32_t* qpn)> alloc_qpn;  // caller's thread: 0 or an errno
+    std::function<void(uint32_t qpn)> free_qpn;   // caller's thread
+    // [engine] A connected QP (RC, UC, XRC) reached RTR with this
+    // destination, or changed it; and it let its destination go (RESET,
+    // destroyed).
+    std::function<void(uint32_t qpn, const wire::Ipv6Addr& dgid, uint32_t dqpn)> claim;
+    std::function<void(uint32_t qpn)> unclaim;
+    // [engine] The first QP of this device joined group `mgid`, or the
+    // last one left it.
+    std::function<void(const wire::Ipv6Addr& mgid, bool join)> mcast;
+  };
+  void set_shared(SharedDevice s) { shared_ = std::move(s); }
+  bool shared() const noexcept { return static_cast<bool>(shared_.alloc_qpn); }
+  // [engine] The QP's claim follows its state and destination (modify).
+  void update_claim(Qp& qp) noexcept;
+
+  // The device is gone for good (the daemon serving it went away): every
+  // QP to ERR (its work completes with flush errors) and
+  // IBV_EVENT_DEVICE_FATAL raised, as a provider reports a dead device.
+  // Control path; once.
+  void device_fatal();
+
+  // Every QP now (control path, inside the loop): for `uroce qp`.
+  struct QpSnapshot {
+    uint32_t qpn = 0;
+    ibv_qp_type type = IBV_QPT_RC;
+    ibv_qp_state state = IBV_QPS_RESET;
+    uint32_t sq_psn = 0;         // the next PSN the requester sends
+    uint32_t rq_psn = 0;         // the next PSN the responder expects
+    uint32_t dest_qp_num = 0;
+    wire::Ipv6Addr dgid{};       // connected QPs: the destination
+    uint32_t send_posted = 0;    // send WQEs not yet completed
+    uint32_t recv_posted = 0;    // receive WQEs waiting (own RQ)
+  };
+  std::vector<QpSnapshot> qp_snapshots();
+
  private:
   transport::Engine& engine_;
   std::string name_;
@@ -339,6 +381,10 @@ class Rnic final : public transport::RoceSink {
   static void on_link_poll(Timer& t, uint64_t now_ns);
   Timer link_timer_{};
   bool link_up_ = false;
+  SharedDevice shared_;
+  bool dead_ = false;  // [engine] device_fatal() ran
+  // [engine] A group's first QP came or its last went (SharedDevice::mcast).
+  void mcast_changed(const wire::Ipv6Addr& mgid, bool had_group) noexcept;
 };
 
 }  // namespace uroce::rnic

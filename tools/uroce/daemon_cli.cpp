@@ -1,0 +1,176 @@
+// What uroced serves, as iproute2's `rdma` tool shows a kernel's devices
+// (issue 15): `uroce dev`, `uroce client`, `uroce qp` and `uroce
+// daemon-stats`, each with --json.  They ask the daemon at its socket
+// (--socket, else UROCE_SOCKET, else /run/uroce/uroced.sock) with one Admin
+// request (drivers/daemon/proto.hpp); a QP listing asks every client for
+// its QPs (state, PSNs, destination) and adds what the daemon itself knows
+// of them (which QPNs it gave the client, what each claimed).
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include <cstring>
+#include <memory>
+#include <string>
+
+#include "drivers/daemon/msg_socket.hpp"
+#include "drivers/daemon/proto.hpp"
+#include "lib/util/result.hpp"
+#include "tools/uroce/commands.hpp"
+#include "tools/uroce/exit_status.hpp"
+
+namespace uroce::tools {
+namespace {
+
+namespace proto = drivers::daemon;
+using nlohmann::json;
+constexpr int kJsonIndent = 2;
+
+struct DaemonArgs {
+  std::string socket;
+  bool json = false;
+  bool nonzero = false;
+};
+
+// The daemon's answer to one Admin request, parsed.
+Result<json, std::string> ask(const std::string& path, proto::AdminWhat what) {
+  sockaddr_un sa{};
+  sa.sun_family = AF_UNIX;
+  if (path.size() >= sizeof sa.sun_path) return Err{std::string("socket path too long")};
+  std::memcpy(sa.sun_path, path.data(), path.size());
+  const int fd = ::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+  if (fd < 0) return Err{std::string("socket: ") + std::strerror(errno)};
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&sa), sizeof sa) != 0) {
+    const int e = errno;
+    ::close(fd);
+    return Err{"no uroced at " + path + ": " + std::strerror(e)};
+  }
+  const proto::AdminReq req{static_cast<uint32_t>(what), 0};
+  proto::Message rep;
+  int rc = proto::send_message(fd, proto::MsgType::Admin, 0, 1, 0, proto::bytes_of(req));
+  if (rc == 0) rc = proto::recv_message(fd, &rep);
+  ::close(fd);
+  rep.close_fds();
+  if (rc != 0) return Err{"uroced at " + path + " did not answer: " + std::strerror(rc)};
+  if (rep.hdr.status != 0) return Err{"uroced refused: " + std::string(std::strerror(rep.hdr.status))};
+  json j = json::parse(std::string(rep.body.begin(), rep.body.end()), nullptr, false);
+  if (j.is_discarded()) return Err{std::string("uroced's answer is not JSON")};
+  return j;
+}
+
+std::string qpn_text(const json& v) { return fmt::format("0x{:06x}", v.get<uint32_t>()); }
+
+void print_devices(const json& devs) {
+  for (const json& d : devs) {
+    fmt::print("{}: port {} ({}{}) link {} mtu {} (RoCE {}) mac {}\n", d.value("name", ""), d.value("port", ""),
+               d.value("driver", ""), d.value("netdev", "").empty() ? "" : ", netdev " + d.value("netdev", ""),
+               d.value("link", ""), d.value("mtu", 0), d.value("active_mtu", 0), d.value("mac", ""));
+    std::string addrs;
+    for (const json& a : d["addresses"]) addrs += (addrs.empty() ? "" : ", ") + a.get<std::string>();
+    fmt::print("    addresses {}\n", addrs.empty() ? "none" : addrs);
+    fmt::print("    clients {}, QPNs {}, claimed paths {}, multicast groups {}, CM connections {} ({} pending)\n",
+               d.value("clients", 0), d.value("qpns", 0), d.value("claims", 0), d.value("mcast_groups", 0),
+               d.value("cm_connections", 0), d.value("cm_pending", 0));
+    const json& ps = d["port_stats"];
+    fmt::print("    port rx {} frames ({} dropped), tx {} frames ({} dropped)\n", ps.value("rx_frames", 0),
+               ps.value("rx_dropped", 0), ps.value("tx_frames", 0), ps.value("tx_dropped", 0));
+  }
+}
+
+void print_clients(const json& clients) {
+  if (clients.empty()) fmt::print("no client\n");
+  for (const json& c : clients) {
+    fmt::print("client {}: {} (pid {}, uid {}{}), rdma_cm bindings {}\n", c.value("id", 0), c.value("program", ""),
+               c.value("pid", 0), c.value("uid", 0), c.value("cap_net_raw", false) ? ", CAP_NET_RAW" : "",
+               c.value("rdma_cm_bindings", 0));
+    for (const json& d : c["devices"]) {
+      fmt::print("    {}: QPNs {}, rx {} frames ({} dropped: ring full), tx {} frames ({} refused)\n",
+                 d.value("device", ""), d.value("qpns", 0), d.value("rx_frames", 0), d.value("rx_dropped", 0),
+                 d.value("tx_frames", 0), d.value("tx_refused", 0));
+    }
+  }
+}
+
+void print_qps(const json& all) {
+  const json& clients = all["clients"];
+  if (clients.empty()) fmt::print("no client has a device open\n");
+  for (const json& c : clients) {
+    fmt::print("client {}: {} (pid {}) on {}\n", c.value("client", 0), c.value("program", ""), c.value("pid", 0),
+               c.value("device", ""));
+    if (c["qps"].empty()) fmt::print("    no QP\n");
+    for (const json& q : c["qps"]) {
+      std::string dest;
+      const std::string type = q.value("type", "");
+      if (type != "UD" && q.value("dest_qpn", 0u) != 0)
+        dest = fmt::format(" dest {} qpn {}", q.value("dest_gid", ""), qpn_text(q["dest_qpn"]));
+      fmt::print("    qpn {} {} {} sq_psn {} rq_psn {}{} send_posted {} recv_posted {}\n", qpn_text(q["qpn"]), type,
+                 q.value("state", ""), qpn_text(q["sq_psn"]), qpn_text(q["rq_psn"]), dest,
+                 q.value("send_posted", 0), q.value("recv_posted", 0));
+    }
+  }
+  if (all.value("unanswered", 0) != 0)
+    fmt::print("({} client(s) did not answer within the wait)\n", all.value("unanswered", 0));
+  if (all.value("truncated", false)) fmt::print("(cut: more QPs than one answer holds)\n");
+}
+
+void print_stats(const json& devs, bool nonzero) {
+  for (const json& d : devs) {
+    for (const char* set : {"engine", "switch", "cm_router", "cm", "gsi"}) {
+      fmt::print("uroced {} {}\n", d.value("device", ""), set);
+      for (const auto& [name, value] : d[set].items()) {
+        if (nonzero && value == 0) continue;
+        fmt::print("  {}={}\n", name, value.dump());
+      }
+    }
+  }
+}
+
+int run(const DaemonArgs& args, proto::AdminWhat what) {
+  const std::string path = args.socket.empty() ? proto::socket_path() : args.socket;
+  auto j = ask(path, what);
+  if (!j) {
+    fmt::print(stderr, "uroce: {}\n", j.error());
+    return kExitFailed;
+  }
+  if (args.json) {
+    fmt::print("{}\n", j->dump(kJsonIndent));
+    return kExitOk;
+  }
+  switch (what) {
+    case proto::AdminWhat::kDevices: print_devices(*j); break;
+    case proto::AdminWhat::kClients: print_clients(*j); break;
+    case proto::AdminWhat::kQps: print_qps(*j); break;
+    case proto::AdminWhat::kStats: print_stats(*j, args.nonzero); break;
+  }
+  return kExitOk;
+}
+
+void add_one(CLI::App& app, int& exit_status, const char* name, const char* help, proto::AdminWhat what) {
+  auto args = std::make_shared<DaemonArgs>();
+  CLI::App* sub = app.add_subcommand(name, help);
+  sub->add_option("--socket", args->socket, "uroced's socket (default: UROCE_SOCKET, else /run/uroce/uroced.sock)");
+  sub->add_flag("--json", args->json, "print one JSON document");
+  if (what == proto::AdminWhat::kStats) sub->add_flag("--nonzero", args->nonzero, "leave out counters that are 0");
+  sub->callback([args, what, &exit_status] { exit_status = run(*args, what); });
+}
+
+}  // namespace
+
+void add_daemon_commands(CLI::App& app, int& exit_status) {
+  add_one(app, exit_status, "dev",
+          "uroced's devices and ports: link, MTU, addresses, clients, QPNs, CM connections. Exit 0; 1: no daemon.",
+          proto::AdminWhat::kDevices);
+  add_one(app, exit_status, "client", "the processes uroced serves: pid, user, program, per device QPNs and frames.",
+          proto::AdminWhat::kClients);
+  add_one(app, exit_status, "qp",
+          "every client's QPs on uroced's devices: type, state, PSNs, destination (each client answers for its own).",
+          proto::AdminWhat::kQps);
+  add_one(app, exit_status, "daemon-stats", "uroced's counters per device: engine, switch, CM router, CM, GSI.",
+          proto::AdminWhat::kStats);
+}
+
+}  // namespace uroce::tools
