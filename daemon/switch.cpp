@@ -197,6 +197,8 @@ void Switch::detach(Attachment* at) {
   engine_.run_sync([&] {
     auto it = std::find_if(clients_.begin(), clients_.end(), [&](const auto& p) { return p.get() == at; });
     if (it == clients_.end()) return;
+    drain_all(*at);  // what it sent before it went still goes (a last ACK, its own DREQ)
+    publish_rx();
     const uint64_t now = engine_.now();
     // What its CM would have sent (cm_router.hpp): the daemon's CM does it.
     cm::Cm& cm = cm_.cm();
@@ -276,6 +278,7 @@ int Switch::alloc_qpn(Attachment* at, uint32_t* qpn) {
 int Switch::free_qpn(Attachment* at, uint32_t qpn) {
   int rc = 0;
   engine_.run_sync([&] {
+    drain_all(*at);  // what the client sent before it asked (the QP's last ACK) goes first
     if (!qpns_.free(at, qpn, engine_.now())) {
       rc = EINVAL;
       return;
@@ -426,6 +429,13 @@ unsigned Switch::turn() {
   }
   publish_rx();  // neighbour answers
   return work;
+}
+
+void Switch::drain_all(Attachment& at) {
+  // Bounded: a client that keeps filling its ring cannot hold the caller.
+  for (uint32_t i = 0; i < at.geo.tx_slots / cfg_.tx_budget + 2 && !at.ended; ++i)
+    if (drain(at) == 0) break;
+  engine_.flush_tx();
 }
 
 unsigned Switch::drain(Attachment& at) {

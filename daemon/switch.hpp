@@ -185,6 +185,9 @@ class Switch final : public transport::RoceSink {
  private:
   unsigned turn();                                     // every client's TX ring
   unsigned drain(Attachment& at);                      // one client's, within the budget
+  // [engine] Everything in a client's TX ring now, before a control
+  // request of the same client (frames and requests keep their order).
+  void drain_all(Attachment& at);
   void from_client(Attachment& at, rte_mbuf* m);       // one frame: check, then send
   bool check_roce(Attachment& at, const uint8_t* f, const wire::PktInfo& pi, const transport::IpAddr& dst);
   void record(Attachment& at, drivers::daemon::RecordKind kind, const uint8_t* p, uint32_t len);

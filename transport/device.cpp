@@ -451,18 +451,26 @@ Status Devices::make_daemon_port(Device& d, const config::DeviceConfig& dev) {
 void Devices::share_with_daemon(Device& d, uint32_t index) {
   std::shared_ptr<drivers::daemon::Link> link = daemon_;
   drivers::daemon::DaemonPort* port = d.daemon_port_.get();
+  Engine* engine = d.engine_.get();
   rnic::Rnic::SharedDevice sh;
+  // A record follows the frames the engine has queued already (a QP's held
+  // last ACK must reach the daemon before the QP's unclaim does).
   sh.alloc_qpn = [link, index](uint32_t* qpn) { return link->alloc_qpn(index, qpn); };
   sh.free_qpn = [link, index](uint32_t qpn) { (void)link->free_qpn(index, qpn); };
-  sh.claim = [port](uint32_t qpn, const wire::Ipv6Addr& dgid, uint32_t dqpn) {
+  sh.claim = [port, engine](uint32_t qpn, const wire::Ipv6Addr& dgid, uint32_t dqpn) {
     uint8_t gid[16];
     std::copy(dgid.begin(), dgid.end(), gid);
+    engine->flush_tx();
     port->claim(qpn, gid, dqpn);
   };
-  sh.unclaim = [port](uint32_t qpn) { port->unclaim(qpn); };
-  sh.mcast = [port](const wire::Ipv6Addr& mgid, bool join) {
+  sh.unclaim = [port, engine](uint32_t qpn) {
+    engine->flush_tx();
+    port->unclaim(qpn);
+  };
+  sh.mcast = [port, engine](const wire::Ipv6Addr& mgid, bool join) {
     uint8_t g[16];
     std::copy(mgid.begin(), mgid.end(), g);
+    engine->flush_tx();
     port->mcast(g, join);
   };
   d.rnic_->set_shared(std::move(sh));

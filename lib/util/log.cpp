@@ -65,6 +65,21 @@ void vlog(int type, uint32_t level, const char* prefix, const char* fmt, va_list
 
 std::string_view trace_cat_name(TraceCat c) noexcept { return kTraceCatNames[static_cast<size_t>(c)]; }
 
+void log_set_level(LogType type, LogLevel level) {
+  const uint32_t want = rte_level(level);
+  if (rte_log_get_global_level() < want) {
+    // Keep every other type where it is: its own level now does the limiting.
+    for (size_t t = 0; t < RTE_LOGTYPE_FIRST_EXT_ID + 1024; ++t) {
+      const int cur = rte_log_get_level(static_cast<uint32_t>(t));
+      if (cur < 0) continue;
+      if (static_cast<uint32_t>(cur) > rte_log_get_global_level())
+        rte_log_set_level(static_cast<uint32_t>(t), rte_log_get_global_level());
+    }
+    rte_log_set_global_level(want);
+  }
+  rte_log_set_level(static_cast<uint32_t>(log_types()[static_cast<size_t>(type)]), want);
+}
+
 void log_line(LogType type, LogLevel level, const char* fmt, ...) {
   va_list ap;
   va_start(ap, fmt);

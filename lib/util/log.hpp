@@ -39,6 +39,10 @@ inline constexpr size_t kNumLogTypes = 5;
 enum class LogLevel : uint8_t { Error, Warning, Info, Debug };
 
 void log_line(LogType type, LogLevel level, const char* fmt, ...) __attribute__((format(printf, 3, 4)));
+// The most detailed level `type` prints (default: warning, or what the
+// EAL's --log-level gave it).  Raises rte_log's global level to it when
+// that is lower, leaving the other types where they were.
+void log_set_level(LogType type, LogLevel level);
 
 // ---- tracing -----------------------------------------------------------------------
 enum class TraceCat : uint8_t { Qp, Conn };

@@ -16,7 +16,10 @@
 #             (-R) to the server's uroce address); the switch must still
 #             run, and stop cleanly, at the end
 #
-#   perftest_apps_test.sh afpacket|memif SHIM_BUILD_DIR SCRIPTS_DIR [NAME...]
+#   daemon    the afpacket programs through uroced (issue 15): a daemon in
+#             each namespace, the programs its clients (UROCE_SOCKET)
+#
+#   perftest_apps_test.sh afpacket|memif|daemon SHIM_BUILD_DIR SCRIPTS_DIR [NAME...]
 #
 # NAME picks cases from the table below (default: all).  Every program
 # runs with the default out-of-band exchange (GID index of the device's
@@ -42,10 +45,10 @@ readonly ALL_ITERS=5
 # least); the 8 MiB round trips dominate.
 readonly ALL_ROWS=23
 readonly WIRE_WAIT_S=20
-[ $# -ge 3 ] || { echo "usage: $0 afpacket|memif SHIM_BUILD_DIR SCRIPTS_DIR [NAME...]" >&2; exit 2; }
+[ $# -ge 3 ] || { echo "usage: $0 afpacket|memif|daemon SHIM_BUILD_DIR SCRIPTS_DIR [NAME...]" >&2; exit 2; }
 MODE=$1 BUILD=$2 SCRIPTS=$3
 shift 3
-case $MODE in afpacket|memif) ;; *) echo "$0: mode afpacket or memif" >&2; exit 2 ;; esac
+case $MODE in afpacket|memif|daemon) ;; *) echo "$0: mode afpacket, memif or daemon" >&2; exit 2 ;; esac
 
 skip() { echo "SKIP: $*"; exit $EXIT_SKIP; }
 [ "$(id -u)" -eq 0 ] || skip "needs root (DPDK ports, network namespaces)"
@@ -65,7 +68,11 @@ RUN=("$SCRIPTS/uroce-run" --build "$BUILD" --config "$CONFIG")
 # default 18515 another run may be using in the same namespace.
 TCP_PORT=$((20000 + $$ % 20000))
 
+# shellcheck source=../daemon/daemon_lib.sh
+. "$(dirname "$0")/../daemon/daemon_lib.sh"
+
 cleanup() {
+  daemons_down
   local pid
   for pid in "${PIDS[@]}"; do kill -TERM "$pid" 2>/dev/null; done
   for pid in "${PIDS[@]}"; do wait "$pid" 2>/dev/null; done
@@ -226,6 +233,16 @@ setup_afpacket() {
   GID_C=$(gid_index "$CLI_ENV" "$IP_A")
 }
 
+setup_daemon() {
+  setup_afpacket
+  daemon_up a "$NS_A" "$DEVARGS_A" "$TMP/a.sock" "$TMP/uroced-a.log" || { fail "uroced in $NS_A"; exit 1; }
+  daemon_up b "$NS_B" "$DEVARGS_B" "$TMP/b.sock" "$TMP/uroced-b.log" || { fail "uroced in $NS_B"; exit 1; }
+  SRV_ENV="ip netns exec $NS_B env UROCE_SOCKET=$TMP/b.sock"
+  CLI_ENV="ip netns exec $NS_A env UROCE_SOCKET=$TMP/a.sock"
+  GID_S=$(gid_index "$SRV_ENV" "$IP_B")
+  GID_C=$(gid_index "$CLI_ENV" "$IP_A")
+}
+
 setup_memif() {
   # Over the memif switch, two perftest processes, their two engines and
   # the switch all poll on this machine's 2 cores.  There the -R runs lose
@@ -277,6 +294,10 @@ teardown_memif() {
   local rc=$?
   if [ $rc -ne 0 ]; then fail "uroce memif-wire: exit $rc"; show "$TMP/wire.log"; return; fi
   grep -E "^uroce memif-wire: (a->b|b->a|port)" "$TMP/wire.log"
+}
+
+teardown_daemon() {
+  daemon_alive a && daemon_alive b && pass "both daemons still run" || fail "a daemon died"
 }
 
 teardown_afpacket() { :; }

@@ -8,8 +8,10 @@
 #   memif     the same programs over a memif pair, both processes in one
 #             private namespace; the client is given the server's uroce
 #             address (memif has no kernel link, and rdma_cm needs none)
+#   daemon    the afpacket programs through uroced (issue 15): a daemon in
+#             each namespace, the programs its clients (UROCE_SOCKET)
 #
-#   rdmacm_apps_test.sh afpacket|memif SHIM_BUILD_DIR SCRIPTS_DIR [NAME...]
+#   rdmacm_apps_test.sh afpacket|memif|daemon SHIM_BUILD_DIR SCRIPTS_DIR [NAME...]
 #
 # NAME picks programs from the table below (default: all).  Each must exit
 # 0 on both sides and print what shows its data went through; a case the
@@ -20,10 +22,10 @@ set -u
 
 readonly EXIT_SKIP=77
 readonly RUN_TIMEOUT_S=90
-[ $# -ge 3 ] || { echo "usage: $0 afpacket|memif SHIM_BUILD_DIR SCRIPTS_DIR [NAME...]" >&2; exit 2; }
+[ $# -ge 3 ] || { echo "usage: $0 afpacket|memif|daemon SHIM_BUILD_DIR SCRIPTS_DIR [NAME...]" >&2; exit 2; }
 MODE=$1 BUILD=$2 SCRIPTS=$3
 shift 3
-case $MODE in afpacket|memif) ;; *) echo "$0: mode afpacket or memif" >&2; exit 2 ;; esac
+case $MODE in afpacket|memif|daemon) ;; *) echo "$0: mode afpacket, memif or daemon" >&2; exit 2 ;; esac
 
 skip() { echo "SKIP: $*"; exit $EXIT_SKIP; }
 [ "$(id -u)" -eq 0 ] || skip "needs root (DPDK ports, network namespaces)"
@@ -41,7 +43,11 @@ CONFIG=$TMP/empty.toml
 : >"$CONFIG"
 RUN=("$SCRIPTS/uroce-run" --build "$BUILD" --config "$CONFIG")
 
+# shellcheck source=../daemon/daemon_lib.sh
+. "$(dirname "$0")/../daemon/daemon_lib.sh"
+
 cleanup() {
+  daemons_down
   local pid
   for pid in "${PIDS[@]}"; do kill -TERM "$pid" 2>/dev/null; done
   for pid in "${PIDS[@]}"; do wait "$pid" 2>/dev/null; done
@@ -128,6 +134,14 @@ setup_afpacket() {
   ADDR_S=$IP_B ADDR_C=$IP_A
 }
 
+setup_daemon() {
+  setup_afpacket
+  daemon_up a "$NS_A" "$DEVARGS_A" "$TMP/a.sock" "$TMP/uroced-a.log" || { fail "uroced in $NS_A"; exit 1; }
+  daemon_up b "$NS_B" "$DEVARGS_B" "$TMP/b.sock" "$TMP/uroced-b.log" || { fail "uroced in $NS_B"; exit 1; }
+  SRV_ENV="ip netns exec $NS_B env UROCE_SOCKET=$TMP/b.sock"
+  CLI_ENV="ip netns exec $NS_A env UROCE_SOCKET=$TMP/a.sock"
+}
+
 setup_memif() {
   # A namespace of this run's own: nothing of the host's in the way.
   ip netns add "$PREFIX-m" 2>"$TMP/netns.err" || { fail "ip netns add"; show "$TMP/netns.err"; exit 1; }
@@ -152,6 +166,9 @@ for entry in "${PROGRAMS[@]}"; do
   [ "$MODE" = memif ] && memif_env "-$name"
   run_one "$entry"
 done
+if [ "$MODE" = daemon ]; then
+  daemon_alive a && daemon_alive b && pass "both daemons still run" || fail "a daemon died"
+fi
 if [ $failed -eq 0 ]; then
   echo "apps-rdmacm-$MODE: all checks passed ($xfailed expected failures)"
   exit 0

@@ -15,6 +15,9 @@
 #   memif     the same programs over a memif pair; the two processes share
 #             a private namespace (memif has no kernel link for their TCP
 #             exchange, which goes over its loopback)
+#   daemon    the afpacket programs through uroced (issue 15): a daemon in
+#             each namespace owns its end of the veth, the programs are its
+#             clients (UROCE_SOCKET)
 #
 #   verbs_apps_test.sh MODE SHIM_BUILD_DIR SCRIPTS_DIR
 #
@@ -25,7 +28,7 @@ set -u
 readonly EXIT_SKIP=77
 readonly RUN_TIMEOUT_S=60
 readonly ITERS=50
-[ $# -eq 3 ] || { echo "usage: $0 utils|afpacket|memif SHIM_BUILD_DIR SCRIPTS_DIR" >&2; exit 2; }
+[ $# -eq 3 ] || { echo "usage: $0 utils|afpacket|memif|daemon SHIM_BUILD_DIR SCRIPTS_DIR" >&2; exit 2; }
 MODE=$1 BUILD=$2 SCRIPTS=$3
 
 skip() { echo "SKIP: $*"; exit $EXIT_SKIP; }
@@ -43,7 +46,11 @@ CONFIG=$TMP/empty.toml
 : >"$CONFIG"
 RUN=("$SCRIPTS/uroce-run" --build "$BUILD" --config "$CONFIG")
 
+# shellcheck source=../daemon/daemon_lib.sh
+. "$(dirname "$0")/../daemon/daemon_lib.sh"
+
 cleanup() {
+  daemons_down
   local pid
   for pid in "${PIDS[@]}"; do kill -TERM "$pid" 2>/dev/null; done
   for pid in "${PIDS[@]}"; do wait "$pid" 2>/dev/null; done
@@ -176,6 +183,20 @@ run_afpacket() {
   eval "$out"
   run_programs "ip netns exec $NS_B env UROCE_DEVICE=$DEVARGS_B" "ip netns exec $NS_A env UROCE_DEVICE=$DEVARGS_A" "$IP_B"
   asyncwatch "ip netns exec $NS_A env UROCE_DEVICE=$DEVARGS_A" "$NS_B" "$PREFIX-vb"
+}
+
+run_daemon() {
+  local out
+  out=$("$SCRIPTS/netns-up" --veth "$PREFIX" 2>"$TMP/netns.err") || {
+    [ $? -eq $EXIT_SKIP ] && skip "$(cat "$TMP/netns.err")"
+    fail "netns-up"; show "$TMP/netns.err"; return
+  }
+  eval "$out"
+  daemon_up a "$NS_A" "$DEVARGS_A" "$TMP/a.sock" "$TMP/uroced-a.log" || { fail "uroced in $NS_A"; return; }
+  daemon_up b "$NS_B" "$DEVARGS_B" "$TMP/b.sock" "$TMP/uroced-b.log" || { fail "uroced in $NS_B"; return; }
+  run_programs "ip netns exec $NS_B env UROCE_SOCKET=$TMP/b.sock" "ip netns exec $NS_A env UROCE_SOCKET=$TMP/a.sock" "$IP_B"
+  asyncwatch "ip netns exec $NS_A env UROCE_SOCKET=$TMP/a.sock" "$NS_B" "$PREFIX-vb"
+  daemon_alive a && daemon_alive b && pass "both daemons still run" || fail "a daemon died"
 }
 
 run_memif() {

@@ -32,6 +32,7 @@
 #include "daemon/server.hpp"
 #include "daemon/switch.hpp"
 #include "drivers/daemon/msg_socket.hpp"
+#include "lib/util/log.hpp"
 #include "transport/device.hpp"
 
 namespace {
@@ -166,7 +167,9 @@ int main(int argc, char** argv) {
                                                         }));
     entries.push_back({*d, switches.back().get()});
   }
-  rte_log_set_level_pattern("uroce.daemon", RTE_LOG_INFO);  // after the EAL set every level
+  // The daemon's own lines (clients coming and going) at INFO, after the
+  // EAL set every level.
+  log_set_level(LogType::Daemon, LogLevel::Info);
   server = std::make_unique<daemon::Server>(scfg, entries, ports);
   if (auto st = server->start(); !st) {
     fmt::print(stderr, "uroced: {}\n", st.error().message);

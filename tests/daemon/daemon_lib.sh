@@ -1,0 +1,59 @@
+# Sourced by the tests that run programs through uroced (issue 15): the
+# daemon suite (daemon_test.sh) and the apps scripts' "daemon" mode.
+#
+#   daemon_up NAME NS DEVARGS SOCK LOG [UROCED_ARGS...]
+#                 starts build/tools/uroced in network namespace NS on the
+#                 DPDK port DEVARGS, serving SOCK; waits for its
+#                 "uroced: ready" line (at most 20 s); its pid in
+#                 DAEMON_PID[NAME]; returns 1 (and prints the log) when it
+#                 does not come up
+#   daemon_down NAME [SIGNAL]
+#                 stops it (SIGTERM by default) and waits for it
+#   daemon_alive NAME
+#                 true while it runs
+#   daemons_down  every daemon this script started (for the EXIT trap)
+#
+# The caller sets BUILD (the meson build directory).
+
+declare -A DAEMON_PID=()
+
+daemon_up() {
+  local name=$1 ns=$2 devargs=$3 sock=$4 log=$5
+  shift 5
+  rm -f "$sock"
+  # Not a verbs program: the shared EAL's mlx5 PMD must find the real
+  # libibverbs, not the drop-ins a test's LD_LIBRARY_PATH points to.
+  ip netns exec "$ns" env -u LD_LIBRARY_PATH UROCE_DEVICE="$devargs" UROCE_CONFIG=/dev/null \
+    "$BUILD/tools/uroced" --socket "$sock" "$@" >"$log" 2>&1 </dev/null &
+  DAEMON_PID[$name]=$!
+  local i
+  for i in $(seq 200); do
+    grep -q '^uroced: ready' "$log" && return 0
+    kill -0 "${DAEMON_PID[$name]}" 2>/dev/null || break
+    sleep 0.1
+  done
+  echo "uroced $name did not come up:"
+  sed 's/^/    /' "$log"
+  return 1
+}
+
+daemon_alive() { kill -0 "${DAEMON_PID[$1]}" 2>/dev/null; }
+
+daemon_down() {
+  local name=$1 sig=${2:-TERM} pid=${DAEMON_PID[$1]:-}
+  [ -n "$pid" ] || return 0
+  kill "-$sig" "$pid" 2>/dev/null
+  local i
+  for i in $(seq 100); do
+    kill -0 "$pid" 2>/dev/null || break
+    sleep 0.1
+  done
+  kill -KILL "$pid" 2>/dev/null
+  wait "$pid" 2>/dev/null
+  unset "DAEMON_PID[$name]"
+}
+
+daemons_down() {
+  local n
+  for n in "${!DAEMON_PID[@]}"; do daemon_down "$n"; done
+}
