@@ -81,8 +81,9 @@ ClientId CmRouter::route_req(const wire::Ipv6Addr& peer, std::span<const uint8_t
   if (!l) return kDaemonCm;
   if (pending_.size() >= kMaxPending) expire(now_ns);
   if (pending_.size() >= kMaxPending) return kDaemonCm;  // its retry finds room, or the peer gives up
-  const bool xrc = req.transport_service_type() == static_cast<uint8_t>(cm::CmTransport::Xrc);
-  pending_[key] = Pending{*l, xrc ? req.local_eecn() : req.local_qpn(), req.local_ca_guid(), tid, now_ns};
+  // The REQ names the active side's QP in Local QPN for XRC too (its REP
+  // names the receive QP in Local EECN: annex A14, as ib_cm).
+  pending_[key] = Pending{*l, req.local_qpn(), req.local_ca_guid(), tid, now_ns};
   return *l;
 }
 
@@ -187,8 +188,7 @@ CmRouter::Verdict CmRouter::check_out(ClientId client, const wire::Ipv6Addr& pee
   switch (static_cast<wire::CmAttr>(h.attr_id())) {
     case wire::CmAttr::Req: {
       const cm::ReqViewC req(b.data());
-      const bool xrc = req.transport_service_type() == static_cast<uint8_t>(cm::CmTransport::Xrc);
-      const uint32_t qpn = xrc ? req.local_eecn() : req.local_qpn();
+      const uint32_t qpn = req.local_qpn();  // XRC too (annex A14: the send QP)
       if (!owns(qpn)) return verdict(Verdict::NotOwnQp);
       Conn c;
       c.owner = client;

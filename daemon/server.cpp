@@ -472,6 +472,7 @@ bool Server::hello(Session& s, const Message& m) {
     std::copy(info.mac.begin(), info.mac.end(), desc.mac);
     desc.mtu = info.mtu;
     desc.max_qpn = devices_[i].dev->engine().config().max_qpn;
+    if (info.local.vlan_count > 0) desc.vlan = info.local.vlans[0].tci & 0x0FFF;
     for (const config::IpPrefix& a : info.addresses) {
       if (desc.naddrs == proto::kMaxDeviceAddrs) break;
       proto::AddrDesc& ad = desc.addrs[desc.naddrs++];

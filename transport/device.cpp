@@ -245,6 +245,7 @@ Status Devices::use_daemon(std::shared_ptr<drivers::daemon::Link> link) {
     std::copy(desc.mac, desc.mac + 6, mac.begin());
     dc.mac = mac;
     dc.mtu = desc.mtu;
+    if (desc.vlan != 0) dc.vlan = desc.vlan;  // the daemon's frames are tagged: so are ours
     for (uint32_t i = 0; i < desc.naddrs; ++i) {
       config::IpPrefix p;
       std::copy(desc.addrs[i].ip, desc.addrs[i].ip + 16, p.addr.bytes.begin());

@@ -99,8 +99,10 @@ struct DeviceDesc {
   uint32_t max_qpn;  // QPNs are below this
   uint32_t naddrs;
   AddrDesc addrs[kMaxDeviceAddrs];
+  uint16_t vlan;     // the 802.1Q VLAN ID its frames carry; 0: untagged
+  uint16_t reserved[3];
 };
-static_assert(sizeof(DeviceDesc) == 272 + 20 * kMaxDeviceAddrs);
+static_assert(sizeof(DeviceDesc) == 272 + 20 * kMaxDeviceAddrs + 8);
 
 struct HelloRep {
   uint32_t version;

@@ -263,6 +263,29 @@ TEST_F(RouterFixture, AClientSendsOnlyForItsOwnQpsAndIds) {
   EXPECT_EQ(router.counters().get(CmRouterCtr::out_refused_collision), 1u);
 }
 
+TEST_F(RouterFixture, AnXrcConnectionNamesItsQpsWhereAnnexA14PutsThem) {
+  // The REQ names the XRC send QP in Local QPN, the REP the receive QP in
+  // Local EECN (its Local QPN zero), as Linux's ib_cm sends them.
+  cm::ReqMsg r;
+  r.local_comm_id = 0x3010;
+  r.local_qpn = 0x100;
+  r.transport_service_type = static_cast<uint8_t>(cm::CmTransport::Xrc);
+  r.extended_transport_type = cm::kExtTransportXrc;
+  EXPECT_EQ(router.check_out(3, peer, cm::build_mad(r, 9), 0), CmRouter::Verdict::Pass);
+  listener = 4;
+  auto in = req(0xB010, 7471, kOurIp, 0x66);
+  cm::ReqView(in.data() + cm::kMadHdrSize).set_transport_service_type(static_cast<uint8_t>(cm::CmTransport::Xrc));
+  ASSERT_EQ(router.route_in(peer, in, 0), 4u);
+  cm::RepMsg rep;
+  rep.local_comm_id = 0x4010;
+  rep.remote_comm_id = 0xB010;
+  rep.local_eecn = 0x200;  // client 4's receive QP
+  EXPECT_EQ(router.check_out(4, peer, cm::build_mad(rep, 10), 0), CmRouter::Verdict::Pass);
+  rep.local_comm_id = 0x4011;
+  rep.local_eecn = 0x100;  // client 3's: not client 4's to answer with
+  EXPECT_EQ(router.check_out(4, peer, cm::build_mad(rep, 10), 0), CmRouter::Verdict::NotOwnQp);
+}
+
 TEST_F(RouterFixture, AClientThatGoesLeavesAFarewellForEachConnection) {
   listener = 3;
   // Passive connection, established (REQ in, REP out, RTU in).
