@@ -31,11 +31,15 @@ READ_REQUEST_PAYLOAD = 16  # the RETH a READ request carries instead of data
 
 
 def load(path):
-    wire_rtt, wire_rate, uroce, startup = {}, {}, {}, {}
+    wire_rtt, wire_rate, uroce, startup, daemon = {}, {}, {}, {}, {}
     with open(path) as f:
         for row in csv.DictReader(f):
             if row["kind"] == "startup":  # uroce-startup: metric -> ms (median), or "" when it failed
                 startup[row["metric"]] = float(row["value"]) if row["value"] != "" else None
+                continue
+            if row["kind"] == "daemon":  # through uroced: (program, size) -> metric -> value
+                if row["value"] != "":
+                    daemon.setdefault((row["program"], int(row["size"])), {})[row["metric"]] = float(row["value"])
                 continue
             if row["value"] == "":
                 uroce.setdefault((row["program"], int(row["size"])), {})
@@ -47,7 +51,7 @@ def load(path):
                 wire_rate[int(row["size"])] = v
             else:
                 uroce.setdefault((row["program"], int(row["size"])), {})[row["metric"]] = v
-    return wire_rtt, wire_rate, uroce, startup
+    return wire_rtt, wire_rate, uroce, startup, daemon
 
 
 class Wire:
@@ -122,7 +126,7 @@ def main():
     ap.add_argument("--stages", action="append", default=[],
                     help="uroce-stages --json output (repeatable: one per progress mode)")
     a = ap.parse_args()
-    rtt, rate, uroce, startup = load(a.csv)
+    rtt, rate, uroce, startup, daemon = load(a.csv)
     w = Wire(rtt, rate, a.pmtu, a.overhead)
     sizes = sorted({s for (_, s) in uroce})
     L = []
@@ -202,6 +206,28 @@ def main():
                           ("usable_ms", "PD, CQ and query_port done (usable)"), ("active_ms", "port ACTIVE")):
             v = startup.get(key)
             L.append(f"| {name} | {fmt(v, 1)} | {fx(ratio(v, 100.0))} |")
+        L.append("")
+
+    if daemon:
+        L.append("## Through uroced (issue 15: the shared device)\n")
+        L.append("The same programs as clients of a daemon on each end of the same veth (`build/tools/uroced`, "
+                 "SCHED_FIFO 1, idle engines asleep), against this run's in-process figures above.\n")
+        L.append("| figure | in-process | through uroced | ratio | target | met |")
+        L.append("|---|---|---|---|---|---|")
+
+        def drow(name, prog, size, metric, unit, goal, want_le):
+            a_ = uroce.get((prog, size), {}).get(metric)
+            b_ = daemon.get((prog, size), {}).get(metric)
+            r = ratio(b_, a_)
+            met = "—" if r is None else ("yes" if (r <= goal if want_le else r >= goal) else "no")
+            L.append(f"| {name} | {fmt(a_)} {unit} | {fmt(b_)} {unit} | {fx(r)} | "
+                     f"{'≤' if want_le else '≥'} {goal}× | {met} |")
+
+        drow("ib_send_lat 64 B t_typical", "ib_send_lat", 64, "t_typical_us", "µs", 1.3, True)
+        for (p, s_) in sorted(daemon):
+            if p == "ib_write_bw":
+                drow(f"ib_write_bw {s_} B", p, s_, "bw_mb_s", "MB/s", 0.9, False)
+        drow("ib_send_bw 64 B message rate", "ib_send_bw", 64, "msg_rate_mpps", "M/s", 0.9, False)
         L.append("")
 
     L.append("## Issue 16's targets\n")

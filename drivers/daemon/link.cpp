@@ -119,8 +119,11 @@ int Link::request(MsgType type, std::span<const uint8_t> body, Message* reply) {
   return reply->hdr.status;
 }
 
-void Link::mark_gone() {
-  alive_.store(false, std::memory_order_release);
+void Link::mark_gone() { alive_.store(false, std::memory_order_release); }
+
+void Link::report_gone() {
+  // Never under mu_: the handler takes other locks (the rdma_cm model's),
+  // which a thread in the middle of a request may hold while it waits here.
   if (!gone_reported_.exchange(true) && handlers_.gone) handlers_.gone();
 }
 
@@ -210,7 +213,7 @@ void Link::start_events(Handlers h) {
   if (events_.joinable()) return;
   handlers_ = std::move(h);
   if (!alive()) {  // gone before anyone listened
-    if (!gone_reported_.exchange(true) && handlers_.gone) handlers_.gone();
+    report_gone();
     return;
   }
   events_ = std::thread([this] { events_loop(); });
@@ -239,8 +242,8 @@ void Link::events_loop() {
                    {reinterpret_cast<const uint8_t*>(json.data()), json.size()});
     }
   }
-  std::lock_guard lock(mu_);  // after any request in flight
   mark_gone();
+  report_gone();  // from this thread only, holding nothing
 }
 
 }  // namespace uroce::drivers::daemon

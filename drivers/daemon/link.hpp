@@ -85,7 +85,8 @@ class Link {
     // The client's QPs on `device` as a JSON array (from the events
     // thread: may wait on the device's engine).
     std::function<std::string(uint32_t device)> qp_dump;
-    // Once, when the daemon has gone away.
+    // Once, when the daemon has gone away (from the events thread, with no
+    // lock of the link held: it may make no request, which would fail EIO).
     std::function<void()> gone;
   };
   // Starts the events thread (once).
@@ -96,7 +97,8 @@ class Link {
   // One request and its reply (status in the reply's header).
   int request(MsgType type, std::span<const uint8_t> body, Message* reply);
   void events_loop();
-  void mark_gone();
+  void mark_gone();    // requests fail EIO from now on (any thread)
+  void report_gone();  // the gone handler, once (the events thread, no lock held)
 
   int ctl_fd_ = -1;
   int ev_fd_ = -1;
