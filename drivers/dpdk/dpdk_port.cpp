@@ -340,8 +340,10 @@ int DpdkPort::find_packet_socket(const std::string& iface) {
   int found = -1;
   std::error_code ec;
   for (const auto& e : std::filesystem::directory_iterator("/proc/self/fd", ec)) {
+    // The name outlives the parse: `end` points into it.
+    const std::string name = e.path().filename().string();
     char* end = nullptr;
-    const long fd = std::strtol(e.path().filename().c_str(), &end, 10);
+    const long fd = std::strtol(name.c_str(), &end, 10);
     if (end == nullptr || *end != '\0' || fd < 0) continue;
     int domain = 0;
     socklen_t len = sizeof domain;
