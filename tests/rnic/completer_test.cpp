@@ -297,6 +297,48 @@ TEST_F(Completer, ReadReplayMayContinueWithMiddleAndLast) {
   EXPECT_EQ(p.ctr(RnicCtr::drop_bad_opcode_seq), 0u);
 }
 
+// A long READ response overflows a receive ring: the re-request's answer
+// can lose its head as well.  Its first surviving packet (a PSN at or
+// below one seen since the rewind) starts the next re-request at once;
+// the rest of the old response (rising PSNs) does not.
+TEST_F(Completer, ReplayWhoseHeadIsLostIsReRequestedWithoutATimeout) {
+  make(0x900);
+  const size_t len = 4 * 1024;
+  Buffer dst = p.buffer(len);
+  std::vector<uint8_t> data(len);
+  fill_pattern(data, 13);
+  std::span<const uint8_t> d(data);
+  read(dst, 1, 0, len);
+  ASSERT_EQ(p.wait_frames(1).size(), 1u);
+  auto resp = [&](uint8_t opc, unsigned i) { return p.read_resp(opc, me(), Psn(0x900 + i), d.subspan(i * 1024, 1024)); };
+  p.inject(resp(op::RC_READ_RESPONSE_FIRST, 0));
+  p.inject(resp(op::RC_READ_RESPONSE_MIDDLE, 2));  // 1 lost: re-request from 1
+  p.inject(resp(op::RC_READ_RESPONSE_LAST, 3));    // the old response's tail
+  auto fs = p.wait_frames(1);
+  ASSERT_EQ(fs.size(), 1u);
+  EXPECT_EQ(fs[0].psn(), Psn(0x901));
+  p.run_for(milliseconds(2));
+  EXPECT_TRUE(p.take().empty()) << "the old response's tail started a second re-request";
+  // The replay: 1 lost again, 2 arrives (below 3, seen since the rewind).
+  p.inject(resp(op::RC_READ_RESPONSE_MIDDLE, 2));
+  fs = p.wait_frames(1);
+  ASSERT_EQ(fs.size(), 1u);
+  EXPECT_EQ(fs[0].opcode(), op::RC_READ_REQUEST);
+  EXPECT_EQ(fs[0].psn(), Psn(0x901));
+  EXPECT_EQ(fs[0].desc().reth_len, len - 1024);
+  EXPECT_EQ(p.ctr(RnicCtr::replay_head_lost), 1u);
+  EXPECT_EQ(p.ctr(RnicCtr::ack_timeouts), 0u);
+  p.inject(resp(op::RC_READ_RESPONSE_MIDDLE, 3));  // the rest of that replay: no third one
+  p.run_for(milliseconds(2));
+  EXPECT_TRUE(p.take().empty());
+  for (unsigned i = 1; i < 4; ++i) p.inject(resp(i == 3 ? op::RC_READ_RESPONSE_LAST : op::RC_READ_RESPONSE_MIDDLE, i));
+  auto wcs = p.wait_wcs(scq, 1);
+  ASSERT_EQ(wcs.size(), 1u);
+  EXPECT_EQ(wcs[0].status, IBV_WC_SUCCESS);
+  EXPECT_EQ(first_diff(dst.bytes(0, len), data), -1);
+  EXPECT_EQ(q->state(), IBV_QPS_RTS);
+}
+
 // Responses already in flight when a go-back-N starts (later ACKs past a
 // READ whose response was lost) must not start one retry each.
 TEST_F(Completer, OneGoBackNPerPsn) {

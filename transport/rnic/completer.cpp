@@ -307,8 +307,21 @@ Step retry(Ctx& x) {
   CompState& c = x.qp.comp;
   // One retry sequence per PSN: the responses still in flight from before
   // the rewind (later ACKs, the rest of a READ) must not each start
-  // another one (rxe's started_retry).  The ACK timer still can.
-  if (c.retry_started && c.retry_psn == c.psn) return Step::Drop;
+  // another one (rxe's started_retry).  Those arrive with rising PSNs; a
+  // response at or below one already seen since the rewind belongs to
+  // the answer to the re-request, whose head was lost in turn (a receive
+  // ring that overflowed under a long READ response loses the head of the
+  // replay too): that starts the next retry now rather than at the ACK
+  // timeout.  The ACK timer still can.
+  if (c.retry_started && c.retry_psn == c.psn) {
+    const bool replay = c.retry_seen_any && distance(x.psn, c.retry_seen_hi) <= 0;
+    if (!replay) {
+      c.retry_seen_any = true;
+      c.retry_seen_hi = x.psn;
+      return Step::Drop;
+    }
+    ctr(x).inc(RnicCtr::replay_head_lost);
+  }
   if (c.retry_left == 0) {
     ctr(x).inc(RnicCtr::retry_exceeded);
     x.status = IBV_WC_RETRY_EXC_ERR;
@@ -317,6 +330,7 @@ Step retry(Ctx& x) {
   --c.retry_left;
   c.retry_started = true;
   c.retry_psn = c.psn;
+  c.retry_seen_any = false;
   UROCE_TRACE(TraceCat::Qp, "qp 0x%06x: go back N from PSN 0x%06x (retry_cnt left %u)",
               x.qp.qpn().value(), c.psn.value(), c.retry_left);
   requester_rewind(x.qp);
@@ -403,6 +417,7 @@ void on_ack_timeout(Timer& t, uint64_t) {
   --c.retry_left;
   c.retry_started = true;
   c.retry_psn = c.psn;
+  c.retry_seen_any = false;
   requester_rewind(qp);
   requester_run(engine, qp);  // re-arms the timer
 }

@@ -34,6 +34,8 @@ struct CompState {
   bool rnr_wait = false;
   bool retry_started = false;     // a go-back-N from retry_psn is under way: later implied
   Psn retry_psn{};                //   NAKs for the same PSN do not start another (as rxe)
+  bool retry_seen_any = false;    // responses since that go-back-N began, and the
+  Psn retry_seen_hi{};            //   highest PSN among them (see completer.cpp, retry)
 };
 
 // [engine] A response packet for this QP.  Consumes the mbuf.

@@ -51,6 +51,7 @@ namespace uroce::rnic {
   X(seq_naks_rcvd, "PSN sequence error NAKs received")                                      \
   X(dup_requests, "duplicate requests received (re-ACKed or replayed)")                     \
   X(retry_exceeded, "QPs that exhausted retry_cnt")                                         \
+  X(replay_head_lost, "go-back-N retries started again: the replay's first response was lost") \
   X(rnr_retry_exceeded, "QPs that exhausted rnr_retry")                                     \
   X(drop_qp_state, "dropped: packet for a QP in a state that does not take it")             \
   X(drop_src_addr, "dropped: RC/UC packet from an address other than its QP's path")        \
