@@ -211,7 +211,10 @@ def main():
     if daemon:
         L.append("## Through uroced (issue 15: the shared device)\n")
         L.append("The same programs as clients of a daemon on each end of the same veth (`build/tools/uroced`, "
-                 "SCHED_FIFO 1, idle engines asleep), against this run's in-process figures above.\n")
+                 "asleep at SCHED_FIFO 1 when idle, polling while a client spins on a CQ), against this run's "
+                 "in-process figures above.  Each end then has two spinning threads (the program and its daemon) "
+                 "where in-process it has one: on a machine with fewer cores than that they take turns "
+                 "(DESIGN.md \"The shared device\").\n")
         L.append("| figure | in-process | through uroced | ratio | target | met |")
         L.append("|---|---|---|---|---|---|")
 

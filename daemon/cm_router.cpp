@@ -34,6 +34,14 @@ std::optional<ClientId> CmRouter::listener_for(uint64_t service_id, std::span<co
   return hooks_.listener(static_cast<int>(cm::cma_port_space(service_id)), cm::cma_port(service_id), *dst);
 }
 
+ClientId CmRouter::nobody_for(uint64_t service_id) {
+  if (!cm::is_cma_service_id(service_id) || !hooks_.relistening ||
+      !hooks_.relistening(static_cast<int>(cm::cma_port_space(service_id)), cm::cma_port(service_id)))
+    return kDaemonCm;
+  ctr_.inc(CmRouterCtr::in_held_relisten);
+  return kNoOne;
+}
+
 ClientId CmRouter::route_in(const wire::Ipv6Addr& peer, std::span<const uint8_t> mad, uint64_t now_ns) {
   if (mad.size() < wire::kMadSize || cm::check_cm_mad(mad) != cm::MadCheck::Ok) {
     ctr_.inc(CmRouterCtr::in_not_cm);
@@ -67,7 +75,7 @@ ClientId CmRouter::route_in(const wire::Ipv6Addr& peer, std::span<const uint8_t>
     case wire::CmAttr::ClassPortInfo:
       break;
   }
-  ctr_.inc(to == kDaemonCm ? CmRouterCtr::in_to_daemon : CmRouterCtr::in_routed);
+  if (to != kNoOne) ctr_.inc(to == kDaemonCm ? CmRouterCtr::in_to_daemon : CmRouterCtr::in_routed);
   return to;
 }
 
@@ -78,7 +86,7 @@ ClientId CmRouter::route_req(const wire::Ipv6Addr& peer, std::span<const uint8_t
   // answered or its connection lives.
   if (auto it = pending_.find(key); it != pending_.end()) return it->second.client;
   const auto l = listener_for(req.service_id(), req.private_data());
-  if (!l) return kDaemonCm;
+  if (!l) return nobody_for(req.service_id());
   if (pending_.size() >= kMaxPending) expire(now_ns);
   if (pending_.size() >= kMaxPending) return kDaemonCm;  // its retry finds room, or the peer gives up
   // The REQ names the active side's QP in Local QPN for XRC too (its REP
@@ -92,7 +100,7 @@ ClientId CmRouter::route_sidr_req(const wire::Ipv6Addr& peer, std::span<const ui
   const PeerKey key{peer, req.request_id()};
   if (auto it = sidr_in_.find(key); it != sidr_in_.end()) return it->second.client;
   const auto l = listener_for(req.service_id(), req.private_data());
-  if (!l) return kDaemonCm;
+  if (!l) return nobody_for(req.service_id());
   if (sidr_in_.size() >= kMaxPending) expire(now_ns);
   if (sidr_in_.size() >= kMaxPending) return kDaemonCm;
   sidr_in_[key] = Pending{*l, 0, 0, 0, now_ns};

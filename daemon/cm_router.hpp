@@ -12,7 +12,9 @@
 //                     names as its Remote Communication ID
 //     SIDR_REP        the client that sent the SIDR_REQ (Request ID)
 //     anything else   the daemon's own CM: it rejects a REQ for a service
-//                     nobody listens on ("invalid service ID", as ib_cm),
+//                     nobody listens on ("invalid service ID", as ib_cm;
+//                     unless a program ended its listener there moments
+//                     ago: then nobody, for the peer's retry),
 //                     answers DREQs for connections that ended, and ends the
 //                     connections of clients that went away
 //   out (from a client's QP 1)
@@ -52,12 +54,14 @@
 namespace uroce::daemon {
 
 using ClientId = uint64_t;
-inline constexpr ClientId kDaemonCm = 0;  // the daemon's own CM
+inline constexpr ClientId kDaemonCm = 0;         // the daemon's own CM
+inline constexpr ClientId kNoOne = ~ClientId{0};  // nobody: dropped unanswered (counted)
 
 #define UROCE_CM_ROUTER_COUNTERS(X)                                                          \
   X(in_routed, "CM messages carried to a client's CM")                                       \
   X(in_to_daemon, "CM messages for the daemon's own CM (no listener, unknown ids, taken-over connections)") \
   X(in_not_cm, "MADs of another management class (to the daemon's GSI)")                    \
+  X(in_held_relisten, "requests for a port whose listener ended moments ago, left for the peer's retry") \
   X(out_passed, "CM messages a client sent")                                                 \
   X(out_refused_not_cm, "refused: a client sent a MAD that is not a CM message")            \
   X(out_refused_qpn, "refused: a REQ/REP naming a QP the client does not own")               \
@@ -86,12 +90,16 @@ class CmRouter {
     std::function<std::optional<ClientId>(int ps, uint16_t port, const transport::IpAddr& dst)> listener;
     // Whether `client` owns QP `qpn` on this device.
     std::function<bool(ClientId client, uint32_t qpn)> owns_qpn;
+    // Whether a program ended its listener on (port space, port) moments
+    // ago (PortSpace::relistening): a REQ or SIDR_REQ that finds nobody
+    // there is dropped for the peer's retry, not rejected.  Empty: never.
+    std::function<bool(int ps, uint16_t port)> relistening;
   };
 
   explicit CmRouter(Hooks hooks) : hooks_(std::move(hooks)) {}
 
-  // A MAD (256 bytes) from `peer` for QP 1: the client it goes to, or
-  // kDaemonCm.
+  // A MAD (256 bytes) from `peer` for QP 1: the client it goes to,
+  // kDaemonCm, or kNoOne (drop it).
   ClientId route_in(const wire::Ipv6Addr& peer, std::span<const uint8_t> mad, uint64_t now_ns);
 
   enum class Verdict : uint8_t { Pass, NotCm, NotOwnQp, NotOwnId, Collision, Full };
@@ -150,6 +158,8 @@ class CmRouter {
                        uint64_t now_ns);
   // A REQ or SIDR_REQ's listener (rdma_cm service IDs only).
   std::optional<ClientId> listener_for(uint64_t service_id, std::span<const uint8_t> pdata) const;
+  // Nobody listens for `service_id`: kNoOne while its port is relistening, else kDaemonCm.
+  ClientId nobody_for(uint64_t service_id);
   Verdict out_new_id(ClientId client, uint32_t id, const Conn& c, uint64_t now_ns);
   Conn* own_conn(ClientId client, uint32_t id) noexcept;
 

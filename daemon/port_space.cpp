@@ -1,11 +1,32 @@
 #include "daemon/port_space.hpp"
 
 #include <cerrno>
+#include <chrono>
 
 namespace uroce::daemon {
 
-PortSpace::PortSpace(uint64_t seed) : rng_(seed != 0 ? static_cast<uint32_t>(seed) : std::random_device{}()) {
+PortSpace::PortSpace(uint64_t seed, std::function<uint64_t()> clock)
+    : clock_(clock ? std::move(clock)
+                   : [] {
+                       return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                                        std::chrono::steady_clock::now().time_since_epoch())
+                                                        .count());
+                     }),
+      rng_(seed != 0 ? static_cast<uint32_t>(seed) : std::random_device{}()) {
   next_ = rng_() % (kEphemeralHigh - kEphemeralLow + 1);
+}
+
+void PortSpace::listen_ended_locked(int ps, uint16_t port) {
+  const uint64_t now = clock_();
+  // Bounded: entries past the grace go as new ones come.
+  std::erase_if(listen_ended_, [&](const auto& e) { return now - e.second >= kRelistenGraceNs; });
+  listen_ended_[{ps, port}] = now;
+}
+
+bool PortSpace::relistening(int ps, uint16_t port) const {
+  std::lock_guard lock(mu_);
+  auto it = listen_ended_.find({ps, port});
+  return it != listen_ended_.end() && clock_() - it->second < kRelistenGraceNs;
 }
 
 bool PortSpace::covers(const Binding& a, const transport::IpAddr& other_ip) {
@@ -59,7 +80,11 @@ int PortSpace::unbind(ClientId client, uint64_t token) {
   if (t == by_token_.end()) return ENOENT;
   auto it = ports_.find(t->second);
   if (it != ports_.end()) {
-    std::erase_if(it->second, [&](const Binding& b) { return b.client == client && b.token == token; });
+    std::erase_if(it->second, [&](const Binding& b) {
+      if (b.client != client || b.token != token) return false;
+      if (b.listening) listen_ended_locked(b.ps, b.port);
+      return true;
+    });
     if (it->second.empty()) ports_.erase(it);
   }
   by_token_.erase(t);
@@ -79,6 +104,7 @@ int PortSpace::listen(ClientId client, uint64_t token, bool on) {
       want.listening = true;
       if (const int rc = conflict_locked(want, t->second.second); rc != 0) return rc;
     }
+    if (b.listening && !on) listen_ended_locked(b.ps, b.port);
     b.listening = on;
     return 0;
   }

@@ -12,11 +12,22 @@
 //
 // A binding is named by its client and the client's token for the id.
 //
+// A listener that its (still running) program ended leaves its port
+// "relistening" for kRelistenGraceNs: a REQ that finds nobody there then
+// is left unanswered for the peer's retry instead of rejected, as the
+// in-process CM does in its start-up grace (CmConfig::no_listener_grace_ns)
+// — a program that serves one connection per listener (perftest's -R
+// server: its out-of-band connection, then the test's) listens again on
+// the same port a moment later, while its peer may already be connecting.
+// A client that went away (release) leaves no such grace: its port
+// refuses at once, as ib_cm.
+//
 // Threads: any; one mutex (the control thread binds, the engines find
 // listeners when a REQ arrives).  Pure: no I/O.
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <optional>
@@ -34,7 +45,11 @@ class PortSpace {
   static constexpr uint16_t kEphemeralLow = 32768;  // Linux's ip_local_port_range
   static constexpr uint16_t kEphemeralHigh = 60999;
 
-  explicit PortSpace(uint64_t seed = 0);
+  static constexpr uint64_t kRelistenGraceNs = 3'000'000'000;
+
+  // `clock`: nanoseconds, for the relistening grace (default: the
+  // steady clock).
+  explicit PortSpace(uint64_t seed = 0, std::function<uint64_t()> clock = {});
 
   struct Binding {
     ClientId client = 0;
@@ -65,6 +80,9 @@ class PortSpace {
   // exact address first, else a wildcard one of its family (an IPv6
   // wildcard also takes IPv4 unless afonly).
   std::optional<Binding> listener(int ps, uint16_t port, const transport::IpAddr& dst) const;
+  // A listener on (ps, port) was ended by its program within
+  // kRelistenGraceNs (see above).
+  bool relistening(int ps, uint16_t port) const;
 
   size_t size() const;
   std::vector<Binding> bindings() const;  // for `uroce`
@@ -73,10 +91,13 @@ class PortSpace {
   // Conflict of `b` with the bindings of its (ps, port): 0 or an errno.
   int conflict_locked(const Binding& b, uint16_t port) const;
   static bool covers(const Binding& a, const transport::IpAddr& other_ip);
+  void listen_ended_locked(int ps, uint16_t port);
 
   mutable std::mutex mu_;
   std::map<std::pair<int, uint16_t>, std::vector<Binding>> ports_;
   std::map<std::pair<ClientId, uint64_t>, std::pair<int, uint16_t>> by_token_;
+  std::map<std::pair<int, uint16_t>, uint64_t> listen_ended_;  // when a program last ended a listener there
+  std::function<uint64_t()> clock_;
   std::mt19937 rng_;
   uint32_t next_ = 0;
 };

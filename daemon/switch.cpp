@@ -32,6 +32,8 @@ namespace {
 
 constexpr uint64_t kLinkCheckNs = 50'000'000;     // the clients' view of the link, refreshed
 constexpr uint64_t kExpireEveryNs = 1'000'000'000;
+// Busy polling goes on this long after the last frame through the switch.
+constexpr uint64_t kTrafficHoldNs = 200'000;
 constexpr size_t kMaxNeighWaits = 4096;
 constexpr size_t kNdTargetOffset = 8;             // in a neighbour solicitation (RFC 4861 4.3)
 // The largest frame a client may hand over: the port's IP MTU, Ethernet,
@@ -76,6 +78,7 @@ Switch::Switch(transport::Device& dev, PortSpace& ports, cm::DeviceCm& cm, Confi
             Attachment* at = client(c);
             return at != nullptr && qpns_.owner(qpn) == at;
           },
+          [this](int ps, uint16_t port) { return ports_.relistening(ps, port); },
       }) {
   to_daemon_.reserve(256);
   engine_.run_sync([this] {
@@ -101,6 +104,7 @@ Switch::Switch(transport::Device& dev, PortSpace& ports, cm::DeviceCm& cm, Confi
             }
           }
         },
+        [this] { return any_active_; },
     });
   });
 }
@@ -353,6 +357,7 @@ void Switch::publish_rx() {
 
 void Switch::rx_burst(transport::Engine& engine, transport::RoceRx* pkts, uint16_t n) {
   UROCE_ASSERT_ENGINE(engine);
+  if (n != 0) last_traffic_ns_ = engine.now();
   for (uint16_t i = 0; i < n; ++i) {
     transport::RoceRx& p = pkts[i];
     rte_mbuf* m = p.m;
@@ -384,6 +389,10 @@ void Switch::rx_burst(transport::Engine& engine, transport::RoceRx* pkts, uint16
       }
       const ClientId to = router_.route_in(src_ip(f, p.info).bytes,
                                            {f + p.info.payload_off, wire::kMadSize}, engine.now());
+      if (to == kNoOne) {  // left for the peer's retry (CmRouter::Hooks::relistening)
+        rte_pktmbuf_free(m);
+        continue;
+      }
       Attachment* at = to == kDaemonCm ? nullptr : client(to);
       if (at == nullptr) {
         ctr_.inc(SwitchCtr::rx_gsi_to_daemon);
@@ -415,9 +424,24 @@ bool Switch::mcast_member(const wire::Ipv6Addr& mgid) const noexcept { return gr
 
 unsigned Switch::turn() {
   unsigned work = 0;
-  for (auto& at : clients_)
-    if (!at->ended) work += drain(*at);
   const uint64_t now = engine_.now();
+  // Busy polling: who spins on a CQ now (client_polls moved lately).
+  bool active = false;
+  for (auto& at : clients_) {
+    if (at->ended) continue;
+    work += drain(*at);
+    if (!cfg_.busy_poll || at->ended) continue;
+    const uint32_t polls = at->hdr->client_polls.v.load(std::memory_order_relaxed);
+    if (polls != at->seen_polls) {
+      at->seen_polls = polls;
+      at->active_until = now + shm::kClientActiveNs;
+    }
+    active |= now < at->active_until;
+  }
+  // ... and while frames flow: a stream's next frame comes within
+  // microseconds, a wake-up takes far longer on some machines.
+  if (work != 0) last_traffic_ns_ = now;
+  any_active_ = cfg_.busy_poll && (active || now - last_traffic_ns_ < kTrafficHoldNs);
   if (now - last_expire_ns_ > kExpireEveryNs) {
     last_expire_ns_ = now;
     router_.expire(now);

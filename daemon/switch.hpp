@@ -120,6 +120,8 @@ struct Attachment {
   std::map<wire::Ipv6Addr, uint32_t> groups;          // multicast groups it is in (join count)
   bool rx_dirty = false;                              // RX slots filled, not yet published
   bool ended = false;                                 // a violation: no more of its frames
+  uint32_t seen_polls = 0;                            // its client_polls as last seen
+  uint64_t active_until = 0;                          // it spins on a CQ until about then (busy polling)
   // Per-client counters (engine-written, relaxed).
   std::atomic<uint64_t> rx_frames{0}, rx_dropped{0}, tx_frames{0}, tx_refused{0};
 };
@@ -131,6 +133,10 @@ class Switch final : public transport::RoceSink {
     uint32_t per_client_qpns = 32768;
     uint32_t tx_budget = 64;                      // frames per client per turn
     uint64_t seed = 0;                            // QPN draws; 0: random
+    // Poll instead of sleeping while a client's application spins on a
+    // CQ (drivers/daemon/shm_ring.hpp, busy polling).  False: sleep
+    // whenever idle (uroced --no-busy-poll).
+    bool busy_poll = true;
   };
 
   // The switch over `dev`: it becomes the engine's RoceSink and turn
@@ -228,6 +234,9 @@ class Switch final : public transport::RoceSink {
   std::vector<transport::RoceRx> to_daemon_;
   uint64_t last_expire_ns_ = 0;
   uint64_t last_link_ns_ = 0;
+  // Busy polling (engine-owned): a client spun lately.
+  bool any_active_ = false;
+  uint64_t last_traffic_ns_ = 0;  // frames last went through
 };
 
 }  // namespace uroce::daemon

@@ -430,12 +430,14 @@ Status Devices::make_daemon_port(Device& d, const config::DeviceConfig& dev) {
   if (!daemon_ || index >= daemon_->devices().size()) return Error{ENODEV, device_error(dev, "uroced does not serve it")};
   auto region = daemon_->open_device(index);
   if (!region) return Error{region.error().code, device_error(dev, region.error().message)};
-  // Room for one frame of the region per mbuf; enough buffers for a full
-  // RX ring in flight and the engine's own frames beside it.
+  // Room for one frame of the region per mbuf.  Frames are copied out of
+  // the receive ring a burst at a time (DaemonPort::rx_burst), so the
+  // pool need not hold a ring: the in-process pool's 4095 less the PMD's
+  // receive ring, for what the engine holds itself.
   dpdk::PoolOptions po;
   po.name_prefix = "uroced";
   po.data_room = static_cast<uint16_t>(region->geometry().payload_max() + dpdk::kMbufHeadroom);
-  po.mbufs = std::max<uint32_t>(2047, 2 * region->geometry().rx_slots + 1023);
+  po.mbufs = 3071;
   po.packed = true;  // copied by virtual address only
   auto pool = dpdk::create_pktmbuf_pool(po);
   if (!pool) return Error{pool.error().code, device_error(dev, pool.error().message)};
@@ -477,7 +479,7 @@ void Devices::share_with_daemon(Device& d, uint32_t index) {
   d.rnic_->set_shared(std::move(sh));
 }
 
-Status Devices::make_port(Device& d, const config::DeviceConfig& dev) {
+Status Devices::make_port(Device& d, const config::DeviceConfig& dev, const OpenOptions& options) {
   DeviceInfo& info = d.info_;
   if (dev.kind == config::DeviceKind::kDaemon) return make_daemon_port(d, dev);
   if (dev.kind == config::DeviceKind::kSim) {
@@ -493,6 +495,7 @@ Status Devices::make_port(Device& d, const config::DeviceConfig& dev) {
   pc.devargs = dev.devargs;
   pc.mtu = dev.mtu;
   pc.mac = dev.mac;
+  pc.af_packet_frames = options.af_packet_frames;
   auto port = dpdk::DpdkPort::open(pc);
   if (!port) return Error{port.error().code, device_error(dev, port.error().message)};
   d.dpdk_port_ = std::move(*port);
@@ -512,6 +515,7 @@ Status Devices::make_engine(Device& d, const config::DeviceConfig& dev, const Op
   ec.progress = info.progress;
   ec.ack_hold_ns = options.hold_acks ? params::kAckHoldNs : 0;
   ec.idle_wait = options.idle_wait;
+  ec.realtime_priority = options.realtime_priority;
   if (dev.kind == config::DeviceKind::kDaemon) {
     ec.idle_wait = true;
     // The daemon answers ARP/ND, announces, loops frames back (maybe to
@@ -654,7 +658,7 @@ drivers::Result<std::unique_ptr<Device>> Devices::bring_up(const config::DeviceC
   DeviceInfo& info = d->info_;
   info.name = dev.name;
   info.kind = dev.kind;
-  if (Status st = make_port(*d, dev); !st) return st.error();
+  if (Status st = make_port(*d, dev, options); !st) return st.error();
   info.port = d->top_->name();
   info.netdev = d->top_->netdev();
   if (Status st = set_identity(*d, dev); !st) return st.error();

@@ -142,6 +142,9 @@ struct OpenOptions {
   // Coalesce ACKs (EngineConfig::ack_hold_ns = params::kAckHoldNs); false:
   // every turn flushes (uroced forwards its clients' frames as they come).
   bool hold_acks = true;
+  // af_packet's receive ring in frames (DpdkPortConfig::af_packet_frames)
+  // unless the devargs say: uroced's port buffers for every client.
+  uint32_t af_packet_frames = drivers::dpdk::kAfPacketDefaultFramecnt;
 };
 
 class Device {
@@ -183,6 +186,12 @@ class Device {
   // otherwise): inline progress, or an application thread assisting the
   // engine thread (Engine::try_progress).
   bool progress(Engine::Assist how = Engine::Assist::Hold);
+  // [any thread] The application polled a CQ; `empty`: it found nothing.
+  // A client of uroced tells the daemon that it spins, and gives its core
+  // away between such polls (drivers/daemon/shm_ring.hpp, busy polling).
+  void cq_polled(bool empty) noexcept {
+    if (daemon_port_ != nullptr) daemon_port_->app_polled(empty);
+  }
   // Stops the engine thread (the device stays open; no more progress).
   void stop();
 
@@ -277,7 +286,7 @@ class Devices {
   drivers::Status start_eal_locked();
   drivers::Result<std::unique_ptr<Device>> bring_up(const config::DeviceConfig& dev, const OpenOptions& options);
   drivers::Status make_sim_wire_locked();
-  drivers::Status make_port(Device& d, const config::DeviceConfig& dev);
+  drivers::Status make_port(Device& d, const config::DeviceConfig& dev, const OpenOptions& options);
   drivers::Status make_daemon_port(Device& d, const config::DeviceConfig& dev);
   void share_with_daemon(Device& d, uint32_t index);
   drivers::Status set_identity(Device& d, const config::DeviceConfig& dev);

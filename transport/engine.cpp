@@ -196,6 +196,9 @@ void Engine::after_turn(unsigned work, uint64_t clock, uint64_t& idle_since) noe
     return;
   }
   if (idle_since == 0) idle_since = clock;
+  // Polling for a spinning client: the core goes to whoever shares it at
+  // once, not after a spin (on a small machine that is the client).
+  if (epoll_fd_ >= 0 && busy_poll()) return;
   if (epoll_fd_ >= 0 && clock - idle_since >= (cfg_.idle_spin_ns != 0 ? cfg_.idle_spin_ns : params::kIdleWaitSpinNs)) {
     // While an application thread drives the loop (it polls a CQ), the
     // engine thread stays out of its way: a nap, not a sleep the port's
@@ -212,7 +215,32 @@ void Engine::after_turn(unsigned work, uint64_t clock, uint64_t& idle_since) noe
     idle_since = 0;  // woken: spin again before the next sleep
     return;
   }
+  if (epoll_fd_ >= 0) {
+    // The spin before a sleep gives way to a thread that shares the core
+    // (a client's engine thread: its own application's).
+    sched_yield();
+    return;
+  }
   idle_backoff(clock - idle_since);
+}
+
+bool Engine::busy_poll() noexcept {
+  const bool keep = idle_hooks_.keep_polling && idle_hooks_.keep_polling();
+  if (keep != polling_) set_polling(keep);
+  if (!keep) return false;
+  ctr_.inc(EngineCtr::busy_polls);
+  sched_yield();  // a thread that shares the core (the spinning client's, on a small machine) runs now
+  return true;
+}
+
+void Engine::set_polling(bool on) noexcept {
+  polling_ = on;
+  if (cfg_.realtime_priority <= 0) return;
+  // Polling at a real-time priority would starve every normal thread on
+  // this core (sched_yield passes only to threads of the same priority).
+  sched_param sp{};
+  sp.sched_priority = on ? 0 : cfg_.realtime_priority;
+  pthread_setschedparam(pthread_self(), on ? SCHED_OTHER : SCHED_FIFO, &sp);
 }
 
 void Engine::watch_fd(int fd) {

@@ -84,6 +84,7 @@ namespace uroce::transport {
   X(loopback, "frames to this device's own addresses, looped back (never on the wire)") \
   X(idle_sleeps, "times the idle engine thread slept (EngineConfig::idle_wait)")         \
   X(idle_woken, "of those, sleeps a frame, a doorbell or a watched fd ended early")     \
+  X(busy_polls, "times the idle engine thread polled on for a spinning client (keep_polling)") \
   X(drop_loopback_full, "dropped: the loopback queue was full (kLoopbackFrames)")
 
 UROCE_COUNTER_ENUM(EngineCtr, UROCE_ENGINE_COUNTERS)
@@ -149,6 +150,11 @@ struct EngineConfig {
   // slice.  uroced and its clients (DESIGN.md "The shared device").
   bool idle_wait = false;
   uint64_t idle_spin_ns = 0;  // idle_wait: spin this long before sleeping (0: params::kIdleWaitSpinNs)
+  // The engine thread's SCHED_FIFO priority while it may sleep (0:
+  // SCHED_OTHER throughout).  While IdleHooks::keep_polling holds it
+  // SCHED_OTHER and it yields between idle turns: a thread at a real-time
+  // priority that polls would keep every normal thread off its core.
+  int realtime_priority = 0;
 };
 
 class Engine {
@@ -262,9 +268,14 @@ class Engine {
   // and `end` after the sleep.  Set before the loop runs, or inside it.
   void watch_fd(int fd);
   void unwatch_fd(int fd);
+  // `keep_polling` (idle_wait): asked when the thread would sleep; true:
+  // somebody is waiting on this loop with a spinning thread of its own, so
+  // poll on (sched_yield between idle turns, so that a thread sharing the
+  // core runs) instead of sleeping, at SCHED_OTHER (busy_polls counts it).
   struct IdleHooks {
     std::function<bool()> prepare;
     std::function<void()> end;
+    std::function<bool()> keep_polling;
   };
   void set_idle_hooks(IdleHooks h) { idle_hooks_ = std::move(h); }
 
@@ -289,6 +300,10 @@ class Engine {
   // The engine thread, idle for a while, sleeps (idle_wait): see EngineConfig.
   void wait_idle() noexcept;
   void wake_if_needed() noexcept;  // [engine] a turn on another thread (see engine.cpp)
+  // The engine thread, idle, polls on (IdleHooks::keep_polling): true;
+  // entering and leaving that mode sets its scheduling policy.
+  bool busy_poll() noexcept;
+  void set_polling(bool on) noexcept;
   bool tx_only_acks() noexcept;
   // One iteration unless another thread is running one: its work (as
   // poll()), or -1 when busy; `clock` gets the iteration's time sample.
@@ -341,6 +356,7 @@ class Engine {
   std::atomic<uint64_t> rung_{0};
   uint64_t seen_rung_ = 0;  // [engine]
   IdleHooks idle_hooks_;
+  bool polling_ = false;  // [engine thread] keep_polling holds it awake (SCHED_OTHER)
   std::vector<std::pair<IpAddr, wire::MacAddr>> kernel_learned_;  // learned next iteration
 
   std::mutex poll_mutex_;              // held while polling (inline mode)

@@ -23,11 +23,13 @@ inline constexpr size_t kLoopbackFrames = 2048;
 inline constexpr uint64_t kIdleSpinNs = 20'000;      // 20 us of pure spinning
 inline constexpr uint64_t kIdleYieldNs = 2'000'000;  // then yield until 2 ms idle
 inline constexpr long kIdleNapNs = 50'000;           // then 50 us naps
-// EngineConfig::idle_wait: an idle engine thread spins this long, then
-// sleeps until a frame, a doorbell or its next timer, at most
-// kIdleWaitMaxNs.  Short: a wake-up costs about 1 us on this machine even
-// with every core busy (an eventfd round trip between two processes beside
-// two spinning ones: 2.2 us median), far less than a scheduler slice.
+// EngineConfig::idle_wait: an idle engine thread spins this long
+// (yielding: a client's engine thread gives way to its own application),
+// then sleeps until a frame, a doorbell or its next timer, at most
+// kIdleWaitMaxNs.  A wake-up on the waker's CPU costs about 1 us here (an
+// eventfd round trip between two threads on one CPU: 1.9 us); across CPUs
+// far more (81 us pinned apart on this 2-vCPU VM), which is why uroced
+// polls while a client spins (IdleHooks::keep_polling).
 inline constexpr uint64_t kIdleWaitSpinNs = 10'000;
 inline constexpr uint64_t kIdleWaitMaxNs = 10'000'000;
 // ... but not while an application thread drove the loop this recently

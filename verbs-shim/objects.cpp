@@ -29,9 +29,10 @@ int mr_access(unsigned int access) noexcept { return static_cast<int>(access & ~
 // ---- ibv_cq_ex polling -------------------------------------------------------------
 // The current completion is in Cq::cur; status and wr_id are also stored in
 // the ibv_cq_ex, where the application reads them directly.
-int cq_poll_one(Cq* cq) noexcept {
+int cq_poll_one(Cq* cq, bool start) noexcept {
   kick(cq->ctx->dev);
   const int n = cq->impl->poll(1, &cq->cur, &cq->cur_ts, &cq->cur_wall_ns);
+  if (start) cq->ctx->dev->tdev->cq_polled(n == 0);  // a batch's end is no spin
   if (n < 0) return -n;
   if (n == 0) return ENOENT;
   cq->ex.status = cq->cur.status;
@@ -41,9 +42,9 @@ int cq_poll_one(Cq* cq) noexcept {
 
 int cq_start_poll(ibv_cq_ex* ex, ibv_poll_cq_attr* attr) noexcept {
   if (attr != nullptr && attr->comp_mask != 0) return EINVAL;
-  return cq_poll_one(to_cq(ex));
+  return cq_poll_one(to_cq(ex), true);
 }
-int cq_next_poll(ibv_cq_ex* ex) noexcept { return cq_poll_one(to_cq(ex)); }
+int cq_next_poll(ibv_cq_ex* ex) noexcept { return cq_poll_one(to_cq(ex), false); }
 void cq_end_poll(ibv_cq_ex*) noexcept {}
 ibv_wc_opcode cq_read_opcode(ibv_cq_ex* ex) noexcept { return to_cq(ex)->cur.opcode; }
 uint32_t cq_read_vendor_err(ibv_cq_ex* ex) noexcept { return to_cq(ex)->cur.vendor_err; }
@@ -128,7 +129,9 @@ Cq* make_cq(ibv_context* ctx, int cqe, void* cq_context, ibv_comp_channel* chann
 int poll_cq_op(ibv_cq* ibcq, int n, ibv_wc* wc) noexcept {
   Cq* cq = to_cq(ibcq);
   kick(cq->ctx->dev);
-  return cq->impl->poll(n, wc);
+  const int got = cq->impl->poll(n, wc);
+  cq->ctx->dev->tdev->cq_polled(got == 0);
+  return got;
 }
 
 int req_notify_cq_op(ibv_cq* ibcq, int solicited_only) noexcept {

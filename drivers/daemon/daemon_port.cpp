@@ -1,6 +1,8 @@
 #include "drivers/daemon/daemon_port.hpp"
 
 #include <rte_mbuf.h>
+#include <sched.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -104,6 +106,27 @@ uint16_t DaemonPort::tx_burst(rte_mbuf** pkts, uint16_t n) {
   add(tx_bytes_, bytes);
   kick_daemon();
   return sent;
+}
+
+void DaemonPort::app_polled(bool empty) noexcept {
+  if (!empty) {
+    empty_polls_.store(0, std::memory_order_relaxed);
+    return;
+  }
+  // A poll or two that drain a CQ after an event is not a spin.
+  if (empty_polls_.load(std::memory_order_relaxed) < kSpinPolls) {
+    empty_polls_.fetch_add(1, std::memory_order_relaxed);
+    return;
+  }
+  timespec ts{};
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  const uint64_t now = uint64_t(ts.tv_sec) * 1'000'000'000u + uint64_t(ts.tv_nsec);
+  if (now - published_ns_.load(std::memory_order_relaxed) >= kActivityNs) {
+    published_ns_.store(now, std::memory_order_relaxed);
+    hdr_->client_polls.v.fetch_add(1, std::memory_order_relaxed);
+  }
+  yields_.fetch_add(1, std::memory_order_relaxed);
+  sched_yield();
 }
 
 bool DaemonPort::prepare_wait() {

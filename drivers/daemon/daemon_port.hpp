@@ -59,6 +59,12 @@ class DaemonPort final : public Port {
   void mark_gone() noexcept { gone_.store(true, std::memory_order_release); }
   bool gone() const noexcept { return gone_.load(std::memory_order_acquire); }
 
+  // [any application thread] The application polled a CQ; `empty`: it
+  // found nothing.  An application that spins tells the daemon so, and
+  // yields its CPU between polls (shm_ring.hpp, busy polling).
+  void app_polled(bool empty) noexcept;
+  uint64_t yields() const noexcept { return yields_.load(std::memory_order_relaxed); }
+
   // Sleeping: the wake fd the daemon writes when it fills RX while
   // client_waiting is set (shm_ring.hpp).
   int wait_fd() const override { return region_.wake_fd(); }
@@ -85,6 +91,10 @@ class DaemonPort final : public Port {
   std::atomic<bool> gone_{false};
   // Counters: one writer (the engine), read relaxed.
   std::atomic<uint64_t> rx_frames_{0}, rx_bytes_{0}, tx_frames_{0}, tx_bytes_{0}, rx_dropped_{0}, tx_dropped_{0};
+  // app_polled's view (application threads, relaxed: approximate is enough).
+  std::atomic<uint32_t> empty_polls_{0};     // application CQ polls in a row that found nothing
+  std::atomic<uint64_t> published_ns_{0};    // when client_polls was last bumped
+  std::atomic<uint64_t> yields_{0};
 };
 
 }  // namespace uroce::drivers::daemon

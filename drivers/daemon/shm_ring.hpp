@@ -38,7 +38,18 @@
 namespace uroce::drivers::daemon {
 
 inline constexpr uint32_t kShmMagic = 0x55524f44;  // "UROD"
-inline constexpr uint32_t kShmVersion = 1;
+inline constexpr uint32_t kShmVersion = 2;
+
+// Busy polling (DESIGN.md "The shared device", threads and scheduling).
+// A client whose application spins on a CQ (kSpinPolls polls in a row
+// that found nothing) says so (client_polls, bumped at most every
+// kActivityNs) and yields its CPU at each further idle poll: on a machine
+// with fewer cores than spinning threads the daemon, or a peer's, may be
+// what it waits for.  The daemon polls instead of sleeping while any
+// client spun within kClientActiveNs.
+inline constexpr uint32_t kSpinPolls = 8;
+inline constexpr uint64_t kActivityNs = 20'000;
+inline constexpr uint64_t kClientActiveNs = 1'000'000;
 
 // What a slot holds.
 enum class RecordKind : uint16_t {
@@ -100,6 +111,7 @@ struct ShmHeader {
   SharedIndex link_up;              // daemon: the port's link (1 up, 0 down)
   SharedIndex client_waiting;       // client: 1 while its engine sleeps on the wake fd
   SharedIndex daemon_waiting;       // daemon: 1 while it sleeps on the client's kick fd
+  SharedIndex client_polls;         // client: bumped while its application spins on a CQ
 };
 static_assert(sizeof(ShmHeader) % 64 == 0);
 
@@ -121,16 +133,24 @@ struct ShmGeometry {
   }
 };
 
-// The geometry for frames up to `frame_bytes` with about `ring_budget`
-// bytes per direction: slots hold a whole frame, between 64 and 1024 of
-// them.
-constexpr ShmGeometry geometry_for(uint32_t frame_bytes, size_t ring_budget = 4u << 20) noexcept {
+// The geometry for frames up to `frame_bytes`: slots hold a whole frame.
+// The transmit ring takes up to 1024 of them within `tx_budget` bytes;
+// the receive ring up to 4096 within `rx_budget`, because it is the
+// client's only buffer against the wire: nothing paces a long READ
+// response (8,192 packets for 8 MiB at MTU 1024) to a client the
+// scheduler left off its CPU for a few milliseconds, and a response lost
+// at its tail costs the requester its ACK timeout (seconds under rdma_cm).
+// Both rings have at least 64 slots.
+constexpr ShmGeometry geometry_for(uint32_t frame_bytes, size_t tx_budget = 4u << 20,
+                                   size_t rx_budget = 8u << 20) noexcept {
   ShmGeometry g;
   g.slot_bytes = (frame_bytes + static_cast<uint32_t>(sizeof(SlotHeader)) + 63) / 64 * 64;
-  uint32_t n = 1024;
-  while (n > 64 && size_t{n} * g.slot_bytes > ring_budget) n /= 2;
-  g.tx_slots = n;
-  g.rx_slots = n;
+  auto slots = [&](uint32_t n, size_t budget) {
+    while (n > 64 && size_t{n} * g.slot_bytes > budget) n /= 2;
+    return n;
+  };
+  g.tx_slots = slots(1024, tx_budget);
+  g.rx_slots = slots(4096, rx_budget);
   return g;
 }
 

@@ -118,14 +118,17 @@ bool is_af_packet(std::string_view name) noexcept {
   return std::find(std::begin(kAfPacketNames), std::end(kAfPacketNames), driver) != std::end(kAfPacketNames);
 }
 
-std::optional<AfPacketRing> af_packet_ring_for_mtu(uint32_t mtu, uint32_t page_size, uint32_t max_framesz) noexcept {
+std::optional<AfPacketRing> af_packet_ring_for_mtu(uint32_t mtu, uint32_t page_size, uint32_t max_framesz,
+                                                   uint32_t frames) noexcept {
   const uint32_t needed = round_up(mtu + kEthOverheadBytes + kAfPacketFrameOverhead, kAfPacketFrameQuantum);
   const uint32_t framesz = std::min(needed, max_framesz / kAfPacketFrameQuantum * kAfPacketFrameQuantum);
-  if (framesz <= kAfPacketDefaultFramesz || page_size == 0) return std::nullopt;
+  frames = std::max(frames, kAfPacketDefaultFramecnt);
+  const bool big_frames = framesz > kAfPacketDefaultFramesz;
+  if ((!big_frames && frames == kAfPacketDefaultFramecnt) || page_size == 0) return std::nullopt;
   AfPacketRing r;
-  r.framesz = framesz;
-  r.blocksz = std::lcm(framesz, page_size);
-  r.framecnt = round_up(kAfPacketDefaultFramecnt, r.blocksz / framesz);
+  r.framesz = big_frames ? framesz : kAfPacketDefaultFramesz;
+  r.blocksz = std::lcm(r.framesz, page_size);
+  r.framecnt = round_up(frames, r.blocksz / r.framesz);
   return r;
 }
 

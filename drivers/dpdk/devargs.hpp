@@ -61,8 +61,9 @@ struct AfPacketRing {
   friend bool operator==(const AfPacketRing&, const AfPacketRing&) = default;
 };
 
-// The ring that carries frames of IP MTU `mtu`, or nullopt when the
-// driver's defaults (framesz 2048) already do.  framesz is at most
+// The ring that carries frames of IP MTU `mtu` in at least `frames`
+// frames, or nullopt when the driver's defaults (framesz 2048, framecnt
+// 512) already do.  framesz is at most
 // `max_framesz` (the RX queue refuses frames larger than its mbufs:
 // framesz - 32 <= data room), so a larger MTU gets the largest ring
 // allowed (af_packet_mtu_limit tells what it carries).  The rules:
@@ -71,7 +72,8 @@ struct AfPacketRing {
 //   the PMD: it addresses frame i at i * framesz, as if frames were back
 //     to back, so blocksz must be a multiple of framesz (no gap at the end
 //     of a block) — else frames are silently lost.
-std::optional<AfPacketRing> af_packet_ring_for_mtu(uint32_t mtu, uint32_t page_size, uint32_t max_framesz) noexcept;
+std::optional<AfPacketRing> af_packet_ring_for_mtu(uint32_t mtu, uint32_t page_size, uint32_t max_framesz,
+                                                   uint32_t frames = kAfPacketDefaultFramecnt) noexcept;
 
 // The largest IP MTU a ring of `framesz` carries.
 uint32_t af_packet_mtu_limit(uint32_t framesz) noexcept;

@@ -83,8 +83,9 @@ std::optional<uint16_t> find_port(const std::string& name) {
 }
 
 // af_packet with no ring geometry in its devargs: the geometry its
-// netdev's MTU needs.  Returns the framesz the port will have.
-uint32_t add_af_packet_ring(Devargs& d, uint16_t data_room) {
+// netdev's MTU needs, with at least `frames` frames.  Returns the framesz
+// the port will have.
+uint32_t add_af_packet_ring(Devargs& d, uint16_t data_room, uint32_t frames) {
   const auto given = d.get(kFrameszKey);
   if (given) return static_cast<uint32_t>(std::strtoul(std::string(*given).c_str(), nullptr, 10));
   const bool any_given = std::any_of(std::begin(kAfPacketRingKeys), std::end(kAfPacketRingKeys),
@@ -95,7 +96,7 @@ uint32_t add_af_packet_ring(Devargs& d, uint16_t data_room) {
   if (!info) return kAfPacketDefaultFramesz;  // the probe reports the missing interface
   const long page = sysconf(_SC_PAGESIZE);
   const uint32_t max_framesz = data_room - RTE_PKTMBUF_HEADROOM + kAfPacketFrameOverhead;
-  const auto ring = af_packet_ring_for_mtu(info->mtu, page > 0 ? static_cast<uint32_t>(page) : 0, max_framesz);
+  const auto ring = af_packet_ring_for_mtu(info->mtu, page > 0 ? static_cast<uint32_t>(page) : 0, max_framesz, frames);
   if (!ring) return kAfPacketDefaultFramesz;
   d.args.emplace_back("blocksz", std::to_string(ring->blocksz));
   d.args.emplace_back("framesz", std::to_string(ring->framesz));
@@ -179,7 +180,7 @@ Result<std::unique_ptr<DpdkPort>> DpdkPort::open(const DpdkPortConfig& config) {
   Devargs d = std::move(*parsed);
   const bool pci = is_pci_address(d.name);
   if (pci) d.name = canonical_pci_address(d.name);
-  const uint32_t framesz = is_af_packet(d.name) ? add_af_packet_ring(d, config.data_room) : 0;
+  const uint32_t framesz = is_af_packet(d.name) ? add_af_packet_ring(d, config.data_room, config.af_packet_frames) : 0;
 
   std::unique_ptr<DpdkPort> p(new DpdkPort());
   p->devargs_ = d.text();

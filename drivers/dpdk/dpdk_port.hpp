@@ -104,6 +104,9 @@ struct DpdkPortConfig {
   // are then a quarter of the memory.
   uint16_t data_room = kDefaultDataRoom;
   uint16_t rx_desc = kDefaultRxDesc;
+  // af_packet's receive ring in frames when the devargs set no geometry
+  // (at least the PMD's 512): the kernel drops what does not fit.
+  uint32_t af_packet_frames = kAfPacketDefaultFramecnt;
   uint16_t tx_desc = kDefaultTxDesc;
   // RTE_ETH_TX_OFFLOAD_MBUF_FAST_FREE when the PMD has it.  Its contract:
   // every mbuf sent comes from pool() and has reference count 1.  A caller

@@ -112,11 +112,29 @@ unsigned TimerWheel::advance(uint64_t now_ns) noexcept {
 uint64_t TimerWheel::next_deadline_hint() const noexcept {
   if (armed_ == 0) return std::numeric_limits<uint64_t>::max();
   const unsigned idx = static_cast<unsigned>(now_tick_ & (kSlots - 1));
-  if (next_occupied(0, idx) < kSlots) {
-    return (now_tick_ - idx + next_occupied(0, idx)) * tick_ns_;
+  if (const unsigned n = next_occupied(0, idx); n < kSlots) return (now_tick_ - idx + n) * tick_ns_;
+  // Level 0 holds nothing before the next rotation.  A slot of level L
+  // holds ticks of one block of 2^shift(L) ticks (file() puts a tick at
+  // most one rotation of level L ahead), and comes down when that block
+  // begins: the earliest such beginning is a lower bound on every
+  // deadline left, and the time to look again.
+  uint64_t best = next_occupied(0, 0) < kSlots ? (now_tick_ | (kSlots - 1)) + 1 : UINT64_MAX;
+  for (unsigned lvl = 1; lvl < kLevels; ++lvl) {
+    const unsigned cur = static_cast<unsigned>((now_tick_ >> shift(lvl)) & (kSlots - 1));
+    const uint64_t rotation = uint64_t{1} << shift(lvl + 1);  // ticks per turn of this level
+    const uint64_t base = now_tick_ & ~(rotation - 1);       // this turn's first tick
+    unsigned i = cur + 1 < kSlots ? next_occupied(lvl, cur + 1) : kSlots;
+    uint64_t start = 0;
+    if (i < kSlots) {
+      start = base + (uint64_t{i} << shift(lvl));
+    } else if ((i = next_occupied(lvl, 0)) < kSlots) {
+      start = base + rotation + (uint64_t{i} << shift(lvl));  // at or before the current slot: next turn
+    } else {
+      continue;
+    }
+    if (start < best) best = start;
   }
-  // Otherwise no later than the next level-0 rotation.
-  return ((now_tick_ | (kSlots - 1)) + 1) * tick_ns_;
+  return best == UINT64_MAX ? std::numeric_limits<uint64_t>::max() : best * tick_ns_;
 }
 
 }  // namespace uroce

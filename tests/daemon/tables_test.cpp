@@ -110,6 +110,34 @@ TEST(PortSpace, AClientThatGoesReleasesEveryBinding) {
   EXPECT_EQ(ps.bind(4, 1, kTcp, v4(0x0A000001), false, 9001, false, false, &port), EEXIST);  // token bound
 }
 
+TEST(PortSpace, AListenerItsProgramEndedLeavesItsPortRelisteningForAWhile) {
+  uint64_t now = 1'000'000'000;
+  PortSpace ps(1, [&] { return now; });
+  uint16_t port = 0;
+  ASSERT_EQ(ps.bind(3, 1, kTcp, v4(0x0A000001), false, 7000, false, false, &port), 0);
+  EXPECT_FALSE(ps.relistening(kTcp, 7000));  // bound, never listened
+  ASSERT_EQ(ps.listen(3, 1, true), 0);
+  EXPECT_FALSE(ps.relistening(kTcp, 7000));
+  ASSERT_EQ(ps.unbind(3, 1), 0);  // rdma_destroy_id of the listener
+  EXPECT_TRUE(ps.relistening(kTcp, 7000));
+  EXPECT_FALSE(ps.relistening(kTcp, 7001));
+  EXPECT_FALSE(ps.relistening(kUdp, 7000));
+  now += PortSpace::kRelistenGraceNs - 1;
+  EXPECT_TRUE(ps.relistening(kTcp, 7000));
+  now += 1;
+  EXPECT_FALSE(ps.relistening(kTcp, 7000));
+  // listen(off) ends one too.
+  ASSERT_EQ(ps.bind(3, 2, kTcp, v4(0x0A000001), false, 7002, false, false, &port), 0);
+  ASSERT_EQ(ps.listen(3, 2, true), 0);
+  ASSERT_EQ(ps.listen(3, 2, false), 0);
+  EXPECT_TRUE(ps.relistening(kTcp, 7002));
+  // A program that went away leaves no grace: its port refuses at once.
+  ASSERT_EQ(ps.bind(4, 1, kTcp, v4(0x0A000001), false, 7003, false, false, &port), 0);
+  ASSERT_EQ(ps.listen(4, 1, true), 0);
+  ps.release(4);
+  EXPECT_FALSE(ps.relistening(kTcp, 7003));
+}
+
 // ---- QpnSpace -------------------------------------------------------------------------
 
 struct Owner {
@@ -193,7 +221,9 @@ struct RouterFixture : ::testing::Test {
         return std::nullopt;
       },
       [this](ClientId c, uint32_t q) { return owned.count({c, q}) != 0; },
+      [this](int ps, uint16_t port) { return ps == kTcp && port == relistening_port; },
   }};
+  uint16_t relistening_port = 0;
   wire::Ipv6Addr peer = gid4(kPeerIp);
 };
 
@@ -208,6 +238,16 @@ TEST_F(RouterFixture, AReqGoesToItsListenersClientAndElseToTheDaemon) {
   raw.local_comm_id = 9;
   raw.service_id = 0x1234;
   EXPECT_EQ(router.route_in(peer, cm::build_mad(raw, 1), 0), kDaemonCm);
+}
+
+TEST_F(RouterFixture, AReqForAPortWhoseListenerJustEndedIsLeftForTheRetry) {
+  relistening_port = 7471;
+  EXPECT_EQ(router.route_in(peer, req(0xBBBA, 7471, kOurIp, 0x55), 0), kNoOne);
+  EXPECT_EQ(router.counters().get(CmRouterCtr::in_held_relisten), 1u);
+  EXPECT_EQ(router.counters().get(CmRouterCtr::in_to_daemon), 0u);
+  EXPECT_EQ(router.route_in(peer, req(0xBBBB, 7472, kOurIp, 0x55), 0), kDaemonCm);  // another port: REJ
+  listener = 3;  // the program listens again: the retry gets through
+  EXPECT_EQ(router.route_in(peer, req(0xBBBA, 7471, kOurIp, 0x55), 0), 3u);
 }
 
 TEST_F(RouterFixture, AnswersGoToTheClientWhoseIdTheyName) {
@@ -405,8 +445,14 @@ TEST(ShmGeometry, SlotsHoldAWholeFrameAndRingsStayWithinTheirBudget) {
     EXPECT_TRUE(g.valid());
     EXPECT_GE(g.payload_max(), frame);
     EXPECT_LE(size_t{g.tx_slots} * g.slot_bytes, 4u << 20);
+    EXPECT_LE(size_t{g.rx_slots} * g.slot_bytes, 8u << 20);
     EXPECT_GE(g.tx_slots, 64u);
+    EXPECT_GE(g.rx_slots, g.tx_slots);
   }
+  // At MTU 1500 the receive ring holds 4096 frames: 4 MiB of READ
+  // response at MTU 1024 arrives whole however late the client runs.
+  EXPECT_EQ(drivers::daemon::geometry_for(1522).rx_slots, 4096u);
+  EXPECT_EQ(drivers::daemon::geometry_for(1522).tx_slots, 1024u);
 }
 
 }  // namespace

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <map>
 #include <random>
@@ -115,6 +116,61 @@ TEST(TimerWheel, RandomAgainstReference) {
     ASSERT_EQ(probes[i].fired, 1) << "seed " << seed << " timer " << i;
     EXPECT_GE(probes[i].fired_at, deadline[i]) << "seed " << seed << " timer " << i;
   }
+}
+
+// A loop that sleeps until next_deadline_hint() (uroced's idle engine):
+// the hint is never later than a pending deadline, every timer fires
+// within a tick of it, and a lone far timer costs a handful of wake-ups,
+// not one per level-0 turn.
+TEST(TimerWheel, SleepingUntilTheHintMissesNothing) {
+  const uint64_t seed = 20261127;
+  std::mt19937_64 rng(seed);
+  const uint64_t start = 987'654'321;
+  TimerWheel w(start);
+  std::vector<Probe> probes(3000);
+  std::vector<uint64_t> deadline(probes.size());
+  for (size_t i = 0; i < probes.size(); ++i) {
+    probes[i].timer.cb = record;
+    probes[i].timer.owner = &probes[i];
+    const int scale = static_cast<int>(rng() % 4);
+    const uint64_t span = scale == 0 ? 200'000 : scale == 1 ? 50'000'000 : scale == 2 ? 30'000'000'000ull : 5'000'000;
+    deadline[i] = start + rng() % span;
+    w.arm(probes[i].timer, deadline[i]);
+  }
+  uint64_t now = start;
+  size_t wakes = 0;
+  while (w.armed_count() > 0) {
+    uint64_t earliest = UINT64_MAX;
+    for (size_t i = 0; i < probes.size(); ++i)
+      if (probes[i].fired == 0 && deadline[i] < earliest) earliest = deadline[i];
+    const uint64_t hint = w.next_deadline_hint();
+    ASSERT_LE(hint, (earliest + 999) / 1000 * 1000) << "seed " << seed << " at " << now;
+    now = std::max(now, hint);
+    w.advance(now);
+    ASSERT_LT(++wakes, 40'000u) << "seed " << seed;
+  }
+  for (size_t i = 0; i < probes.size(); ++i) {
+    ASSERT_EQ(probes[i].fired, 1) << "seed " << seed << " timer " << i;
+    EXPECT_GE(probes[i].fired_at, deadline[i]) << "seed " << seed << " timer " << i;
+    EXPECT_LE(probes[i].fired_at, deadline[i] + 1000) << "seed " << seed << " timer " << i;
+  }
+
+  // One timer an hour away: a wake-up per level on the way down.
+  TimerWheel far(start);
+  Probe p;
+  p.timer.cb = record;
+  p.timer.owner = &p;
+  far.arm(p.timer, start + 3'600'000'000'000ull);
+  now = start;
+  wakes = 0;
+  while (p.fired == 0 && wakes < 1000) {
+    now = std::max(now, far.next_deadline_hint());
+    far.advance(now);
+    ++wakes;
+  }
+  EXPECT_EQ(p.fired, 1);
+  EXPECT_LE(wakes, 2 * TimerWheel::kLevels) << "wake-ups for one far timer";
+  EXPECT_EQ(far.next_deadline_hint(), UINT64_MAX);
 }
 
 TEST(TimerWheel, LongIdleGapIsCheap) {

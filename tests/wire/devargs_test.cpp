@@ -91,6 +91,23 @@ TEST(AfPacketRing, CappedByTheMbufs) {
   EXPECT_LT(af_packet_mtu_limit(r->framesz), 9000u);  // the port reports what it carries
 }
 
+// A larger ring asked for (uroced's port): the default frame at a
+// standard MTU, the jumbo frame at 9000, the frame count rounded up to
+// whole blocks and never below the PMD's own.
+TEST(AfPacketRing, MoreFramesWhenAsked) {
+  const auto r = af_packet_ring_for_mtu(1500, kPage, kMaxFramesz, 4096);
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->framesz, kAfPacketDefaultFramesz);
+  EXPECT_EQ(r->blocksz, kPage);
+  EXPECT_EQ(r->framecnt, 4096u);
+  const auto j = af_packet_ring_for_mtu(9000, kPage, kMaxFramesz, 4097);
+  ASSERT_TRUE(j);
+  EXPECT_EQ(j->framesz, 9216u);
+  EXPECT_EQ(j->framecnt, 4100u);  // four frames a block
+  EXPECT_FALSE(af_packet_ring_for_mtu(1500, kPage, kMaxFramesz, 100));
+  EXPECT_EQ(af_packet_ring_for_mtu(9000, kPage, kMaxFramesz, 100)->framecnt, kAfPacketDefaultFramecnt);
+}
+
 // Every MTU gets a geometry the kernel and the PMD accept, that carries it.
 TEST(AfPacketRing, EveryMtuMeetsTheRules) {
   for (uint32_t mtu = 256; mtu <= 9000; ++mtu) {

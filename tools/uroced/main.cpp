@@ -42,14 +42,18 @@ using namespace uroce;
 constexpr int kExitOk = 0;
 constexpr int kExitUsage = 2;
 constexpr int kExitFailed = 1;
-// The engine threads' SCHED_FIFO priority (--no-realtime: none).  They
-// sleep whenever idle (EngineConfig::idle_wait: after at most
-// params::kIdleWaitSpinNs of spinning), so they never busy-poll at it;
-// measured: at SCHED_OTHER a woken daemon waited behind spinning
-// applications (perftest) for whole scheduler slices, RC retries ran out
-// (ib_send_lat between two namespaces: RETRY_EXC_ERR in 3 runs of 3, and
-// ACK timeouts), at SCHED_FIFO 1 none in every run since.
+// The engine threads' SCHED_FIFO priority while they may sleep
+// (--no-realtime: none).  Idle, they sleep (EngineConfig::idle_wait: after
+// at most params::kIdleWaitSpinNs of spinning) unless a client spins on a
+// CQ; then they poll at SCHED_OTHER and yield between idle turns (busy
+// polling, --no-busy-poll: never), never at this priority.  Measured: at
+// SCHED_OTHER a woken daemon waited behind spinning applications
+// (perftest) for whole scheduler slices, RC retries ran out (ib_send_lat
+// between two namespaces: RETRY_EXC_ERR in 3 runs of 3, and ACK
+// timeouts), at SCHED_FIFO 1 none in every run since.
 constexpr int kRealtimePriority = 1;
+// af_packet's receive ring on the daemon's ports, in frames (see main).
+constexpr uint32_t kAfPacketFrames = 4096;
 
 std::string addresses_text(const transport::DeviceInfo& info) {
   std::string s;
@@ -78,6 +82,7 @@ int main(int argc, char** argv) {
   std::string group_name;
   uint32_t max_clients = 1024;
   bool no_realtime = false;
+  bool no_busy_poll = false;
   app.add_option("--socket", socket, "the Unix socket clients connect to (default: UROCE_SOCKET, else " +
                                          std::string(drivers::daemon::kDefaultSocket) + ")");
   app.add_option("--config", config_file, "the configuration file (default: UROCE_CONFIG, else /etc/uroce.toml)");
@@ -86,6 +91,8 @@ int main(int argc, char** argv) {
   app.add_option("--max-clients", max_clients, "processes served at once (default 1024)");
   app.add_flag("--no-realtime", no_realtime,
                "run the engine threads at SCHED_OTHER (default: SCHED_FIFO 1, as they sleep when idle)");
+  app.add_flag("--no-busy-poll", no_busy_poll,
+               "sleep whenever idle, even while a client spins on a completion queue (default: poll for it)");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -155,13 +162,20 @@ int main(int argc, char** argv) {
     oo.idle_wait = true;  // the daemon sleeps when nothing happens, and wakes at once
     oo.realtime_priority = realtime ? kRealtimePriority : 0;
     oo.hold_acks = false;  // the clients' RNICs coalesce their ACKs; the daemon only carries frames
+    // The port's kernel ring buffers every client's traffic while the
+    // daemon is off its CPU: 4096 frames, not af_packet's 512 (an 8 MiB
+    // READ at MTU 1024 is 8192 responses in one burst; past the ring the
+    // kernel drops and the requester waits out its ACK timeout).
+    oo.af_packet_frames = kAfPacketFrames;
     auto d = devs.open(name, oo);
     if (!d) {
       fmt::print(stderr, "uroced: device {} did not start: {}\n", name, d.error().message);
       return kExitFailed;
     }
     auto* cm = (*d)->client<cm::DeviceCm>();
-    switches.push_back(std::make_unique<daemon::Switch>(**d, ports, *cm, daemon::Switch::Config{},
+    daemon::Switch::Config swcfg;
+    swcfg.busy_poll = !no_busy_poll;
+    switches.push_back(std::make_unique<daemon::Switch>(**d, ports, *cm, swcfg,
                                                         [&server](daemon::ClientId c) {
                                                           if (server) server->report_violation(c);
                                                         }));
