@@ -307,17 +307,21 @@ Step retry(Ctx& x) {
   CompState& c = x.qp.comp;
   // One retry sequence per PSN: the responses still in flight from before
   // the rewind (later ACKs, the rest of a READ) must not each start
-  // another one (rxe's started_retry).  Those arrive with rising PSNs; a
-  // response at or below one already seen since the rewind belongs to
-  // the answer to the re-request, whose head was lost in turn (a receive
-  // ring that overflowed under a long READ response loses the head of the
-  // replay too): that starts the next retry now rather than at the ACK
-  // timeout.  The ACK timer still can.
+  // another one (rxe's started_retry).  The ACK timer still can, and so
+  // does a READ whose re-requested response lost its head in turn (a
+  // receive ring that overflowed under a long response overflows under
+  // its replay too): once the old response was seen to its end, a
+  // response inside the READ is the replay's, and the gap before it is
+  // re-requested now rather than at the ACK timeout.  Duplicated or
+  // reordered packets of the old response rarely look like that; acting
+  // on one costs a re-request and one of retry_cnt.
   if (c.retry_started && c.retry_psn == c.psn) {
-    const bool replay = c.retry_seen_any && distance(x.psn, c.retry_seen_hi) <= 0;
+    const SendWqe* w = x.w;
+    const bool replay = w != nullptr && w->opcode == IBV_WR_RDMA_READ && c.retry_seen_any &&
+                        distance(c.retry_seen_hi, w->last_psn) >= 0 && distance(x.psn, w->last_psn) < 0;
     if (!replay) {
+      if (!c.retry_seen_any || distance(x.psn, c.retry_seen_hi) > 0) c.retry_seen_hi = x.psn;
       c.retry_seen_any = true;
-      c.retry_seen_hi = x.psn;
       return Step::Drop;
     }
     ctr(x).inc(RnicCtr::replay_head_lost);
