@@ -51,7 +51,7 @@ Engine::Engine(drivers::Port& port, EngineConfig cfg)
                  },
              }),
       doorbells_(cfg_.doorbell_capacity) {
-  tx_.reserve(cfg_.tx_batch);
+  tx_.reserve(2 * size_t{cfg_.tx_batch});  // tx_batch kept from a refused flush, then a batch
   loop_.reserve(params::kLoopbackFrames);
   loop_rx_.reserve(params::kLoopbackFrames);
   roce_.resize(cfg_.rx_burst);
@@ -63,6 +63,8 @@ Engine::~Engine() {
     if (fd >= 0) ::close(fd);
   engine_thread_.store(std::this_thread::get_id());  // the loop has stopped: it is ours now
   flush_tx();
+  for (rte_mbuf* m : tx_) rte_pktmbuf_free(m);  // the port took no more
+  tx_.clear();
   for (rte_mbuf* m : loop_) rte_pktmbuf_free(m);
   loop_.clear();
   capture_.close();
@@ -191,7 +193,7 @@ void Engine::start(std::function<void()> on_start, std::function<void()> on_exit
 }
 
 void Engine::after_turn(unsigned work, uint64_t clock, uint64_t& idle_since) noexcept {
-  if (work != 0) {
+  if (work != 0 || tx_stalled_) {  // frames wait for room in the port: no sleep
     idle_since = 0;
     return;
   }
@@ -602,7 +604,7 @@ rte_mbuf* Engine::alloc() noexcept {
 
 void Engine::send(rte_mbuf* m) noexcept {
   UROCE_ASSERT_ENGINE(*this);
-  tx_.push_back(m);  // capacity reserved: tx_batch
+  tx_.push_back(m);  // capacity reserved: 2 * tx_batch
   if (tx_.size() >= cfg_.tx_batch) flush_tx();
 }
 
@@ -690,23 +692,28 @@ void Engine::flush_tx() noexcept {
   if (tx_.empty()) return;
   if (capture_.is_open()) {
     const uint64_t rt = realtime_ns();
-    for (rte_mbuf* m : tx_) capture_.write(m, rt);
+    for (size_t i = tx_captured_; i < tx_.size(); ++i) capture_.write(tx_[i], rt);
   }
   uint64_t bytes = 0;
   for (rte_mbuf* m : tx_) bytes += m->pkt_len;
   const uint16_t n = static_cast<uint16_t>(tx_.size());
   const uint16_t sent = port_.tx_burst(tx_.data(), n);
   if (sent != 0) UROCE_STAMP(Sent);
-  for (uint16_t i = sent; i < n; ++i) {
-    bytes -= tx_[i]->pkt_len;
-    rte_pktmbuf_free(tx_[i]);
-  }
+  // What the port refused waits for the next flush, the oldest first;
+  // beyond tx_batch frames it is dropped.
+  const uint16_t keep = static_cast<uint16_t>(std::min<uint32_t>(n - sent, cfg_.tx_batch));
+  for (uint16_t i = sent; i < n; ++i) bytes -= tx_[i]->pkt_len;
+  for (uint16_t i = static_cast<uint16_t>(sent + keep); i < n; ++i) rte_pktmbuf_free(tx_[i]);
   tx_acks_ = 0;
   ack_hold_since_ = 0;
-  if (sent < n) ctr_.add(EngineCtr::drop_tx_full, n - sent);
+  if (n - sent > keep) ctr_.add(EngineCtr::drop_tx_full, n - sent - keep);
+  if (keep != 0) ctr_.add(EngineCtr::tx_deferred, keep);
   ctr_.add(EngineCtr::tx_frames, sent);
   ctr_.add(EngineCtr::tx_bytes, bytes);
-  tx_.clear();
+  std::copy(tx_.begin() + sent, tx_.begin() + sent + keep, tx_.begin());
+  tx_.resize(keep);
+  tx_stalled_ = keep != 0;
+  tx_captured_ = keep;
 }
 
 void Engine::set_frame_len(rte_mbuf* m, size_t len) noexcept {

@@ -80,6 +80,7 @@ namespace uroce::transport {
   X(drop_host_ignored, "dropped: ARP/ICMP not addressed to us or not answerable")       \
   X(drop_no_mbuf, "dropped: no buffer to build a frame")                                \
   X(drop_tx_full, "dropped: the port did not take a frame")                             \
+  X(tx_deferred, "frames the port refused that waited for the next flush")              \
   X(drop_neigh, "dropped: frame queued for a neighbour that did not resolve")            \
   X(loopback, "frames to this device's own addresses, looped back (never on the wire)") \
   X(idle_sleeps, "times the idle engine thread slept (EngineConfig::idle_wait)")         \
@@ -244,7 +245,15 @@ class Engine {
   // attached to the group (multicast loopback, as the host's IP stack gives
   // rxe and as ConnectX does unless a QP blocks it).
   void send_multicast(const wire::Ipv6Addr& mgid, rte_mbuf* m) noexcept;
+  // Hands the queued frames to the port.  Frames the port does not take
+  // (its ring is full) stay queued, in order, up to tx_batch of them, for
+  // the next flush; past that they are dropped (drop_tx_full).
   void flush_tx() noexcept;
+  // The port refused frames at the last flush and some still wait: the
+  // RNIC's bulk senders (READ response streams, the requester) pause
+  // rather than produce frames the port would drop (the loss would be
+  // at the tail of a burst, where only the peer's ACK timeout finds it).
+  bool tx_stalled() const noexcept { return tx_stalled_; }
   static void set_frame_len(rte_mbuf* m, size_t len) noexcept;
 
   void set_roce_sink(RoceSink* sink) noexcept { sink_ = sink; }
@@ -338,6 +347,8 @@ class Engine {
   RoceSink* sink_ = nullptr;
   std::vector<rte_mbuf*> tx_;
   size_t tx_acks_ = 0;          // leading frames of tx_ known to be ACKs
+  bool tx_stalled_ = false;     // see tx_stalled()
+  size_t tx_captured_ = 0;      // leading frames of tx_ already written to the capture
   uint64_t ack_hold_since_ = 0; // when tx_ began holding only ACKs; 0: not holding
   std::vector<rte_mbuf*> loop_;      // frames to our own addresses, received next turn
   std::vector<rte_mbuf*> loop_rx_;   // the turn's batch of them (swapped with loop_)

@@ -347,6 +347,10 @@ void requester_run(transport::Engine& engine, Qp& qp) noexcept {
       kick_soon(engine, qp, 0);  // next poll iteration: let RX and other QPs run
       break;
     }
+    if (engine.tx_stalled()) {  // the port's ring is full: build nothing it would drop
+      kick_soon(engine, qp, kNoBufferRetryNs);
+      break;
+    }
     if (rc && distance(r.next_psn, c.psn) >= static_cast<int32_t>(kMaxUnackedPsns)) break;  // the completer reruns us
 
     // One packet of `w` at r.next_psn.

@@ -286,6 +286,10 @@ Pump stream_pump(transport::Engine& engine, Qp& qp) noexcept {
   }
   const uint32_t mtu = qp.attrs().pmtu_bytes;
   for (uint32_t budget = kRespBudget; budget > 0 && st.pkts_left > 0; --budget) {
+    // The port's ring is full: wait for room rather than build frames it
+    // would drop (the tail of a long response lost costs the requester
+    // its ACK timeout).
+    if (engine.tx_stalled()) return Pump::NoBuffer;
     const uint32_t seg = std::min(mtu, st.resid);
     const bool last = st.pkts_left == 1;
     uint8_t opcode;
