@@ -134,6 +134,7 @@ unsigned Engine::poll_once() {
     kernel_learned_.clear();
   }
   end_turn_tx();
+  if (tx_stalled_) ++work;  // frames wait for room in the port: not idle, no sleep
   if (capture_.is_open()) capture_.maybe_flush(realtime_ns());
   if (wake_fd_ >= 0 && std::this_thread::get_id() != thread_.get_id()) wake_if_needed();
   return work;
@@ -193,7 +194,7 @@ void Engine::start(std::function<void()> on_start, std::function<void()> on_exit
 }
 
 void Engine::after_turn(unsigned work, uint64_t clock, uint64_t& idle_since) noexcept {
-  if (work != 0 || tx_stalled_) {  // frames wait for room in the port: no sleep
+  if (work != 0) {
     idle_since = 0;
     return;
   }
