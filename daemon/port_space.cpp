@@ -1,17 +1,13 @@
 #include "daemon/port_space.hpp"
 
 #include <cerrno>
-#include <chrono>
+
+#include "lib/util/steady_ns.hpp"
 
 namespace uroce::daemon {
 
 PortSpace::PortSpace(uint64_t seed, std::function<uint64_t()> clock)
-    : clock_(clock ? std::move(clock)
-                   : [] {
-                       return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
-                                                        std::chrono::steady_clock::now().time_since_epoch())
-                                                        .count());
-                     }),
+    : clock_(clock ? std::move(clock) : std::function<uint64_t()>(steady_ns)),
       rng_(seed != 0 ? static_cast<uint32_t>(seed) : std::random_device{}()) {
   next_ = rng_() % (kEphemeralHigh - kEphemeralLow + 1);
 }

@@ -14,8 +14,9 @@
 
 #include <atomic>
 #include <cassert>
-#include <chrono>
 #include <cstdint>
+
+#include "lib/util/steady_ns.hpp"
 
 namespace uroce::drivers {
 
@@ -29,9 +30,7 @@ class WireClock {
 
   uint64_t now_ns() const noexcept {
     if (mode_ == Mode::kManual) return manual_ns_.load(std::memory_order_acquire);
-    return static_cast<uint64_t>(
-        std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
-            .count());
+    return steady_ns();
   }
 
   // Manual clock only.  Time never goes backwards.

@@ -14,6 +14,7 @@
 #include <ctime>
 
 #include "lib/util/stamps.hpp"
+#include "lib/util/steady_ns.hpp"
 #include "lib/wire/eth.hpp"
 #include "lib/wire/ipv4.hpp"
 #include "lib/wire/ipv6.hpp"
@@ -21,12 +22,6 @@
 
 namespace uroce::transport {
 namespace {
-
-uint64_t steady_ns() noexcept {
-  return static_cast<uint64_t>(
-      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
-          .count());
-}
 
 bool is_group(const wire::MacAddr& m) noexcept { return (m[0] & 0x01) != 0; }
 

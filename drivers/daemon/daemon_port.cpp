@@ -2,11 +2,12 @@
 
 #include <rte_mbuf.h>
 #include <sched.h>
-#include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cstring>
+
+#include "lib/util/steady_ns.hpp"
 
 namespace uroce::drivers::daemon {
 
@@ -118,14 +119,11 @@ void DaemonPort::app_polled(bool empty) noexcept {
     empty_polls_.fetch_add(1, std::memory_order_relaxed);
     return;
   }
-  timespec ts{};
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  const uint64_t now = uint64_t(ts.tv_sec) * 1'000'000'000u + uint64_t(ts.tv_nsec);
+  const uint64_t now = steady_ns();
   if (now - published_ns_.load(std::memory_order_relaxed) >= kActivityNs) {
     published_ns_.store(now, std::memory_order_relaxed);
     hdr_->client_polls.v.fetch_add(1, std::memory_order_relaxed);
   }
-  yields_.fetch_add(1, std::memory_order_relaxed);
   sched_yield();
 }
 

@@ -63,7 +63,6 @@ class DaemonPort final : public Port {
   // found nothing.  An application that spins tells the daemon so, and
   // yields its CPU between polls (shm_ring.hpp, busy polling).
   void app_polled(bool empty) noexcept;
-  uint64_t yields() const noexcept { return yields_.load(std::memory_order_relaxed); }
 
   // Sleeping: the wake fd the daemon writes when it fills RX while
   // client_waiting is set (shm_ring.hpp).
@@ -94,7 +93,6 @@ class DaemonPort final : public Port {
   // app_polled's view (application threads, relaxed: approximate is enough).
   std::atomic<uint32_t> empty_polls_{0};     // application CQ polls in a row that found nothing
   std::atomic<uint64_t> published_ns_{0};    // when client_polls was last bumped
-  std::atomic<uint64_t> yields_{0};
 };
 
 }  // namespace uroce::drivers::daemon
