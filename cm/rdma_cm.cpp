@@ -651,6 +651,9 @@ void RdmaCm::on_req(RdmaDev& d, const CmEvent& ev, bool sidr) {
     p.mtu = ib_mtu(d.cfg.rnic->active_mtu_bytes());
   }
   id->route_valid = true;
+  // The PSN our REP will carry, known now: an application that brings its
+  // own QP up (rdma_init_qp_attr) before rdma_accept gets it as rq_psn.
+  id->rep_psn = random_psn();
   step(*id, RdmaIdInput::ConnectRequest);
   ids_.insert(id);
   ++l->pending_requests;
@@ -750,6 +753,7 @@ int RdmaCm::fill_attr(RdmaId& id, ibv_qp_state st, ibv_qp_attr& attr, int& mask)
   }
   const int rc = id.dev->cm->init_qp_attr(id.cm_id, st, attr, mask);
   if (rc != 0) return -rc;
+  if (st == IBV_QPS_RTR && !id.cm_id->active) attr.rq_psn = id.rep_psn;  // before the REP is built too
   if (st == IBV_QPS_RTR) {
     attr.ah_attr.grh.sgid_index = static_cast<uint8_t>(std::max(id.sgid_index, 0));
     if (id.tos != 0) attr.ah_attr.grh.traffic_class = id.tos;
@@ -989,7 +993,7 @@ int RdmaCm::accept(RdmaId* id, const rdma_conn_param* param) {
                                 : rd_atomic(c.initiator_depth, r);
       id->cm_id->responder_resources = id->responder_resources;
       id->cm_id->initiator_depth = id->initiator_depth;
-      const uint32_t psn = random_psn();
+      const uint32_t psn = id->rep_psn;
       if (id->qp != nullptr) {
         // The passive QP goes RTR and RTS before the REP leaves (cma_accept_ib).
         for (ibv_qp_state st : {IBV_QPS_INIT, IBV_QPS_RTR, IBV_QPS_RTS}) {

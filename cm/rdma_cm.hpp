@@ -210,6 +210,8 @@ struct RdmaId {
   int backlog = 0;
   int pending_requests = 0;           // listener: CONNECT_REQUESTs queued, not yet retrieved
   uint32_t qkey = RDMA_UDP_QKEY;      // UD ids
+  uint32_t rep_psn = 0;               // a passive id: its REP's Starting PSN, chosen with the request
+                                      // (init_qp_attr's RTR rq_psn before rdma_accept, as Linux's seq_num)
   uint8_t responder_resources = 0;    // negotiated (conn params)
   uint8_t initiator_depth = 0;
   uint8_t retry_count = 7;

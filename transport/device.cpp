@@ -10,6 +10,7 @@
 #include <sched.h>
 
 #include <cstring>
+#include <new>
 
 #include "drivers/daemon/proto.hpp"
 #include "drivers/sim/sim_wire.hpp"
@@ -207,14 +208,38 @@ Devices& make_registry() {
 
 }  // namespace
 
+namespace {
+std::atomic<Devices*> g_renewed{nullptr};  // renew_after_fork's registry
+}  // namespace
+
 Devices& Devices::instance() {
+  if (Devices* r = g_renewed.load(std::memory_order_acquire)) return *r;
   static Devices& registry = make_registry();
   return registry;
 }
 
+Devices& Devices::renew_after_fork() {
+  instance().abandoned_.store(true, std::memory_order_release);
+  // Never destroyed: the process's exit shuts it down (the drop-in's exit
+  // gate), as it does the first one.
+  auto* fresh = new Devices();
+  g_renewed.store(fresh, std::memory_order_release);
+  return *fresh;
+}
+
 Devices::Devices() = default;
 
-Devices::~Devices() { shutdown(); }
+Devices::~Devices() {
+  if (!abandoned_.load(std::memory_order_acquire)) {
+    shutdown();
+    return;
+  }
+  // The parent's (renew_after_fork): nothing of it is run or freed here,
+  // not even by the members' destructors.
+  for (auto& d : open_) (void)d.release();
+  (void)sim_.release();
+  if (daemon_) new (std::nothrow) std::shared_ptr<drivers::daemon::Link>(std::move(daemon_));
+}
 
 Status Devices::configure(config::Config cfg) {
   std::lock_guard lock(mu_);
@@ -372,6 +397,7 @@ Status Devices::add_client(ClientFactory make) {
 }
 
 void Devices::shutdown(Teardown how) {
+  if (abandoned_.load(std::memory_order_acquire)) return;  // the parent's (renew_after_fork)
   std::lock_guard lock(mu_);
   if (shut_down_) return;
   shut_down_ = true;

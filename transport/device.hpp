@@ -41,6 +41,7 @@
 // thread (one mutex).  A Device stays valid until close() or shutdown().
 #pragma once
 
+#include <atomic>
 #include <functional>
 #include <map>
 #include <memory>
@@ -224,6 +225,13 @@ class Devices {
   // The process-wide registry.  It shuts down (stops engines, closes
   // ports, then the EAL if it started it) when the process exits.
   static Devices& instance();
+  // [a child of fork(), its one thread] The child cannot use its parent's
+  // devices: their engine threads are not in it, their locks may be held
+  // by threads that are not in it, and their ports are the parent's.  The
+  // registry instance() returned is abandoned (never touched again, not
+  // even by its destructor) and instance() returns a new, empty one from
+  // now on, on the same EAL (which the new one never closes).
+  static Devices& renew_after_fork();
 
   // A registry of its own (tests).  The EAL is still one per process.
   Devices();
@@ -301,6 +309,7 @@ class Devices {
   bool eal_owned_ = false;  // this registry started the EAL
   bool eal_ready_ = false;
   bool shut_down_ = false;
+  std::atomic<bool> abandoned_{false};  // renew_after_fork: the parent's
   std::unique_ptr<drivers::sim::SimWire> sim_;
   std::map<std::string, drivers::sim::SimPort*, std::less<>> sim_ports_;  // owned by sim_
   std::vector<std::unique_ptr<Device>> open_;

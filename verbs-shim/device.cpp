@@ -110,6 +110,7 @@ void disconnect_and_linger() {
 }
 
 void linger_at_exit() {
+  adopt_fork();  // a child's exit never touches its parent's devices
   claim_exit();
   disconnect_and_linger();
 }
@@ -185,6 +186,7 @@ void take_term_signals() {
 }
 
 void exit_gate() {
+  adopt_fork();
   claim_exit();
   // Engines stopped and ports closed here, once; the RNICs stay for the
   // program's threads still running (Teardown::Exit).
@@ -193,6 +195,18 @@ void exit_gate() {
 
 std::mutex g_mu;           // the device list
 bool g_started = false;    // ibv_get_device_list brought the devices up
+bool g_hooks = false;      // the exit handlers and fork handler are registered (once per process image)
+bool g_daemon_client = false;     // the devices that came up are uroced's
+bool g_parent_in_process = false; // a child of a process with in-process devices: none here
+std::atomic<bool> g_forked{false};  // fork() happened since the devices started (adopt_fork)
+
+// The atfork child handler: the one thread of the child.  Only marks the
+// fork (adopt_fork does the rest, at the next call); the device list's lock
+// is made anew, since a thread the child does not have may have held it.
+void on_fork_child() noexcept {
+  new (&g_mu) std::mutex;
+  if (g_started) g_forked.store(true, std::memory_order_release);
+}
 
 void set_str(char* dst, size_t cap, const std::string& s) noexcept {
   const size_t n = std::min(cap - 1, s.size());
@@ -277,14 +291,25 @@ void daemon_gone() {
 void start_devices_locked() {
   if (g_started) return;
   g_started = true;
+  if (g_parent_in_process) {
+    log_line(LogType::Shim, LogLevel::Error,
+             "this process is a child of one whose uroce devices are in-process (they own the port): "
+             "it has no device; with uroced, parent and child each get their own");
+    return;
+  }
   auto& reg = transport::Devices::instance();
-  // Registered after the registry exists, so they run before it is torn
-  // down at exit: the linger first, then the gate (see exit_gate).
-  std::atexit(exit_gate);
-  std::atexit(linger_at_exit);
-  take_term_signals();
+  if (!g_hooks) {
+    g_hooks = true;
+    // Registered after the registry exists, so they run before it is torn
+    // down at exit: the linger first, then the gate (see exit_gate).
+    std::atexit(exit_gate);
+    std::atexit(linger_at_exit);
+    take_term_signals();
+    ::pthread_atfork(nullptr, nullptr, &on_fork_child);
+  }
   std::shared_ptr<drivers::daemon::Link> link;
   if (const auto sock = daemon_socket()) {
+    g_daemon_client = true;
     auto l = drivers::daemon::Link::connect(*sock, program_invocation_short_name);
     if (!l) {
       log_line(LogType::Shim, LogLevel::Error, "%s", l.error().message.c_str());
@@ -325,6 +350,19 @@ void start_devices_locked() {
   if (link) link->start_events(drivers::daemon::Link::Handlers{&qp_dump_json, &daemon_gone});
 }
 
+void adopt_fork_locked() {
+  if (!g_forked.exchange(false, std::memory_order_acq_rel)) return;
+  // The parent's IbvDevices, registry (engines, ports, RNICs) and rdma_cm
+  // model stay in memory, unreachable from here on: whatever the child
+  // inherited that points at them finds them, but nothing runs them.  The
+  // parent's uroced link closed in the child at the fork (Link).
+  devices().clear();
+  rdmacm_forget_after_fork();
+  (void)transport::Devices::renew_after_fork();
+  g_started = false;
+  if (!g_daemon_client) g_parent_in_process = true;
+}
+
 bool valid_port(uint32_t port) noexcept { return port == rnic::kPortNum; }
 
 // Copies min(len, sizeof full) bytes of `full` into `out` and zeroes the
@@ -339,6 +377,12 @@ void copy_sized(void* out, size_t len, const void* full, size_t full_size) noexc
 }  // namespace
 
 rnic::Rnic& IbvDevice::rnic() const noexcept { return tdev->rnic(); }
+
+void adopt_fork() noexcept {
+  if (!g_forked.load(std::memory_order_acquire)) return;
+  std::lock_guard lock(g_mu);
+  adopt_fork_locked();
+}
 
 std::vector<IbvDevice*>& devices() noexcept {
   // Never destroyed, as the Devices in it: a thread of the program still
@@ -406,6 +450,7 @@ using namespace uroce::shim;
 
 UROCE_EXPORT ibv_device** ibv_get_device_list(int* num_devices) noexcept {
   std::lock_guard lock(g_mu);
+  adopt_fork_locked();
   start_devices_locked();
   const auto& list = devices();
   auto** out = static_cast<ibv_device**>(std::calloc(list.size() + 1, sizeof(ibv_device*)));

@@ -94,10 +94,8 @@ T fail(int err, T ret) {
 }
 int result(int rc) { return rc == 0 ? 0 : fail(rc, -1); }
 
-RdmaCm* model() {
-  static RdmaCm* m = uroce_rdmacm();
-  return m;
-}
+// Not cached here: a child of fork() gets a model of its own (adopt_fork).
+RdmaCm* model() { return uroce_rdmacm(); }
 
 // One PD per device for QPs created without one (librdmacm: cma_dev->pd).
 ibv_pd* default_pd(ibv_context* verbs) {
@@ -135,11 +133,17 @@ socklen_t addr_len(const sockaddr* s) {
 // write them at once (one returns from rdma_resolve_addr while another
 // takes that id's ADDR_RESOLVED event): one lock for all ids, control path.
 void sync_fields(Id* x) {
+  // An id bound to a device has that device's PD from then on, as
+  // librdmacm's ucma_get_device gives it (pyverbs' PD(cmid) reads it before
+  // any QP exists); a QP made with another PD replaces it.
+  ibv_context* const verbs = x->impl->verbs;
+  ibv_pd* const dev_pd = verbs != nullptr && x->id.pd == nullptr ? default_pd(verbs) : nullptr;
   static std::mutex mu;
   std::lock_guard lock(mu);
   uroce::cm::RdmaId* m = x->impl;
   rdma_cm_id& id = x->id;
   id.verbs = m->verbs;
+  if (id.pd == nullptr && id.verbs == verbs) id.pd = dev_pd;
   id.port_num = m->verbs != nullptr ? 1 : 0;
   id.ps = m->ps;
   id.qp_type = m->qp_type;

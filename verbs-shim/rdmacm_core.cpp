@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
+#include <new>
 
 #include "cm/device_cm.hpp"
 #include "cm/rdma_cm.hpp"
@@ -46,7 +47,17 @@ using namespace uroce;
 // (0..15) override Linux's 20 and 15.
 namespace {
 std::atomic<cm::RdmaCm*> g_model{nullptr};  // set once the model runs
+std::mutex g_model_mu;                       // starting it
+bool g_model_tried = false;                  // under g_model_mu: started, or failed to
 }  // namespace
+
+void shim::rdmacm_forget_after_fork() noexcept {
+  // The child's one thread: the lock may have been held by a thread it
+  // does not have.
+  new (&g_model_mu) std::mutex;
+  g_model.store(nullptr);
+  g_model_tried = false;
+}
 
 void shim::rdmacm_at_exit() noexcept {
   if (cm::RdmaCm* m = g_model.load()) m->disconnect_all();
@@ -62,9 +73,12 @@ size_t shim::rdmacm_disconnects_pending() noexcept {
 }
 
 UROCE_EXPORT cm::RdmaCm* uroce_rdmacm() noexcept {
-  static std::once_flag once;
-  static cm::RdmaCm* model = nullptr;
-  std::call_once(once, [] {
+  shim::adopt_fork();  // a child of fork() gets a model of its own
+  if (cm::RdmaCm* m = g_model.load(std::memory_order_acquire)) return m;
+  std::lock_guard lock(g_model_mu);
+  if (g_model_tried) return g_model.load();
+  g_model_tried = true;
+  [] {
     int n = 0;
     ibv_device** list = ibv_get_device_list(&n);  // starts the devices
     if (list == nullptr) return;
@@ -127,8 +141,7 @@ UROCE_EXPORT cm::RdmaCm* uroce_rdmacm() noexcept {
       log_line(LogType::Shim, LogLevel::Error, "the connection manager did not start: %s", std::strerror(rc));
       return;  // leaked on purpose: half-started engines may still refer to it
     }
-    model = m;
-    g_model.store(m);
-  });
-  return model;
+    g_model.store(m, std::memory_order_release);
+  }();
+  return g_model.load();
 }

@@ -236,6 +236,20 @@ size_t rdmacm_disconnects_pending() noexcept;
 // get RDMA_CM_EVENT_DEVICE_REMOVAL (nothing when the model never started).
 void rdmacm_device_removed(const rnic::Rnic* rnic) noexcept;
 
+// A child of fork() (DESIGN.md "Process and threading model", fork): the
+// devices its parent started are the parent's.  The first entry point that
+// reaches the devices in the child (ibv_get_device_list, the rdma_cm model,
+// the exit handlers) calls this: the parent's devices, registry and rdma_cm
+// model are dropped (never touched again) and the next
+// ibv_get_device_list starts the child's own, as a client of uroced.  A
+// child of a process whose devices are in-process gets no device (its
+// parent owns the port), with a message saying so.  Nothing when this
+// process did not fork since its devices started.
+void adopt_fork() noexcept;
+// adopt_fork's part in the rdma_cm model: the parent's model is forgotten
+// (called under the device list's lock).
+void rdmacm_forget_after_fork() noexcept;
+
 // The devices that came up (ibv_get_device_list starts them on first use).
 std::vector<IbvDevice*>& devices() noexcept;
 

@@ -1,6 +1,7 @@
 #include "drivers/daemon/link.hpp"
 
 #include <poll.h>
+#include <pthread.h>
 #include <sys/eventfd.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
@@ -8,8 +9,10 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <new>
 
 namespace uroce::drivers::daemon {
 
@@ -45,6 +48,41 @@ void Region::reset() noexcept {
 
 // ---- Link ---------------------------------------------------------------------------
 
+namespace {
+
+// The links of this process, for the atfork child handler.  Its lock is a
+// leaf (nothing else is taken under it), held across fork() by the prepare
+// handler so that the child finds the list whole.
+std::mutex g_links_mu;
+std::vector<Link*>& live_links() {
+  static auto* v = new std::vector<Link*>;  // never destroyed: a link may outlive static destruction
+  return *v;
+}
+
+}  // namespace
+
+void Link::atfork_prepare() noexcept { g_links_mu.lock(); }
+void Link::atfork_parent() noexcept { g_links_mu.unlock(); }
+
+void Link::atfork_child() noexcept {
+  for (Link* l : live_links()) l->forget_in_child();
+  live_links().clear();
+  g_links_mu.unlock();
+}
+
+void Link::forget_in_child() noexcept {
+  gone_reported_.store(true);  // the parent's daemon did not go away
+  alive_.store(false, std::memory_order_release);
+  for (int* fd : {&ctl_fd_, &ev_fd_, &stop_fd_}) {
+    if (*fd >= 0) ::close(*fd);
+    *fd = -1;
+  }
+  // The events thread is the parent's: there is nothing here to join.  Its
+  // handle is moved into an object never destroyed, so that ~Link (should
+  // the child destroy the link) neither joins nor terminates.
+  if (events_.joinable()) new (std::nothrow) std::thread(std::move(events_));
+}
+
 Result<std::shared_ptr<Link>> Link::connect(const std::string& path, std::string_view program) {
   sockaddr_un sa{};
   sa.sun_family = AF_UNIX;
@@ -52,8 +90,14 @@ Result<std::shared_ptr<Link>> Link::connect(const std::string& path, std::string
   std::memcpy(sa.sun_path, path.data(), path.size());
   const int fd = ::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
   if (fd < 0) return err(errno, "socket");
+  static std::once_flag atfork_once;
+  std::call_once(atfork_once, [] { ::pthread_atfork(&atfork_prepare, &atfork_parent, &atfork_child); });
   std::shared_ptr<Link> link(new Link());
   link->ctl_fd_ = fd;
+  {
+    std::lock_guard lock(g_links_mu);
+    live_links().push_back(link.get());
+  }
   if (::connect(fd, reinterpret_cast<const sockaddr*>(&sa), sizeof sa) != 0)
     return err(errno, "cannot reach uroced at " + path);
   link->stop_fd_ = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
@@ -91,6 +135,11 @@ Result<std::shared_ptr<Link>> Link::connect(const std::string& path, std::string
 }
 
 Link::~Link() {
+  {
+    std::lock_guard lock(g_links_mu);
+    auto& v = live_links();
+    v.erase(std::remove(v.begin(), v.end(), this), v.end());
+  }
   if (events_.joinable()) {
     const uint64_t one = 1;
     [[maybe_unused]] const ssize_t w = ::write(stop_fd_, &one, sizeof one);
@@ -101,6 +150,7 @@ Link::~Link() {
 }
 
 int Link::request(MsgType type, std::span<const uint8_t> body, Message* reply) {
+  if (!alive()) return EIO;  // before the lock: a forked child's may be held by a thread it does not have
   std::lock_guard lock(mu_);
   if (!alive()) return EIO;
   const uint32_t seq = ++seq_;

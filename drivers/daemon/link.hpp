@@ -12,6 +12,12 @@
 // link's own reads the events socket: it answers the daemon's QP dumps
 // through the handler and reports once, through `gone`, that the daemon
 // went away (its socket hung up) — after which every request fails EIO.
+//
+// fork(): a link belongs to the process that connected.  In a child, every
+// link it inherited is closed at once (an atfork handler: the daemon must
+// see the parent hang up when the parent dies, whatever the child lives
+// on to do), its requests fail EIO and its gone handler never runs; the
+// child connects a link of its own (DESIGN.md "The shared device", fork).
 #pragma once
 
 #include <atomic>
@@ -98,6 +104,10 @@ class Link {
   int request(MsgType type, std::span<const uint8_t> body, Message* reply);
   void events_loop();
   void mark_gone();    // requests fail EIO from now on (any thread)
+  void forget_in_child() noexcept;  // the atfork child handler: see the header comment
+  static void atfork_prepare() noexcept;
+  static void atfork_parent() noexcept;
+  static void atfork_child() noexcept;
   void report_gone();  // the gone handler, once (the events thread, no lock held)
 
   int ctl_fd_ = -1;

@@ -205,6 +205,52 @@ TEST(RdmaCmLoopback, BindLocalhostBindsNoDevice) {
   EXPECT_EQ(rdma_destroy_id(id), 0);
 }
 
+// An id bound to a device has the device's PD at once, before any QP
+// (librdmacm's ucma_get_device sets id->pd; pyverbs' PD(cmid) reads it to
+// make AHs and external QPs), the same PD for every id on the device; an
+// id bound to no device (127.0.0.1) has none.
+TEST(RdmaCmIds, ABoundIdHasTheDevicesPd) {
+  rdma_cm_id* a = nullptr;
+  rdma_cm_id* b = nullptr;
+  ASSERT_EQ(rdma_create_id(nullptr, &a, nullptr, RDMA_PS_UDP), 0);
+  ASSERT_EQ(rdma_create_id(nullptr, &b, nullptr, RDMA_PS_TCP), 0);
+  EXPECT_EQ(a->pd, nullptr);
+  sockaddr_in own = sin4("10.9.0.1", 7485);
+  ASSERT_EQ(rdma_bind_addr(a, sa(own)), 0) << std::strerror(errno);
+  ASSERT_NE(a->verbs, nullptr);
+  ASSERT_NE(a->pd, nullptr);
+  EXPECT_EQ(a->pd->context, a->verbs);
+  own.sin_port = htons(7486);
+  ASSERT_EQ(rdma_bind_addr(b, sa(own)), 0) << std::strerror(errno);
+  EXPECT_EQ(b->pd, a->pd);
+  ibv_ah_attr ah{};  // to 10.9.0.2 from our 10.9.0.1 (RoCE v2, IPv4-mapped GIDs)
+  ah.is_global = 1;
+  ah.port_num = 1;
+  ah.grh.hop_limit = 64;
+  const uint8_t peer[16] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 10, 9, 0, 2};
+  std::memcpy(ah.grh.dgid.raw, peer, 16);
+  for (int i = 0; i < 16; ++i) {
+    ibv_gid g{};
+    if (ibv_query_gid(a->verbs, 1, i, &g) == 0 && g.raw[10] == 0xff && g.raw[12] == 10 && g.raw[15] == 1) {
+      ah.grh.sgid_index = static_cast<uint8_t>(i);
+      break;
+    }
+  }
+  ibv_ah* made = ibv_create_ah(a->pd, &ah);
+  EXPECT_NE(made, nullptr) << std::strerror(errno);
+  if (made != nullptr) {
+    EXPECT_EQ(ibv_destroy_ah(made), 0);
+  }
+  rdma_cm_id* lo = nullptr;
+  ASSERT_EQ(rdma_create_id(nullptr, &lo, nullptr, RDMA_PS_TCP), 0);
+  sockaddr_in l = sin4("127.0.0.1", 7487);
+  ASSERT_EQ(rdma_bind_addr(lo, sa(l)), 0) << std::strerror(errno);
+  EXPECT_EQ(lo->pd, nullptr);
+  EXPECT_EQ(rdma_destroy_id(lo), 0);
+  EXPECT_EQ(rdma_destroy_id(b), 0);
+  EXPECT_EQ(rdma_destroy_id(a), 0);
+}
+
 // A signal whose handler lacks SA_RESTART ends a blocked rdma_get_cm_event
 // with EINTR, as librdmacm's read(2) on the kernel's rdma_cm fd does; with
 // SA_RESTART the wait goes on and returns the event that comes later.  In

@@ -297,6 +297,83 @@ TEST_F(RdmaCmTest, ConnectAcceptDataDisconnect) {
   EXPECT_EQ(cm_->destroy_channel(cch), 0);
 }
 
+// QPs the application brings up itself from rdma_init_qp_attr (no QP
+// attached to either id), as pyverbs' external-QP test does: the passive
+// side moves its QP to RTS before rdma_accept, so the receive PSN it is
+// given then must be the Starting PSN its REP carries (Linux: the id's
+// seq_num), and the active side after CONNECT_RESPONSE.  Data then flows
+// both ways from the first PSN.
+TEST_F(RdmaCmTest, ExternalQpsFromInitQpAttr) {
+  RdmaChannel* ch = cm_->create_channel();
+  RdmaId* l = server(ch, RDMA_PS_TCP, 7105);
+  RdmaId* c = resolved_client(ch, RDMA_PS_TCP, 7105);
+  rnic::Cq* ccq = nullptr;
+  rnic::Cq* scq = nullptr;
+  rnic::Qp* cqp = make_qp(h_->a(), IBV_QPT_RC, &ccq);
+  rnic::Qp* sqp = make_qp(h_->b(), IBV_QPT_RC, &scq);
+  auto bring_up = [&](RdmaId* id, rnic::Qp* qp) {
+    for (ibv_qp_state st : {IBV_QPS_INIT, IBV_QPS_RTR, IBV_QPS_RTS}) {
+      ibv_qp_attr a{};
+      a.qp_state = st;
+      int mask = 0;
+      ASSERT_EQ(cm_->init_qp_attr(id, &a, &mask), 0) << "state " << st;
+      if (st == IBV_QPS_INIT) a.qp_access_flags |= IBV_ACCESS_LOCAL_WRITE;
+      ASSERT_EQ(qp->modify(a, mask), 0) << "state " << st;
+    }
+  };
+  rdma_conn_param cp{};
+  cp.qp_num = cqp->qpn().value();
+  ASSERT_EQ(cm_->connect(c, &cp), 0);
+  RdmaEvent req = expect(ch, RDMA_CM_EVENT_CONNECT_REQUEST);
+  RdmaId* s = req.id;
+  ASSERT_NE(s, nullptr);
+  bring_up(s, sqp);
+  const uint32_t rq_psn_before_accept = sqp->attrs().rq_psn;
+  rdma_conn_param ap{};
+  ap.qp_num = sqp->qpn().value();
+  ASSERT_EQ(cm_->accept(s, &ap), 0);
+  expect(ch, RDMA_CM_EVENT_CONNECT_RESPONSE);  // no QP attached to the active id
+  bring_up(c, cqp);
+  EXPECT_EQ(cqp->attrs().sq_psn, rq_psn_before_accept) << "the REP's Starting PSN is what the passive QP expects";
+  ASSERT_EQ(cm_->establish(c), 0);
+  expect(ch, RDMA_CM_EVENT_ESTABLISHED);
+
+  auto abuf = h_->buffer(h_->a(), 64, IBV_ACCESS_LOCAL_WRITE, 0x11);
+  auto bbuf = h_->buffer(h_->b(), 64, IBV_ACCESS_LOCAL_WRITE, 0x22);
+  ibv_sge as = abuf.sge(0, 64), bs = bbuf.sge(0, 64);
+  const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  auto one = [&](rnic::Cq* cq) {
+    ibv_wc wc{};
+    int got = 0;
+    while (got == 0 && std::chrono::steady_clock::now() < end) got = cq->poll(1, &wc);
+    EXPECT_EQ(got, 1);
+    return wc;
+  };
+  // A to B, then B to A, each SEND into a posted receive.
+  ASSERT_EQ(rnic::testing::post_recv(sqp, 1, {&bs, 1}), 0);
+  ibv_send_wr w1 = rnic::testing::send_wr(IBV_WR_SEND, 2, {&as, 1});
+  ASSERT_EQ(rnic::testing::post_send(cqp, w1), 0);
+  ibv_wc wc = one(scq);
+  EXPECT_EQ(wc.wr_id, 1u);
+  EXPECT_EQ(wc.status, IBV_WC_SUCCESS);
+  EXPECT_EQ(bbuf.data()[0], 0x11);
+  EXPECT_EQ(one(ccq).status, IBV_WC_SUCCESS);
+  std::memset(abuf.data(), 0, 64);
+  std::memset(bbuf.data(), 0x33, 64);
+  ASSERT_EQ(rnic::testing::post_recv(cqp, 3, {&as, 1}), 0);
+  ibv_send_wr w2 = rnic::testing::send_wr(IBV_WR_SEND, 4, {&bs, 1});
+  ASSERT_EQ(rnic::testing::post_send(sqp, w2), 0);
+  wc = one(ccq);
+  EXPECT_EQ(wc.wr_id, 3u);
+  EXPECT_EQ(wc.status, IBV_WC_SUCCESS);
+  EXPECT_EQ(abuf.data()[63], 0x33);
+  EXPECT_EQ(one(scq).status, IBV_WC_SUCCESS);
+
+  EXPECT_EQ(cm_->destroy_id(c), 0);
+  EXPECT_EQ(cm_->destroy_id(s), 0);
+  EXPECT_EQ(cm_->destroy_id(l), 0);
+}
+
 // The id's state machine (rdma_cm_state.cpp): what each consumer call
 // takes, as rdma_cm(7) and Linux's cma.c have it, and no state that
 // nothing reaches or nothing leaves except the ends (a listener, a failed

@@ -21,21 +21,27 @@
 #                about a hundred a second); while a client spins on a CQ
 #                (ib_send_lat) the daemon polls for it (busy_polls), and a
 #                daemon started with --no-busy-poll never does
+#   fork         a program opens the device, then forks a passive and an
+#                active child that connect through rdma_cm and exchange a
+#                message (pyverbs' rdma_cm tests do this): each child is a
+#                client of its own, and the parent's device still works
+#                after (fork_pair); with an in-process device the child
+#                finds none
 #   restart      the daemon stops under a client: IBV_EVENT_DEVICE_FATAL,
 #                RDMA_CM_EVENT_DEVICE_REMOVAL and the flush, never a hang
 #                (fatal_watch); a program mid-transfer when the daemon is
 #                killed ends; a new daemon serves the next program
 #
-#   daemon_test.sh BUILD SCRIPTS HOSTILE_CLIENT FATAL_WATCH [CASE...]
+#   daemon_test.sh BUILD SCRIPTS HOSTILE_CLIENT FATAL_WATCH FORK_PAIR [CASE...]
 #
 # Exit 0 pass, 1 fail, 77 skip (not root, programs missing).
 set -u
 
 readonly EXIT_SKIP=77
 readonly T=30  # seconds any one program may run
-[ $# -ge 4 ] || { echo "usage: $0 BUILD SCRIPTS HOSTILE_CLIENT FATAL_WATCH [CASE...]" >&2; exit 2; }
-BUILD=$1 SCRIPTS=$2 HOSTILE=$3 FATAL_WATCH=$4
-shift 4
+[ $# -ge 5 ] || { echo "usage: $0 BUILD SCRIPTS HOSTILE_CLIENT FATAL_WATCH FORK_PAIR [CASE...]" >&2; exit 2; }
+BUILD=$1 SCRIPTS=$2 HOSTILE=$3 FATAL_WATCH=$4 FORK_PAIR=$5
+shift 5
 
 skip() { echo "SKIP: $*"; exit $EXIT_SKIP; }
 [ "$(id -u)" -eq 0 ] || skip "needs root (DPDK ports, network namespaces)"
@@ -396,11 +402,30 @@ case_polling() {
   daemon_down a
   start_daemons_a
 }
+case_fork() {
+  local log=$TMP/fork.log
+  if "${IN_A[@]}" timeout $T "${RUN[@]}" "$FORK_PAIR" "$IP_A" 7481 >"$log" 2>&1 && want "$log" '^fork_pair: ok'; then
+    pass "fork: two children of one parent connect through rdma_cm, the parent's device still works"
+  else
+    fail "fork: through uroced"
+    show "$log"
+  fi
+  log=$TMP/fork-in-process.log
+  if ip netns exec "$NS_B" timeout $T "${RUN[@]}" --config "$CONFIG" --device net_null0 --ip 10.99.0.1/24 \
+      "$FORK_PAIR" --in-process >"$log" 2>&1 && want "$log" '^fork_pair: ok' &&
+      want "$log" 'child of one whose uroce devices are in-process'; then
+    pass "fork: a child of an in-process parent has no device, and is told why"
+  else
+    fail "fork: in-process"
+    show "$log"
+  fi
+}
+
 start_daemons_a() {
   daemon_up a "$NS_A" "$DEVARGS_A" "$SOCK_A" "$TMP/uroced-a-polled.log" || { fail "uroced in $NS_A again"; exit 1; }
 }
 
-CASES=(same_ns pairs non_root tools kill_client hostile polling restart)
+CASES=(same_ns pairs non_root tools kill_client hostile polling fork restart)
 echo "daemon: work in $TMP"
 for c in "${CASES[@]}"; do
   if [ $# -gt 0 ] && ! printf '%s\n' "$@" | tr - _ | grep -qx -- "$c"; then continue; fi
