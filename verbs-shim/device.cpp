@@ -214,24 +214,9 @@ void set_str(char* dst, size_t cap, const std::string& s) noexcept {
   dst[n] = '\0';
 }
 
-// Whether this process is a client of uroced (issue 15; DESIGN.md "The
-// shared device"), and at which socket: UROCE_DEVICE asks for an
-// in-process device; UROCE_SOCKET names the daemon's socket; UROCE_CONFIG
-// asks for the devices of that file, in-process; otherwise the daemon's
-// default socket, when it is there.
-std::optional<std::string> daemon_socket() {
-  auto set = [](std::string_view name) {
-    const char* v = std::getenv(std::string(name).c_str());
-    return v != nullptr && *v != '\0';
-  };
-  if (set(config::kEnvDevice)) return std::nullopt;
-  if (set(drivers::daemon::kEnvSocket)) return drivers::daemon::socket_path();
-  if (set(config::kEnvConfig)) return std::nullopt;
-  struct stat st {};
-  const std::string def(drivers::daemon::kDefaultSocket);
-  if (::stat(def.c_str(), &st) == 0 && S_ISSOCK(st.st_mode)) return def;
-  return std::nullopt;
-}
+// Whether this process is a client of uroced, and at which socket
+// (drivers/daemon/msg_socket.hpp client_socket).
+std::optional<std::string> daemon_socket() { return drivers::daemon::client_socket(config::kEnvDevice, config::kEnvConfig); }
 
 // The client's QPs on a device, as JSON (the daemon's `uroce qp`).
 std::string qp_dump_json(uint32_t index) {

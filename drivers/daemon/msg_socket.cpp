@@ -1,6 +1,7 @@
 #include "drivers/daemon/msg_socket.hpp"
 
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -102,6 +103,20 @@ int recv_message(int fd, Message* out, bool nonblocking) noexcept {
 std::string socket_path() {
   const char* v = std::getenv(std::string(kEnvSocket).c_str());
   return v != nullptr && *v != '\0' ? std::string(v) : std::string(kDefaultSocket);
+}
+
+std::optional<std::string> client_socket(std::string_view device_var, std::string_view config_var) {
+  auto set = [](std::string_view name) {
+    const char* v = std::getenv(std::string(name).c_str());
+    return v != nullptr && *v != '\0';
+  };
+  if (set(device_var)) return std::nullopt;
+  if (set(kEnvSocket)) return socket_path();
+  if (set(config_var)) return std::nullopt;
+  struct stat st {};
+  const std::string def(kDefaultSocket);
+  if (::stat(def.c_str(), &st) == 0 && S_ISSOCK(st.st_mode)) return def;
+  return std::nullopt;
 }
 
 }  // namespace uroce::drivers::daemon

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <span>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -61,5 +62,13 @@ std::span<const uint8_t> bytes_of(const T& v) noexcept {
 
 // The socket path: UROCE_SOCKET, else the default.
 std::string socket_path();
+
+// Whether a program is a client of uroced, and at which socket (the
+// drop-in's rule, DESIGN.md "The shared device"): UROCE_DEVICE asks for an
+// in-process device; UROCE_SOCKET names the daemon's socket; UROCE_CONFIG
+// asks for the devices of that file, in-process; otherwise the daemon's
+// default socket, when it is there.  `device_var`, `config_var`: the
+// configuration's variable names (lib/config).
+std::optional<std::string> client_socket(std::string_view device_var, std::string_view config_var);
 
 }  // namespace uroce::drivers::daemon

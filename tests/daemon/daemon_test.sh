@@ -27,6 +27,9 @@
 #                client of its own, and the parent's device still works
 #                after (fork_pair); with an in-process device the child
 #                finds none
+#   sysfs        uroce-run --sysfs: the program sees
+#                /sys/class/infiniband/uroce0/device/net/<the veth> (the
+#                daemon's device, and an in-process one), the host does not
 #   restart      the daemon stops under a client: IBV_EVENT_DEVICE_FATAL,
 #                RDMA_CM_EVENT_DEVICE_REMOVAL and the flush, never a hang
 #                (fatal_watch); a program mid-transfer when the daemon is
@@ -421,11 +424,32 @@ case_fork() {
   fi
 }
 
+case_sysfs() {
+  local iface=${DEVARGS_A##*iface=} iface_b=${DEVARGS_B##*iface=}
+  iface=${iface%%,*} iface_b=${iface_b%%,*}
+  local log=$TMP/sysfs.log
+  if "${IN_A[@]}" timeout $T "${RUN[@]}" --sysfs sh -c 'ls /sys/class/infiniband/uroce0/device/net; cat /sys/class/infiniband/uroce0/ports/1/link_layer; ls /sys/class/net' >"$log" 2>&1 &&
+      want "$log" "^$iface\$" && want "$log" '^Ethernet$' && want "$log" '^lo$' && [ ! -e /sys/class/infiniband/uroce0 ]; then
+    pass "sysfs: through uroced the program finds the device's netdev ($iface), the host's /sys is unchanged"
+  else
+    fail "sysfs: through uroced"
+    show "$log"
+  fi
+  log=$TMP/sysfs-in-process.log
+  if ip netns exec "$NS_B" timeout $T "${RUN[@]}" --config "$CONFIG" --device "$DEVARGS_B" --sysfs \
+      sh -c 'ls /sys/class/infiniband/uroce0/device/net' >"$log" 2>&1 && want "$log" "^$iface_b\$"; then
+    pass "sysfs: an in-process af_packet device's netdev"
+  else
+    fail "sysfs: in-process"
+    show "$log"
+  fi
+}
+
 start_daemons_a() {
   daemon_up a "$NS_A" "$DEVARGS_A" "$SOCK_A" "$TMP/uroced-a-polled.log" || { fail "uroced in $NS_A again"; exit 1; }
 }
 
-CASES=(same_ns pairs non_root tools kill_client hostile polling fork restart)
+CASES=(same_ns pairs non_root tools kill_client hostile polling fork sysfs restart)
 echo "daemon: work in $TMP"
 for c in "${CASES[@]}"; do
   if [ $# -gt 0 ] && ! printf '%s\n' "$@" | tr - _ | grep -qx -- "$c"; then continue; fi

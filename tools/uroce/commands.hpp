@@ -17,6 +17,7 @@ void add_memif_wire_command(CLI::App& app, int& exit_status);
 void add_node_command(CLI::App& app, int& exit_status);
 void add_pcap_check_command(CLI::App& app, int& exit_status);
 void add_stats_command(CLI::App& app, int& exit_status);
+void add_sysfs_command(CLI::App& app, int& exit_status);
 void add_trace_command(CLI::App& app, int& exit_status);
 
 }  // namespace uroce::tools

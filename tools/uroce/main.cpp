@@ -21,6 +21,7 @@ constexpr auto kCommands = std::to_array<AddCommand>({
     &uroce::tools::add_node_command,
     &uroce::tools::add_pcap_check_command,
     &uroce::tools::add_stats_command,
+    &uroce::tools::add_sysfs_command,
     &uroce::tools::add_trace_command,
 });
 
