@@ -24,8 +24,8 @@
 //               RDMA_IOMAPSIZE, announced in its ConnData); riowrite: plain
 //               RDMA WRITEs into the entry covering the offset, no receive
 //               consumed, the peer notices by polling its memory
-// Only stream sockets: SOCK_DGRAM (udpong's UD protocol) is refused
-// (ENOTSUP).  Connecting and accepting complete before the call
+// Datagram sockets (SOCK_DGRAM, udpong's UD protocol) are
+// rsocket_dgram.cpp's: every call on one goes there.  Connecting and accepting complete before the call
 // returns, also on a non-blocking socket (0 rather than EINPROGRESS, which
 // a non-blocking connect may do).  A socket is one thread's at a time for
 // sending and one for receiving, as librdmacm's locks allow; rpoll and
@@ -54,6 +54,8 @@
 #include <mutex>
 #include <new>
 #include <vector>
+
+#include "verbs-shim/rsocket_dgram.hpp"
 
 #define RDMACM_EXPORT extern "C" __attribute__((visibility("default")))
 
@@ -843,9 +845,12 @@ void consume_event(Rsocket* rs) {
 
 // ---- the calls ---------------------------------------------------------------------------
 
+namespace dgram = uroce::shim::dgram;
+
 RDMACM_EXPORT int rsocket(int domain, int type, int protocol) noexcept {
-  if ((domain != AF_INET && domain != AF_INET6) || type != SOCK_STREAM || (protocol != 0 && protocol != IPPROTO_TCP))
-    return fail(ENOTSUP, -1);  // datagram rsockets and AF_IB are not offered
+  if (domain != AF_INET && domain != AF_INET6) return fail(ENOTSUP, -1);  // AF_IB is not offered
+  if (type == SOCK_DGRAM && (protocol == 0 || protocol == IPPROTO_UDP)) return dgram::create(domain);
+  if (type != SOCK_STREAM || (protocol != 0 && protocol != IPPROTO_TCP)) return fail(ENOTSUP, -1);
   auto* rs = new (std::nothrow) Rsocket;
   if (rs == nullptr) return fail(ENOMEM, -1);
   if (rdma_create_id(nullptr, &rs->id, rs, RDMA_PS_TCP) != 0) {
@@ -857,7 +862,8 @@ RDMACM_EXPORT int rsocket(int domain, int type, int protocol) noexcept {
   return insert(rs);
 }
 
-RDMACM_EXPORT int rbind(int socket, const sockaddr* addr, socklen_t) noexcept {
+RDMACM_EXPORT int rbind(int socket, const sockaddr* addr, socklen_t addrlen) noexcept {
+  if (dgram::Socket* d = dgram::lookup(socket)) return dgram::bind(d, addr, addrlen);
   Rsocket* rs = lookup(socket);
   if (rs == nullptr) return fail(EBADF, -1);
   std::lock_guard lock(rs->mu);
@@ -867,6 +873,7 @@ RDMACM_EXPORT int rbind(int socket, const sockaddr* addr, socklen_t) noexcept {
 }
 
 RDMACM_EXPORT int rlisten(int socket, int backlog) noexcept {
+  if (dgram::lookup(socket) != nullptr) return fail(EOPNOTSUPP, -1);  // as listen(2) on UDP
   Rsocket* rs = lookup(socket);
   if (rs == nullptr) return fail(EBADF, -1);
   std::lock_guard lock(rs->mu);
@@ -877,6 +884,7 @@ RDMACM_EXPORT int rlisten(int socket, int backlog) noexcept {
 }
 
 RDMACM_EXPORT int raccept(int socket, sockaddr* addr, socklen_t* addrlen) noexcept {
+  if (dgram::lookup(socket) != nullptr) return fail(EOPNOTSUPP, -1);
   Rsocket* ls = lookup(socket);
   if (ls == nullptr) return fail(EBADF, -1);
   rdma_cm_id* cid = nullptr;
@@ -934,7 +942,8 @@ RDMACM_EXPORT int raccept(int socket, sockaddr* addr, socklen_t* addrlen) noexce
   return rs->index;
 }
 
-RDMACM_EXPORT int rconnect(int socket, const sockaddr* addr, socklen_t) noexcept {
+RDMACM_EXPORT int rconnect(int socket, const sockaddr* addr, socklen_t addrlen) noexcept {
+  if (dgram::Socket* d = dgram::lookup(socket)) return dgram::connect(d, addr, addrlen);
   Rsocket* rs = lookup(socket);
   if (rs == nullptr) return fail(EBADF, -1);
   std::lock_guard lock(rs->mu);
@@ -957,24 +966,40 @@ RDMACM_EXPORT int rconnect(int socket, const sockaddr* addr, socklen_t) noexcept
 }
 
 RDMACM_EXPORT ssize_t rsend(int socket, const void* buf, size_t len, int flags) noexcept {
+  if (dgram::Socket* d = dgram::lookup(socket)) {
+    const iovec v{const_cast<void*>(buf), len};
+    return dgram::sendmsg(d, &v, 1, flags, nullptr, 0);
+  }
   Rsocket* rs = lookup(socket);
   if (rs == nullptr) return fail(EBADF, ssize_t{-1});
   return send_bytes(rs, static_cast<const uint8_t*>(buf), len, flags);
 }
 
 RDMACM_EXPORT ssize_t rrecv(int socket, void* buf, size_t len, int flags) noexcept {
+  if (dgram::Socket* d = dgram::lookup(socket)) {
+    const iovec v{buf, len};
+    return dgram::recvmsg(d, &v, 1, flags, nullptr, nullptr);
+  }
   Rsocket* rs = lookup(socket);
   if (rs == nullptr) return fail(EBADF, ssize_t{-1});
   return recv_bytes(rs, static_cast<uint8_t*>(buf), len, flags);
 }
 
-RDMACM_EXPORT ssize_t rsendto(int socket, const void* buf, size_t len, int flags, const sockaddr*,
-                              socklen_t) noexcept {
+RDMACM_EXPORT ssize_t rsendto(int socket, const void* buf, size_t len, int flags, const sockaddr* to,
+                              socklen_t tolen) noexcept {
+  if (dgram::Socket* d = dgram::lookup(socket)) {
+    const iovec v{const_cast<void*>(buf), len};
+    return dgram::sendmsg(d, &v, 1, flags, to, tolen);
+  }
   return rsend(socket, buf, len, flags);  // a stream socket ignores the address (as send(2) on TCP)
 }
 
 RDMACM_EXPORT ssize_t rrecvfrom(int socket, void* buf, size_t len, int flags, sockaddr* src,
                                 socklen_t* srclen) noexcept {
+  if (dgram::Socket* d = dgram::lookup(socket)) {
+    const iovec v{buf, len};
+    return dgram::recvmsg(d, &v, 1, flags, src, srclen);
+  }
   const ssize_t n = rrecv(socket, buf, len, flags);
   if (n >= 0 && src != nullptr && srclen != nullptr) rgetpeername(socket, src, srclen);
   return n;
@@ -987,6 +1012,9 @@ RDMACM_EXPORT ssize_t rwrite(int socket, const void* buf, size_t count) noexcept
 
 RDMACM_EXPORT ssize_t rsendmsg(int socket, const msghdr* msg, int flags) noexcept {
   if (msg == nullptr) return fail(EINVAL, ssize_t{-1});
+  if (dgram::Socket* d = dgram::lookup(socket))  // one datagram of every iovec
+    return dgram::sendmsg(d, msg->msg_iov, static_cast<int>(msg->msg_iovlen), flags,
+                          static_cast<const sockaddr*>(msg->msg_name), msg->msg_namelen);
   ssize_t total = 0;
   for (size_t i = 0; i < msg->msg_iovlen; ++i) {
     const iovec& v = msg->msg_iov[i];
@@ -1000,6 +1028,9 @@ RDMACM_EXPORT ssize_t rsendmsg(int socket, const msghdr* msg, int flags) noexcep
 
 RDMACM_EXPORT ssize_t rrecvmsg(int socket, msghdr* msg, int flags) noexcept {
   if (msg == nullptr) return fail(EINVAL, ssize_t{-1});
+  if (dgram::Socket* d = dgram::lookup(socket))
+    return dgram::recvmsg(d, msg->msg_iov, static_cast<int>(msg->msg_iovlen), flags,
+                          static_cast<sockaddr*>(msg->msg_name), msg->msg_name != nullptr ? &msg->msg_namelen : nullptr);
   ssize_t total = 0;
   for (size_t i = 0; i < msg->msg_iovlen; ++i) {
     const iovec& v = msg->msg_iov[i];
@@ -1026,6 +1057,7 @@ RDMACM_EXPORT ssize_t rreadv(int socket, const iovec* iov, int iovcnt) noexcept 
 }
 
 RDMACM_EXPORT int rshutdown(int socket, int how) noexcept {
+  if (dgram::lookup(socket) != nullptr) return 0;  // nothing to tell a datagram peer
   Rsocket* rs = lookup(socket);
   if (rs == nullptr) return fail(EBADF, -1);
   std::unique_lock lock(rs->mu);
@@ -1057,6 +1089,7 @@ RDMACM_EXPORT int rshutdown(int socket, int how) noexcept {
 }
 
 RDMACM_EXPORT int rclose(int socket) noexcept {
+  if (dgram::Socket* d = dgram::lookup(socket)) return dgram::close(d);
   Rsocket* rs = lookup(socket);
   if (rs == nullptr) return EBADF;  // librdmacm's answer: the value, not -1 and errno
   {
@@ -1085,13 +1118,16 @@ int copy_addr(int socket, sockaddr* addr, socklen_t* addrlen, bool peer) {
 }  // namespace
 
 RDMACM_EXPORT int rgetpeername(int socket, sockaddr* addr, socklen_t* addrlen) noexcept {
+  if (dgram::Socket* d = dgram::lookup(socket)) return dgram::getpeername(d, addr, addrlen);
   return copy_addr(socket, addr, addrlen, true);
 }
 RDMACM_EXPORT int rgetsockname(int socket, sockaddr* addr, socklen_t* addrlen) noexcept {
+  if (dgram::Socket* d = dgram::lookup(socket)) return dgram::getsockname(d, addr, addrlen);
   return copy_addr(socket, addr, addrlen, false);
 }
 
 RDMACM_EXPORT int rsetsockopt(int socket, int level, int optname, const void* optval, socklen_t optlen) noexcept {
+  if (dgram::Socket* d = dgram::lookup(socket)) return dgram::setsockopt(d, level, optname, optval, optlen);
   Rsocket* rs = lookup(socket);
   if (rs == nullptr) return fail(EBADF, -1);
   if (optval == nullptr || optlen < static_cast<socklen_t>(sizeof(int))) return fail(EINVAL, -1);
@@ -1155,6 +1191,7 @@ RDMACM_EXPORT int rsetsockopt(int socket, int level, int optname, const void* op
 }
 
 RDMACM_EXPORT int rgetsockopt(int socket, int level, int optname, void* optval, socklen_t* optlen) noexcept {
+  if (dgram::Socket* d = dgram::lookup(socket)) return dgram::getsockopt(d, level, optname, optval, optlen);
   Rsocket* rs = lookup(socket);
   if (rs == nullptr) return fail(EBADF, -1);
   if (optval == nullptr || optlen == nullptr || *optlen < static_cast<socklen_t>(sizeof(int)))
@@ -1212,6 +1249,15 @@ RDMACM_EXPORT int rgetsockopt(int socket, int level, int optname, void* optval, 
 }
 
 RDMACM_EXPORT int rfcntl(int socket, int cmd, ...) noexcept {
+  if (dgram::Socket* d = dgram::lookup(socket)) {
+    if (cmd == F_GETFL) return dgram::get_flags(d);
+    if (cmd != F_SETFL) return fail(ENOTSUP, -1);
+    va_list ap;
+    va_start(ap, cmd);
+    const int arg = va_arg(ap, int);
+    va_end(ap);
+    return dgram::set_flags(d, arg);
+  }
   Rsocket* rs = lookup(socket);
   if (rs == nullptr) return fail(EBADF, -1);
   std::lock_guard lock(rs->mu);
@@ -1242,46 +1288,62 @@ RDMACM_EXPORT int rpoll(pollfd* fds, nfds_t nfds, int timeout) noexcept {
   using Clock = std::chrono::steady_clock;
   const auto deadline = Clock::now() + std::chrono::milliseconds(timeout < 0 ? 0 : timeout);
   std::vector<Rsocket*> rss(nfds, nullptr);
+  std::vector<dgram::Socket*> dss(nfds, nullptr);
   std::vector<pollfd> sleep(nfds);
-  for (nfds_t i = 0; i < nfds; ++i) rss[i] = lookup(fds[i].fd);
+  for (nfds_t i = 0; i < nfds; ++i) {
+    dss[i] = dgram::lookup(fds[i].fd);
+    if (dss[i] == nullptr) rss[i] = lookup(fds[i].fd);
+  }
+  auto ours = [&](nfds_t i) { return rss[i] != nullptr || dss[i] != nullptr; };
   for (;;) {
     int ready = 0;
     bool others = false;
     for (nfds_t i = 0; i < nfds; ++i) {
       fds[i].revents = 0;
-      if (rss[i] != nullptr) {
+      if (dss[i] != nullptr) {
+        fds[i].revents = dgram::revents(dss[i], fds[i].events);
+      } else if (rss[i] != nullptr) {
         fds[i].revents = revents_of(rss[i], fds[i].events);
       } else {
         others = true;
       }
     }
     if (others) {  // the ordinary fds, without waiting
-      for (nfds_t i = 0; i < nfds; ++i) sleep[i] = {rss[i] == nullptr ? fds[i].fd : -1, fds[i].events, 0};
+      for (nfds_t i = 0; i < nfds; ++i) sleep[i] = {ours(i) ? -1 : fds[i].fd, fds[i].events, 0};
       if (::poll(sleep.data(), nfds, 0) < 0) return -1;
       for (nfds_t i = 0; i < nfds; ++i)
-        if (rss[i] == nullptr) fds[i].revents = sleep[i].revents;
+        if (!ours(i)) fds[i].revents = sleep[i].revents;
     }
     for (nfds_t i = 0; i < nfds; ++i) ready += fds[i].revents != 0;
     if (ready > 0 || timeout == 0) return ready;
     int wait_ms = -1;
     if (timeout > 0) {
-      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
+      // Rounded up: a wait of less than a millisecond left is still a wait
+      // (truncated, rpoll(..., 1) returned at once and udpong resent
+      // every datagram in a tight loop).
+      const auto left = std::chrono::duration_cast<std::chrono::microseconds>(deadline - Clock::now()).count();
       if (left <= 0) return 0;
-      wait_ms = static_cast<int>(left);
+      wait_ms = static_cast<int>((left + 999) / 1000);
     }
     for (nfds_t i = 0; i < nfds; ++i)
-      sleep[i] = {rss[i] != nullptr ? arm_fd(rss[i]) : fds[i].fd, rss[i] != nullptr ? short{POLLIN} : fds[i].events,
-                  0};
+      sleep[i] = {dss[i] != nullptr   ? dgram::arm_fd(dss[i])
+                  : rss[i] != nullptr ? arm_fd(rss[i])
+                                      : fds[i].fd,
+                  ours(i) ? short{POLLIN} : fds[i].events, 0};
     // A completion between the check above and the arming would raise no
     // event: look once more before sleeping.
     bool now_ready = false;
-    for (nfds_t i = 0; i < nfds && !now_ready; ++i)
+    for (nfds_t i = 0; i < nfds && !now_ready; ++i) {
+      if (dss[i] != nullptr) now_ready = dgram::revents(dss[i], fds[i].events) != 0;
       if (rss[i] != nullptr) now_ready = revents_of(rss[i], fds[i].events) != 0;
+    }
     if (now_ready) continue;
     const int n = ::poll(sleep.data(), nfds, wait_ms);
     if (n < 0) return -1;
-    for (nfds_t i = 0; i < nfds; ++i)
+    for (nfds_t i = 0; i < nfds; ++i) {
+      if (dss[i] != nullptr && sleep[i].revents != 0) dgram::consume(dss[i]);
       if (rss[i] != nullptr && sleep[i].revents != 0 && rss[i]->state != kListening) consume_event(rss[i]);
+    }
   }
 }
 
@@ -1323,6 +1385,7 @@ RDMACM_EXPORT int rselect(int nfds, fd_set* readfds, fd_set* writefds, fd_set* e
 // `offset` -1 maps it at its own address.  EINVAL before the connection or
 // for other protections, ENOMEM when the peer's iomap is full.
 RDMACM_EXPORT off_t riomap(int socket, void* buf, size_t len, int prot, int, off_t offset) noexcept {
+  if (dgram::lookup(socket) != nullptr) return fail(EOPNOTSUPP, off_t{-1});  // a stream socket's
   Rsocket* rs = lookup(socket);
   if (rs == nullptr) return fail(EBADF, off_t{-1});
   std::lock_guard lock(rs->mu);
@@ -1347,6 +1410,7 @@ RDMACM_EXPORT off_t riomap(int socket, void* buf, size_t len, int prot, int, off
 }
 
 RDMACM_EXPORT int riounmap(int socket, void* buf, size_t len) noexcept {
+  if (dgram::lookup(socket) != nullptr) return fail(EOPNOTSUPP, -1);
   Rsocket* rs = lookup(socket);
   if (rs == nullptr) return fail(EBADF, -1);
   std::lock_guard lock(rs->mu);
@@ -1361,6 +1425,7 @@ RDMACM_EXPORT int riounmap(int socket, void* buf, size_t len) noexcept {
 // riowrite(3): straight into the peer's memory its riomap offered at
 // `offset`; what was written (short when the offset leaves its mappings).
 RDMACM_EXPORT size_t riowrite(int socket, const void* buf, size_t count, off_t offset, int flags) noexcept {
+  if (dgram::lookup(socket) != nullptr) return static_cast<size_t>(fail(EOPNOTSUPP, -1));
   Rsocket* rs = lookup(socket);
   if (rs == nullptr) return static_cast<size_t>(fail(EBADF, -1));
   if (offset < 0) return static_cast<size_t>(fail(EINVAL, -1));

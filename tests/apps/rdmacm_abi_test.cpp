@@ -430,7 +430,7 @@ TEST(Rsocket, IomapDirectPlacement) {
 
 TEST(Rsocket, OptionsAndRefusals) {
   errno = 0;
-  EXPECT_EQ(rsocket(AF_INET, SOCK_DGRAM, 0), -1) << "datagram rsockets are not offered";
+  EXPECT_EQ(rsocket(AF_INET, SOCK_SEQPACKET, 0), -1) << "stream and datagram rsockets only (RsocketDgram below)";
   EXPECT_EQ(errno, ENOTSUP);
   EXPECT_EQ(rsocket(AF_UNIX, SOCK_STREAM, 0), -1);
   errno = 0;
@@ -476,3 +476,49 @@ TEST(Rsocket, OptionsAndRefusals) {
 }
 
 }  // namespace
+
+// Datagram rsockets (rsocket_dgram.cpp) without traffic: what a UDP socket
+// would answer.  Their rendezvous needs an address the kernel owns, which
+// the sim devices' are not; the apps suite carries udpong between two
+// namespaces.
+TEST(RsocketDgram, CallsAndRefusals) {
+  EXPECT_EQ(rsocket(AF_INET, SOCK_DGRAM, IPPROTO_TCP), -1);
+  EXPECT_EQ(errno, ENOTSUP);
+  const int s = rsocket(AF_INET, SOCK_DGRAM, 0);
+  ASSERT_GE(s, 0) << std::strerror(errno);
+  EXPECT_EQ(rlisten(s, 1), -1);
+  EXPECT_EQ(errno, EOPNOTSUPP);
+  EXPECT_EQ(raccept(s, nullptr, nullptr), -1);
+  EXPECT_EQ(errno, EOPNOTSUPP);
+  char buf[16] = {};
+  EXPECT_EQ(rsend(s, buf, sizeof buf, 0), -1) << "no peer: nowhere to send";
+  EXPECT_EQ(errno, EDESTADDRREQ);
+  sockaddr_in peer{};
+  socklen_t len = sizeof peer;
+  EXPECT_EQ(rgetpeername(s, reinterpret_cast<sockaddr*>(&peer), &len), -1);
+  EXPECT_EQ(errno, ENOTCONN);
+  EXPECT_EQ(riomap(s, buf, sizeof buf, PROT_WRITE, 0, -1), -1);
+  EXPECT_EQ(errno, EOPNOTSUPP);
+  int v = 4096;
+  ASSERT_EQ(rsetsockopt(s, SOL_SOCKET, SO_RCVBUF, &v, sizeof v), 0);
+  v = 0;
+  len = sizeof v;
+  ASSERT_EQ(rgetsockopt(s, SOL_SOCKET, SO_RCVBUF, &v, &len), 0);
+  EXPECT_EQ(v, 8192) << "twice the size asked, as librdmacm";
+  ASSERT_EQ(rfcntl(s, F_SETFL, O_NONBLOCK), 0);
+  EXPECT_NE(rfcntl(s, F_GETFL) & O_NONBLOCK, 0);
+  EXPECT_EQ(rrecv(s, buf, sizeof buf, 0), -1) << "non-blocking, nothing received";
+  EXPECT_EQ(errno, EAGAIN);
+  sockaddr_in lo = sin4("127.0.0.1", 7488);
+  ASSERT_EQ(rbind(s, reinterpret_cast<sockaddr*>(&lo), sizeof lo), 0) << std::strerror(errno);
+  sockaddr_in me{};
+  len = sizeof me;
+  ASSERT_EQ(rgetsockname(s, reinterpret_cast<sockaddr*>(&me), &len), 0);
+  EXPECT_EQ(me.sin_port, lo.sin_port);
+  pollfd p{s, POLLIN, 0};
+  EXPECT_EQ(rpoll(&p, 1, 5), 0) << "nothing to read: the wait runs out";
+  EXPECT_EQ(rshutdown(s, SHUT_RDWR), 0);
+  EXPECT_EQ(rclose(s), 0);
+  EXPECT_EQ(rrecv(s, buf, sizeof buf, 0), -1);
+  EXPECT_EQ(errno, EBADF);
+}

@@ -66,8 +66,8 @@ show() { echo "---- $1"; sed 's/^/    /' "$1" | head -60; }
 # address, @C@: the client's) | what the client log must show | what the
 # server log must show (empty: nothing) | seconds after which a server that
 # never exits on its own (cmtime) is stopped, its exit 124 then passing
-# (empty: it must exit by itself) | expected to fail: the reason (empty:
-# must pass).
+# (empty: it must exit by itself; "after": stopped once the client is
+# done) | expected to fail: the reason (empty: must pass).
 # mckey: the "server" receives, joined first; the "client" joins and sends
 # (-s) to the group, 2 ids (-c 2) of 10 messages (-C 10) each; both print
 # "data transfers complete" once every message is through.
@@ -86,7 +86,18 @@ PROGRAMS=(
   "rstream-async-verify|rstream -b @S@ -T a -T v|rstream -s @S@ -T a -T v|^1m_bw|^1m_bw||"
   "riostream-verify|riostream -b @S@ -S 65536 -C 200 -T v|riostream -s @S@ -S 65536 -C 200 -T v|^custom +64k +200|^custom +64k +200||"
   "riostream-blocking|riostream -b @S@ -S 1000000 -C 20 -T b|riostream -s @S@ -S 1000000 -C 20 -T b|^custom +976k +20|^custom +976k +20||"
-  "udpong|udpong -b @S@|udpong -s @S@|^64k +|||datagram rsockets (udpong's UD protocol) are not offered"
+  # udpong: datagram rsockets; its server never exits (stopped once the
+  # client is done: "after").  Sizes up to 1000 bytes: with its 8-byte
+  # header a datagram is one UD message, and a 1500-byte link's RoCE path
+  # MTU is 1024 (larger ones are refused, EMSGSIZE).  One test per run:
+  # udpong's whole default sequence livelocks whenever its receiver drops a
+  # control message after a bandwidth phase (it then resends the stale
+  # reply it overwrote its message with), on any lossy transport.
+  "udpong-lat|udpong -b @S@|udpong -s @S@ -T e -S 1000 -C 5000|^custom +1000 +10k||after|"
+  "udpong-bw|udpong -b @S@|udpong -s @S@ -S 512 -C 100000|^custom +512 ||after|"
+  "udpong-blocking|udpong -b @S@ -T b|udpong -s @S@ -T b -T e -S 64 -C 5000|^custom +64 +10k||after|"
+  "udpong-async|udpong -b @S@ -T a|udpong -s @S@ -T a -T e -S 256 -C 5000|^custom +256 +10k||after|"
+  "udpong-too-big|udpong -b @S@|udpong -s @S@ -S 1536 -C 10|rsend: Message too long||after|"
 )
 
 run_one() {  # ENTRY
@@ -96,15 +107,18 @@ run_one() {  # ENTRY
   srv=${srv//@C@/$ADDR_C}
   cli=${cli//@S@/$ADDR_S}
   cli=${cli//@C@/$ADDR_C}
-  $SRV_ENV timeout "${stop_s:-$RUN_TIMEOUT_S}" stdbuf -oL "${RUN[@]}" $srv >"$TMP/$name-server.log" 2>&1 &
+  local srv_timeout=${stop_s:-$RUN_TIMEOUT_S}
+  [ "$stop_s" = after ] && srv_timeout=$RUN_TIMEOUT_S
+  $SRV_ENV timeout "$srv_timeout" stdbuf -oL "${RUN[@]}" $srv >"$TMP/$name-server.log" 2>&1 &
   local spid=$!
   PIDS+=("$spid")
   sleep 2  # the server starts its device and listens
   $CLI_ENV timeout $RUN_TIMEOUT_S stdbuf -oL "${RUN[@]}" $cli >"$TMP/$name-client.log" 2>&1
   local crc=$?
+  [ "$stop_s" = after ] && kill -TERM "$spid" 2>/dev/null  # timeout passes it on to the server
   wait "$spid"
   local src=$?
-  [ -n "$stop_s" ] && [ $src -eq 124 ] && src=0
+  [ -n "$stop_s" ] && { [ $src -eq 124 ] || { [ "$stop_s" = after ] && [ $src -eq 143 ]; }; } && src=0
   if [ $crc -eq 0 ] && [ $src -eq 0 ] && grep -qE -- "$want_c" "$TMP/$name-client.log" &&
     { [ -z "$want_s" ] || grep -qE -- "$want_s" "$TMP/$name-server.log"; }; then
     if [ -n "$reason" ]; then
@@ -163,6 +177,12 @@ echo "apps-rdmacm-$MODE: work in $TMP"
 for entry in "${PROGRAMS[@]}"; do
   name=${entry%%|*}
   if [ $# -gt 0 ] && ! printf '%s\n' "$@" | grep -qx -- "$name"; then continue; fi
+  if [ "$MODE" = memif ] && [[ $name == udpong* ]]; then
+    # Not a pass: datagram rsockets meet over a kernel UDP socket (librdmacm's
+    # protocol), and a memif port has no kernel link to carry it.
+    echo "NOT RUN $name: datagram rsockets need a kernel-owned address; memif has none"
+    continue
+  fi
   [ "$MODE" = memif ] && memif_env "-$name"
   run_one "$entry"
 done
