@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 #include <rte_mbuf.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <functional>
@@ -13,6 +14,7 @@
 #include <random>
 #include <vector>
 
+#include "drivers/port.hpp"
 #include "drivers/sim/sim_wire.hpp"
 #include "lib/wire/build.hpp"
 #include "lib/wire/icmp.hpp"
@@ -222,6 +224,90 @@ TEST_F(EngineWire, AcksWaitForTheNextFrameUpToTheHold) {
   // Nothing follows: the ACK leaves when its hold is over.
   a->run_sync([&] { EXPECT_TRUE(a->send_to(IpAddr::v4(kIpB), frame(ack.data(), ack.size(), pa->pool()))); });
   ASSERT_TRUE(run_until([&] { return sink_b.frames.size() == 3; })) << "held past ack_hold_ns";
+}
+
+// A port whose ring has room for `room` more frames (a full memif or
+// uroced ring): what it refuses stays with the engine, in order, up to
+// tx_batch frames (counted tx_deferred), beyond that is dropped
+// (drop_tx_full), and the engine says it is stalled, so that the RNIC's
+// bulk senders wait (DESIGN.md "What every error path does").
+struct ScarcePort final : drivers::Port {
+  explicit ScarcePort(drivers::Port& inner) : in(inner) {}
+  drivers::Port& in;
+  uint32_t room = 0;
+  uint16_t rx_burst(rte_mbuf** pkts, uint16_t n) override { return in.rx_burst(pkts, n); }
+  uint16_t tx_burst(rte_mbuf** pkts, uint16_t n) override {
+    const auto take = static_cast<uint16_t>(std::min<uint32_t>(n, room));
+    room -= take;
+    return take == 0 ? 0 : in.tx_burst(pkts, take);
+  }
+  wire::MacAddr mac() const override { return in.mac(); }
+  uint16_t mtu() const override { return in.mtu(); }
+  bool link_up() const override { return in.link_up(); }
+  drivers::PortStats stats() const override { return in.stats(); }
+  rte_mempool* pool() const override { return in.pool(); }
+  std::string name() const override { return "scarce"; }
+};
+
+TEST_F(EngineWire, FramesAFullPortRefusesWaitInOrder) {
+  ScarcePort scarce(*pa);
+  scarce.room = 1u << 30;  // room while the neighbour is resolved
+  EngineConfig c = config_for(*pa, kIpA, 1);
+  c.tx_batch = 4;
+  a.reset();
+  a = std::make_unique<Engine>(scarce, c);
+  ASSERT_TRUE(a->init());
+  resolve(*a, IpAddr::v4(kIpB));
+  ASSERT_TRUE(run_until([&] { return mac_of(*a, IpAddr::v4(kIpB)).has_value(); }));
+  auto numbered = [&](uint32_t psn) {
+    wire::PktDesc d;
+    d.eth_src = pa->mac();
+    d.src = wire::PktDesc::ipv4_mapped(kIpA);
+    d.dst = wire::PktDesc::ipv4_mapped(kIpB);
+    d.opcode = wire::op::UD_SEND_ONLY;
+    d.dest_qp = RecordingSink::kQpn;
+    d.deth_qkey = Qkey(0x11111111);
+    d.deth_src_qp = Qpn(0x22);
+    d.psn = Psn(psn);
+    static const uint8_t payload[16] = {};
+    d.payload = payload;
+    std::vector<uint8_t> out(256);
+    out.resize(wire::build(out, d));
+    return frame(out.data(), out.size(), pa->pool());
+  };
+  const auto ctr = [&](EngineCtr k) { return a->counters().get(k); };
+  const uint64_t sent0 = ctr(EngineCtr::tx_frames);
+
+  // Each run_sync is one turn of the loop, which ends in a flush.
+  scarce.room = 0;  // the ring is full
+  a->run_sync([&] {
+    for (uint32_t i = 0; i < 3; ++i) EXPECT_TRUE(a->send_to(IpAddr::v4(kIpB), numbered(i)));
+  });
+  EXPECT_EQ(ctr(EngineCtr::tx_frames), sent0);
+  EXPECT_EQ(ctr(EngineCtr::tx_deferred), 3u) << "three refused at the turn's flush, kept";
+  EXPECT_EQ(ctr(EngineCtr::drop_tx_full), 0u) << "nothing lost while it fits in tx_batch";
+  EXPECT_TRUE(a->tx_stalled());
+
+  // Three more: six wait for a ring of tx_batch (4); the two newest go.
+  a->run_sync([&] {
+    for (uint32_t i = 3; i < 6; ++i) EXPECT_TRUE(a->send_to(IpAddr::v4(kIpB), numbered(i)));
+  });
+  EXPECT_EQ(ctr(EngineCtr::drop_tx_full), 2u);
+  EXPECT_TRUE(a->tx_stalled());
+
+  // Room for one: the oldest leaves, the rest still wait.
+  scarce.room = 1;
+  a->run_sync([] {});
+  EXPECT_EQ(ctr(EngineCtr::tx_frames), sent0 + 1);
+  EXPECT_TRUE(a->tx_stalled());
+
+  scarce.room = 1u << 30;
+  a->run_sync([] {});
+  EXPECT_FALSE(a->tx_stalled()) << "every kept frame left";
+  EXPECT_EQ(ctr(EngineCtr::tx_frames), sent0 + 4);
+  ASSERT_TRUE(run_until([&] { return sink_b.frames.size() == 4; }));
+  for (uint32_t i = 0; i < 4; ++i)
+    EXPECT_EQ(wire::parse(sink_b.frames[i]).psn.value(), i) << "the oldest first, the kept ones in order";
 }
 
 TEST_F(EngineWire, Ipv6NeighbourDiscovery) {
