@@ -136,14 +136,14 @@ void sync_fields(Id* x) {
   // An id bound to a device has that device's PD from then on, as
   // librdmacm's ucma_get_device gives it (pyverbs' PD(cmid) reads it before
   // any QP exists); a QP made with another PD replaces it.
-  ibv_context* const verbs = x->impl->verbs;
-  ibv_pd* const dev_pd = verbs != nullptr && x->id.pd == nullptr ? default_pd(verbs) : nullptr;
+  // Under the lock (id.pd is written here by whichever thread syncs);
+  // default_pd takes only its own lock, and no engine thread comes here.
   static std::mutex mu;
   std::lock_guard lock(mu);
   uroce::cm::RdmaId* m = x->impl;
   rdma_cm_id& id = x->id;
   id.verbs = m->verbs;
-  if (id.pd == nullptr && id.verbs == verbs) id.pd = dev_pd;
+  if (id.pd == nullptr && id.verbs != nullptr) id.pd = default_pd(id.verbs);
   id.port_num = m->verbs != nullptr ? 1 : 0;
   id.ps = m->ps;
   id.qp_type = m->qp_type;
