@@ -363,6 +363,12 @@ void copy_sized(void* out, size_t len, const void* full, size_t full_size) noexc
 
 rnic::Rnic& IbvDevice::rnic() const noexcept { return tdev->rnic(); }
 
+// Whether the drop-in's own handler took a termination signal and the
+// process is on its way out (librdmacm.so.1's waits keep waiting then, for
+// the watcher that ends it, instead of returning the EINTR the handler
+// caused: a program that installed no handler never sees one).
+UROCE_EXPORT bool uroce_exiting() noexcept { return g_terminating.load(std::memory_order_acquire); }
+
 void adopt_fork() noexcept {
   if (!g_forked.load(std::memory_order_acquire)) return;
   std::lock_guard lock(g_mu);

@@ -22,6 +22,8 @@
 #include <new>
 #include <vector>
 
+extern "C" bool uroce_exiting() noexcept;  // libibverbs.so.1 (UROCE_PRIVATE_1)
+
 namespace uroce::shim::dgram {
 namespace {
 
@@ -508,7 +510,10 @@ int wait_for(Socket& s, std::unique_lock<std::mutex>& lock, bool nonblock, Ready
     const int n = epoll_wait(s.epfd, &ev, 1, -1);
     const int e = errno;
     lock.lock();
-    if (n < 0 && e == EINTR) return EINTR;
+    // A signal ends the wait with EINTR, as librdmacm's epoll wait does,
+    // unless it was the termination signal the drop-in took over for its
+    // exit (the program then dies of it, as it would have without us).
+    if (n < 0 && e == EINTR && !uroce_exiting()) return EINTR;
     read_events(s);
   }
 }
