@@ -144,6 +144,27 @@ void Engine::end_turn_tx() noexcept {
   flush_tx();
 }
 
+// Held ACKs (end_turn_tx) that requests have joined leave behind them.
+// An ACK acknowledges the peer's request stream, a request belongs to ours:
+// two PSN spaces with no order between them (IBA 9.7.1), and the peer's
+// requester ignores where its ACKs fall among our requests.  Where the
+// peer's application waits for its own completion before it reads memory
+// our request wrote (ib_write_lat, RDMA-write protocols), the request then
+// arrives while that application still polls its CQ: the poll that
+// completes its WQE has already placed our data, so no engine thread of
+// the peer has to run for it.  Responses (READ responses, atomic ACKs)
+// never move: they share the peer's request stream with the ACKs.
+void Engine::requests_before_held_acks() noexcept {
+  if (tx_acks_ == 0 || tx_acks_ >= tx_.size() || tx_captured_ != 0) return;
+  for (size_t i = tx_acks_; i < tx_.size(); ++i) {
+    const rte_mbuf* m = tx_[i];
+    const wire::PktInfo pi = wire::parse({rte_pktmbuf_mtod(m, const uint8_t*), m->data_len});
+    if (pi.cls != wire::FrameClass::RoceV2 || !wire::opcode_info(pi.opcode).request) return;
+  }
+  std::rotate(tx_.begin(), tx_.begin() + static_cast<std::ptrdiff_t>(tx_acks_), tx_.end());
+  ctr_.add(EngineCtr::tx_acks_behind, tx_acks_);
+}
+
 bool Engine::tx_only_acks() noexcept {
   for (; tx_acks_ < tx_.size(); ++tx_acks_) {
     const rte_mbuf* m = tx_[tx_acks_];
@@ -686,6 +707,7 @@ unsigned Engine::drain_loopback() {
 void Engine::flush_tx() noexcept {
   UROCE_ASSERT_ENGINE(*this);
   if (tx_.empty()) return;
+  requests_before_held_acks();
   if (capture_.is_open()) {
     const uint64_t rt = realtime_ns();
     for (size_t i = tx_captured_; i < tx_.size(); ++i) capture_.write(tx_[i], rt);

@@ -81,6 +81,7 @@ namespace uroce::transport {
   X(drop_no_mbuf, "dropped: no buffer to build a frame")                                \
   X(drop_tx_full, "dropped: the port did not take a frame")                             \
   X(tx_deferred, "frames the port refused that waited for the next flush")              \
+  X(tx_acks_behind, "held ACKs sent behind requests that joined them")                  \
   X(drop_neigh, "dropped: frame queued for a neighbour that did not resolve")            \
   X(loopback, "frames to this device's own addresses, looped back (never on the wire)") \
   X(idle_sleeps, "times the idle engine thread slept (EngineConfig::idle_wait)")         \
@@ -314,6 +315,7 @@ class Engine {
   bool busy_poll() noexcept;
   void set_polling(bool on) noexcept;
   bool tx_only_acks() noexcept;
+  void requests_before_held_acks() noexcept;  // flush_tx: see engine.cpp
   // One iteration unless another thread is running one: its work (as
   // poll()), or -1 when busy; `clock` gets the iteration's time sample.
   int poll_if_free(uint64_t* clock = nullptr);

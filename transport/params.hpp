@@ -47,15 +47,22 @@ inline constexpr uint64_t kAssistActiveNs = 1'000'000;
 // here made ib_write_lat's typical latency ~80 us against ~40 us at 10 us,
 // with ibv_rc_pingpong's thread mode unchanged at ~16 us).
 inline constexpr uint64_t kAssistHoldNs = 10'000;
-// How long a turn that ends with only ACKs to send holds them for the
-// next turns, so that a response the application posts meanwhile leaves
-// in the same tx_burst (EngineConfig::ack_hold_ns).  Below the shortest
-// ACK timeout (4.096 us * 2^timeout, IBA 9.7.6.1.3) and about the time a
-// polling application needs to see a CQE and post.  Measured (bench/run's
-// stages, af_packet veth): a 64-byte SEND's one way 11.0 -> 8.7 us with
-// engine threads, 10.7 -> 6.4 us inline; the receiver's poll no longer
-// waits behind its ACK's tx_burst.
-inline constexpr uint64_t kAckHoldNs = 2'000;
+// How long a turn that ends with only ACKs holds them for the next turns,
+// so that a request the application posts meanwhile leaves in the same
+// tx_burst, ahead of them (Engine::requests_before_held_acks).  Below the
+// shortest ACK timeout (4.096 us * 2^timeout with timeout 1, IBA 9.7.6.1.3)
+// with room for the wire.  Measured (af_packet veth, 2 cores):
+// - 2 us: a 64-byte SEND's one way 11.0 -> 8.7 us with engine threads,
+//   10.7 -> 6.4 us inline (bench/run's stages): the receiver's poll no
+//   longer waits behind its ACK's tx_burst;
+// - 5 us: ib_write_lat 64 B typical ~48 us -> 3.6-4.0 us.  The two frames
+//   of a burst reach the peer ~4 us apart here, and an application sees
+//   the peer's data, returns from its poll and posts within ~5 us of the
+//   ACK's turn: at 2 us the ACK left alone, the peer's application
+//   returned from its poll on it and spun on memory, and the request after
+//   it waited for the peer's engine thread (a nap).  ib_send_lat,
+//   ib_read_lat and ib_write_bw/ib_send_bw unchanged within the noise.
+inline constexpr uint64_t kAckHoldNs = 5'000;
 
 // Inline progress: the backstop polls when no thread has for this long
 // (Engine::start_backstop).

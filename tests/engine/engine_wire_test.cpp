@@ -194,8 +194,9 @@ TEST_F(EngineWire, PathNextHopFollowsTheNeighbourTable) {
 }
 
 // EngineConfig::ack_hold_ns: a turn that ends with only ACKs to send keeps
-// them; the next frame that is not an ACK takes them along in its burst,
-// in order; held ACKs leave by themselves once the hold is over.
+// them; the next frame that is not an ACK takes them along in its burst
+// (behind it when it is a request: HeldAcksLeaveBehindRequestsNotResponses);
+// held ACKs leave by themselves once the hold is over.
 TEST_F(EngineWire, AcksWaitForTheNextFrameUpToTheHold) {
   EngineConfig c = config_for(*pa, kIpA, 1);
   c.ack_hold_ns = 1'000'000'000;  // 1 s: far longer than the checks below take
@@ -218,8 +219,8 @@ TEST_F(EngineWire, AcksWaitForTheNextFrameUpToTheHold) {
   a->run_sync([&] { EXPECT_TRUE(a->send_to(IpAddr::v4(kIpB), frame(send.data(), send.size(), pa->pool()))); });
   EXPECT_EQ(a->counters().get(EngineCtr::tx_frames), sent0 + 2) << "the SEND's turn sends both in one burst";
   ASSERT_TRUE(run_until([&] { return sink_b.frames.size() == 2; }));
-  EXPECT_EQ(wire::parse(sink_b.frames[0]).opcode, wire::op::RC_ACK) << "the ACK first";
-  EXPECT_EQ(wire::parse(sink_b.frames[1]).opcode, wire::op::UD_SEND_ONLY);
+  EXPECT_EQ(wire::parse(sink_b.frames[0]).opcode, wire::op::UD_SEND_ONLY) << "the request first";
+  EXPECT_EQ(wire::parse(sink_b.frames[1]).opcode, wire::op::RC_ACK) << "the held ACK behind it";
 
   // Nothing follows: the ACK leaves when its hold is over.
   a->run_sync([&] { EXPECT_TRUE(a->send_to(IpAddr::v4(kIpB), frame(ack.data(), ack.size(), pa->pool()))); });
@@ -308,6 +309,76 @@ TEST_F(EngineWire, FramesAFullPortRefusesWaitInOrder) {
   ASSERT_TRUE(run_until([&] { return sink_b.frames.size() == 4; }));
   for (uint32_t i = 0; i < 4; ++i)
     EXPECT_EQ(wire::parse(sink_b.frames[i]).psn.value(), i) << "the oldest first, the kept ones in order";
+}
+
+// Held ACKs (EngineConfig::ack_hold_ns) that a request joins leave behind
+// it: the peer's application, polling for its own completion, then finds
+// our request already placed when the ACK completes its WQE.  Responses
+// share the ACKs' PSN stream and keep their place.
+TEST_F(EngineWire, HeldAcksLeaveBehindRequestsNotResponses) {
+  EngineConfig c = config_for(*pa, kIpA, 1);
+  c.ack_hold_ns = 60'000'000'000;  // held until something else is sent
+  a.reset();
+  a = std::make_unique<Engine>(*pa, c);
+  ASSERT_TRUE(a->init());
+  resolve(*a, IpAddr::v4(kIpB));
+  ASSERT_TRUE(run_until([&] { return mac_of(*a, IpAddr::v4(kIpB)).has_value(); }));
+  auto rc = [&](uint8_t opcode, uint32_t psn) {
+    wire::PktDesc d;
+    d.eth_src = pa->mac();
+    d.src = wire::PktDesc::ipv4_mapped(kIpA);
+    d.dst = wire::PktDesc::ipv4_mapped(kIpB);
+    d.opcode = opcode;
+    d.dest_qp = RecordingSink::kQpn;
+    d.psn = Psn(psn);
+    d.reth_len = 8;
+    static const uint8_t payload[8] = {};
+    if (opcode != wire::op::RC_ACK) d.payload = payload;
+    std::vector<uint8_t> out(256);
+    out.resize(wire::build(out, d));
+    return frame(out.data(), out.size(), pa->pool());
+  };
+  const auto ctr = [&](EngineCtr k) { return a->counters().get(k); };
+  const uint64_t sent0 = ctr(EngineCtr::tx_frames);
+  auto opcodes = [&] {
+    std::vector<std::pair<uint8_t, uint32_t>> v;
+    for (const auto& f : sink_b.frames) {
+      const wire::PktInfo pi = wire::parse(f);
+      v.emplace_back(pi.opcode, pi.psn.value());
+    }
+    return v;
+  };
+  using V = std::vector<std::pair<uint8_t, uint32_t>>;
+
+  // Each run_sync is one turn.  An ACK alone is held.
+  a->run_sync([&] { EXPECT_TRUE(a->send_to(IpAddr::v4(kIpB), rc(wire::op::RC_ACK, 100))); });
+  a->run_sync([] {});
+  EXPECT_EQ(ctr(EngineCtr::tx_frames), sent0) << "the ACK waits for company";
+  // A request joins it: the request leaves first.
+  a->run_sync([&] { EXPECT_TRUE(a->send_to(IpAddr::v4(kIpB), rc(wire::op::RC_WRITE_ONLY, 7))); });
+  EXPECT_EQ(ctr(EngineCtr::tx_frames), sent0 + 2);
+  EXPECT_EQ(ctr(EngineCtr::tx_acks_behind), 1u);
+  ASSERT_TRUE(run_until([&] { return sink_b.frames.size() == 2; }));
+  EXPECT_EQ(opcodes(), (V{{wire::op::RC_WRITE_ONLY, 7}, {wire::op::RC_ACK, 100}}));
+
+  // A READ response joins a held ACK: both answer the peer's requests, in
+  // PSN order; nothing moves.
+  sink_b.frames.clear();
+  a->run_sync([&] { EXPECT_TRUE(a->send_to(IpAddr::v4(kIpB), rc(wire::op::RC_ACK, 101))); });
+  a->run_sync([&] { EXPECT_TRUE(a->send_to(IpAddr::v4(kIpB), rc(wire::op::RC_READ_RESPONSE_ONLY, 102))); });
+  ASSERT_TRUE(run_until([&] { return sink_b.frames.size() == 2; }));
+  EXPECT_EQ(opcodes(), (V{{wire::op::RC_ACK, 101}, {wire::op::RC_READ_RESPONSE_ONLY, 102}}));
+
+  // A request and a response together behind an ACK: nothing moves either.
+  sink_b.frames.clear();
+  a->run_sync([&] { EXPECT_TRUE(a->send_to(IpAddr::v4(kIpB), rc(wire::op::RC_ACK, 103))); });
+  a->run_sync([&] {
+    EXPECT_TRUE(a->send_to(IpAddr::v4(kIpB), rc(wire::op::RC_SEND_ONLY, 8)));
+    EXPECT_TRUE(a->send_to(IpAddr::v4(kIpB), rc(wire::op::RC_READ_RESPONSE_ONLY, 104)));
+  });
+  ASSERT_TRUE(run_until([&] { return sink_b.frames.size() == 3; }));
+  EXPECT_EQ(opcodes(), (V{{wire::op::RC_ACK, 103}, {wire::op::RC_SEND_ONLY, 8}, {wire::op::RC_READ_RESPONSE_ONLY, 104}}));
+  EXPECT_EQ(ctr(EngineCtr::tx_acks_behind), 1u);
 }
 
 TEST_F(EngineWire, Ipv6NeighbourDiscovery) {
