@@ -82,6 +82,7 @@ namespace uroce::transport {
   X(drop_tx_full, "dropped: the port did not take a frame")                             \
   X(tx_deferred, "frames the port refused that waited for the next flush")              \
   X(tx_acks_behind, "held ACKs sent behind requests that joined them")                  \
+  X(loop_busy, "times the engine thread found an application thread running the loop") \
   X(drop_neigh, "dropped: frame queued for a neighbour that did not resolve")            \
   X(loopback, "frames to this device's own addresses, looped back (never on the wire)") \
   X(idle_sleeps, "times the idle engine thread slept (EngineConfig::idle_wait)")         \
