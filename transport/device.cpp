@@ -483,23 +483,31 @@ void Devices::share_with_daemon(Device& d, uint32_t index) {
   Engine* engine = d.engine_.get();
   rnic::Rnic::SharedDevice sh;
   // A record follows the frames the engine has queued already (a QP's held
-  // last ACK must reach the daemon before the QP's unclaim does).
+  // last ACK must reach the daemon before the QP's unclaim does), kept
+  // ones included: when the ring was full, the engine waits for the daemon
+  // to make room for them, at most params::kRecordDrainNs (a daemon that
+  // stops draining is about to be found gone: the record goes anyway).
+  auto follow_frames = [port, engine] {
+    if (!engine->drain_tx(params::kRecordDrainNs) && !port->gone())
+      log_line(LogType::Daemon, LogLevel::Warning, "uroced's ring stayed full for %llu ms: a record overtakes frames",
+               static_cast<unsigned long long>(params::kRecordDrainNs / 1'000'000));
+  };
   sh.alloc_qpn = [link, index](uint32_t* qpn) { return link->alloc_qpn(index, qpn); };
   sh.free_qpn = [link, index](uint32_t qpn) { (void)link->free_qpn(index, qpn); };
-  sh.claim = [port, engine](uint32_t qpn, const wire::Ipv6Addr& dgid, uint32_t dqpn) {
+  sh.claim = [port, follow_frames](uint32_t qpn, const wire::Ipv6Addr& dgid, uint32_t dqpn) {
     uint8_t gid[16];
     std::copy(dgid.begin(), dgid.end(), gid);
-    engine->flush_tx();
+    follow_frames();
     port->claim(qpn, gid, dqpn);
   };
-  sh.unclaim = [port, engine](uint32_t qpn) {
-    engine->flush_tx();
+  sh.unclaim = [port, follow_frames](uint32_t qpn) {
+    follow_frames();
     port->unclaim(qpn);
   };
-  sh.mcast = [port, engine](const wire::Ipv6Addr& mgid, bool join) {
+  sh.mcast = [port, follow_frames](const wire::Ipv6Addr& mgid, bool join) {
     uint8_t g[16];
     std::copy(mgid.begin(), mgid.end(), g);
-    engine->flush_tx();
+    follow_frames();
     port->mcast(g, join);
   };
   d.rnic_->set_shared(std::move(sh));

@@ -746,6 +746,17 @@ void Engine::flush_tx() noexcept {
   tx_captured_ = keep;
 }
 
+bool Engine::drain_tx(uint64_t max_ns) noexcept {
+  flush_tx();
+  if (!tx_stalled_) return true;
+  const uint64_t until = steady_ns() + max_ns;
+  while (tx_stalled_ && static_cast<int64_t>(until - steady_ns()) > 0) {
+    sched_yield();
+    flush_tx();
+  }
+  return !tx_stalled_;
+}
+
 void Engine::set_frame_len(rte_mbuf* m, size_t len) noexcept {
   m->data_len = static_cast<uint16_t>(len);
   m->pkt_len = static_cast<uint32_t>(len);

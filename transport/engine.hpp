@@ -256,6 +256,12 @@ class Engine {
   // rather than produce frames the port would drop (the loss would be
   // at the tail of a burst, where only the peer's ACK timeout finds it).
   bool tx_stalled() const noexcept { return tx_stalled_; }
+  // [engine] flush_tx until the port has taken every frame kept (not
+  // tx_stalled()) or `max_ns` passed, yielding between tries (the port's
+  // consumer, on another thread, makes room); true when none is kept.  For
+  // a port whose next write outside the frames must follow them (uroced's
+  // claim records: a QP's last ACK before its unclaim).
+  bool drain_tx(uint64_t max_ns) noexcept;
   static void set_frame_len(rte_mbuf* m, size_t len) noexcept;
 
   void set_roce_sink(RoceSink* sink) noexcept { sink_ = sink; }

@@ -64,6 +64,11 @@ inline constexpr uint64_t kAssistHoldNs = 10'000;
 //   ib_read_lat and ib_write_bw/ib_send_bw unchanged within the noise.
 inline constexpr uint64_t kAckHoldNs = 5'000;
 
+// uroced's client: how long a claim record waits for the frames the engine
+// keeps (the shared ring was full) to leave before it (Engine::drain_tx).
+// The daemon drains a ring within microseconds while it lives.
+inline constexpr uint64_t kRecordDrainNs = 20'000'000;
+
 // Inline progress: the backstop polls when no thread has for this long
 // (Engine::start_backstop).
 inline constexpr uint64_t kInlineBackstopNs = 100'000;

@@ -5,6 +5,7 @@
 #include <rte_mbuf.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstring>
 #include <functional>
@@ -12,6 +13,7 @@
 #include <optional>
 #include <string>
 #include <random>
+#include <thread>
 #include <vector>
 
 #include "drivers/port.hpp"
@@ -235,10 +237,10 @@ TEST_F(EngineWire, AcksWaitForTheNextFrameUpToTheHold) {
 struct ScarcePort final : drivers::Port {
   explicit ScarcePort(drivers::Port& inner) : in(inner) {}
   drivers::Port& in;
-  uint32_t room = 0;
+  std::atomic<uint32_t> room{0};  // another thread may make room (DrainTx...)
   uint16_t rx_burst(rte_mbuf** pkts, uint16_t n) override { return in.rx_burst(pkts, n); }
   uint16_t tx_burst(rte_mbuf** pkts, uint16_t n) override {
-    const auto take = static_cast<uint16_t>(std::min<uint32_t>(n, room));
+    const auto take = static_cast<uint16_t>(std::min<uint32_t>(n, room.load()));
     room -= take;
     return take == 0 ? 0 : in.tx_burst(pkts, take);
   }
@@ -309,6 +311,54 @@ TEST_F(EngineWire, FramesAFullPortRefusesWaitInOrder) {
   ASSERT_TRUE(run_until([&] { return sink_b.frames.size() == 4; }));
   for (uint32_t i = 0; i < 4; ++i)
     EXPECT_EQ(wire::parse(sink_b.frames[i]).psn.value(), i) << "the oldest first, the kept ones in order";
+}
+
+// Engine::drain_tx: the frames a full port refused leave before whatever
+// the caller writes next (uroced's claim records): it waits for room made
+// by another thread, and gives up after its time when none comes.
+TEST_F(EngineWire, DrainTxWaitsForTheKeptFramesOrItsTime) {
+  ScarcePort scarce(*pa);
+  scarce.room = 1u << 30;  // room while the neighbour is resolved
+  EngineConfig c = config_for(*pa, kIpA, 1);
+  a.reset();
+  a = std::make_unique<Engine>(scarce, c);
+  ASSERT_TRUE(a->init());
+  resolve(*a, IpAddr::v4(kIpB));
+  ASSERT_TRUE(run_until([&] { return mac_of(*a, IpAddr::v4(kIpB)).has_value(); }));
+  auto f = roce_frame(wire::op::UD_SEND_ONLY, 0x11, MacAddr{}, kIpB);
+  const uint64_t sent0 = a->counters().get(EngineCtr::tx_frames);
+
+  scarce.room = 0;
+  a->run_sync([&] {
+    for (int i = 0; i < 3; ++i) EXPECT_TRUE(a->send_to(IpAddr::v4(kIpB), frame(f.data(), f.size(), pa->pool())));
+  });
+  ASSERT_TRUE(a->tx_stalled());
+
+  // Nobody makes room: false once its time is over, the frames still kept.
+  bool drained = true;
+  auto t0 = std::chrono::steady_clock::now();
+  a->run_sync([&] { drained = a->drain_tx(20'000'000); });
+  EXPECT_FALSE(drained);
+  EXPECT_GE(std::chrono::steady_clock::now() - t0, std::chrono::milliseconds(20));
+  EXPECT_TRUE(a->tx_stalled());
+  EXPECT_EQ(a->counters().get(EngineCtr::tx_frames), sent0);
+
+  // Room comes 30 ms into a wait of 10 s: every kept frame leaves, and the
+  // wait ends then, not at its limit.
+  std::thread consumer([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(30));
+    scarce.room = 1u << 30;
+  });
+  t0 = std::chrono::steady_clock::now();
+  a->run_sync([&] { drained = a->drain_tx(10'000'000'000); });
+  const auto waited = std::chrono::steady_clock::now() - t0;
+  consumer.join();
+  EXPECT_TRUE(drained);
+  EXPECT_FALSE(a->tx_stalled());
+  EXPECT_EQ(a->counters().get(EngineCtr::tx_frames), sent0 + 3);
+  EXPECT_GE(waited, std::chrono::milliseconds(30));
+  EXPECT_LT(waited, std::chrono::seconds(5));
+  ASSERT_TRUE(run_until([&] { return sink_b.frames.size() == 3; }));
 }
 
 // Held ACKs (EngineConfig::ack_hold_ns) that a request joins leave behind
