@@ -727,6 +727,7 @@ void Engine::flush_tx() noexcept {
   uint64_t bytes = 0;
   for (rte_mbuf* m : tx_) bytes += m->pkt_len;
   const uint16_t n = static_cast<uint16_t>(tx_.size());
+  ++tx_gen_;  // no frame queued so far may be rewritten: the port has it, or it is kept and captured
   const uint16_t sent = port_.tx_burst(tx_.data(), n);
   if (sent != 0) UROCE_STAMP(Sent);
   // What the port refused waits for the next flush, the oldest first;

@@ -256,6 +256,19 @@ class Engine {
   // rather than produce frames the port would drop (the loss would be
   // at the tail of a burst, where only the peer's ACK timeout finds it).
   bool tx_stalled() const noexcept { return tx_stalled_; }
+  // [engine] Counts the flushes (each hands the queued frames to the
+  // port).  A frame send() queued during generation `gen` that is still in
+  // the queue (`waiting`) has not reached the port, and its buffer is the
+  // queue's: its sender may still rewrite it (the responder's coalesced
+  // ACK).  A frame that went elsewhere (looped back, waiting for its
+  // neighbour) is never `waiting`.
+  uint64_t tx_generation() const noexcept { return tx_gen_; }
+  bool waiting(const rte_mbuf* m, uint64_t gen) const noexcept {
+    if (gen != tx_gen_) return false;
+    for (const rte_mbuf* q : tx_)
+      if (q == m) return true;
+    return false;
+  }
   // [engine] flush_tx until the port has taken every frame kept (not
   // tx_stalled()) or `max_ns` passed, yielding between tries (the port's
   // consumer, on another thread, makes room); true when none is kept.  For
@@ -357,6 +370,7 @@ class Engine {
   std::vector<rte_mbuf*> tx_;
   size_t tx_acks_ = 0;          // leading frames of tx_ known to be ACKs
   bool tx_stalled_ = false;     // see tx_stalled()
+  uint64_t tx_gen_ = 0;         // see tx_generation()
   size_t tx_captured_ = 0;      // leading frames of tx_ already written to the capture
   uint64_t ack_hold_since_ = 0; // when tx_ began holding only ACKs; 0: not holding
   std::vector<rte_mbuf*> loop_;      // frames to our own addresses, received next turn

@@ -180,6 +180,42 @@ INSTANTIATE_TEST_SUITE_P(Uc, OpSizes,
 
 // ---- atomics ---------------------------------------------------------------------------
 
+// A stream of SENDs: every message asks for an ACK (AckReq on its last
+// packet), and the responder answers a burst of them with fewer ACKs: one
+// that has not left yet takes the next one's PSN and MSN (responder
+// coalesce_ack).  Every WQE still completes, successfully and in order.
+TEST(AckCoalescing, AStreamOfSendsCostsFewerAcksEveryOneCompletes) {
+  Harness h;
+  Pair p = h.pair(IBV_QPT_RC);
+  ASSERT_NE(p.qa, nullptr);
+  constexpr uint64_t kN = 32;
+  Buffer src = h.buffer(h.a(), 64, kRemoteAll, 0x5A);
+  Buffer dst = h.buffer(h.b(), 64 * kN, kRemoteAll);
+  for (uint64_t i = 0; i < kN; ++i) {
+    ibv_sge r = dst.sge(64 * i, 64);
+    ASSERT_EQ(post_recv(p.qb, i, {&r, 1}), 0);
+  }
+  const uint64_t acks0 = h.b().rnic->counters().get(RnicCtr::resp_pkts);
+  ibv_sge s = src.sge(0, 64);
+  for (uint64_t i = 0; i < kN; ++i) {
+    ibv_send_wr w = send_wr(IBV_WR_SEND, i, {&s, 1});
+    ASSERT_EQ(post_send(p.qa, w), 0);
+  }
+  const auto sent = h.wait_wcs(p.scq_a, kN);
+  ASSERT_EQ(sent.size(), kN);
+  for (uint64_t i = 0; i < kN; ++i) {
+    EXPECT_EQ(sent[i].status, IBV_WC_SUCCESS) << wc_status_name(sent[i].status);
+    EXPECT_EQ(sent[i].wr_id, i) << "in order";
+  }
+  EXPECT_EQ(h.wait_wcs(p.rcq_b, kN).size(), kN);
+  const uint64_t acks = h.b().rnic->counters().get(RnicCtr::resp_pkts) - acks0;
+  const uint64_t merged = h.b().rnic->counters().get(RnicCtr::acks_coalesced);
+  EXPECT_EQ(acks + merged, kN) << "one ACK asked for per message, each sent or merged";
+  EXPECT_GE(merged, 1u);
+  EXPECT_LT(acks, kN);
+  EXPECT_EQ(h.a().rnic->counters().get(RnicCtr::rx_resp_pkts), acks) << "A received the ACKs B sent, no more";
+}
+
 TEST(Atomics, CompareSwapAndFetchAdd) {
   Harness h;
   Pair p = h.pair(IBV_QPT_RC);

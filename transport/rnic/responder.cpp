@@ -27,6 +27,7 @@
 #include "lib/util/stamps.hpp"
 #include "lib/wire/bth.hpp"
 #include "lib/wire/ext.hpp"
+#include "lib/wire/icrc.hpp"
 #include "lib/wire/ipv4.hpp"
 #include "lib/wire/ipv6.hpp"
 #include "transport/engine.hpp"
@@ -220,7 +221,8 @@ uint8_t resp_opcode(const Qp& qp, uint8_t code) noexcept {
   return static_cast<uint8_t>((qp.type() == IBV_QPT_XRC_RECV ? wire::op::kXrcBase : wire::op::kRcBase) | code);
 }
 
-wire::PktDesc response_desc(const transport::Engine& engine, const Qp& qp, uint8_t opcode, Psn psn) noexcept {
+wire::PktDesc response_desc(const transport::Engine& engine, Qp& qp, uint8_t opcode, Psn psn) noexcept {
+  qp.resp.last_ack = nullptr;  // a response follows it: a later ACK may not rewrite it (send_ack)
   wire::PktDesc d;
   tx_fill_path(engine, qp.attrs().path, qp.attrs().sport, d);
   d.opcode = opcode;
@@ -234,11 +236,43 @@ wire::PktDesc response_desc(Rx& r, uint8_t opcode, Psn psn) noexcept {
   return response_desc(r.engine, r.qp, opcode, psn);
 }
 
-// ACK, NAK or RNR NAK (IBA 9.7.5.1.1-2).
+// The QP's last ACK still waits in the engine's queue (RespState::last_ack):
+// it becomes this one.  False when it has left (or there is none).
+bool coalesce_ack(Rx& r, Psn psn, uint8_t syndrome) noexcept {
+  RespState& s = r.qp.resp;
+  if (s.last_ack == nullptr || !r.engine.waiting(s.last_ack, s.last_ack_gen)) return false;
+  uint8_t* f = rte_pktmbuf_mtod(s.last_ack, uint8_t*);
+  const wire::PktInfo pi = wire::parse({f, s.last_ack->data_len});
+  if (pi.cls != wire::FrameClass::RoceV2 || !pi.op().has(wire::kHdrAeth)) return false;
+  wire::Bth(f + pi.bth_off).set_psn(psn);
+  wire::Aeth aeth(f + pi.ext_off(wire::kHdrAeth));
+  aeth.set_syndrome(syndrome);
+  aeth.set_msn(s.msn);
+  wire::store_icrc(f + pi.icrc_off, wire::icrc(f + pi.l3_off, pi.l3_hdr_len, pi.l3 == wire::L3::IPv6,
+                                               static_cast<size_t>(pi.icrc_off - pi.l3_off)));
+  r.ctr.inc(RnicCtr::acks_coalesced);
+  return true;
+}
+
+// ACK, NAK or RNR NAK (IBA 9.7.5.1.1-2).  An ACK whose predecessor has not
+// left yet replaces it (coalesce_ack): a stream of small messages costs
+// the peer one ACK per flush, not one per message.
 void send_ack(Rx& r, Psn psn, uint8_t syndrome) noexcept {
+  const bool plain = syndrome == ack_syndrome();
+  if (plain && coalesce_ack(r, psn, syndrome)) return;
   wire::PktDesc d = response_desc(r, resp_opcode(r.qp, wire::op::kAck), psn);
   d.aeth_syndrome = syndrome;
-  if (tx_send(r.engine, r.qp.attrs().path, d)) r.ctr.inc(RnicCtr::resp_pkts);
+  rte_mbuf* m = r.engine.alloc();
+  if (m == nullptr) return;
+  const uint64_t gen = r.engine.tx_generation();
+  if (tx_frame(r.engine, m, r.qp.attrs().path, d, 0, [](uint8_t*) { return true; }) != TxResult::Sent) return;
+  r.ctr.inc(RnicCtr::resp_pkts);
+  // Only an ACK in the engine's queue may be rewritten; one looped back or
+  // waiting for its neighbour is not there (Engine::waiting).
+  if (plain && r.engine.waiting(m, gen)) {
+    r.qp.resp.last_ack = m;
+    r.qp.resp.last_ack_gen = gen;
+  }
 }
 
 void send_atomic_ack(Rx& r, Psn psn, uint64_t orig) noexcept {

@@ -58,6 +58,13 @@ struct RespState {
   uint32_t results_next = 0;
   // responder.cpp's own:
   Psn ack_psn{};                   // one past the last SEND/WRITE/atomic executed (a duplicate is re-ACKed at ack_psn-1)
+  // The last ACK this QP queued, while it is the QP's newest response:
+  // an ACK that follows it before the engine flushes replaces its PSN and
+  // MSN in place (coalescing, IBA 9.7.5.1.1: an ACK acknowledges every
+  // request up to its PSN).  Cleared by every other response (a NAK, a
+  // READ response, an atomic ACK must not be overtaken by a later ACK).
+  rte_mbuf* last_ack = nullptr;    // checked with Engine::waiting before any use
+  uint64_t last_ack_gen = 0;
   uint8_t msg_opcode = 0;          // the last opcode of the message under way (valid while in_message)
   uint32_t write_len = 0;          // the RETH DMA length of the WRITE under way (WRITE_WITH_IMM's byte_len)
   // SRQ: the receive WQE taken for the message under way (an SRQ is shared,

@@ -42,6 +42,7 @@ namespace uroce::rnic {
   X(req_pkts, "request packets sent")                                                       \
   X(req_retrans_pkts, "request packets sent again (go-back-N)")                             \
   X(resp_pkts, "response packets sent (ACK, NAK, READ response, atomic ACK)")               \
+  X(acks_coalesced, "ACKs merged into the QP's previous ACK before it left (not sent)")     \
   X(rx_req_pkts, "request packets received")                                                \
   X(rx_resp_pkts, "response packets received")                                              \
   X(ack_timeouts, "local ACK timeouts")                                                     \
