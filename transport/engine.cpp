@@ -154,15 +154,16 @@ void Engine::end_turn_tx() noexcept {
 // completes its WQE has already placed our data, so no engine thread of
 // the peer has to run for it.  Responses (READ responses, atomic ACKs)
 // never move: they share the peer's request stream with the ACKs.
-void Engine::requests_before_held_acks() noexcept {
-  if (tx_acks_ == 0 || tx_acks_ >= tx_.size() || tx_captured_ != 0) return;
+bool Engine::requests_before_held_acks() noexcept {
+  if (tx_acks_ == 0 || tx_acks_ >= tx_.size() || tx_captured_ != 0) return false;
   for (size_t i = tx_acks_; i < tx_.size(); ++i) {
     const rte_mbuf* m = tx_[i];
     const wire::PktInfo pi = wire::parse({rte_pktmbuf_mtod(m, const uint8_t*), m->data_len});
-    if (pi.cls != wire::FrameClass::RoceV2 || !wire::opcode_info(pi.opcode).request) return;
+    if (pi.cls != wire::FrameClass::RoceV2 || !wire::opcode_info(pi.opcode).request) return false;
   }
   std::rotate(tx_.begin(), tx_.begin() + static_cast<std::ptrdiff_t>(tx_acks_), tx_.end());
   ctr_.add(EngineCtr::tx_acks_behind, tx_acks_);
+  return true;
 }
 
 bool Engine::tx_only_acks() noexcept {
@@ -634,7 +635,7 @@ rte_mbuf* Engine::alloc() noexcept {
 void Engine::send(rte_mbuf* m) noexcept {
   UROCE_ASSERT_ENGINE(*this);
   tx_.push_back(m);  // capacity reserved: 2 * tx_batch
-  if (tx_.size() >= cfg_.tx_batch) flush_tx();
+  if (tx_.size() >= cfg_.tx_batch) flush_tx_keeping(true);
 }
 
 bool Engine::send_to(const IpAddr& dst, rte_mbuf* m) noexcept {
@@ -716,17 +717,26 @@ unsigned Engine::drain_loopback() {
   return static_cast<unsigned>(n);
 }
 
-void Engine::flush_tx() noexcept {
+void Engine::flush_tx() noexcept { flush_tx_keeping(false); }
+
+// `keep_acks` (a flush in the middle of a turn, send() at tx_batch): held
+// ACKs that requests joined stay queued behind those requests, for the
+// turn's last flush.  A long message spans several flushes; its peer, which
+// returns from its CQ poll on our ACK, then has every packet of the message
+// before it, not all but the last (ib_write_lat 64 KiB waited for the
+// peer's engine thread for the rest: ~2 ms, a scheduler slice).
+void Engine::flush_tx_keeping(bool keep_acks) noexcept {
   UROCE_ASSERT_ENGINE(*this);
   if (tx_.empty()) return;
-  requests_before_held_acks();
+  const size_t tail = requests_before_held_acks() && keep_acks ? tx_acks_ : 0;  // the ACKs now at the end
+  const size_t out = tx_.size() - tail;
   if (capture_.is_open()) {
     const uint64_t rt = realtime_ns();
-    for (size_t i = tx_captured_; i < tx_.size(); ++i) capture_.write(tx_[i], rt);
+    for (size_t i = tx_captured_; i < out; ++i) capture_.write(tx_[i], rt);
   }
   uint64_t bytes = 0;
-  for (rte_mbuf* m : tx_) bytes += m->pkt_len;
-  const uint16_t n = static_cast<uint16_t>(tx_.size());
+  for (size_t i = 0; i < out; ++i) bytes += tx_[i]->pkt_len;
+  const uint16_t n = static_cast<uint16_t>(out);
   ++tx_gen_;  // no frame queued so far may be rewritten: the port has it, or it is kept and captured
   const uint16_t sent = port_.tx_burst(tx_.data(), n);
   if (sent != 0) UROCE_STAMP(Sent);
@@ -735,14 +745,16 @@ void Engine::flush_tx() noexcept {
   const uint16_t keep = static_cast<uint16_t>(std::min<uint32_t>(n - sent, cfg_.tx_batch));
   for (uint16_t i = sent; i < n; ++i) bytes -= tx_[i]->pkt_len;
   for (uint16_t i = static_cast<uint16_t>(sent + keep); i < n; ++i) rte_pktmbuf_free(tx_[i]);
-  tx_acks_ = 0;
-  ack_hold_since_ = 0;
+  tx_acks_ = keep == 0 ? tail : 0;  // the held ACKs lead the queue again, unless refused frames do
+  if (tail == 0) ack_hold_since_ = 0;  // else the held ACKs' hold goes on
   if (n - sent > keep) ctr_.add(EngineCtr::drop_tx_full, n - sent - keep);
   if (keep != 0) ctr_.add(EngineCtr::tx_deferred, keep);
   ctr_.add(EngineCtr::tx_frames, sent);
   ctr_.add(EngineCtr::tx_bytes, bytes);
+  // Kept frames first (captured), then the held ACKs (not yet).
   std::copy(tx_.begin() + sent, tx_.begin() + sent + keep, tx_.begin());
-  tx_.resize(keep);
+  std::copy(tx_.begin() + static_cast<std::ptrdiff_t>(out), tx_.end(), tx_.begin() + keep);
+  tx_.resize(keep + tail);
   tx_stalled_ = keep != 0;
   tx_captured_ = keep;
 }

@@ -335,7 +335,8 @@ class Engine {
   bool busy_poll() noexcept;
   void set_polling(bool on) noexcept;
   bool tx_only_acks() noexcept;
-  void requests_before_held_acks() noexcept;  // flush_tx: see engine.cpp
+  bool requests_before_held_acks() noexcept;  // flush_tx: see engine.cpp; true when it moved the ACKs
+  void flush_tx_keeping(bool keep_acks) noexcept;  // flush_tx; see engine.cpp
   // One iteration unless another thread is running one: its work (as
   // poll()), or -1 when busy; `clock` gets the iteration's time sample.
   int poll_if_free(uint64_t* clock = nullptr);

@@ -431,6 +431,53 @@ TEST_F(EngineWire, HeldAcksLeaveBehindRequestsNotResponses) {
   EXPECT_EQ(ctr(EngineCtr::tx_acks_behind), 1u);
 }
 
+// A message longer than tx_batch leaves in several flushes within one
+// turn: a held ACK it joins stays queued through the turn's full-batch
+// flushes and leaves behind its last packet, so that the peer has the
+// whole message when our ACK ends its CQ poll.
+TEST_F(EngineWire, HeldAcksLeaveBehindTheWholeTurnOfRequests) {
+  EngineConfig c = config_for(*pa, kIpA, 1);
+  c.ack_hold_ns = 60'000'000'000;
+  c.tx_batch = 4;
+  a.reset();
+  a = std::make_unique<Engine>(*pa, c);
+  ASSERT_TRUE(a->init());
+  resolve(*a, IpAddr::v4(kIpB));
+  ASSERT_TRUE(run_until([&] { return mac_of(*a, IpAddr::v4(kIpB)).has_value(); }));
+  auto rc = [&](uint8_t opcode, uint32_t psn) {
+    wire::PktDesc d;
+    d.eth_src = pa->mac();
+    d.src = wire::PktDesc::ipv4_mapped(kIpA);
+    d.dst = wire::PktDesc::ipv4_mapped(kIpB);
+    d.opcode = opcode;
+    d.dest_qp = RecordingSink::kQpn;
+    d.psn = Psn(psn);
+    static const uint8_t payload[8] = {};
+    if (opcode != wire::op::RC_ACK) d.payload = payload;
+    std::vector<uint8_t> out(256);
+    out.resize(wire::build(out, d));
+    return frame(out.data(), out.size(), pa->pool());
+  };
+  a->run_sync([&] { EXPECT_TRUE(a->send_to(IpAddr::v4(kIpB), rc(wire::op::RC_ACK, 100))); });
+  a->run_sync([] {});
+  const uint64_t sent0 = a->counters().get(EngineCtr::tx_frames);
+  // One turn, seven packets of one message: two full batches go mid-turn.
+  a->run_sync([&] {
+    EXPECT_TRUE(a->send_to(IpAddr::v4(kIpB), rc(wire::op::RC_SEND_FIRST, 10)));
+    for (uint32_t i = 11; i < 16; ++i) EXPECT_TRUE(a->send_to(IpAddr::v4(kIpB), rc(wire::op::RC_SEND_MIDDLE, i)));
+    EXPECT_TRUE(a->send_to(IpAddr::v4(kIpB), rc(wire::op::RC_SEND_LAST, 16)));
+  });
+  EXPECT_EQ(a->counters().get(EngineCtr::tx_frames), sent0 + 8) << "all of it left within the turn";
+  ASSERT_TRUE(run_until([&] { return sink_b.frames.size() == 8; }));
+  for (uint32_t i = 0; i < 7; ++i) {
+    const wire::PktInfo pi = wire::parse(sink_b.frames[i]);
+    EXPECT_EQ(pi.psn.value(), 10 + i) << "the message in order";
+    EXPECT_NE(pi.opcode, wire::op::RC_ACK);
+  }
+  EXPECT_EQ(wire::parse(sink_b.frames[7]).opcode, wire::op::RC_ACK) << "the ACK behind the message's last packet";
+  EXPECT_EQ(wire::parse(sink_b.frames[7]).psn.value(), 100u);
+}
+
 TEST_F(EngineWire, Ipv6NeighbourDiscovery) {
   resolve(*a, v6addr(2));
   ASSERT_TRUE(run_until([&] { return mac_of(*a, v6addr(2)).has_value(); }));
