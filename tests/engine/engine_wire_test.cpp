@@ -135,6 +135,25 @@ struct EngineWire : ::testing::Test {
     return out;
   }
 
+  // An RC packet from A to B's recording sink, as an mbuf of A's pool: an
+  // ACK without payload, anything else with 8 bytes (a RETH of 8 when the
+  // opcode has one).
+  rte_mbuf* rc_frame(uint8_t opcode, uint32_t psn) {
+    wire::PktDesc d;
+    d.eth_src = pa->mac();
+    d.src = wire::PktDesc::ipv4_mapped(kIpA);
+    d.dst = wire::PktDesc::ipv4_mapped(kIpB);
+    d.opcode = opcode;
+    d.dest_qp = RecordingSink::kQpn;
+    d.psn = Psn(psn);
+    d.reth_len = 8;
+    static const uint8_t payload[8] = {};
+    if (opcode != wire::op::RC_ACK) d.payload = payload;
+    std::vector<uint8_t> out(256);
+    out.resize(wire::build(out, d));
+    return frame(out.data(), out.size(), pa->pool());
+  }
+
   // The neighbour table is the engine's (DESIGN.md "Threads: the rule"):
   // the test reaches it through run_sync.
   static void resolve(Engine& e, const IpAddr& ip) {
@@ -373,21 +392,6 @@ TEST_F(EngineWire, HeldAcksLeaveBehindRequestsNotResponses) {
   ASSERT_TRUE(a->init());
   resolve(*a, IpAddr::v4(kIpB));
   ASSERT_TRUE(run_until([&] { return mac_of(*a, IpAddr::v4(kIpB)).has_value(); }));
-  auto rc = [&](uint8_t opcode, uint32_t psn) {
-    wire::PktDesc d;
-    d.eth_src = pa->mac();
-    d.src = wire::PktDesc::ipv4_mapped(kIpA);
-    d.dst = wire::PktDesc::ipv4_mapped(kIpB);
-    d.opcode = opcode;
-    d.dest_qp = RecordingSink::kQpn;
-    d.psn = Psn(psn);
-    d.reth_len = 8;
-    static const uint8_t payload[8] = {};
-    if (opcode != wire::op::RC_ACK) d.payload = payload;
-    std::vector<uint8_t> out(256);
-    out.resize(wire::build(out, d));
-    return frame(out.data(), out.size(), pa->pool());
-  };
   const auto ctr = [&](EngineCtr k) { return a->counters().get(k); };
   const uint64_t sent0 = ctr(EngineCtr::tx_frames);
   auto opcodes = [&] {
@@ -401,11 +405,11 @@ TEST_F(EngineWire, HeldAcksLeaveBehindRequestsNotResponses) {
   using V = std::vector<std::pair<uint8_t, uint32_t>>;
 
   // Each run_sync is one turn.  An ACK alone is held.
-  a->run_sync([&] { EXPECT_TRUE(a->send_to(IpAddr::v4(kIpB), rc(wire::op::RC_ACK, 100))); });
+  a->run_sync([&] { EXPECT_TRUE(a->send_to(IpAddr::v4(kIpB), rc_frame(wire::op::RC_ACK, 100))); });
   a->run_sync([] {});
   EXPECT_EQ(ctr(EngineCtr::tx_frames), sent0) << "the ACK waits for company";
   // A request joins it: the request leaves first.
-  a->run_sync([&] { EXPECT_TRUE(a->send_to(IpAddr::v4(kIpB), rc(wire::op::RC_WRITE_ONLY, 7))); });
+  a->run_sync([&] { EXPECT_TRUE(a->send_to(IpAddr::v4(kIpB), rc_frame(wire::op::RC_WRITE_ONLY, 7))); });
   EXPECT_EQ(ctr(EngineCtr::tx_frames), sent0 + 2);
   EXPECT_EQ(ctr(EngineCtr::tx_acks_behind), 1u);
   ASSERT_TRUE(run_until([&] { return sink_b.frames.size() == 2; }));
@@ -414,17 +418,17 @@ TEST_F(EngineWire, HeldAcksLeaveBehindRequestsNotResponses) {
   // A READ response joins a held ACK: both answer the peer's requests, in
   // PSN order; nothing moves.
   sink_b.frames.clear();
-  a->run_sync([&] { EXPECT_TRUE(a->send_to(IpAddr::v4(kIpB), rc(wire::op::RC_ACK, 101))); });
-  a->run_sync([&] { EXPECT_TRUE(a->send_to(IpAddr::v4(kIpB), rc(wire::op::RC_READ_RESPONSE_ONLY, 102))); });
+  a->run_sync([&] { EXPECT_TRUE(a->send_to(IpAddr::v4(kIpB), rc_frame(wire::op::RC_ACK, 101))); });
+  a->run_sync([&] { EXPECT_TRUE(a->send_to(IpAddr::v4(kIpB), rc_frame(wire::op::RC_READ_RESPONSE_ONLY, 102))); });
   ASSERT_TRUE(run_until([&] { return sink_b.frames.size() == 2; }));
   EXPECT_EQ(opcodes(), (V{{wire::op::RC_ACK, 101}, {wire::op::RC_READ_RESPONSE_ONLY, 102}}));
 
   // A request and a response together behind an ACK: nothing moves either.
   sink_b.frames.clear();
-  a->run_sync([&] { EXPECT_TRUE(a->send_to(IpAddr::v4(kIpB), rc(wire::op::RC_ACK, 103))); });
+  a->run_sync([&] { EXPECT_TRUE(a->send_to(IpAddr::v4(kIpB), rc_frame(wire::op::RC_ACK, 103))); });
   a->run_sync([&] {
-    EXPECT_TRUE(a->send_to(IpAddr::v4(kIpB), rc(wire::op::RC_SEND_ONLY, 8)));
-    EXPECT_TRUE(a->send_to(IpAddr::v4(kIpB), rc(wire::op::RC_READ_RESPONSE_ONLY, 104)));
+    EXPECT_TRUE(a->send_to(IpAddr::v4(kIpB), rc_frame(wire::op::RC_SEND_ONLY, 8)));
+    EXPECT_TRUE(a->send_to(IpAddr::v4(kIpB), rc_frame(wire::op::RC_READ_RESPONSE_ONLY, 104)));
   });
   ASSERT_TRUE(run_until([&] { return sink_b.frames.size() == 3; }));
   EXPECT_EQ(opcodes(), (V{{wire::op::RC_ACK, 103}, {wire::op::RC_SEND_ONLY, 8}, {wire::op::RC_READ_RESPONSE_ONLY, 104}}));
@@ -444,28 +448,14 @@ TEST_F(EngineWire, HeldAcksLeaveBehindTheWholeTurnOfRequests) {
   ASSERT_TRUE(a->init());
   resolve(*a, IpAddr::v4(kIpB));
   ASSERT_TRUE(run_until([&] { return mac_of(*a, IpAddr::v4(kIpB)).has_value(); }));
-  auto rc = [&](uint8_t opcode, uint32_t psn) {
-    wire::PktDesc d;
-    d.eth_src = pa->mac();
-    d.src = wire::PktDesc::ipv4_mapped(kIpA);
-    d.dst = wire::PktDesc::ipv4_mapped(kIpB);
-    d.opcode = opcode;
-    d.dest_qp = RecordingSink::kQpn;
-    d.psn = Psn(psn);
-    static const uint8_t payload[8] = {};
-    if (opcode != wire::op::RC_ACK) d.payload = payload;
-    std::vector<uint8_t> out(256);
-    out.resize(wire::build(out, d));
-    return frame(out.data(), out.size(), pa->pool());
-  };
-  a->run_sync([&] { EXPECT_TRUE(a->send_to(IpAddr::v4(kIpB), rc(wire::op::RC_ACK, 100))); });
+  a->run_sync([&] { EXPECT_TRUE(a->send_to(IpAddr::v4(kIpB), rc_frame(wire::op::RC_ACK, 100))); });
   a->run_sync([] {});
   const uint64_t sent0 = a->counters().get(EngineCtr::tx_frames);
   // One turn, seven packets of one message: two full batches go mid-turn.
   a->run_sync([&] {
-    EXPECT_TRUE(a->send_to(IpAddr::v4(kIpB), rc(wire::op::RC_SEND_FIRST, 10)));
-    for (uint32_t i = 11; i < 16; ++i) EXPECT_TRUE(a->send_to(IpAddr::v4(kIpB), rc(wire::op::RC_SEND_MIDDLE, i)));
-    EXPECT_TRUE(a->send_to(IpAddr::v4(kIpB), rc(wire::op::RC_SEND_LAST, 16)));
+    EXPECT_TRUE(a->send_to(IpAddr::v4(kIpB), rc_frame(wire::op::RC_SEND_FIRST, 10)));
+    for (uint32_t i = 11; i < 16; ++i) EXPECT_TRUE(a->send_to(IpAddr::v4(kIpB), rc_frame(wire::op::RC_SEND_MIDDLE, i)));
+    EXPECT_TRUE(a->send_to(IpAddr::v4(kIpB), rc_frame(wire::op::RC_SEND_LAST, 16)));
   });
   EXPECT_EQ(a->counters().get(EngineCtr::tx_frames), sent0 + 8) << "all of it left within the turn";
   ASSERT_TRUE(run_until([&] { return sink_b.frames.size() == 8; }));

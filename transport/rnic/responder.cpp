@@ -248,8 +248,7 @@ bool coalesce_ack(Rx& r, Psn psn, uint8_t syndrome) noexcept {
   wire::Aeth aeth(f + pi.ext_off(wire::kHdrAeth));
   aeth.set_syndrome(syndrome);
   aeth.set_msn(s.msn);
-  wire::store_icrc(f + pi.icrc_off, wire::icrc(f + pi.l3_off, pi.l3_hdr_len, pi.l3 == wire::L3::IPv6,
-                                               static_cast<size_t>(pi.icrc_off - pi.l3_off)));
+  wire::store_icrc(f + pi.icrc_off, wire::compute_icrc(f, pi));
   r.ctr.inc(RnicCtr::acks_coalesced);
   return true;
 }
