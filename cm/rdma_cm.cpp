@@ -426,6 +426,10 @@ int RdmaCm::listen(RdmaId* id, int backlog) {
   }
   const uint16_t port = port_of(sa(id->src));
   for (RdmaDev* d : devs) on_engine(*d, [&] { update_cm_listens(*d, id->ps, port); });
+  // REQs for this port are taken from here on: the line a script waits for
+  // before it starts a client (UROCE_TRACE=conn).
+  UROCE_TRACE(TraceCat::Conn, "rdma_cm id %p: listening on port %u, %zu device(s)", static_cast<void*>(id),
+              static_cast<unsigned>(port), devs.size());
   return 0;
 }
 

@@ -27,6 +27,7 @@ set -u
 
 readonly EXIT_SKIP=77
 readonly RUN_TIMEOUT_S=60
+readonly LISTEN_GRACE_S=3
 readonly ITERS=50
 [ $# -eq 3 ] || { echo "usage: $0 utils|afpacket|memif|daemon SHIM_BUILD_DIR SCRIPTS_DIR" >&2; exit 2; }
 MODE=$1 BUILD=$2 SCRIPTS=$3
@@ -96,6 +97,18 @@ run_utils() {
   expect "$TMP/none.log" 'No IB devices found' "no device configured: 'No IB devices found'"
 }
 
+# wait_listen PID PREFIX: until the server listens on its TCP port (the
+# pingpongs' 18515) for the address exchange, which it opens once its
+# device (and a memif server its socket) is up; at most LISTEN_GRACE_S.
+wait_listen() {
+  local i
+  for ((i = 0; i < LISTEN_GRACE_S * 20; i++)); do
+    kill -0 "$1" 2>/dev/null || return
+    $2 ss -ltnH "sport = :18515" 2>/dev/null | grep -q . && return
+    sleep 0.05
+  done
+}
+
 # pair NAME SERVER_PREFIX CLIENT_PREFIX SERVER_ADDR -- PROGRAM ARGS...: the
 # program as server (its prefix command first), then as client.  Each side
 # reports its iterations (ibv_xsrq_pingpong: "success", after checking
@@ -109,7 +122,7 @@ pair() {
   $srv_pre timeout $RUN_TIMEOUT_S "${RUN[@]}" "$@" >"$TMP/$name-server.log" 2>&1 &
   local spid=$!
   PIDS+=("$spid")
-  sleep 1.5  # the server starts its device (and a memif server its socket) and listens
+  wait_listen "$spid" "$srv_pre"
   $cli_pre timeout $RUN_TIMEOUT_S "${RUN[@]}" "$@" "$addr" >"$TMP/$name-client.log" 2>&1
   local crc=$?
   wait "$spid"
