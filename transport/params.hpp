@@ -86,6 +86,12 @@ inline constexpr uint64_t kNoBufferRetryNs = 10'000;
 // Requester (requester.cpp).  Unacknowledged PSNs it keeps outstanding at
 // most (far below the 2^23 that the modular PSN compare allows, IBA 9.7.1).
 inline constexpr uint32_t kMaxUnackedPsns = 512;
+// The send window under loss (ReqState::window): a go-back-N after a
+// sequence NAK halves it, an ACK timeout drops it to kMinUnackedPsns, and
+// every PSN acknowledged since adds one, up to kMaxUnackedPsns.  Go-back-N
+// resends everything past a lost packet, so on a lossy Ethernet (no PFC) a
+// full window after every loss sends most packets many times over.
+inline constexpr uint32_t kMinUnackedPsns = 16;
 // Packets one requester_run sends before it yields to the poll loop.
 inline constexpr uint32_t kReqBudget = 64;
 // AckReq at least every this many packets of a long message (the IBA

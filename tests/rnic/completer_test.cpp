@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "lib/wire/opcode.hpp"
+#include "transport/params.hpp"
 #include "tests/rnic/raw_peer.hpp"
 
 namespace uroce::rnic::testing {
@@ -122,6 +123,94 @@ TEST_F(Completer, SequenceNakGoesBackNMidMessage) {
   p.inject(p.ack(me(), Psn(0x14)));
   auto wcs = p.wait_wcs(scq, 2);
   EXPECT_EQ(ids(wcs), (std::vector<uint64_t>{1, 2}));
+}
+
+// The send window under loss (params kMin/kMaxUnackedPsns): a full window
+// of a long WRITE, a sequence NAK that halves it (the go-back-N resends half
+// as much, its last packet asking for an ACK), an ACK that regrows it by
+// the PSNs it acknowledges, and a second NAK for the same PSN changes
+// nothing (one go-back-N per PSN).
+TEST_F(Completer, SequenceNakHalvesTheSendWindowAndAcksRegrowIt) {
+  using transport::params::kMaxUnackedPsns;
+  ConnOpts o;
+  o.timeout = 0;  // infinite: only the NAKs and ACKs below move the window
+  make(0x1000, o);
+  const uint32_t pkts = kMaxUnackedPsns + 200;
+  const size_t len = size_t{pkts} * 1024;
+  Buffer b = p.buffer(len);
+  ibv_sge s = b.sge(0, len);
+  post(rdma_wr(IBV_WR_RDMA_WRITE, 1, {&s, 1}, kRaddr, kRkey));
+  auto fs = p.wait_frames(kMaxUnackedPsns);
+  ASSERT_EQ(fs.size(), kMaxUnackedPsns);
+  p.run_for(milliseconds(5));
+  ASSERT_TRUE(p.take().empty()) << "more than a full window outstanding";
+
+  // Lost at 0x1000 + 10: resend from there.  The NAK acknowledges the 10
+  // PSNs before it, so the window is half of it plus those 10.
+  const uint32_t half = kMaxUnackedPsns / 2 + 10;
+  p.inject(p.nak(me(), Psn(0x1000 + 10), wire::NakCode::PsnSequenceError));
+  fs = p.wait_frames(half);
+  p.run_for(milliseconds(5));
+  for (auto& f : p.take()) fs.push_back(f);
+  ASSERT_EQ(fs.size(), half) << "a go-back-N after a sequence NAK resends about half the window";
+  EXPECT_EQ(fs.front().psn(), Psn(0x1000 + 10));
+  EXPECT_EQ(fs.back().psn(), Psn(0x1000 + 10 + half - 1));
+  EXPECT_TRUE(fs.back().ack_req()) << "the packet that fills the window asks for an ACK";
+
+  // The same NAK again (duplicated on the wire): no second go-back-N.
+  p.inject(p.nak(me(), Psn(0x1000 + 10), wire::NakCode::PsnSequenceError));
+  p.run_for(milliseconds(5));
+  EXPECT_TRUE(p.take().empty());
+
+  // 100 PSNs acknowledged: the window grows by 100 and slides by 100.
+  p.inject(p.ack(me(), Psn(0x1000 + 10 + 99)));
+  fs = p.wait_frames(200);
+  p.run_for(milliseconds(5));
+  for (auto& f : p.take()) fs.push_back(f);
+  ASSERT_EQ(fs.size(), 200u);
+  EXPECT_EQ(fs.front().psn(), Psn(0x1000 + 10 + half));
+  EXPECT_EQ(fs.back().psn(), Psn(0x1000 + 10 + half + 199));
+
+  // Acknowledging what was sent, each time, sends the rest; the WRITE then
+  // completes.
+  Psn last = fs.back().psn();
+  for (int round = 0; round < 8 && last != Psn(0x1000 + pkts - 1); ++round) {
+    p.inject(p.ack(me(), last));
+    auto more = p.wait_frames(1);
+    ASSERT_FALSE(more.empty());
+    p.run_for(milliseconds(2));
+    for (auto& f : p.take()) more.push_back(f);
+    last = more.back().psn();
+  }
+  ASSERT_EQ(last, Psn(0x1000 + pkts - 1));
+  p.inject(p.ack(me(), last));
+  auto wcs = p.wait_wcs(scq, 1);
+  ASSERT_EQ(wcs.size(), 1u);
+  EXPECT_EQ(wcs[0].status, IBV_WC_SUCCESS) << wc_status_name(wcs[0].status);
+  EXPECT_EQ(q->req.window, kMaxUnackedPsns) << "regrown to the full window";
+}
+
+// An ACK timeout is the stronger signal: the go-back-N resends only
+// kMinUnackedPsns packets, the last asking for an ACK.
+TEST_F(Completer, AckTimeoutShrinksTheSendWindowToItsMinimum) {
+  using transport::params::kMaxUnackedPsns;
+  using transport::params::kMinUnackedPsns;
+  ConnOpts o;
+  o.timeout = 12;  // ~17 ms: the test checks between two timeouts
+  make(0x2000, o);
+  const size_t len = size_t{kMaxUnackedPsns} * 1024;
+  Buffer b = p.buffer(len);
+  ibv_sge s = b.sge(0, len);
+  post(rdma_wr(IBV_WR_RDMA_WRITE, 1, {&s, 1}, kRaddr, kRkey));
+  ASSERT_EQ(p.wait_frames(kMaxUnackedPsns).size(), kMaxUnackedPsns);
+  auto fs = p.wait_frames(kMinUnackedPsns, milliseconds(500));
+  p.run_for(milliseconds(2));
+  for (auto& f : p.take()) fs.push_back(f);
+  ASSERT_EQ(fs.size(), kMinUnackedPsns);
+  EXPECT_EQ(fs.front().psn(), Psn(0x2000));
+  EXPECT_EQ(fs.back().psn(), Psn(0x2000 + kMinUnackedPsns - 1));
+  EXPECT_TRUE(fs.back().ack_req());
+  EXPECT_EQ(p.ctr(RnicCtr::ack_timeouts), 1u);
 }
 
 TEST_F(Completer, AckTimeoutRetransmitsThenRetryExceeded) {

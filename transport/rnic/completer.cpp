@@ -335,8 +335,9 @@ Step retry(Ctx& x) {
   c.retry_started = true;
   c.retry_psn = c.psn;
   c.retry_seen_any = false;
-  UROCE_TRACE(TraceCat::Qp, "qp 0x%06x: go back N from PSN 0x%06x (retry_cnt left %u)",
-              x.qp.qpn().value(), c.psn.value(), c.retry_left);
+  requester_shrink_window(x.qp, LossSignal::SeqNak);
+  UROCE_TRACE(TraceCat::Qp, "qp 0x%06x: go back N from PSN 0x%06x (retry_cnt left %u, window %u)",
+              x.qp.qpn().value(), c.psn.value(), c.retry_left, x.qp.req.window);
   requester_rewind(x.qp);
   return Step::Done;
 }
@@ -347,6 +348,7 @@ void after(transport::Engine& engine, Qp& qp, Psn before_psn) {
   ReqState& r = qp.req;
   const bool progress = distance(c.psn, before_psn) > 0;
   if (progress) {
+    requester_grow_window(qp, static_cast<uint32_t>(distance(c.psn, before_psn)));
     if (c.psn != c.retry_psn) c.retry_started = false;  // past where the go-back-N began
     c.retry_left = qp.attrs().retry_cnt;
     if (!c.rnr_wait) c.rnr_left = qp.attrs().rnr_retry;
@@ -422,6 +424,7 @@ void on_ack_timeout(Timer& t, uint64_t) {
   c.retry_started = true;
   c.retry_psn = c.psn;
   c.retry_seen_any = false;
+  requester_shrink_window(qp, LossSignal::AckTimeout);
   requester_rewind(qp);
   requester_run(engine, qp);  // re-arms the timer
 }

@@ -33,6 +33,7 @@ namespace uroce::rnic {
 using transport::params::ack_timeout_ns;
 using transport::params::kMaxPktsPerAckReq;
 using transport::params::kMaxUnackedPsns;
+using transport::params::kMinUnackedPsns;
 using transport::params::kNoBufferRetryNs;
 using transport::params::kReqBudget;
 
@@ -351,7 +352,7 @@ void requester_run(transport::Engine& engine, Qp& qp) noexcept {
       kick_soon(engine, qp, kNoBufferRetryNs);
       break;
     }
-    if (rc && distance(r.next_psn, c.psn) >= static_cast<int32_t>(kMaxUnackedPsns)) break;  // the completer reruns us
+    if (rc && distance(r.next_psn, c.psn) >= static_cast<int32_t>(r.window)) break;  // the completer reruns us
 
     // One packet of `w` at r.next_psn.
     const WrOps& ops = wr_ops(w.opcode);
@@ -371,9 +372,12 @@ void requester_run(transport::Engine& engine, Qp& qp) noexcept {
       len = static_cast<uint32_t>(w.length);  // UD: the whole message in one packet
     }
     const bool last_pkt = seg == Seg::Only || seg == Seg::Last;
-    // The BTH AckReq bit: on the last packet of every RC message, and at
-    // least every kMaxPktsPerAckReq packets within a long one.
-    const bool ack_req = rc && (last_pkt || r.pkts_since_ackreq + 1 >= kMaxPktsPerAckReq);
+    // The BTH AckReq bit: on the last packet of every RC message, at least
+    // every kMaxPktsPerAckReq packets within a long one, and on the packet
+    // that fills the send window (a responder may acknowledge only what
+    // asks for it, as rxe does: a smaller window would wait for the timer).
+    const bool window_full = rc && distance(r.next_psn + 1, c.psn) >= static_cast<int32_t>(r.window);
+    const bool ack_req = rc && (last_pkt || window_full || r.pkts_since_ackreq + 1 >= kMaxPktsPerAckReq);
     const Emit e = emit(engine, qp, w, seg, off, len, ack_req);
     if (e == Emit::Failed) return;
     if (e == Emit::NoMbuf) {
@@ -423,6 +427,19 @@ void requester_rewind(Qp& qp) noexcept {
   }
 }
 
+void requester_shrink_window(Qp& qp, LossSignal why) noexcept {
+  ReqState& r = qp.req;
+  switch (why) {
+    case LossSignal::SeqNak: r.window = std::max(kMinUnackedPsns, r.window / 2); break;
+    case LossSignal::AckTimeout: r.window = kMinUnackedPsns; break;
+  }
+}
+
+void requester_grow_window(Qp& qp, uint32_t acked_psns) noexcept {
+  ReqState& r = qp.req;
+  r.window = static_cast<uint32_t>(std::min<uint64_t>(kMaxUnackedPsns, uint64_t{r.window} + acked_psns));
+}
+
 void sender_reset(Qp& qp, transport::Engine& engine) noexcept {
   ReqState& r = qp.req;
   engine.timers().cancel(r.kick);
@@ -435,6 +452,7 @@ void sender_reset(Qp& qp, transport::Engine& engine) noexcept {
   r.fence_wait = false;
   r.psn_hi = psn;
   r.wqe_hi = head;
+  r.window = kMaxUnackedPsns;
   completer_reset(qp, engine, psn);
 }
 

@@ -8,6 +8,7 @@
 
 #include "lib/util/timer_wheel.hpp"
 #include "lib/wire/types.hpp"
+#include "transport/params.hpp"
 
 namespace uroce::transport {
 class Engine;
@@ -25,6 +26,7 @@ struct ReqState {
   bool fence_wait = false;        // a fenced WQE waits for earlier READ/atomics
   Psn psn_hi{};                   // one past the highest PSN ever sent (responses up to it are not ghosts)
   uint32_t wqe_hi = 0;            // one past the highest SQ index ever started (go-back-N resends below it)
+  uint32_t window = transport::params::kMaxUnackedPsns;  // unacknowledged PSNs allowed now (kMin..kMaxUnackedPsns)
   Timer kick{};                   // run again soon: after a send budget or a missing mbuf
 };
 
@@ -35,6 +37,11 @@ void requester_run(transport::Engine& engine, Qp& qp) noexcept;
 // (comp.psn) — on a PSN-sequence NAK, a local ACK timeout or after an RNR
 // wait.
 void requester_rewind(Qp& qp) noexcept;
+// [engine] The send window after a loss: halved on a sequence NAK's
+// go-back-N, the minimum after an ACK timeout; regrown by acknowledged PSNs.
+enum class LossSignal : uint8_t { SeqNak, AckTimeout };
+void requester_shrink_window(Qp& qp, LossSignal why) noexcept;
+void requester_grow_window(Qp& qp, uint32_t acked_psns) noexcept;
 // Reset the send side — requester and completer — at the QP's sq_psn
 // (RESET/INIT, and RTR->RTS), cancelling their timers.
 void sender_reset(Qp& qp, transport::Engine& engine) noexcept;
