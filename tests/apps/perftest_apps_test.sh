@@ -151,7 +151,7 @@ run_case() {
   local cap_s= cap_c=
   if [ -n "${APPS_CAPTURE:-}" ]; then cap_s=UROCE_PCAP=$TMP/$tag-server.pcap cap_c=UROCE_PCAP=$TMP/$tag-client.pcap; fi
   : >"$TMP/$tag-server.log"
-  $SRV_ENV $cap_s timeout $RUN_TIMEOUT_S stdbuf -oL "${RUN[@]}" $srv $common >"$TMP/$tag-server.log" 2>&1 &
+  $SRV_ENV $cap_s UROCE_TRACE=conn timeout $RUN_TIMEOUT_S stdbuf -oL "${RUN[@]}" $srv $common >"$TMP/$tag-server.log" 2>&1 &
   local spid=$!
   PIDS+=("$spid")
   wait_server "$spid" "$2" "$TMP/$tag-server.log"
@@ -208,18 +208,19 @@ run_case() {
 # wait_server PID EXCHANGE LOG: until the server is ready for its client.
 # It prints its "Waiting for client to connect" banner once its device is
 # up, just before it listens: on its TCP port for the out-of-band
-# exchange; with -R inside uroce, where nothing can be polled from outside,
-# so the client gets a margin instead (a REQ before the listen is rejected,
-# "invalid service ID", and perftest does not retry).
+# exchange; with -R through rdma_listen, whose UROCE_TRACE=conn line
+# "listening on port" the server's log then shows (a REQ before the listen
+# is rejected, "invalid service ID", and perftest does not retry).
 wait_server() {
   local i
-  for ((i = 0; i < SERVER_WAIT_S * 10; i++)); do
+  for ((i = 0; i < SERVER_WAIT_S * 20; i++)); do
     kill -0 "$1" 2>/dev/null || return
     if grep -q "Waiting for client to connect" "$3"; then
-      if [ "$2" = cm ]; then sleep 0.5; return; fi
-      $LISTEN_CHECK ss -ltnH "sport = :$TCP_PORT" 2>/dev/null | grep -q . && return
+      if [ "$2" = cm ]; then grep -q "listening on port" "$3" && return
+      else $LISTEN_CHECK ss -ltnH "sport = :$TCP_PORT" 2>/dev/null | grep -q . && return
+      fi
     fi
-    sleep 0.1
+    sleep 0.05
   done
 }
 
