@@ -37,6 +37,19 @@ daemon_up() {
   return 1
 }
 
+# log_wait LOG PATTERN SECONDS: until LOG shows PATTERN, at most SECONDS.
+# Programs started with UROCE_TRACE=conn print "listening on port" once a
+# server's rdma_listen has its port, and RDMA_CM_EVENT_ESTABLISHED once a
+# connection is up.
+log_wait() {
+  local i
+  for ((i = 0; i < $3 * 20; i++)); do
+    grep -q -- "$2" "$1" 2>/dev/null && return 0
+    sleep 0.05
+  done
+  return 1
+}
+
 daemon_alive() { kill -0 "${DAEMON_PID[$1]}" 2>/dev/null; }
 
 daemon_down() {

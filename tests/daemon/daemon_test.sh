@@ -112,9 +112,9 @@ start_bg() {
 rping_pair() {
   local name=$1 count=${7:-50}
   local -n spre=$2 cpre=$3
-  start_bg "$TMP/$name.server.log" "${spre[@]}" timeout $T "${RUN[@]}" rping -s -a "$4" -p "$6" -V -C "$count"
+  start_bg "$TMP/$name.server.log" "${spre[@]}" UROCE_TRACE=conn timeout $T "${RUN[@]}" rping -s -a "$4" -p "$6" -V -C "$count"
   local spid=$BG
-  sleep 1
+  log_wait "$TMP/$name.server.log" "listening on port" 3
   "${cpre[@]}" timeout $T "${RUN[@]}" rping -c -a "$5" -p "$6" -V -C "$count" -v >"$TMP/$name.client.log" 2>&1
   local crc=$?
   wait "$spid"
@@ -133,9 +133,9 @@ perftest_pair() {
   local name=$1 addr=$4 port=$5
   local -n spre=$2 cpre=$3
   shift 5
-  start_bg "$TMP/$name.server.log" "${spre[@]}" timeout $T "${RUN[@]}" "$@" -R -p "$port"
+  start_bg "$TMP/$name.server.log" "${spre[@]}" UROCE_TRACE=conn timeout $T "${RUN[@]}" "$@" -R -p "$port"
   local spid=$BG
-  sleep 1.5
+  log_wait "$TMP/$name.server.log" "listening on port" 3
   "${cpre[@]}" timeout $T "${RUN[@]}" "$@" -R -p "$port" "$addr" >"$TMP/$name.client.log" 2>&1
   local crc=$?
   wait "$spid"
@@ -210,12 +210,13 @@ case_non_root() {
 }
 
 case_tools() {
-  start_bg "$TMP/tools.server.log" "${IN_B[@]}" timeout $T "${RUN[@]}" rping -s -a "$IP_B" -p 7475 -V -C 0
+  start_bg "$TMP/tools.server.log" "${IN_B[@]}" UROCE_TRACE=conn timeout $T "${RUN[@]}" rping -s -a "$IP_B" -p 7475 -V -C 0
   local spid=$BG
-  sleep 1
-  start_bg "$TMP/tools.client.log" "${IN_A[@]}" timeout $T "${RUN[@]}" rping -c -a "$IP_B" -p 7475 -V -C 0
+  log_wait "$TMP/tools.server.log" "listening on port" 3
+  start_bg "$TMP/tools.client.log" "${IN_A[@]}" UROCE_TRACE=conn timeout $T "${RUN[@]}" rping -c -a "$IP_B" -p 7475 -V -C 0
   local cpid=$BG
-  sleep 2
+  log_wait "$TMP/tools.client.log" RDMA_CM_EVENT_ESTABLISHED 5
+  sleep 0.5  # mid-transfer
   "${UROCE[@]}" dev --socket "$SOCK_A" >"$TMP/dev.txt" 2>&1
   "${UROCE[@]}" dev --socket "$SOCK_A" --json >"$TMP/dev.json" 2>&1
   "${UROCE[@]}" client --socket "$SOCK_A" --json >"$TMP/client.json" 2>&1
@@ -254,15 +255,16 @@ PY
 }
 
 # kill_client NAME VICTIM_SIDE: rping -C 0 (for ever) across; kill -9 one
-# side after 2 s; the other must exit within 1.5 s.
+# side once connected and mid-transfer; the other must exit within 1.5 s.
 kill_one() {
   local name=$1 victim=$2
-  start_bg "$TMP/$name.server.log" "${IN_B[@]}" timeout $T "${RUN[@]}" rping -s -a "$IP_B" -p 7476 -C 0
+  start_bg "$TMP/$name.server.log" "${IN_B[@]}" UROCE_TRACE=conn timeout $T "${RUN[@]}" rping -s -a "$IP_B" -p 7476 -C 0
   local spid=$BG
-  sleep 1
-  start_bg "$TMP/$name.client.log" "${IN_A[@]}" timeout $T "${RUN[@]}" rping -c -a "$IP_B" -p 7476 -C 0
+  log_wait "$TMP/$name.server.log" "listening on port" 3
+  start_bg "$TMP/$name.client.log" "${IN_A[@]}" UROCE_TRACE=conn timeout $T "${RUN[@]}" rping -c -a "$IP_B" -p 7476 -C 0
   local cpid=$BG
-  sleep 2
+  log_wait "$TMP/$name.client.log" RDMA_CM_EVENT_ESTABLISHED 5
+  sleep 0.5  # mid-transfer
   local dead=$spid survivor=$cpid
   [ "$victim" = client ] && dead=$cpid survivor=$spid
   # The program itself, not timeout or the wrapper: the drop-in's process.
@@ -299,12 +301,13 @@ case_kill_client() {
 
 case_hostile() {
   # A legitimate transfer, then the hostile client beside it, as nobody.
-  start_bg "$TMP/hostile-victim.server.log" "${IN_B[@]}" timeout $T "${RUN[@]}" rping -s -a "$IP_B" -p 7478 -V -C 400
+  start_bg "$TMP/hostile-victim.server.log" "${IN_B[@]}" UROCE_TRACE=conn timeout $T "${RUN[@]}" rping -s -a "$IP_B" -p 7478 -V -C 400
   local spid=$BG
-  sleep 1
-  start_bg "$TMP/hostile-victim.client.log" "${IN_A[@]}" timeout $T "${RUN[@]}" rping -c -a "$IP_B" -p 7478 -V -C 400 -v
+  log_wait "$TMP/hostile-victim.server.log" "listening on port" 3
+  start_bg "$TMP/hostile-victim.client.log" "${IN_A[@]}" UROCE_TRACE=conn timeout $T "${RUN[@]}" rping -c -a "$IP_B" -p 7478 -V -C 400 -v
   local cpid=$BG
-  sleep 1
+  log_wait "$TMP/hostile-victim.client.log" RDMA_CM_EVENT_ESTABLISHED 5
+  sleep 0.2  # mid-transfer
   local vqpn
   vqpn=$("${UROCE[@]}" qp --socket "$SOCK_A" --json 2>/dev/null |
     python3 -c 'import json,sys; d=json.load(sys.stdin); print(next(q["qpn"] for c in d["clients"] for q in c["qps"] if q["type"]=="RC"))' 2>/dev/null)
@@ -343,12 +346,13 @@ case_restart() {
   fi
   daemon_up a "$NS_A" "$DEVARGS_A" "$SOCK_A" "$TMP/uroced-a2.log" || { fail "uroced did not start again"; return; }
   # A transfer when the daemon is killed outright: the program ends.
-  start_bg "$TMP/kill9d.server.log" "${IN_B[@]}" timeout $T "${RUN[@]}" rping -s -a "$IP_B" -p 7479 -C 0
+  start_bg "$TMP/kill9d.server.log" "${IN_B[@]}" UROCE_TRACE=conn timeout $T "${RUN[@]}" rping -s -a "$IP_B" -p 7479 -C 0
   local spid=$BG
-  sleep 1
-  start_bg "$TMP/kill9d.client.log" "${IN_A[@]}" timeout $T "${RUN[@]}" rping -c -a "$IP_B" -p 7479 -C 0
+  log_wait "$TMP/kill9d.server.log" "listening on port" 3
+  start_bg "$TMP/kill9d.client.log" "${IN_A[@]}" UROCE_TRACE=conn timeout $T "${RUN[@]}" rping -c -a "$IP_B" -p 7479 -C 0
   local cpid=$BG
-  sleep 2
+  log_wait "$TMP/kill9d.client.log" RDMA_CM_EVENT_ESTABLISHED 5
+  sleep 0.5  # mid-transfer
   daemon_down a KILL
   local gone=0
   for i in $(seq 250); do kill -0 "$cpid" 2>/dev/null || { gone=1; break; }; sleep 0.02; done
