@@ -102,19 +102,6 @@ PROGRAMS=(
   "udpong-too-big|udpong -b @S@|udpong -s @S@ -S 1536 -C 10|rsend: Message too long||after|"
 )
 
-# wait_listen PID LOG: until the server listens.  UROCE_TRACE=conn prints
-# "listening on port" once rdma_listen has taken its port on the devices;
-# servers that never call it (mckey joins a group, udpong binds a UDP
-# socket) get LISTEN_GRACE_S to start their device instead.
-wait_listen() {
-  local i
-  for ((i = 0; i < LISTEN_GRACE_S * 20; i++)); do
-    kill -0 "$1" 2>/dev/null || return
-    grep -q "listening on port" "$2" && return
-    sleep 0.05
-  done
-}
-
 run_one() {  # ENTRY
   local name srv cli want_c want_s stop_s reason
   IFS='|' read -r name srv cli want_c want_s stop_s reason <<<"$1"
@@ -127,7 +114,10 @@ run_one() {  # ENTRY
   $SRV_ENV UROCE_TRACE=conn timeout "$srv_timeout" stdbuf -oL "${RUN[@]}" $srv >"$TMP/$name-server.log" 2>&1 &
   local spid=$!
   PIDS+=("$spid")
-  wait_listen "$spid" "$TMP/$name-server.log"
+  # Until the server listens (log_wait, daemon_lib.sh); servers that never
+  # call rdma_listen (mckey joins a group, udpong binds a UDP socket) get
+  # LISTEN_GRACE_S to start their device instead.
+  log_wait "$TMP/$name-server.log" "listening on port" $LISTEN_GRACE_S "$spid"
   $CLI_ENV timeout $RUN_TIMEOUT_S stdbuf -oL "${RUN[@]}" $cli >"$TMP/$name-client.log" 2>&1
   local crc=$?
   [ "$stop_s" = after ] && kill -TERM "$spid" 2>/dev/null  # timeout passes it on to the server

@@ -37,14 +37,16 @@ daemon_up() {
   return 1
 }
 
-# log_wait LOG PATTERN SECONDS: until LOG shows PATTERN, at most SECONDS.
-# Programs started with UROCE_TRACE=conn print "listening on port" once a
-# server's rdma_listen has its port, and RDMA_CM_EVENT_ESTABLISHED once a
+# log_wait LOG PATTERN SECONDS [PID]: until LOG shows PATTERN, at most
+# SECONDS, or until process PID (the log's writer) is gone.  Programs
+# started with UROCE_TRACE=conn print "listening on port" once a server's
+# rdma_listen has its port, and RDMA_CM_EVENT_ESTABLISHED once a
 # connection is up.
 log_wait() {
   local i
   for ((i = 0; i < $3 * 20; i++)); do
     grep -q -- "$2" "$1" 2>/dev/null && return 0
+    [ -n "${4:-}" ] && ! kill -0 "$4" 2>/dev/null && return 1
     sleep 0.05
   done
   return 1

@@ -114,7 +114,7 @@ rping_pair() {
   local -n spre=$2 cpre=$3
   start_bg "$TMP/$name.server.log" "${spre[@]}" UROCE_TRACE=conn timeout $T "${RUN[@]}" rping -s -a "$4" -p "$6" -V -C "$count"
   local spid=$BG
-  log_wait "$TMP/$name.server.log" "listening on port" 3
+  log_wait "$TMP/$name.server.log" "listening on port" 3 "$spid"
   "${cpre[@]}" timeout $T "${RUN[@]}" rping -c -a "$5" -p "$6" -V -C "$count" -v >"$TMP/$name.client.log" 2>&1
   local crc=$?
   wait "$spid"
@@ -135,7 +135,7 @@ perftest_pair() {
   shift 5
   start_bg "$TMP/$name.server.log" "${spre[@]}" UROCE_TRACE=conn timeout $T "${RUN[@]}" "$@" -R -p "$port"
   local spid=$BG
-  log_wait "$TMP/$name.server.log" "listening on port" 3
+  log_wait "$TMP/$name.server.log" "listening on port" 3 "$spid"
   "${cpre[@]}" timeout $T "${RUN[@]}" "$@" -R -p "$port" "$addr" >"$TMP/$name.client.log" 2>&1
   local crc=$?
   wait "$spid"
@@ -212,10 +212,10 @@ case_non_root() {
 case_tools() {
   start_bg "$TMP/tools.server.log" "${IN_B[@]}" UROCE_TRACE=conn timeout $T "${RUN[@]}" rping -s -a "$IP_B" -p 7475 -V -C 0
   local spid=$BG
-  log_wait "$TMP/tools.server.log" "listening on port" 3
+  log_wait "$TMP/tools.server.log" "listening on port" 3 "$spid"
   start_bg "$TMP/tools.client.log" "${IN_A[@]}" UROCE_TRACE=conn timeout $T "${RUN[@]}" rping -c -a "$IP_B" -p 7475 -V -C 0
   local cpid=$BG
-  log_wait "$TMP/tools.client.log" RDMA_CM_EVENT_ESTABLISHED 5
+  log_wait "$TMP/tools.client.log" RDMA_CM_EVENT_ESTABLISHED 5 "$cpid"
   sleep 0.5  # mid-transfer
   "${UROCE[@]}" dev --socket "$SOCK_A" >"$TMP/dev.txt" 2>&1
   "${UROCE[@]}" dev --socket "$SOCK_A" --json >"$TMP/dev.json" 2>&1
@@ -260,10 +260,10 @@ kill_one() {
   local name=$1 victim=$2
   start_bg "$TMP/$name.server.log" "${IN_B[@]}" UROCE_TRACE=conn timeout $T "${RUN[@]}" rping -s -a "$IP_B" -p 7476 -C 0
   local spid=$BG
-  log_wait "$TMP/$name.server.log" "listening on port" 3
+  log_wait "$TMP/$name.server.log" "listening on port" 3 "$spid"
   start_bg "$TMP/$name.client.log" "${IN_A[@]}" UROCE_TRACE=conn timeout $T "${RUN[@]}" rping -c -a "$IP_B" -p 7476 -C 0
   local cpid=$BG
-  log_wait "$TMP/$name.client.log" RDMA_CM_EVENT_ESTABLISHED 5
+  log_wait "$TMP/$name.client.log" RDMA_CM_EVENT_ESTABLISHED 5 "$cpid"
   sleep 0.5  # mid-transfer
   local dead=$spid survivor=$cpid
   [ "$victim" = client ] && dead=$cpid survivor=$spid
@@ -303,10 +303,10 @@ case_hostile() {
   # A legitimate transfer, then the hostile client beside it, as nobody.
   start_bg "$TMP/hostile-victim.server.log" "${IN_B[@]}" UROCE_TRACE=conn timeout $T "${RUN[@]}" rping -s -a "$IP_B" -p 7478 -V -C 400
   local spid=$BG
-  log_wait "$TMP/hostile-victim.server.log" "listening on port" 3
+  log_wait "$TMP/hostile-victim.server.log" "listening on port" 3 "$spid"
   start_bg "$TMP/hostile-victim.client.log" "${IN_A[@]}" UROCE_TRACE=conn timeout $T "${RUN[@]}" rping -c -a "$IP_B" -p 7478 -V -C 400 -v
   local cpid=$BG
-  log_wait "$TMP/hostile-victim.client.log" RDMA_CM_EVENT_ESTABLISHED 5
+  log_wait "$TMP/hostile-victim.client.log" RDMA_CM_EVENT_ESTABLISHED 5 "$cpid"
   sleep 0.2  # mid-transfer
   local vqpn
   vqpn=$("${UROCE[@]}" qp --socket "$SOCK_A" --json 2>/dev/null |
@@ -348,10 +348,10 @@ case_restart() {
   # A transfer when the daemon is killed outright: the program ends.
   start_bg "$TMP/kill9d.server.log" "${IN_B[@]}" UROCE_TRACE=conn timeout $T "${RUN[@]}" rping -s -a "$IP_B" -p 7479 -C 0
   local spid=$BG
-  log_wait "$TMP/kill9d.server.log" "listening on port" 3
+  log_wait "$TMP/kill9d.server.log" "listening on port" 3 "$spid"
   start_bg "$TMP/kill9d.client.log" "${IN_A[@]}" UROCE_TRACE=conn timeout $T "${RUN[@]}" rping -c -a "$IP_B" -p 7479 -C 0
   local cpid=$BG
-  log_wait "$TMP/kill9d.client.log" RDMA_CM_EVENT_ESTABLISHED 5
+  log_wait "$TMP/kill9d.client.log" RDMA_CM_EVENT_ESTABLISHED 5 "$cpid"
   sleep 0.5  # mid-transfer
   daemon_down a KILL
   local gone=0

@@ -346,9 +346,10 @@ Step retry(Ctx& x) {
 void after(transport::Engine& engine, Qp& qp, Psn before_psn) {
   CompState& c = qp.comp;
   ReqState& r = qp.req;
-  const bool progress = distance(c.psn, before_psn) > 0;
+  const int32_t acked = distance(c.psn, before_psn);  // PSNs this packet acknowledged
+  const bool progress = acked > 0;
   if (progress) {
-    requester_grow_window(qp, static_cast<uint32_t>(distance(c.psn, before_psn)));
+    requester_grow_window(qp, static_cast<uint32_t>(acked));
     if (c.psn != c.retry_psn) c.retry_started = false;  // past where the go-back-N began
     c.retry_left = qp.attrs().retry_cnt;
     if (!c.rnr_wait) c.rnr_left = qp.attrs().rnr_retry;
