@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cerrno>
 #include <cstdint>
@@ -20,6 +21,7 @@
 #include <memory>
 #include <mutex>
 #include <new>
+#include <unordered_map>
 #include <vector>
 
 extern "C" bool uroce_exiting() noexcept;  // libibverbs.so.1 (UROCE_PRIVATE_1)
@@ -68,6 +70,17 @@ constexpr uint32_t kMaxQueue = 384;   // slots per queue at most (librdmacm's de
 constexpr uint64_t kRecvBit = uint64_t{1} << 63;
 constexpr int kResolveMs = 2000;
 constexpr auto kPollBeforeSleep = std::chrono::microseconds(10);
+// What a socket keeps of its peers, whoever sends to it: at most kMaxPeers
+// (the least recently used one that no call holds goes first), at most
+// kMaxResolving of them having their path resolved at a time, and a peer
+// whose resolution failed is not tried again for kRetryResolve.  Each
+// datagram from a new UDP address makes a peer, and a sender can spoof
+// addresses: without these a flood grew the table without end and made
+// every receive resolve (2 s each for an address nobody answers).
+constexpr size_t kMaxPeers = 1024;
+constexpr uint32_t kMaxResolving = 8;
+constexpr auto kRetryResolve = std::chrono::seconds(1);
+using Clock = std::chrono::steady_clock;
 
 bool same_addr(const sockaddr_storage& a, const sockaddr_storage& b) {
   if (a.ss_family != b.ss_family) return false;
@@ -162,7 +175,40 @@ struct Dest {
   Qp* qp = nullptr;      // ours that talks to it
   ibv_ah* ah = nullptr;  // null: its QP is not known yet (send over UDP)
   uint32_t qpn = 0;
+  rdma_cm_id* resolving = nullptr;  // its path on the way (learn_peer); context: this Dest
+  uint32_t resolving_qpn = 0;       // its QP, for when the path is there
+  Clock::time_point retry_at{};     // a resolution failed: the next not before
+  uint64_t used = 0;                // the socket's tick when last used (eviction)
+  uint32_t pins = 0;                // calls that hold it across a wait (never evicted)
 };
+
+// A UDP address as a key: family, port, address (IPv4: the first 4 bytes).
+struct AddrKey {
+  std::array<uint8_t, 20> b{};
+  bool operator==(const AddrKey&) const = default;
+};
+struct AddrKeyHash {
+  size_t operator()(const AddrKey& k) const noexcept {
+    uint64_t h = 1469598103934665603ull;  // FNV-1a
+    for (const uint8_t c : k.b) h = (h ^ c) * 1099511628211ull;
+    return static_cast<size_t>(h);
+  }
+};
+
+AddrKey key_of(const sockaddr_storage& a) {
+  AddrKey k;
+  k.b[0] = static_cast<uint8_t>(a.ss_family);
+  if (a.ss_family == AF_INET) {
+    const auto& x = reinterpret_cast<const sockaddr_in&>(a);
+    std::memcpy(&k.b[2], &x.sin_port, 2);
+    std::memcpy(&k.b[4], &x.sin_addr, 4);
+  } else {
+    const auto& x = reinterpret_cast<const sockaddr_in6&>(a);
+    std::memcpy(&k.b[2], &x.sin6_port, 2);
+    std::memcpy(&k.b[4], &x.sin6_addr, 16);
+  }
+  return k;
+}
 
 // A datagram received: in a UD receive slot, or taken over UDP.
 struct Received {
@@ -182,8 +228,11 @@ struct Socket {
   int fd_flags = 0;
   uint32_t sbuf_size = kDefMem, rbuf_size = kDefMem;
   std::vector<std::unique_ptr<Qp>> qps;
-  std::vector<std::unique_ptr<Dest>> dests;
-  Dest* conn = nullptr;  // rconnect's peer
+  std::unordered_map<AddrKey, std::unique_ptr<Dest>, AddrKeyHash> dests;  // at most kMaxPeers
+  Dest* conn = nullptr;  // rconnect's peer (never evicted)
+  rdma_event_channel* cm = nullptr;  // the peers' resolutions (non-blocking), made at the first
+  uint32_t resolving = 0;            // peers with an id in `cm`
+  uint64_t tick = 0;                 // Dest::used
   std::deque<Received> rx;
   uint32_t rq = 0, sq = 0;  // slots per QP, fixed with the first QP
   std::mutex mu;
@@ -316,13 +365,32 @@ int src_addr_for(Socket& s, const sockaddr_storage& to, sockaddr_storage* src) {
 }
 
 Dest* find_dest(Socket& s, const sockaddr_storage& to) {
-  for (auto& d : s.dests)
-    if (same_addr(d->addr, to)) return d.get();
-  return nullptr;
+  auto it = s.dests.find(key_of(to));
+  if (it == s.dests.end()) return nullptr;
+  it->second->used = ++s.tick;
+  return it->second.get();
+}
+
+// Room for one more peer: the least recently used one that nothing holds
+// (not the connected peer, not one a call waits with, not one resolving)
+// goes, its AH with it (a UD send already posted has its path copied).
+// False when every peer is held.
+bool evict_one(Socket& s) {
+  auto victim = s.dests.end();
+  for (auto it = s.dests.begin(); it != s.dests.end(); ++it) {
+    const Dest& d = *it->second;
+    if (&d == s.conn || d.pins != 0 || d.resolving != nullptr) continue;
+    if (victim == s.dests.end() || d.used < victim->second->used) victim = it;
+  }
+  if (victim == s.dests.end()) return false;
+  if (victim->second->ah != nullptr) ibv_destroy_ah(victim->second->ah);
+  s.dests.erase(victim);
+  return true;
 }
 
 // The peer at `to`, made on first use with the QP of the source address
-// toward it.
+// toward it; null and errno when it cannot be (ENOBUFS: the table is full
+// of peers in use).
 Dest* get_dest(Socket& s, const sockaddr_storage& to) {
   if (Dest* d = find_dest(s, to)) return d;
   sockaddr_storage src{};
@@ -331,48 +399,114 @@ Dest* get_dest(Socket& s, const sockaddr_storage& to) {
   for (auto& x : s.qps)
     if (same_ip(x->src, src)) q = x.get();
   if (q == nullptr && (q = make_qp(s, src)) == nullptr) return nullptr;
+  if (s.dests.size() >= kMaxPeers && !evict_one(s)) return fail(ENOBUFS, static_cast<Dest*>(nullptr));
   auto d = std::make_unique<Dest>();
   d->addr = to;
   d->qp = q;
-  s.dests.push_back(std::move(d));
-  return s.dests.back().get();
+  d->used = ++s.tick;
+  Dest* out = d.get();
+  s.dests.emplace(key_of(to), std::move(d));
+  return out;
 }
 
-// An AH to the peer's address from ours, through rdma_cm's route (the GIDs,
-// hop limit, traffic class), for its QP `qpn`.
-void learn_peer(Dest& d, uint32_t qpn) {
+// Holds a peer across a call that may wait (and so drain the UDP socket,
+// which may evict): released at the end of the scope, under the lock.
+class Pin {
+ public:
+  explicit Pin(Dest* d) : d_(d) { ++d_->pins; }
+  ~Pin() { --d_->pins; }
+  Pin(const Pin&) = delete;
+  Pin& operator=(const Pin&) = delete;
+
+ private:
+  Dest* d_;
+};
+
+// The peer's QP is `qpn`: once its path is known, its UD address.  The path
+// is resolved through rdma_cm (the GIDs, hop limit, traffic class) without
+// waiting: the events arrive on the socket's channel and drain_cm makes the
+// AH.  Until then datagrams to the peer go over UDP.
+void learn_peer(Socket& s, Dest& d, uint32_t qpn) {
+  if (d.ah != nullptr) {  // the path to its address is known: only its QP changed
+    d.qpn = qpn;
+    return;
+  }
+  if (d.resolving != nullptr) {
+    d.resolving_qpn = qpn;
+    return;
+  }
+  // A later datagram tries again.
+  if (Clock::now() < d.retry_at || s.resolving >= kMaxResolving) return;
+  if (s.cm == nullptr) {
+    s.cm = rdma_create_event_channel();
+    if (s.cm == nullptr) return;
+    fcntl(s.cm->fd, F_SETFL, fcntl(s.cm->fd, F_GETFL) | O_NONBLOCK);
+    epoll_event ev{};
+    ev.events = EPOLLIN;
+    ev.data.ptr = &s;  // read_events: not a CQ channel
+    (void)epoll_ctl(s.epfd, EPOLL_CTL_ADD, s.cm->fd, &ev);
+  }
   rdma_cm_id* id = nullptr;
-  if (rdma_create_id(nullptr, &id, nullptr, RDMA_PS_UDP) != 0) return;
+  if (rdma_create_id(s.cm, &id, &d, RDMA_PS_UDP) != 0) return;
   sockaddr_storage src = d.qp->src;
   reinterpret_cast<sockaddr_in&>(src).sin_port = 0;
   sockaddr_storage dst = d.addr;
-  ibv_ah* ah = nullptr;
-  if (rdma_resolve_addr(id, reinterpret_cast<sockaddr*>(&src), reinterpret_cast<sockaddr*>(&dst), kResolveMs) == 0 &&
-      rdma_resolve_route(id, kResolveMs) == 0 && id->verbs == d.qp->id->verbs) {
-    const ibv_sa_path_rec& p = id->route.path_rec[0];
-    ibv_ah_attr a{};
-    a.is_global = 1;  // RoCE: always a GRH
-    a.grh.dgid = p.dgid;
-    a.grh.flow_label = ntohl(p.flow_label);
-    a.grh.hop_limit = p.hop_limit;
-    a.grh.traffic_class = p.traffic_class;
-    a.port_num = 1;
-    ibv_port_attr pa{};
-    const int n = ibv_query_port(id->verbs, 1, &pa) == 0 ? pa.gid_tbl_len : 0;
-    for (int i = 0; i < n; ++i) {
-      ibv_gid g{};
-      if (ibv_query_gid(id->verbs, 1, i, &g) == 0 && std::memcmp(g.raw, p.sgid.raw, 16) == 0) {
-        a.grh.sgid_index = static_cast<uint8_t>(i);
-        break;
-      }
-    }
-    ah = ibv_create_ah(d.qp->id->pd, &a);
+  if (rdma_resolve_addr(id, reinterpret_cast<sockaddr*>(&src), reinterpret_cast<sockaddr*>(&dst), kResolveMs) != 0) {
+    rdma_destroy_id(id);
+    d.retry_at = Clock::now() + kRetryResolve;
+    return;
   }
-  rdma_destroy_id(id);
-  if (ah == nullptr) return;  // the next datagram tries again
-  if (d.ah != nullptr) ibv_destroy_ah(d.ah);
-  d.ah = ah;
-  d.qpn = qpn;
+  d.resolving = id;
+  d.resolving_qpn = qpn;
+  ++s.resolving;
+}
+
+// The AH for a resolved route, from the QP's PD.
+ibv_ah* make_ah(const Dest& d, rdma_cm_id* id) {
+  if (id->verbs != d.qp->id->verbs) return nullptr;
+  const ibv_sa_path_rec& p = id->route.path_rec[0];
+  ibv_ah_attr a{};
+  a.is_global = 1;  // RoCE: always a GRH
+  a.grh.dgid = p.dgid;
+  a.grh.flow_label = ntohl(p.flow_label);
+  a.grh.hop_limit = p.hop_limit;
+  a.grh.traffic_class = p.traffic_class;
+  a.port_num = 1;
+  ibv_port_attr pa{};
+  const int n = ibv_query_port(id->verbs, 1, &pa) == 0 ? pa.gid_tbl_len : 0;
+  for (int i = 0; i < n; ++i) {
+    ibv_gid g{};
+    if (ibv_query_gid(id->verbs, 1, i, &g) == 0 && std::memcmp(g.raw, p.sgid.raw, 16) == 0) {
+      a.grh.sgid_index = static_cast<uint8_t>(i);
+      break;
+    }
+  }
+  return ibv_create_ah(d.qp->id->pd, &a);
+}
+
+// The resolutions that moved: address → route → AH, or a failure (the
+// peer tried again after kRetryResolve).
+void drain_cm(Socket& s) {
+  if (s.cm == nullptr) return;
+  rdma_cm_event* ev = nullptr;
+  while (rdma_get_cm_event(s.cm, &ev) == 0) {
+    rdma_cm_id* id = ev->id;
+    const rdma_cm_event_type type = ev->event;
+    rdma_ack_cm_event(ev);
+    auto* d = static_cast<Dest*>(id->context);
+    if (type == RDMA_CM_EVENT_ADDR_RESOLVED && rdma_resolve_route(id, kResolveMs) == 0) continue;
+    ibv_ah* ah = type == RDMA_CM_EVENT_ROUTE_RESOLVED ? make_ah(*d, id) : nullptr;
+    rdma_destroy_id(id);
+    d->resolving = nullptr;
+    --s.resolving;
+    if (ah == nullptr) {
+      d->retry_at = Clock::now() + kRetryResolve;
+      continue;
+    }
+    if (d->ah != nullptr) ibv_destroy_ah(d->ah);
+    d->ah = ah;
+    d->qpn = d->resolving_qpn;
+  }
 }
 
 // A rendezvous header (and data) over UDP from our QP `q` to `to`.
@@ -422,7 +556,7 @@ void drain_udp(Socket& s) {
     Dest* d = get_dest(s, from);
     if (d == nullptr) continue;
     if (h.op == kOpData) (void)send_udp(s, *d->qp, from, kOpCtrl, nullptr, 0, MSG_DONTWAIT);  // our QPN for theirs
-    if (d->ah == nullptr || d->qpn != qpn) learn_peer(*d, qpn);
+    if (d->ah == nullptr || d->qpn != qpn) learn_peer(s, *d, qpn);
     if (h.op == kOpData && s.rx.size() < s.rq) {
       Received r;
       r.from = from;
@@ -465,6 +599,7 @@ void drain_cqs(Socket& s) {
 
 void progress(Socket& s) {
   drain_udp(s);
+  drain_cm(s);
   drain_cqs(s);
 }
 
@@ -482,7 +617,7 @@ void read_events(Socket& s) {
   epoll_event ev[8];
   const int n = epoll_wait(s.epfd, ev, 8, 0);
   for (int i = 0; i < n; ++i) {
-    if (ev[i].data.ptr == nullptr) continue;  // the UDP socket
+    if (ev[i].data.ptr == nullptr || ev[i].data.ptr == &s) continue;  // the UDP socket, the rdma_cm channel
     auto* q = static_cast<Qp*>(ev[i].data.ptr);
     ibv_cq* cq = nullptr;
     void* ctx = nullptr;
@@ -604,9 +739,13 @@ ssize_t sendmsg(Socket* s, const iovec* iov, int iovcnt, int flags, const sockad
     if (d == nullptr) return -1;
   }
   if (d == nullptr) return fail(EDESTADDRREQ, ssize_t{-1});
+  const Pin pin(d);  // drain_udp below may make room for new peers
   const size_t len = iov_len(iov, iovcnt);
   if (len + d->qp->hdr.length > d->qp->max_payload) return fail(EMSGSIZE, ssize_t{-1});
-  if (d->ah == nullptr) drain_udp(*s);  // the peer's answer may be waiting: its QP, then UD
+  if (d->ah == nullptr) {  // the peer's answer (its QP) or its path may be waiting: then UD
+    drain_udp(*s);
+    drain_cm(*s);
+  }
   if (d->ah == nullptr) return send_udp(*s, *d->qp, d->addr, kOpData, iov, iovcnt, flags);
   if (const int rc = wait_for(*s, lock, nonblocking(*s, flags), [&] { return can_send(d); }); rc != 0)
     return fail(rc, ssize_t{-1});
@@ -664,8 +803,11 @@ int close(Socket* s) noexcept {
   }
   {
     std::lock_guard lock(s->mu);
-    for (auto& d : s->dests)
+    for (auto& [key, d] : s->dests) {
+      if (d->resolving != nullptr) rdma_destroy_id(d->resolving);  // its events go with it
       if (d->ah != nullptr) ibv_destroy_ah(d->ah);
+    }
+    if (s->cm != nullptr) rdma_destroy_event_channel(s->cm);
     for (auto& q : s->qps) free_qp(q.get());
     ::close(s->epfd);
     ::close(s->fd);

@@ -25,9 +25,16 @@
 // exceeds its limit.  Received datagrams beyond the receive queue's depth
 // are dropped, as UDP drops them.  The rendezvous needs the kernel to own
 // the address (af_packet and af_xdp ports, uroced's on such ports).
+// Peers (by UDP address) are learnt from whoever sends, so what a socket
+// keeps of them is bounded: at most 1,024 (the least recently used goes,
+// unless a call holds it or it is the connected one), their paths resolved
+// through rdma_cm without blocking the caller (events on a channel of the
+// socket; datagrams go over UDP meanwhile), at most 8 at a time, a failed
+// one not retried for a second.  librdmacm resolves in a service thread
+// and keeps every peer.
 // Threads: one mutex per socket; a blocking call releases it while it
-// sleeps on the socket's epoll fd (the UDP socket and every QP's CQ
-// channel).
+// sleeps on the socket's epoll fd (the UDP socket, every QP's CQ channel
+// and the rdma_cm channel).
 #pragma once
 
 #include <poll.h>

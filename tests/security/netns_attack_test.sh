@@ -17,6 +17,12 @@
 #                  the transfer verifies
 #   mad-flood      20,000 CM MADs from as many spoofed addresses: S lives,
 #                  keeps at most 1,024 address handles, and still connects
+#   rsocket-flood  20,000 datagram-rsocket rendezvous datagrams to a
+#                  `udpong` server, half from spoofed addresses nobody
+#                  answers ARP for, each from a new port: the server lives,
+#                  its memory stays bounded, and a client's udpong run then
+#                  completes within 30 s (each spoofed peer cost the server
+#                  a 2 s address resolution in its receive call before)
 #   peer-term      the rping client is stopped by SIGTERM mid-transfer: the
 #                  server hears DISCONNECTED and ends
 #   peer-vanish    the receiving side of ib_write_bw is killed (SIGKILL)
@@ -35,7 +41,7 @@ shift 4
 
 skip() { echo "SKIP: $*"; exit $EXIT_SKIP; }
 [ "$(id -u)" -eq 0 ] || skip "needs root (network namespaces, DPDK ports)"
-for p in rping ib_write_bw ip timeout stdbuf; do
+for p in rping udpong ib_write_bw ip ss timeout stdbuf; do
   command -v $p >/dev/null || skip "needs $p (scripts/setup installs rdmacm-utils, perftest, iproute2)"
 done
 
@@ -250,6 +256,52 @@ case_mad_flood() {
   fi
 }
 
+# UDP datagrams the kernel of namespace NS delivered to a socket so far.
+udp_in() {  # NS
+  ip netns exec "$1" awk '/^Udp:/ && $2 ~ /^[0-9]+$/ {print $2}' /proc/net/snmp
+}
+
+case_rsocket_flood() {
+  "${S_ENV[@]}" stdbuf -oL "${RUN[@]}" udpong -b $IP_S >"$TMP/rsflood-s.log" 2>&1 &
+  SPID=$!
+  PIDS+=("$SPID")
+  local i
+  for ((i = 0; i < 100; i++)); do  # udpong binds its UDP socket, then waits
+    ip netns exec "$NS_S" ss -Huln "sport = :7174" | grep -q . && break
+    sleep 0.1
+  done
+  # A first client run opens the server's device (its pools are most of
+  # its memory), so that what the flood adds shows.
+  timeout 30 "${C_ENV[@]}" "${RUN[@]}" udpong -s $IP_S -S 64 -C 100 >"$TMP/rsflood-c0.log" 2>&1
+  local spid rss0 rss1
+  spid=$(pid_of "$NS_S" udpong)
+  rss0=$(awk '/VmRSS/ {print $2}' /proc/"$spid"/status)
+  local in0 in1
+  in0=$(udp_in "$NS_S")
+  "${X[@]}" rsocket-flood $IP_S "$MAC_S" 7174 20000
+  sleep 2  # the server works through what reached its socket
+  in1=$(udp_in "$NS_S")
+  local t0=$SECONDS
+  timeout 30 "${C_ENV[@]}" stdbuf -oL "${RUN[@]}" udpong -s $IP_S -S 64 -C 1000 >"$TMP/rsflood-c.log" 2>&1
+  local crc=$? dt=$((SECONDS - t0))
+  rss1=$(awk '/VmRSS/ {print $2}' /proc/"$spid"/status 2>/dev/null)
+  local alive=no
+  kill -0 "$spid" 2>/dev/null && alive=yes
+  kill -KILL "$SPID" 2>/dev/null
+  # A bounded peer table: 1,024 peers and their address handles are well
+  # under 16 MB (20,000 were not).
+  # More than 1,024 peers must have reached it for the bound to be tested.
+  if [ $crc -eq 0 ] && grep -q "^custom" "$TMP/rsflood-c.log" && [ $alive = yes ] && [ -n "$rss1" ] &&
+    [ $((in1 - in0)) -gt 1024 ] &&
+    [ $((rss1 - rss0)) -lt 16384 ]; then
+    pass "rsocket-flood: 20000 rendezvous datagrams (half spoofed), $((in1 - in0)) taken by the server: it lives, RSS ${rss0} -> ${rss1} kB; udpong -C 1000 then ran in ${dt}s"
+  else
+    fail "rsocket-flood: $((in1 - in0)) datagrams taken; client exit $crc (124: not done in 30 s) after ${dt}s, server alive: $alive, RSS ${rss0} -> ${rss1} kB"
+    show "$TMP/rsflood-s.log"
+    show "$TMP/rsflood-c.log"
+  fi
+}
+
 case_peer_term() {
   start_rping term 100000 512
   sleep 3
@@ -291,7 +343,7 @@ case_peer_vanish() {
   fi
 }
 
-CASES=(forged_dreq unknown_dreq spoofed_write mad_flood peer_term peer_vanish)
+CASES=(forged_dreq unknown_dreq spoofed_write mad_flood rsocket_flood peer_term peer_vanish)
 echo "security-netns: work in $TMP"
 for c in "${CASES[@]}"; do
   if [ $# -gt 0 ] && ! printf '%s\n' "$@" | tr - _ | grep -qx -- "$c"; then continue; fi
