@@ -154,12 +154,22 @@ void Engine::end_turn_tx() noexcept {
 // completes its WQE has already placed our data, so no engine thread of
 // the peer has to run for it.  Responses (READ responses, atomic ACKs)
 // never move: they share the peer's request stream with the ACKs.
+// Nor does anything move past them when a request would complete a receive
+// at the peer (a SEND, a WRITE with immediate): the peer's send completion
+// must come before the receive completion of what we posted after it, as
+// on every RNIC, which acknowledges a request before its application can
+// answer.  Programs count on that order: perftest 4.5 waits on one
+// completion channel for its send CQ's event, then its receive CQ's (one
+// event each) and polled the send CQ empty when the receive's came first
+// (ib_send_lat -e: an error status read from an unwritten wc, or a hang).
 bool Engine::requests_before_held_acks() noexcept {
   if (tx_acks_ == 0 || tx_acks_ >= tx_.size() || tx_captured_ != 0) return false;
   for (size_t i = tx_acks_; i < tx_.size(); ++i) {
     const rte_mbuf* m = tx_[i];
     const wire::PktInfo pi = wire::parse({rte_pktmbuf_mtod(m, const uint8_t*), m->data_len});
-    if (pi.cls != wire::FrameClass::RoceV2 || !wire::opcode_info(pi.opcode).request) return false;
+    if (pi.cls != wire::FrameClass::RoceV2) return false;
+    const wire::OpcodeInfo& op = wire::opcode_info(pi.opcode);
+    if (!op.request || op.consumes_rwqe) return false;
   }
   std::rotate(tx_.begin(), tx_.begin() + static_cast<std::ptrdiff_t>(tx_acks_), tx_.end());
   ctr_.add(EngineCtr::tx_acks_behind, tx_acks_);

@@ -227,7 +227,7 @@ TEST_F(EngineWire, AcksWaitForTheNextFrameUpToTheHold) {
   resolve(*a, IpAddr::v4(kIpB));
   ASSERT_TRUE(run_until([&] { return mac_of(*a, IpAddr::v4(kIpB)).has_value(); }));
   auto ack = roce_frame(wire::op::RC_ACK, 0x11, MacAddr{}, kIpB);
-  auto send = roce_frame(wire::op::UD_SEND_ONLY, 0x11, MacAddr{}, kIpB);
+  auto send = roce_frame(wire::op::RC_WRITE_ONLY, 0x11, MacAddr{}, kIpB);
   const uint64_t sent0 = a->counters().get(EngineCtr::tx_frames);
   a->run_sync([&] { EXPECT_TRUE(a->send_to(IpAddr::v4(kIpB), frame(ack.data(), ack.size(), pa->pool()))); });
   for (int i = 0; i < 100; ++i) {
@@ -238,9 +238,9 @@ TEST_F(EngineWire, AcksWaitForTheNextFrameUpToTheHold) {
   EXPECT_EQ(a->counters().get(EngineCtr::tx_frames), sent0);
 
   a->run_sync([&] { EXPECT_TRUE(a->send_to(IpAddr::v4(kIpB), frame(send.data(), send.size(), pa->pool()))); });
-  EXPECT_EQ(a->counters().get(EngineCtr::tx_frames), sent0 + 2) << "the SEND's turn sends both in one burst";
+  EXPECT_EQ(a->counters().get(EngineCtr::tx_frames), sent0 + 2) << "the WRITE's turn sends both in one burst";
   ASSERT_TRUE(run_until([&] { return sink_b.frames.size() == 2; }));
-  EXPECT_EQ(wire::parse(sink_b.frames[0]).opcode, wire::op::UD_SEND_ONLY) << "the request first";
+  EXPECT_EQ(wire::parse(sink_b.frames[0]).opcode, wire::op::RC_WRITE_ONLY) << "the request first";
   EXPECT_EQ(wire::parse(sink_b.frames[1]).opcode, wire::op::RC_ACK) << "the held ACK behind it";
 
   // Nothing follows: the ACK leaves when its hold is over.
@@ -423,6 +423,30 @@ TEST_F(EngineWire, HeldAcksLeaveBehindRequestsNotResponses) {
   ASSERT_TRUE(run_until([&] { return sink_b.frames.size() == 2; }));
   EXPECT_EQ(opcodes(), (V{{wire::op::RC_ACK, 101}, {wire::op::RC_READ_RESPONSE_ONLY, 102}}));
 
+  // Requests that complete a receive at the peer (SEND, WRITE with
+  // immediate, UD SEND) stay behind the ACK: the peer's send completion
+  // comes first, as from an RNIC that acknowledges at once.
+  for (const uint8_t op : {wire::op::RC_SEND_ONLY, wire::op::RC_SEND_ONLY_IMM,
+                           wire::op::RC_WRITE_ONLY_IMM, wire::op::UD_SEND_ONLY}) {
+    sink_b.frames.clear();
+    a->run_sync([&] { EXPECT_TRUE(a->send_to(IpAddr::v4(kIpB), rc_frame(wire::op::RC_ACK, 110))); });
+    a->run_sync([] {});
+    EXPECT_TRUE(sink_b.frames.empty()) << "the ACK is held";
+    a->run_sync([&] { EXPECT_TRUE(a->send_to(IpAddr::v4(kIpB), rc_frame(op, 9))); });
+    ASSERT_TRUE(run_until([&] { return sink_b.frames.size() == 2; }));
+    EXPECT_EQ(opcodes(), (V{{wire::op::RC_ACK, 110}, {op, 9}})) << wire::opcode_info(op).name;
+  }
+  // Nor does a WRITE that travels with one.
+  sink_b.frames.clear();
+  a->run_sync([&] { EXPECT_TRUE(a->send_to(IpAddr::v4(kIpB), rc_frame(wire::op::RC_ACK, 111))); });
+  a->run_sync([&] {
+    EXPECT_TRUE(a->send_to(IpAddr::v4(kIpB), rc_frame(wire::op::RC_WRITE_ONLY, 10)));
+    EXPECT_TRUE(a->send_to(IpAddr::v4(kIpB), rc_frame(wire::op::RC_SEND_ONLY, 11)));
+  });
+  ASSERT_TRUE(run_until([&] { return sink_b.frames.size() == 3; }));
+  EXPECT_EQ(opcodes(), (V{{wire::op::RC_ACK, 111}, {wire::op::RC_WRITE_ONLY, 10}, {wire::op::RC_SEND_ONLY, 11}}));
+  EXPECT_EQ(ctr(EngineCtr::tx_acks_behind), 1u);
+
   // A request and a response together behind an ACK: nothing moves either.
   sink_b.frames.clear();
   a->run_sync([&] { EXPECT_TRUE(a->send_to(IpAddr::v4(kIpB), rc_frame(wire::op::RC_ACK, 103))); });
@@ -453,9 +477,9 @@ TEST_F(EngineWire, HeldAcksLeaveBehindTheWholeTurnOfRequests) {
   const uint64_t sent0 = a->counters().get(EngineCtr::tx_frames);
   // One turn, seven packets of one message: two full batches go mid-turn.
   a->run_sync([&] {
-    EXPECT_TRUE(a->send_to(IpAddr::v4(kIpB), rc_frame(wire::op::RC_SEND_FIRST, 10)));
-    for (uint32_t i = 11; i < 16; ++i) EXPECT_TRUE(a->send_to(IpAddr::v4(kIpB), rc_frame(wire::op::RC_SEND_MIDDLE, i)));
-    EXPECT_TRUE(a->send_to(IpAddr::v4(kIpB), rc_frame(wire::op::RC_SEND_LAST, 16)));
+    EXPECT_TRUE(a->send_to(IpAddr::v4(kIpB), rc_frame(wire::op::RC_WRITE_FIRST, 10)));
+    for (uint32_t i = 11; i < 16; ++i) EXPECT_TRUE(a->send_to(IpAddr::v4(kIpB), rc_frame(wire::op::RC_WRITE_MIDDLE, i)));
+    EXPECT_TRUE(a->send_to(IpAddr::v4(kIpB), rc_frame(wire::op::RC_WRITE_LAST, 16)));
   });
   EXPECT_EQ(a->counters().get(EngineCtr::tx_frames), sent0 + 8) << "all of it left within the turn";
   ASSERT_TRUE(run_until([&] { return sink_b.frames.size() == 8; }));
