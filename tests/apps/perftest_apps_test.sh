@@ -96,6 +96,7 @@ ALL="-a -n $ALL_ITERS"
 CASES=(
   "send-lat|ib_send_lat @X@ $LAT|1|"
   "send-lat-all|ib_send_lat @X@ $ALL|$ALL_ROWS|"
+  "send-lat-event|ib_send_lat @X@ $LAT -e|1|"
   "send-bw|ib_send_bw @X@ $BW|1|"
   "write-lat|ib_write_lat @X@ $LAT|1|"
   "write-lat-all|ib_write_lat @X@ $ALL|$ALL_ROWS|"
