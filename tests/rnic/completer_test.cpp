@@ -127,7 +127,7 @@ TEST_F(Completer, SequenceNakGoesBackNMidMessage) {
 
 // The send window under loss (params kMin/kMaxUnackedPsns): a full window
 // of a long WRITE, a sequence NAK that halves it (the go-back-N resends half
-// as much, its last packet asking for an ACK), an ACK that regrows it by
+// as much, its first and last packets asking for an ACK), an ACK that regrows it by
 // the PSNs it acknowledges, and a second NAK for the same PSN changes
 // nothing (one go-back-N per PSN).
 TEST_F(Completer, SequenceNakHalvesTheSendWindowAndAcksRegrowIt) {
@@ -154,6 +154,8 @@ TEST_F(Completer, SequenceNakHalvesTheSendWindowAndAcksRegrowIt) {
   for (auto& f : p.take()) fs.push_back(f);
   ASSERT_EQ(fs.size(), half) << "a go-back-N after a sequence NAK resends about half the window";
   EXPECT_EQ(fs.front().psn(), Psn(0x1000 + 10));
+  EXPECT_TRUE(fs.front().ack_req()) << "the first packet resent asks for an ACK";
+  EXPECT_FALSE(fs[1].ack_req());
   EXPECT_EQ(fs.back().psn(), Psn(0x1000 + 10 + half - 1));
   EXPECT_TRUE(fs.back().ack_req()) << "the packet that fills the window asks for an ACK";
 
@@ -208,6 +210,7 @@ TEST_F(Completer, AckTimeoutShrinksTheSendWindowToItsMinimum) {
   for (auto& f : p.take()) fs.push_back(f);
   ASSERT_EQ(fs.size(), kMinUnackedPsns);
   EXPECT_EQ(fs.front().psn(), Psn(0x2000));
+  EXPECT_TRUE(fs.front().ack_req()) << "the oldest PSN, resent, asks for an ACK";
   EXPECT_EQ(fs.back().psn(), Psn(0x2000 + kMinUnackedPsns - 1));
   EXPECT_TRUE(fs.back().ack_req());
   EXPECT_EQ(p.ctr(RnicCtr::ack_timeouts), 1u);

@@ -373,11 +373,17 @@ void requester_run(transport::Engine& engine, Qp& qp) noexcept {
     }
     const bool last_pkt = seg == Seg::Only || seg == Seg::Last;
     // The BTH AckReq bit: on the last packet of every RC message, at least
-    // every kMaxPktsPerAckReq packets within a long one, and on the packet
+    // every kMaxPktsPerAckReq packets within a long one, on the packet
     // that fills the send window (a responder may acknowledge only what
-    // asks for it, as rxe does: a smaller window would wait for the timer).
+    // asks for it, as rxe does: a smaller window would wait for the timer),
+    // and on the first packet a go-back-N resends: the oldest PSN, whose
+    // acknowledgement is progress (retry_cnt restored, the window growing
+    // again) even when a later packet of the resent window is lost too;
+    // otherwise only the window's last packet asked, and its loss cost
+    // another ACK timeout and another of retry_cnt however much arrived.
     const bool window_full = rc && distance(r.next_psn + 1, c.psn) >= static_cast<int32_t>(r.window);
-    const bool ack_req = rc && (last_pkt || window_full || r.pkts_since_ackreq + 1 >= kMaxPktsPerAckReq);
+    const bool ack_req =
+        rc && (last_pkt || window_full || r.ackreq_next || r.pkts_since_ackreq + 1 >= kMaxPktsPerAckReq);
     const Emit e = emit(engine, qp, w, seg, off, len, ack_req);
     if (e == Emit::Failed) return;
     if (e == Emit::NoMbuf) {
@@ -385,6 +391,7 @@ void requester_run(transport::Engine& engine, Qp& qp) noexcept {
       break;
     }
     if (rc) r.pkts_since_ackreq = ack_req ? 0 : r.pkts_since_ackreq + 1;
+    r.ackreq_next = false;
     --budget;
     if (ops.multi && !is_ud(qp)) {
       w.sent = off + len;
@@ -413,6 +420,7 @@ void requester_rewind(Qp& qp) noexcept {
   const uint32_t mtu = pmtu(qp);
   r.next_psn = c.psn;
   r.pkts_since_ackreq = 0;
+  r.ackreq_next = true;
   uint32_t idx = c.wqe_idx;
   if (before(idx, qp.sq.head())) idx = qp.sq.head();
   // The WQE that holds comp.psn: the first started one not wholly acknowledged.
@@ -447,6 +455,7 @@ void sender_reset(Qp& qp, transport::Engine& engine) noexcept {
   const uint32_t head = qp.sq.head();
   r.next_psn = psn;
   r.wqe_idx = head;
+  r.ackreq_next = false;
   r.rd_atomic_inflight = 0;
   r.pkts_since_ackreq = 0;
   r.fence_wait = false;

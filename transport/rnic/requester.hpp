@@ -23,6 +23,7 @@ struct ReqState {
   uint32_t wqe_idx = 0;           // SQ index of the WQE being segmented
   uint32_t rd_atomic_inflight = 0;  // READ/atomics sent and not completed (<= max_rd_atomic)
   uint32_t pkts_since_ackreq = 0;   // AckReq at least every kMaxPktsPerAckReq packets
+  bool ackreq_next = false;         // the first packet after a go-back-N asks for an ACK
   bool fence_wait = false;        // a fenced WQE waits for earlier READ/atomics
   Psn psn_hi{};                   // one past the highest PSN ever sent (responses up to it are not ghosts)
   uint32_t wqe_hi = 0;            // one past the highest SQ index ever started (go-back-N resends below it)
