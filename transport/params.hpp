@@ -92,6 +92,14 @@ inline constexpr uint32_t kMaxUnackedPsns = 512;
 // resends everything past a lost packet, so on a lossy Ethernet (no PFC) a
 // full window after every loss sends most packets many times over.
 inline constexpr uint32_t kMinUnackedPsns = 16;
+// What all of a device's reliable requesters keep outstanding together is
+// kMaxUnackedPsns too: each of the n with packets outstanding gets at most
+// kMaxUnackedPsns / n, not below this.  A receiver whose engine thread is
+// descheduled holds what arrives meanwhile in its port's ring (512 frames
+// on af_packet): 64 QPs of full windows overflowed it by 60 times, lost
+// 4-10% of their packets and ended in RETRY_EXC_ERR in about 1 run of 7
+// (ib_write_bw -q 64).
+inline constexpr uint32_t kMinSharePsns = 4;
 // Packets one requester_run sends before it yields to the poll loop.
 inline constexpr uint32_t kReqBudget = 64;
 // AckReq at least every this many packets of a long message (the IBA

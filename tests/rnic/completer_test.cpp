@@ -216,6 +216,77 @@ TEST_F(Completer, AckTimeoutShrinksTheSendWindowToItsMinimum) {
   EXPECT_EQ(p.ctr(RnicCtr::ack_timeouts), 1u);
 }
 
+// The device's reliable requesters share kMaxUnackedPsns: a second QP with
+// packets outstanding halves what each may keep outstanding, the one over
+// its share waits for ACKs, and the whole window is back once the other
+// has nothing outstanding.
+TEST_F(Completer, SendersShareTheOutstandingWindow) {
+  using transport::params::kMaxUnackedPsns;
+  ConnOpts o;
+  o.timeout = 0;  // only the ACKs below move anything
+  make(0x1000, o);
+  Qp* q2 = p.qp(IBV_QPT_RC, p.cq(), p.cq());
+  ASSERT_NE(q2, nullptr);
+  ASSERT_EQ(p.to_rts(q2, 0x800000, 0x333, o), 0);
+  const uint32_t pkts = kMaxUnackedPsns * 2;
+  const size_t len = size_t{pkts} * 1024;
+  Buffer b = p.buffer(2 * len);
+  ibv_sge s1 = b.sge(0, len);
+  post(rdma_wr(IBV_WR_RDMA_WRITE, 1, {&s1, 1}, kRaddr, kRkey));
+  ASSERT_EQ(p.wait_frames(kMaxUnackedPsns).size(), kMaxUnackedPsns) << "alone: the whole window";
+  p.run_for(milliseconds(5));
+  ASSERT_TRUE(p.take().empty());
+
+  // A second sender: each may now have half outstanding.  The first has
+  // twice that and sends nothing; the second sends its half, its last
+  // packet asking for an ACK.
+  ibv_sge s2 = b.sge(len, len);
+  ibv_send_wr w2 = rdma_wr(IBV_WR_RDMA_WRITE, 2, {&s2, 1}, kRaddr, kRkey);
+  ASSERT_EQ(post_send(q2, w2), 0);
+  const uint32_t half = kMaxUnackedPsns / 2;
+  auto fs = p.wait_frames(half);
+  p.run_for(milliseconds(5));
+  for (auto& f : p.take()) fs.push_back(f);
+  ASSERT_EQ(fs.size(), half);
+  EXPECT_EQ(fs.front().psn(), Psn(0x800000));
+  EXPECT_TRUE(fs.back().ack_req());
+
+  // The first QP's oldest 300 PSNs acknowledged: 212 outstanding, so 44
+  // more reach its share.
+  p.inject(p.ack(me(), Psn(0x1000 + 299)));
+  fs = p.wait_frames(half - (kMaxUnackedPsns - 300));
+  p.run_for(milliseconds(5));
+  for (auto& f : p.take()) fs.push_back(f);
+  ASSERT_EQ(fs.size(), half - (kMaxUnackedPsns - 300));
+  EXPECT_EQ(fs.front().psn(), Psn(0x1000 + kMaxUnackedPsns));
+  EXPECT_TRUE(fs.back().ack_req()) << "the packet that fills the share asks for an ACK";
+
+  // The second QP's WRITE wholly acknowledged (it sends the rest first):
+  // the first QP has the whole window again.
+  Psn last2 = Psn(0x800000 + half - 1);
+  for (int round = 0; round < 8 && last2 != Psn(0x800000 + pkts - 1); ++round) {
+    p.inject(p.ack(q2->qpn(), last2));
+    auto more = p.wait_frames(1);
+    ASSERT_FALSE(more.empty());
+    p.run_for(milliseconds(2));
+    for (auto& f : p.take()) more.push_back(f);
+    last2 = more.back().psn();
+  }
+  ASSERT_EQ(last2, Psn(0x800000 + pkts - 1));
+  p.inject(p.ack(q2->qpn(), last2));
+  p.run_for(milliseconds(5));
+  (void)p.take();
+  // Acknowledging what the first QP sent lets it send the rest of its
+  // WRITE at once: more than its former share.
+  p.inject(p.ack(me(), Psn(0x1000 + kMaxUnackedPsns + 43)));
+  const uint32_t rest = pkts - (kMaxUnackedPsns + 44);
+  fs = p.wait_frames(rest);
+  p.run_for(milliseconds(5));
+  for (auto& f : p.take()) fs.push_back(f);
+  ASSERT_GT(rest, half);
+  EXPECT_EQ(fs.size(), rest) << "alone again: the whole window";
+}
+
 TEST_F(Completer, AckTimeoutRetransmitsThenRetryExceeded) {
   ConnOpts o;
   o.timeout = 8;  // 4.096 us * 256 ~ 1 ms

@@ -356,6 +356,7 @@ void after(transport::Engine& engine, Qp& qp, Psn before_psn) {
   }
   // An ACK may cover PSNs beyond where a rewind left the requester.
   if (distance(c.psn, r.next_psn) > 0) requester_rewind(qp);
+  if (distance(r.psn_hi, c.psn) <= 0) requester_idle(qp);  // all acknowledged: its share goes back
   if (distance(r.psn_hi, c.psn) <= 0 || c.rnr_wait) {
     engine.timers().cancel(c.ack_timer);
   } else if (progress) {
@@ -505,6 +506,7 @@ void completer_flush(Qp& qp) noexcept {
   qp.comp.wqe_idx = tail;
   qp.req.rd_atomic_inflight = 0;
   qp.req.fence_wait = false;
+  requester_idle(qp);
   completer_retire(qp);
 }
 

@@ -33,6 +33,7 @@ namespace uroce::rnic {
 using transport::params::ack_timeout_ns;
 using transport::params::kMaxPktsPerAckReq;
 using transport::params::kMaxUnackedPsns;
+using transport::params::kMinSharePsns;
 using transport::params::kMinUnackedPsns;
 using transport::params::kNoBufferRetryNs;
 using transport::params::kReqBudget;
@@ -314,6 +315,14 @@ Emit emit(transport::Engine& engine, Qp& qp, SendWqe& w, Seg seg, uint64_t off, 
 
 // ---- the requester ---------------------------------------------------------------------
 
+// The PSNs this QP may have outstanding now: its own window (shrunk by
+// loss), within an equal share of kMaxUnackedPsns among the device's
+// requesters with packets outstanding (params.hpp, kMinSharePsns).
+uint32_t send_window(const Qp& qp) noexcept {
+  const uint32_t n = std::max<uint32_t>(1, qp.rnic().active_senders());
+  return std::min(qp.req.window, std::max(kMinSharePsns, kMaxUnackedPsns / n));
+}
+
 void requester_run(transport::Engine& engine, Qp& qp) noexcept {
   UROCE_ASSERT_ENGINE(engine);
   const ibv_qp_state st = qp.state();
@@ -352,7 +361,16 @@ void requester_run(transport::Engine& engine, Qp& qp) noexcept {
       kick_soon(engine, qp, kNoBufferRetryNs);
       break;
     }
-    if (rc && distance(r.next_psn, c.psn) >= static_cast<int32_t>(r.window)) break;  // the completer reruns us
+    // Past the window the completer reruns us on the next ACK.  One must
+    // come: the last packet sent asked for it (it filled the window, or
+    // ended a message) unless the window shrank under packets sent since
+    // (another sender took its share, or a budget break came first); then
+    // one packet more goes, asking.
+    bool solicit = false;
+    if (rc && distance(r.next_psn, c.psn) >= static_cast<int32_t>(send_window(qp))) {
+      if (r.pkts_since_ackreq == 0) break;
+      solicit = true;
+    }
 
     // One packet of `w` at r.next_psn.
     const WrOps& ops = wr_ops(w.opcode);
@@ -381,9 +399,13 @@ void requester_run(transport::Engine& engine, Qp& qp) noexcept {
     // again) even when a later packet of the resent window is lost too;
     // otherwise only the window's last packet asked, and its loss cost
     // another ACK timeout and another of retry_cnt however much arrived.
-    const bool window_full = rc && distance(r.next_psn + 1, c.psn) >= static_cast<int32_t>(r.window);
-    const bool ack_req =
-        rc && (last_pkt || window_full || r.ackreq_next || r.pkts_since_ackreq + 1 >= kMaxPktsPerAckReq);
+    if (rc && !r.active) {  // its first packet outstanding: it takes its share from now
+      r.active = true;
+      qp.rnic().sender_active(true);
+    }
+    const bool window_full = rc && distance(r.next_psn + 1, c.psn) >= static_cast<int32_t>(send_window(qp));
+    const bool ack_req = rc && (last_pkt || window_full || solicit || r.ackreq_next ||
+                                r.pkts_since_ackreq + 1 >= kMaxPktsPerAckReq);
     const Emit e = emit(engine, qp, w, seg, off, len, ack_req);
     if (e == Emit::Failed) return;
     if (e == Emit::NoMbuf) {
@@ -448,8 +470,16 @@ void requester_grow_window(Qp& qp, uint32_t acked_psns) noexcept {
   r.window = static_cast<uint32_t>(std::min<uint64_t>(kMaxUnackedPsns, uint64_t{r.window} + acked_psns));
 }
 
+void requester_idle(Qp& qp) noexcept {
+  ReqState& r = qp.req;
+  if (!r.active) return;
+  r.active = false;
+  qp.rnic().sender_active(false);
+}
+
 void sender_reset(Qp& qp, transport::Engine& engine) noexcept {
   ReqState& r = qp.req;
+  requester_idle(qp);
   engine.timers().cancel(r.kick);
   const Psn psn(qp.attrs().sq_psn);
   const uint32_t head = qp.sq.head();

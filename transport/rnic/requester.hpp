@@ -24,6 +24,7 @@ struct ReqState {
   uint32_t rd_atomic_inflight = 0;  // READ/atomics sent and not completed (<= max_rd_atomic)
   uint32_t pkts_since_ackreq = 0;   // AckReq at least every kMaxPktsPerAckReq packets
   bool ackreq_next = false;         // the first packet after a go-back-N asks for an ACK
+  bool active = false;              // counted in Rnic::active_senders (packets outstanding)
   bool fence_wait = false;        // a fenced WQE waits for earlier READ/atomics
   Psn psn_hi{};                   // one past the highest PSN ever sent (responses up to it are not ghosts)
   uint32_t wqe_hi = 0;            // one past the highest SQ index ever started (go-back-N resends below it)
@@ -43,6 +44,9 @@ void requester_rewind(Qp& qp) noexcept;
 enum class LossSignal : uint8_t { SeqNak, AckTimeout };
 void requester_shrink_window(Qp& qp, LossSignal why) noexcept;
 void requester_grow_window(Qp& qp, uint32_t acked_psns) noexcept;
+// [engine] Nothing of the QP is outstanding any more (all acknowledged, or
+// flushed): it leaves the device's count of senders.
+void requester_idle(Qp& qp) noexcept;
 // Reset the send side — requester and completer — at the QP's sq_psn
 // (RESET/INIT, and RTR->RTS), cancelling their timers.
 void sender_reset(Qp& qp, transport::Engine& engine) noexcept;

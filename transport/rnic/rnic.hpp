@@ -138,6 +138,17 @@ class Rnic final : public transport::RoceSink {
     size_t pds = 0, mrs = 0, channels = 0, cqs = 0, srqs = 0, qps = 0, ahs = 0, xrcds = 0;
   };
   Usage usage();
+  // [engine] Reliable requesters (RC, XRC) with packets outstanding; they
+  // share params::kMaxUnackedPsns (requester.cpp, send_window).  Each QP
+  // counts once, while ReqState::active says so.
+  uint32_t active_senders() const noexcept { return active_senders_; }
+  void sender_active(bool on) noexcept {
+    if (on) {
+      ++active_senders_;
+    } else {
+      --active_senders_;
+    }
+  }
   // The GID index holding `addr`, or -1.
   int find_gid(const wire::Ipv6Addr& addr) const noexcept;
   // A QP's / AH's path from ibv_ah_attr (is_global and a valid sgid_index
@@ -345,6 +356,7 @@ class Rnic final : public transport::RoceSink {
   std::vector<std::unique_ptr<Srq>> srqs_;
   std::vector<std::unique_ptr<Qp>> qps_;
   std::vector<std::unique_ptr<Ah>> ahs_;
+  uint32_t active_senders_ = 0;  // [engine] see active_senders()
   std::vector<std::unique_ptr<Xrcd>> xrcds_;
   uint32_t next_xrcd_ = 1;
   ZeroedArray<Mr*> key_table_;                  // index = key >> 8 (kMaxMr)
