@@ -503,8 +503,7 @@ void drain_cm(Socket& s) {
       d->retry_at = Clock::now() + kRetryResolve;
       continue;
     }
-    if (d->ah != nullptr) ibv_destroy_ah(d->ah);
-    d->ah = ah;
+    d->ah = ah;  // none before: learn_peer resolves only a peer without one
     d->qpn = d->resolving_qpn;
   }
 }

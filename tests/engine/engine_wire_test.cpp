@@ -14,6 +14,7 @@
 #include <string>
 #include <random>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "drivers/port.hpp"
@@ -436,26 +437,25 @@ TEST_F(EngineWire, HeldAcksLeaveBehindRequestsNotResponses) {
     ASSERT_TRUE(run_until([&] { return sink_b.frames.size() == 2; }));
     EXPECT_EQ(opcodes(), (V{{wire::op::RC_ACK, 110}, {op, 9}})) << wire::opcode_info(op).name;
   }
+  // A held ACK (PSN `ack`), then one turn of two frames: the three as they left.
+  auto ack_then_two = [&](uint32_t ack, std::pair<uint8_t, uint32_t> x, std::pair<uint8_t, uint32_t> y) {
+    sink_b.frames.clear();
+    a->run_sync([&] { EXPECT_TRUE(a->send_to(IpAddr::v4(kIpB), rc_frame(wire::op::RC_ACK, ack))); });
+    a->run_sync([&] {
+      EXPECT_TRUE(a->send_to(IpAddr::v4(kIpB), rc_frame(x.first, x.second)));
+      EXPECT_TRUE(a->send_to(IpAddr::v4(kIpB), rc_frame(y.first, y.second)));
+    });
+    EXPECT_TRUE(run_until([&] { return sink_b.frames.size() == 3; }));
+    return opcodes();
+  };
   // Nor does a WRITE that travels with one.
-  sink_b.frames.clear();
-  a->run_sync([&] { EXPECT_TRUE(a->send_to(IpAddr::v4(kIpB), rc_frame(wire::op::RC_ACK, 111))); });
-  a->run_sync([&] {
-    EXPECT_TRUE(a->send_to(IpAddr::v4(kIpB), rc_frame(wire::op::RC_WRITE_ONLY, 10)));
-    EXPECT_TRUE(a->send_to(IpAddr::v4(kIpB), rc_frame(wire::op::RC_SEND_ONLY, 11)));
-  });
-  ASSERT_TRUE(run_until([&] { return sink_b.frames.size() == 3; }));
-  EXPECT_EQ(opcodes(), (V{{wire::op::RC_ACK, 111}, {wire::op::RC_WRITE_ONLY, 10}, {wire::op::RC_SEND_ONLY, 11}}));
+  EXPECT_EQ(ack_then_two(111, {wire::op::RC_WRITE_ONLY, 10}, {wire::op::RC_SEND_ONLY, 11}),
+            (V{{wire::op::RC_ACK, 111}, {wire::op::RC_WRITE_ONLY, 10}, {wire::op::RC_SEND_ONLY, 11}}));
   EXPECT_EQ(ctr(EngineCtr::tx_acks_behind), 1u);
 
   // A request and a response together behind an ACK: nothing moves either.
-  sink_b.frames.clear();
-  a->run_sync([&] { EXPECT_TRUE(a->send_to(IpAddr::v4(kIpB), rc_frame(wire::op::RC_ACK, 103))); });
-  a->run_sync([&] {
-    EXPECT_TRUE(a->send_to(IpAddr::v4(kIpB), rc_frame(wire::op::RC_SEND_ONLY, 8)));
-    EXPECT_TRUE(a->send_to(IpAddr::v4(kIpB), rc_frame(wire::op::RC_READ_RESPONSE_ONLY, 104)));
-  });
-  ASSERT_TRUE(run_until([&] { return sink_b.frames.size() == 3; }));
-  EXPECT_EQ(opcodes(), (V{{wire::op::RC_ACK, 103}, {wire::op::RC_SEND_ONLY, 8}, {wire::op::RC_READ_RESPONSE_ONLY, 104}}));
+  EXPECT_EQ(ack_then_two(103, {wire::op::RC_SEND_ONLY, 8}, {wire::op::RC_READ_RESPONSE_ONLY, 104}),
+            (V{{wire::op::RC_ACK, 103}, {wire::op::RC_SEND_ONLY, 8}, {wire::op::RC_READ_RESPONSE_ONLY, 104}}));
   EXPECT_EQ(ctr(EngineCtr::tx_acks_behind), 1u);
 }
 

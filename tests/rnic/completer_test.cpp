@@ -51,6 +51,19 @@ class Completer : public ::testing::Test {
     ibv_sge s = b.sge(off, len);
     post(rdma_wr(IBV_WR_RDMA_READ, wr_id, {&s, 1}, kRaddr + off, kRkey, flags));
   }
+  // QP `qpn` has sent up to *last: acknowledge what was sent, round after
+  // round (at most 8), until `end` is sent; *last is then the newest PSN
+  // sent (the caller checks it is `end`).
+  void ack_rounds(Qpn qpn, Psn* last, Psn end) {
+    for (int round = 0; round < 8 && *last != end; ++round) {
+      p.inject(p.ack(qpn, *last));
+      auto more = p.wait_frames(1);
+      ASSERT_FALSE(more.empty());
+      p.run_for(milliseconds(2));
+      for (auto& f : p.take()) more.push_back(f);
+      *last = more.back().psn();
+    }
+  }
 };
 
 std::vector<uint64_t> ids(const std::vector<ibv_wc>& wcs) {
@@ -176,14 +189,7 @@ TEST_F(Completer, SequenceNakHalvesTheSendWindowAndAcksRegrowIt) {
   // Acknowledging what was sent, each time, sends the rest; the WRITE then
   // completes.
   Psn last = fs.back().psn();
-  for (int round = 0; round < 8 && last != Psn(0x1000 + pkts - 1); ++round) {
-    p.inject(p.ack(me(), last));
-    auto more = p.wait_frames(1);
-    ASSERT_FALSE(more.empty());
-    p.run_for(milliseconds(2));
-    for (auto& f : p.take()) more.push_back(f);
-    last = more.back().psn();
-  }
+  ack_rounds(me(), &last, Psn(0x1000 + pkts - 1));
   ASSERT_EQ(last, Psn(0x1000 + pkts - 1));
   p.inject(p.ack(me(), last));
   auto wcs = p.wait_wcs(scq, 1);
@@ -264,14 +270,7 @@ TEST_F(Completer, SendersShareTheOutstandingWindow) {
   // The second QP's WRITE wholly acknowledged (it sends the rest first):
   // the first QP has the whole window again.
   Psn last2 = Psn(0x800000 + half - 1);
-  for (int round = 0; round < 8 && last2 != Psn(0x800000 + pkts - 1); ++round) {
-    p.inject(p.ack(q2->qpn(), last2));
-    auto more = p.wait_frames(1);
-    ASSERT_FALSE(more.empty());
-    p.run_for(milliseconds(2));
-    for (auto& f : p.take()) more.push_back(f);
-    last2 = more.back().psn();
-  }
+  ack_rounds(q2->qpn(), &last2, Psn(0x800000 + pkts - 1));
   ASSERT_EQ(last2, Psn(0x800000 + pkts - 1));
   p.inject(p.ack(q2->qpn(), last2));
   p.run_for(milliseconds(5));

@@ -356,8 +356,9 @@ void after(transport::Engine& engine, Qp& qp, Psn before_psn) {
   }
   // An ACK may cover PSNs beyond where a rewind left the requester.
   if (distance(c.psn, r.next_psn) > 0) requester_rewind(qp);
-  if (distance(r.psn_hi, c.psn) <= 0) requester_idle(qp);  // all acknowledged: its share goes back
-  if (distance(r.psn_hi, c.psn) <= 0 || c.rnr_wait) {
+  const bool all_acked = distance(r.psn_hi, c.psn) <= 0;
+  if (all_acked) requester_idle(qp);  // its share of the device's window goes back
+  if (all_acked || c.rnr_wait) {
     engine.timers().cancel(c.ack_timer);
   } else if (progress) {
     if (const uint64_t t = ack_timeout_ns(qp.attrs().timeout); t != 0) engine.timers().arm(c.ack_timer, engine.now() + t);

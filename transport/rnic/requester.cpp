@@ -366,8 +366,9 @@ void requester_run(transport::Engine& engine, Qp& qp) noexcept {
     // ended a message) unless the window shrank under packets sent since
     // (another sender took its share, or a budget break came first); then
     // one packet more goes, asking.
+    uint32_t win = rc ? send_window(qp) : 0;
     bool solicit = false;
-    if (rc && distance(r.next_psn, c.psn) >= static_cast<int32_t>(send_window(qp))) {
+    if (rc && distance(r.next_psn, c.psn) >= static_cast<int32_t>(win)) {
       if (r.pkts_since_ackreq == 0) break;
       solicit = true;
     }
@@ -390,6 +391,11 @@ void requester_run(transport::Engine& engine, Qp& qp) noexcept {
       len = static_cast<uint32_t>(w.length);  // UD: the whole message in one packet
     }
     const bool last_pkt = seg == Seg::Only || seg == Seg::Last;
+    if (rc && !r.active) {  // its first packet outstanding: it takes its share from now
+      r.active = true;
+      qp.rnic().sender_active(true);
+      win = send_window(qp);
+    }
     // The BTH AckReq bit: on the last packet of every RC message, at least
     // every kMaxPktsPerAckReq packets within a long one, on the packet
     // that fills the send window (a responder may acknowledge only what
@@ -399,11 +405,7 @@ void requester_run(transport::Engine& engine, Qp& qp) noexcept {
     // again) even when a later packet of the resent window is lost too;
     // otherwise only the window's last packet asked, and its loss cost
     // another ACK timeout and another of retry_cnt however much arrived.
-    if (rc && !r.active) {  // its first packet outstanding: it takes its share from now
-      r.active = true;
-      qp.rnic().sender_active(true);
-    }
-    const bool window_full = rc && distance(r.next_psn + 1, c.psn) >= static_cast<int32_t>(send_window(qp));
+    const bool window_full = rc && distance(r.next_psn + 1, c.psn) >= static_cast<int32_t>(win);
     const bool ack_req = rc && (last_pkt || window_full || solicit || r.ackreq_next ||
                                 r.pkts_since_ackreq + 1 >= kMaxPktsPerAckReq);
     const Emit e = emit(engine, qp, w, seg, off, len, ack_req);
