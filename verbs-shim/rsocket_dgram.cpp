@@ -82,17 +82,35 @@ constexpr uint32_t kMaxResolving = 8;
 constexpr auto kRetryResolve = std::chrono::seconds(1);
 using Clock = std::chrono::steady_clock;
 
-bool same_addr(const sockaddr_storage& a, const sockaddr_storage& b) {
-  if (a.ss_family != b.ss_family) return false;
+// A UDP address as a key: family, port, address (IPv4: the first 4 bytes).
+struct AddrKey {
+  std::array<uint8_t, 20> b{};
+  bool operator==(const AddrKey&) const = default;
+};
+struct AddrKeyHash {
+  size_t operator()(const AddrKey& k) const noexcept {
+    uint64_t h = 1469598103934665603ull;  // FNV-1a
+    for (const uint8_t c : k.b) h = (h ^ c) * 1099511628211ull;
+    return static_cast<size_t>(h);
+  }
+};
+
+AddrKey key_of(const sockaddr_storage& a) {
+  AddrKey k;
+  k.b[0] = static_cast<uint8_t>(a.ss_family);
   if (a.ss_family == AF_INET) {
     const auto& x = reinterpret_cast<const sockaddr_in&>(a);
-    const auto& y = reinterpret_cast<const sockaddr_in&>(b);
-    return x.sin_port == y.sin_port && x.sin_addr.s_addr == y.sin_addr.s_addr;
+    std::memcpy(&k.b[2], &x.sin_port, 2);
+    std::memcpy(&k.b[4], &x.sin_addr, 4);
+  } else {
+    const auto& x = reinterpret_cast<const sockaddr_in6&>(a);
+    std::memcpy(&k.b[2], &x.sin6_port, 2);
+    std::memcpy(&k.b[4], &x.sin6_addr, 16);
   }
-  const auto& x = reinterpret_cast<const sockaddr_in6&>(a);
-  const auto& y = reinterpret_cast<const sockaddr_in6&>(b);
-  return x.sin6_port == y.sin6_port && std::memcmp(&x.sin6_addr, &y.sin6_addr, 16) == 0;
+  return k;
 }
+
+bool same_addr(const sockaddr_storage& a, const sockaddr_storage& b) { return key_of(a) == key_of(b); }
 
 bool same_ip(const sockaddr_storage& a, const sockaddr_storage& b) {
   sockaddr_storage x = a, y = b;
@@ -181,34 +199,6 @@ struct Dest {
   uint64_t used = 0;                // the socket's tick when last used (eviction)
   uint32_t pins = 0;                // calls that hold it across a wait (never evicted)
 };
-
-// A UDP address as a key: family, port, address (IPv4: the first 4 bytes).
-struct AddrKey {
-  std::array<uint8_t, 20> b{};
-  bool operator==(const AddrKey&) const = default;
-};
-struct AddrKeyHash {
-  size_t operator()(const AddrKey& k) const noexcept {
-    uint64_t h = 1469598103934665603ull;  // FNV-1a
-    for (const uint8_t c : k.b) h = (h ^ c) * 1099511628211ull;
-    return static_cast<size_t>(h);
-  }
-};
-
-AddrKey key_of(const sockaddr_storage& a) {
-  AddrKey k;
-  k.b[0] = static_cast<uint8_t>(a.ss_family);
-  if (a.ss_family == AF_INET) {
-    const auto& x = reinterpret_cast<const sockaddr_in&>(a);
-    std::memcpy(&k.b[2], &x.sin_port, 2);
-    std::memcpy(&k.b[4], &x.sin_addr, 4);
-  } else {
-    const auto& x = reinterpret_cast<const sockaddr_in6&>(a);
-    std::memcpy(&k.b[2], &x.sin6_port, 2);
-    std::memcpy(&k.b[4], &x.sin6_addr, 16);
-  }
-  return k;
-}
 
 // A datagram received: in a UD receive slot, or taken over UDP.
 struct Received {
