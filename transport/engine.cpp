@@ -1,6 +1,7 @@
 #include "transport/engine.hpp"
 
 #include <sched.h>
+#include <signal.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
@@ -13,6 +14,7 @@
 #include <cstring>
 #include <ctime>
 
+#include "lib/util/quiet_threads.hpp"
 #include "lib/util/stamps.hpp"
 #include "lib/util/steady_ns.hpp"
 #include "lib/wire/eth.hpp"
@@ -188,6 +190,7 @@ bool Engine::tx_only_acks() noexcept {
 void Engine::start(std::function<void()> on_start, std::function<void()> on_exit) {
   if (running_.exchange(true)) return;
   std::atomic<bool> started{false};
+  const QuietThreads quiet;  // the program's signals are not the engine's
   thread_ = std::thread([this, &started, on_start = std::move(on_start), on_exit = std::move(on_exit)] {
     if (on_start) on_start();
     engine_thread_.store(std::this_thread::get_id());  // before start() returns
@@ -360,6 +363,7 @@ void Engine::idle_backoff(uint64_t idle_ns) noexcept {
 
 void Engine::start_backstop(uint64_t period_ns, std::function<void()> on_start, std::function<void()> on_exit) {
   if (running_.load() || backstop_running_.exchange(true)) return;
+  const QuietThreads quiet;
   backstop_ = std::thread([this, period_ns, on_start = std::move(on_start), on_exit = std::move(on_exit)] {
     if (on_start) on_start();
     uint64_t idle_since = 0;  // while a Sleeper waits: 0 after an iteration that did work
@@ -411,12 +415,24 @@ void Engine::stop() {
   if (thread_.joinable()) thread_.join();
 }
 
+namespace {
+// Engine::polling_here.  Initial-exec: a read from a signal handler must
+// never be a first touch that allocates the thread's TLS block (the shim
+// may be dlopen'ed, where the default model allocates lazily).
+[[gnu::tls_model("initial-exec")]] thread_local volatile sig_atomic_t t_polling = 0;
+}  // namespace
+
+bool Engine::polling_here() noexcept { return t_polling != 0; }
+
 int Engine::poll_if_free(uint64_t* clock) {
   std::unique_lock lock(poll_mutex_, std::try_to_lock);
   if (!lock.owns_lock()) return -1;
   const std::thread::id previous = engine_thread_.load();
   engine_thread_.store(std::this_thread::get_id());
+  const sig_atomic_t was_polling = t_polling;
+  t_polling = 1;
   const unsigned work = poll_once();
+  t_polling = was_polling;
   engine_thread_.store(previous);
   if (clock != nullptr) *clock = now_ns_;  // under the lock: every poller writes it
   return static_cast<int>(work);

@@ -219,6 +219,12 @@ class Engine {
   enum class Assist : uint8_t { Hold, Once };
   bool try_progress(Assist how = Assist::Hold);
   bool on_engine_thread() const noexcept;
+  // Whether the calling thread is inside some engine's loop iteration
+  // right now (an assisting application thread included).  A thread-local
+  // flag read with no lock or allocation: a signal handler may ask (the
+  // termination handler must not hold up a thread that holds an engine,
+  // verbs-shim/device.cpp).  Any thread.
+  static bool polling_here() noexcept;
 
   // ---- from application threads ---------------------------------------------
   // Ask the loop to call fn(engine, ctx) soon (lock-free; false when full).

@@ -17,6 +17,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <ctime>
 #include <mutex>
 #include <new>
 #include <string>
@@ -29,6 +30,7 @@
 #include "drivers/daemon/msg_socket.hpp"
 #include "lib/util/devnode.hpp"
 #include "lib/util/log.hpp"
+#include "lib/util/quiet_threads.hpp"
 #include "transport/device.hpp"
 #include "transport/rnic/rnic.hpp"
 #include "verbs-shim/shim.hpp"
@@ -126,19 +128,51 @@ void linger_at_exit() {
 // that signal.  A second signal meanwhile ends it at once.  A program that
 // handles the signal itself keeps its handler (and usually exits, which
 // runs linger_at_exit).  SIGKILL cannot be caught: uroced handles that.
+//
+// Meanwhile the program must not run on as if nothing had happened: with
+// the default action it would be gone, so it never sees the signal.  A
+// handler that returned would cut short the call the thread was blocked
+// in (poll, epoll_wait, sleep, sem_wait: EINTR whatever SA_RESTART says),
+// and the program would act on that: udpong's server took the EINTR of
+// its poll for an error and exited 255, not by the signal.  So the thread
+// the signal interrupted stays in the handler until the watcher ends the
+// process, at most kTermHold, then ends it itself.  One exception: a
+// thread interrupted inside an engine's loop iteration returns at once
+// (Engine::polling_here), since the engines must run for the linger; it
+// was in our code, not in a call of the program's, so no EINTR reaches
+// the program.  Our own threads never take these signals (QuietThreads).
 constexpr std::array<int, 3> kTermSignals = {SIGINT, SIGTERM, SIGHUP};
+// The watcher's linger (kExitDrepWait at most) and a margin; a watcher
+// that waits on a lock the held thread owns is not waited for longer.
+constexpr time_t kTermHoldSeconds = 1;
 int g_term_pipe[2] = {-1, -1};
 std::atomic<bool> g_terminating{false};
 pid_t g_term_pid = 0;  // the process whose watcher reads the pipe (a forked child has none)
 
+// Ends the process by `sig`, from its handler: the handler has SA_NODEFER,
+// so the signal is delivered inside raise().
+void die_by(int sig) {
+  ::signal(sig, SIG_DFL);
+  ::raise(sig);
+}
+
 void on_term_signal(int sig) {
+  const int saved_errno = errno;
   if (::getpid() != g_term_pid || g_terminating.exchange(true)) {
-    ::signal(sig, SIG_DFL);
-    ::raise(sig);
+    die_by(sig);
     return;
   }
   const auto b = static_cast<uint8_t>(sig);
   [[maybe_unused]] const ssize_t n = ::write(g_term_pipe[1], &b, 1);
+  if (!transport::Engine::polling_here()) {
+    timespec until{};
+    ::clock_gettime(CLOCK_MONOTONIC, &until);
+    until.tv_sec += kTermHoldSeconds;
+    while (::clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &until, nullptr) == EINTR) {
+    }
+    die_by(sig);
+  }
+  errno = saved_errno;
 }
 
 void term_watcher() {
@@ -166,20 +200,16 @@ void take_term_signals() {
     if ((old.sa_flags & SA_SIGINFO) != 0 || old.sa_handler != SIG_DFL) continue;  // the program's own
     struct sigaction sa {};
     sa.sa_handler = on_term_signal;
-    sa.sa_flags = SA_RESTART;
+    sa.sa_flags = SA_RESTART | SA_NODEFER;  // NODEFER: die_by, and a second signal while one is held
     sigemptyset(&sa.sa_mask);
     any |= sigaction(sig, &sa, nullptr) == 0;
   }
   if (!any) return;
   try {
-    // The watcher blocks the termination signals, so that the handler runs
-    // on a program thread (never on the thread it must wake).
-    sigset_t block, old;
-    sigemptyset(&block);
-    for (int sig : kTermSignals) sigaddset(&block, sig);
-    pthread_sigmask(SIG_BLOCK, &block, &old);
+    // The watcher blocks the signals, so that the handler runs on a
+    // program thread (never on the thread it must wake).
+    const QuietThreads quiet;
     std::thread(term_watcher).detach();
-    pthread_sigmask(SIG_SETMASK, &old, nullptr);
   } catch (...) {
     for (int sig : kTermSignals) ::signal(sig, SIG_DFL);  // no watcher: nobody to wake
   }

@@ -14,6 +14,8 @@
 #include <cstring>
 #include <new>
 
+#include "lib/util/quiet_threads.hpp"
+
 namespace uroce::drivers::daemon {
 
 namespace {
@@ -266,6 +268,7 @@ void Link::start_events(Handlers h) {
     report_gone();
     return;
   }
+  const QuietThreads quiet;  // the program's signals are not this thread's
   events_ = std::thread([this] { events_loop(); });
 }
 

@@ -25,6 +25,8 @@
 #include <chrono>
 #include <thread>
 
+#include "lib/util/quiet_threads.hpp"
+
 namespace uroce::drivers::dpdk {
 
 static_assert(kMbufHeadroom == RTE_PKTMBUF_HEADROOM, "kDefaultDataRoom assumes DPDK's headroom");
@@ -174,7 +176,13 @@ Result<EalInfo> start(const EalOptions& o) {
 
   cpu_set_t caller_cpus;
   const bool have_cpus = pthread_getaffinity_np(pthread_self(), sizeof caller_cpus, &caller_cpus) == 0;
-  const int rc = rte_eal_init(static_cast<int>(argv.size() - 1), argv.data());
+  int rc = 0;
+  {
+    // DPDK's threads (interrupts, multi-process, telemetry) are started
+    // here: they inherit a mask that keeps the program's signals off them.
+    const QuietThreads quiet;
+    rc = rte_eal_init(static_cast<int>(argv.size() - 1), argv.data());
+  }
   if (rc < 0) {
     const int err = rte_errno;
     return Error{err, "rte_eal_init failed: " + std::string(rte_strerror(err)) + " (" + joined(info.args) + ")"};
