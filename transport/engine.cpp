@@ -1,7 +1,7 @@
 #include "transport/engine.hpp"
 
+#include <pthread.h>
 #include <sched.h>
-#include <signal.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
@@ -9,6 +9,7 @@
 #include <rte_mbuf.h>
 
 #include <algorithm>
+#include <array>
 #include <cassert>
 #include <chrono>
 #include <cstring>
@@ -27,6 +28,19 @@ namespace {
 
 bool is_group(const wire::MacAddr& m) noexcept { return (m[0] & 0x01) != 0; }
 
+}  // namespace
+
+// Engine::polling_here: which thread runs a turn of which engine, in a
+// fixed table a signal handler can scan (no thread-local: a library
+// loaded by dlopen, as UCX loads libibverbs, gets its thread-locals
+// allocated lazily, by malloc, on a thread's first touch, and an
+// initial-exec one made that dlopen fail).  An engine takes a slot for
+// its life; engines beyond kPollerSlots have none (their pollers are not
+// seen: the termination handler then holds such a thread, at most 1 s).
+namespace {
+constexpr size_t kPollerSlots = 64;
+std::array<std::atomic<bool>, kPollerSlots> g_poller_taken{};
+std::array<std::atomic<pthread_t>, kPollerSlots> g_poller{};  // 0: no turn running
 }  // namespace
 
 Engine::Engine(drivers::Port& port, EngineConfig cfg)
@@ -48,6 +62,13 @@ Engine::Engine(drivers::Port& port, EngineConfig cfg)
                  },
              }),
       doorbells_(cfg_.doorbell_capacity) {
+  for (size_t i = 0; i < kPollerSlots; ++i) {
+    bool free = false;
+    if (g_poller_taken[i].compare_exchange_strong(free, true)) {
+      poller_slot_ = i;
+      break;
+    }
+  }
   tx_.reserve(2 * size_t{cfg_.tx_batch});  // tx_batch kept from a refused flush, then a batch
   loop_.reserve(params::kLoopbackFrames);
   loop_rx_.reserve(params::kLoopbackFrames);
@@ -56,6 +77,7 @@ Engine::Engine(drivers::Port& port, EngineConfig cfg)
 
 Engine::~Engine() {
   stop();
+  if (poller_slot_ < kPollerSlots) g_poller_taken[poller_slot_].store(false);
   for (int fd : {epoll_fd_, wake_fd_})
     if (fd >= 0) ::close(fd);
   engine_thread_.store(std::this_thread::get_id());  // the loop has stopped: it is ours now
@@ -415,24 +437,25 @@ void Engine::stop() {
   if (thread_.joinable()) thread_.join();
 }
 
-namespace {
-// Engine::polling_here.  Initial-exec: a read from a signal handler must
-// never be a first touch that allocates the thread's TLS block (the shim
-// may be dlopen'ed, where the default model allocates lazily).
-[[gnu::tls_model("initial-exec")]] thread_local volatile sig_atomic_t t_polling = 0;
-}  // namespace
-
-bool Engine::polling_here() noexcept { return t_polling != 0; }
+bool Engine::polling_here() noexcept {
+  const pthread_t self = pthread_self();
+  for (const auto& p : g_poller) {
+    const pthread_t t = p.load(std::memory_order_relaxed);
+    if (t != 0 && pthread_equal(t, self)) return true;
+  }
+  return false;
+}
 
 int Engine::poll_if_free(uint64_t* clock) {
   std::unique_lock lock(poll_mutex_, std::try_to_lock);
   if (!lock.owns_lock()) return -1;
   const std::thread::id previous = engine_thread_.load();
   engine_thread_.store(std::this_thread::get_id());
-  const sig_atomic_t was_polling = t_polling;
-  t_polling = 1;
+  std::atomic<pthread_t>* slot = poller_slot_ < kPollerSlots ? &g_poller[poller_slot_] : nullptr;
+  pthread_t was = 0;
+  if (slot != nullptr) was = slot->exchange(pthread_self(), std::memory_order_relaxed);
   const unsigned work = poll_once();
-  t_polling = was_polling;
+  if (slot != nullptr) slot->store(was, std::memory_order_relaxed);
   engine_thread_.store(previous);
   if (clock != nullptr) *clock = now_ns_;  // under the lock: every poller writes it
   return static_cast<int>(work);

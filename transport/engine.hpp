@@ -220,9 +220,9 @@ class Engine {
   bool try_progress(Assist how = Assist::Hold);
   bool on_engine_thread() const noexcept;
   // Whether the calling thread is inside some engine's loop iteration
-  // right now (an assisting application thread included).  A thread-local
-  // flag read with no lock or allocation: a signal handler may ask (the
-  // termination handler must not hold up a thread that holds an engine,
+  // right now (an assisting application thread included).  No lock, no
+  // allocation, no thread-local: a signal handler may ask (the termination
+  // handler must not hold up a thread that holds an engine,
   // verbs-shim/device.cpp).  Any thread.
   static bool polling_here() noexcept;
 
@@ -414,6 +414,7 @@ class Engine {
   std::atomic<bool> running_{false};
   std::thread thread_;
   std::atomic<std::thread::id> engine_thread_{};
+  size_t poller_slot_ = SIZE_MAX;  // polling_here's table (engine.cpp); SIZE_MAX: none
 };
 
 }  // namespace uroce::transport
