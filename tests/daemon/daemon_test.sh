@@ -30,12 +30,16 @@
 #   sysfs        uroce-run --sysfs: the program sees
 #                /sys/class/infiniband/uroce0/device/net/<the veth> (the
 #                daemon's device, and an in-process one), the host does not
+#   term-signal  apps-term-signal's cases through uroced: SIGTERM, SIGINT
+#                and SIGHUP end a client by that signal, never seen by it
+#                (no EINTR from the call it was blocked in); a program's
+#                own handler and signalfd keep theirs
 #   restart      the daemon stops under a client: IBV_EVENT_DEVICE_FATAL,
 #                RDMA_CM_EVENT_DEVICE_REMOVAL and the flush, never a hang
 #                (fatal_watch); a program mid-transfer when the daemon is
 #                killed ends; a new daemon serves the next program
 #
-#   daemon_test.sh BUILD SCRIPTS HOSTILE_CLIENT FATAL_WATCH FORK_PAIR [CASE...]
+#   daemon_test.sh BUILD SCRIPTS HOSTILE_CLIENT FATAL_WATCH FORK_PAIR TERM_SIGNAL [CASE...]
 #
 # Exit 0 pass, 1 fail, 77 skip (not root, programs missing).
 set -u
@@ -43,8 +47,8 @@ set -u
 readonly EXIT_SKIP=77
 readonly T=30  # seconds any one program may run
 [ $# -ge 5 ] || { echo "usage: $0 BUILD SCRIPTS HOSTILE_CLIENT FATAL_WATCH FORK_PAIR [CASE...]" >&2; exit 2; }
-BUILD=$1 SCRIPTS=$2 HOSTILE=$3 FATAL_WATCH=$4 FORK_PAIR=$5
-shift 5
+BUILD=$1 SCRIPTS=$2 HOSTILE=$3 FATAL_WATCH=$4 FORK_PAIR=$5 TERM_SIGNAL=$6
+shift 6
 
 skip() { echo "SKIP: $*"; exit $EXIT_SKIP; }
 [ "$(id -u)" -eq 0 ] || skip "needs root (DPDK ports, network namespaces)"
@@ -428,6 +432,16 @@ case_fork() {
   fi
 }
 
+case_term_signal() {
+  local log=$TMP/term-signal.log
+  if "${IN_A[@]}" timeout $T "${RUN[@]}" "$TERM_SIGNAL" >"$log" 2>&1 && want "$log" '^\[  PASSED  \] [1-9][0-9]* tests'; then
+    pass "term-signal: $(grep -c '^\[       OK' "$log") cases through uroced: clients end by the signal, unseen"
+  else
+    fail "term-signal: through uroced"
+    show "$log"
+  fi
+}
+
 case_sysfs() {
   local iface=${DEVARGS_A##*iface=} iface_b=${DEVARGS_B##*iface=}
   iface=${iface%%,*} iface_b=${iface_b%%,*}
@@ -453,7 +467,7 @@ start_daemons_a() {
   daemon_up a "$NS_A" "$DEVARGS_A" "$SOCK_A" "$TMP/uroced-a-polled.log" || { fail "uroced in $NS_A again"; exit 1; }
 }
 
-CASES=(same_ns pairs non_root tools kill_client hostile polling fork sysfs restart)
+CASES=(same_ns pairs non_root tools kill_client hostile polling fork term_signal sysfs restart)
 echo "daemon: work in $TMP"
 for c in "${CASES[@]}"; do
   if [ $# -gt 0 ] && ! printf '%s\n' "$@" | tr - _ | grep -qx -- "$c"; then continue; fi
