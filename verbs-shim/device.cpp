@@ -136,7 +136,7 @@ void linger_at_exit() {
 // and the program would act on that: udpong's server took the EINTR of
 // its poll for an error and exited 255, not by the signal.  So the thread
 // the signal interrupted stays in the handler until the watcher ends the
-// process, at most kTermHold, then ends it itself.  One exception: a
+// process, at most kTermHoldSeconds, then ends it itself.  One exception: a
 // thread interrupted inside an engine's loop iteration returns at once
 // (Engine::polling_here), since the engines must run for the linger; it
 // was in our code, not in a call of the program's, so no EINTR reaches
