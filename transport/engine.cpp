@@ -451,11 +451,12 @@ int Engine::poll_if_free(uint64_t* clock) {
   if (!lock.owns_lock()) return -1;
   const std::thread::id previous = engine_thread_.load();
   engine_thread_.store(std::this_thread::get_id());
+  // The slot is this engine's and the lock makes us its only writer: plain
+  // stores, no read-modify-write on the path every CQ poll takes.
   std::atomic<pthread_t>* slot = poller_slot_ < kPollerSlots ? &g_poller[poller_slot_] : nullptr;
-  pthread_t was = 0;
-  if (slot != nullptr) was = slot->exchange(pthread_self(), std::memory_order_relaxed);
+  if (slot != nullptr) slot->store(pthread_self(), std::memory_order_relaxed);
   const unsigned work = poll_once();
-  if (slot != nullptr) slot->store(was, std::memory_order_relaxed);
+  if (slot != nullptr) slot->store(0, std::memory_order_relaxed);
   engine_thread_.store(previous);
   if (clock != nullptr) *clock = now_ns_;  // under the lock: every poller writes it
   return static_cast<int>(work);

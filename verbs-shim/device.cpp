@@ -142,9 +142,11 @@ void linger_at_exit() {
 // was in our code, not in a call of the program's, so no EINTR reaches
 // the program.  Our own threads never take these signals (QuietThreads).
 constexpr std::array<int, 3> kTermSignals = {SIGINT, SIGTERM, SIGHUP};
-// The watcher's linger (kExitDrepWait at most) and a margin; a watcher
-// that waits on a lock the held thread owns is not waited for longer.
-constexpr time_t kTermHoldSeconds = 1;
+// Twice the watcher's whole linger (disconnect_and_linger ends by
+// kExitDrepWait), in whole seconds; a watcher that waits on a lock the
+// held thread owns is not waited for longer.
+constexpr time_t kTermHoldSeconds = std::chrono::ceil<std::chrono::seconds>(2 * kExitDrepWait).count();
+static_assert(kTermHoldSeconds >= 1);
 int g_term_pipe[2] = {-1, -1};
 std::atomic<bool> g_terminating{false};
 pid_t g_term_pid = 0;  // the process whose watcher reads the pipe (a forked child has none)
