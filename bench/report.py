@@ -31,9 +31,12 @@ READ_REQUEST_PAYLOAD = 16  # the RETH a READ request carries instead of data
 
 
 def load(path):
-    wire_rtt, wire_rate, uroce, startup, daemon = {}, {}, {}, {}, {}
+    wire_rtt, wire_rate, uroce, startup, daemon, mempoll = {}, {}, {}, {}, {}, {}
     with open(path) as f:
         for row in csv.DictReader(f):
+            if row["kind"] == "mempoll":  # programs that poll memory: program -> metric -> µs
+                mempoll.setdefault(row["program"], {})[row["metric"]] = float(row["value"])
+                continue
             if row["kind"] == "startup":  # uroce-startup: metric -> ms (median), or "" when it failed
                 startup[row["metric"]] = float(row["value"]) if row["value"] != "" else None
                 continue
@@ -51,7 +54,7 @@ def load(path):
                 wire_rate[int(row["size"])] = v
             else:
                 uroce.setdefault((row["program"], int(row["size"])), {})[row["metric"]] = v
-    return wire_rtt, wire_rate, uroce, startup, daemon
+    return wire_rtt, wire_rate, uroce, startup, daemon, mempoll
 
 
 class Wire:
@@ -126,7 +129,7 @@ def main():
     ap.add_argument("--stages", action="append", default=[],
                     help="uroce-stages --json output (repeatable: one per progress mode)")
     a = ap.parse_args()
-    rtt, rate, uroce, startup, daemon = load(a.csv)
+    rtt, rate, uroce, startup, daemon, mempoll = load(a.csv)
     w = Wire(rtt, rate, a.pmtu, a.overhead)
     sizes = sorted({s for (_, s) in uroce})
     L = []
@@ -194,6 +197,25 @@ def main():
                 cells.append(f"{e['p50_ns']:.0f} ({e['p10_ns']:.0f}–{e['p90_ns']:.0f})")
             L.append(f"| {st['stage']} | " + " | ".join(cells) + " |")
         L.append("| post to poll (one way) | " + " | ".join(f"{x['one_way_ns']:.0f}" for x in stages) + " |")
+        L.append("")
+
+    if mempoll:
+        L.append("## Programs that poll memory (issue 16: progress)\n")
+        L.append("The program waits for the peer's WRITE by spinning on memory and never calls the library, "
+                 "so only its engine thread delivers the data, on a core it shares with a spinning thread.  "
+                 "The average and the 99.9th percentile show the stalls the typical figure hides.  64 B; "
+                 "ratios to this run's ib_send_lat 64 B t_typical.\n")
+        L.append("| program | typical µs | average µs | 99.9% µs | average / ib_send_lat |")
+        L.append("|---|---|---|---|---|")
+        sl = uroce.get(("ib_send_lat", 64), {}).get("t_typical_us")
+        for key, name in (("ib_write_lat_rc", "ib_write_lat (RC)"), ("ib_write_lat_uc", "ib_write_lat -c UC"),
+                          ("qperf_rc_rdma_write_poll_lat", "qperf rc_rdma_write_poll_lat (its average)")):
+            m = mempoll.get(key)
+            if m is None:
+                continue
+            avg = m.get("t_avg_us", m.get("avg_us"))
+            L.append(f"| {name} | {fmt(m.get('t_typical_us'))} | {fmt(avg)} | {fmt(m.get('t_999_us'))} | "
+                     f"{fx(ratio(avg, sl))} |")
         L.append("")
 
     if startup:

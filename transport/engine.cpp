@@ -1,6 +1,7 @@
 #include "transport/engine.hpp"
 
 #include <pthread.h>
+#include <poll.h>
 #include <sched.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
@@ -263,10 +264,14 @@ void Engine::after_turn(unsigned work, uint64_t clock, uint64_t& idle_since) noe
     return;
   }
   if (idle_since == 0) idle_since = clock;
+  if (!cfg_.idle_wait || epoll_fd_ < 0) {
+    idle_backoff(clock, clock - idle_since);
+    return;
+  }
   // Polling for a spinning client: the core goes to whoever shares it at
   // once, not after a spin (on a small machine that is the client).
-  if (epoll_fd_ >= 0 && busy_poll()) return;
-  if (epoll_fd_ >= 0 && clock - idle_since >= (cfg_.idle_spin_ns != 0 ? cfg_.idle_spin_ns : params::kIdleWaitSpinNs)) {
+  if (busy_poll()) return;
+  if (clock - idle_since >= (cfg_.idle_spin_ns != 0 ? cfg_.idle_spin_ns : params::kIdleWaitSpinNs)) {
     // While an application thread drives the loop (it polls a CQ), the
     // engine thread stays out of its way: a nap, not a sleep the port's
     // producer would end on every frame (each such wake takes the loop's
@@ -282,13 +287,9 @@ void Engine::after_turn(unsigned work, uint64_t clock, uint64_t& idle_since) noe
     idle_since = 0;  // woken: spin again before the next sleep
     return;
   }
-  if (epoll_fd_ >= 0) {
-    // The spin before a sleep gives way to a thread that shares the core
-    // (a client's engine thread: its own application's).
-    sched_yield();
-    return;
-  }
-  idle_backoff(clock - idle_since);
+  // The spin before a sleep gives way to a thread that shares the core
+  // (a client's engine thread: its own application's).
+  sched_yield();
 }
 
 bool Engine::busy_poll() noexcept {
@@ -372,13 +373,49 @@ void Engine::wake_if_needed() noexcept {
 }
 
 // An idle engine thread gives its core away by degrees (params.hpp):
-// spin, then yield, then nap.
-void Engine::idle_backoff(uint64_t idle_ns) noexcept {
-  constexpr timespec kIdleNap{0, params::kIdleNapNs};
+// spin, then yield, then nap.  A yield only helps while whoever shares the
+// core yields back (an application polling a CQ drives the loop itself
+// and leaves it at once).  One that spins on memory never does (ib_write_lat
+// waits for the peer's WRITE that way): after a yield it keeps the core
+// for its whole scheduler slice, milliseconds, and only this thread can
+// deliver the data it waits for.  So a yield that came back after a slice
+// marks the core shared for a while, and meanwhile the thread naps
+// instead (idle_nap): a sleeper that wakes, its nap over or a frame come,
+// preempts the spinning thread, where a yielder waits the slice out.  The hold doubles while the yields that
+// end it stall again (kCoreSharedHold*), so a core shared for good loses
+// a slice ever more rarely, and one shared for a moment soon yields again.
+void Engine::idle_backoff(uint64_t clock, uint64_t idle_ns) noexcept {
   if (idle_ns < params::kIdleSpinNs) return;
-  if (idle_ns < params::kIdleYieldNs) {
-    sched_yield();
+  if (idle_ns >= params::kIdleYieldNs || static_cast<int64_t>(core_shared_until_ - clock) > 0) {
+    idle_nap();
     return;
+  }
+  sched_yield();
+  const uint64_t after = steady_ns();
+  if (after - clock < params::kYieldStallNs) return;
+  // A stall within kCoreSharedHoldMaxNs of the last hold's end doubles the
+  // hold: quick yields between two stalls say nothing (the spinning
+  // thread was elsewhere for a moment).
+  const bool again = core_shared_hold_ != 0 && after - core_shared_until_ < params::kCoreSharedHoldMaxNs;
+  core_shared_hold_ = again ? std::min(2 * core_shared_hold_, params::kCoreSharedHoldMaxNs) : params::kCoreSharedHoldMinNs;
+  core_shared_until_ = after + core_shared_hold_;
+  ctr_.inc(EngineCtr::yield_stalls);
+}
+
+// kIdleNapNs, which a frame ends early where the port has a wait fd: the
+// thread then takes it at once (a wake-up preempts the thread that
+// shares the core).  Doorbells wait out the nap.
+void Engine::idle_nap() noexcept {
+  constexpr timespec kIdleNap{0, params::kIdleNapNs};
+  if (const int fd = port_.wait_fd(); fd >= 0) {
+    pollfd pfd{fd, POLLIN, 0};
+    if (::ppoll(&pfd, 1, &kIdleNap, nullptr) <= 0) return;
+    if (pfd.revents & POLLIN) {
+      ctr_.inc(EngineCtr::nap_woken);
+      return;
+    }
+    // An error on the socket (its link went away) would end every nap at
+    // once: nap without it.
   }
   nanosleep(&kIdleNap, nullptr);
 }

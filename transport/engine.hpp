@@ -88,6 +88,8 @@ namespace uroce::transport {
   X(idle_sleeps, "times the idle engine thread slept (EngineConfig::idle_wait)")         \
   X(idle_woken, "of those, sleeps a frame, a doorbell or a watched fd ended early")     \
   X(busy_polls, "times the idle engine thread polled on for a spinning client (keep_polling)") \
+  X(nap_woken, "times a frame ended the idle engine thread's nap early (the port's wait fd)") \
+  X(yield_stalls, "times an idle engine thread's sched_yield came back after a scheduler slice (it naps a while instead)") \
   X(drop_loopback_full, "dropped: the loopback queue was full (kLoopbackFrames)")
 
 UROCE_COUNTER_ENUM(EngineCtr, UROCE_ENGINE_COUNTERS)
@@ -363,7 +365,8 @@ class Engine {
   bool send_built(EngineCtr ctr, const std::function<size_t(uint8_t*)>& build);
   void announce();
   unsigned drain_doorbells();
-  static void idle_backoff(uint64_t idle_ns) noexcept;
+  void idle_backoff(uint64_t clock, uint64_t idle_ns) noexcept;
+  void idle_nap() noexcept;  // [loop thread] see engine.cpp
 
   drivers::Port& port_;
   EngineConfig cfg_;
@@ -398,6 +401,12 @@ class Engine {
   uint64_t seen_rung_ = 0;  // [engine]
   IdleHooks idle_hooks_;
   bool polling_ = false;  // [engine thread] keep_polling holds it awake (SCHED_OTHER)
+  // [loop thread: the engine thread, or the backstop] Until when the core
+  // counts as shared with a thread that does not yield back (a yield came
+  // back after a scheduler slice; idle_backoff naps instead of yielding),
+  // and the latest such hold (0: the latest yield came back at once).
+  uint64_t core_shared_until_ = 0;
+  uint64_t core_shared_hold_ = 0;
   std::vector<std::pair<IpAddr, wire::MacAddr>> kernel_learned_;  // learned next iteration
 
   std::mutex poll_mutex_;              // held while polling (inline mode)

@@ -23,6 +23,18 @@ inline constexpr size_t kLoopbackFrames = 2048;
 inline constexpr uint64_t kIdleSpinNs = 20'000;      // 20 us of pure spinning
 inline constexpr uint64_t kIdleYieldNs = 2'000'000;  // then yield until 2 ms idle
 inline constexpr long kIdleNapNs = 50'000;           // then 50 us naps
+// A yield that comes back after this long lost the core for a scheduler
+// slice (EEVDF's base slice is 0.75 ms times 1 + log2 of the CPU count; a
+// thread that yields back returns within microseconds).  The idle engine
+// thread then naps instead of yielding for a hold, kCoreSharedHoldMinNs
+// at first, doubled (up to kCoreSharedHoldMaxNs) each time the yield after
+// a hold stalls again: on a core shared for good, one slice lost per
+// second.  Measured (DESIGN.md "Progress"): ib_write_lat -c UC 64 B between
+// two namespaces (af_packet veth, 2 cores), where each side's thread spins
+// on memory, 2000 us -> 50-117 us typical.
+inline constexpr uint64_t kYieldStallNs = 200'000;
+inline constexpr uint64_t kCoreSharedHoldMinNs = 10'000'000;
+inline constexpr uint64_t kCoreSharedHoldMaxNs = 1'000'000'000;
 // EngineConfig::idle_wait: an idle engine thread spins this long
 // (yielding: a client's engine thread gives way to its own application),
 // then sleeps until a frame, a doorbell or its next timer, at most
