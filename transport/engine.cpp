@@ -381,9 +381,10 @@ void Engine::wake_if_needed() noexcept {
 // deliver the data it waits for.  So a yield that came back after a slice
 // marks the core shared for a while, and meanwhile the thread naps
 // instead (idle_nap): a sleeper that wakes, its nap over or a frame come,
-// preempts the spinning thread, where a yielder waits the slice out.  The hold doubles while the yields that
-// end it stall again (kCoreSharedHold*), so a core shared for good loses
-// a slice ever more rarely, and one shared for a moment soon yields again.
+// preempts the spinning thread, where a yielder waits the slice out.  The
+// hold doubles while the yields that end it stall again (kCoreSharedHold*),
+// so a core shared for good loses a slice ever more rarely, and one shared
+// for a moment soon yields again.
 void Engine::idle_backoff(uint64_t clock, uint64_t idle_ns) noexcept {
   if (idle_ns < params::kIdleSpinNs) return;
   if (idle_ns >= params::kIdleYieldNs || static_cast<int64_t>(core_shared_until_ - clock) > 0) {

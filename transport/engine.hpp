@@ -404,7 +404,7 @@ class Engine {
   // [loop thread: the engine thread, or the backstop] Until when the core
   // counts as shared with a thread that does not yield back (a yield came
   // back after a scheduler slice; idle_backoff naps instead of yielding),
-  // and the latest such hold (0: the latest yield came back at once).
+  // and the latest such hold (0: no yield has stalled yet).
   uint64_t core_shared_until_ = 0;
   uint64_t core_shared_hold_ = 0;
   std::vector<std::pair<IpAddr, wire::MacAddr>> kernel_learned_;  // learned next iteration
