@@ -185,6 +185,7 @@ void Device::attach(std::unique_ptr<DeviceClient> client) {
 }
 
 bool Device::progress(Engine::Assist how) { return engine_->try_progress(how); }
+void Device::post_progress() noexcept { engine_->post_kick(); }
 
 void Device::stop() {
   engine_->stop();  // the thread releases its lcore id as it ends
@@ -548,6 +549,7 @@ Status Devices::make_engine(Device& d, const config::DeviceConfig& dev, const Op
   ec.pcap_path = info.pcap;
   ec.progress = info.progress;
   ec.ack_hold_ns = options.hold_acks ? params::kAckHoldNs : 0;
+  ec.post_batch_gap_ns = params::kPostBatchGapNs;
   ec.idle_wait = options.idle_wait;
   ec.realtime_priority = options.realtime_priority;
   if (dev.kind == config::DeviceKind::kDaemon) {

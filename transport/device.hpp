@@ -187,6 +187,9 @@ class Device {
   // otherwise): inline progress, or an application thread assisting the
   // engine thread (Engine::try_progress).
   bool progress(Engine::Assist how = Engine::Assist::Hold);
+  // After a post's doorbell: its turn now, or with the burst it belongs to
+  // (Engine::post_kick).
+  void post_progress() noexcept;
   // [any thread] The application polled a CQ; `empty`: it found nothing.
   // A client of uroced tells the daemon that it spins, and gives its core
   // away between such polls (drivers/daemon/shm_ring.hpp, busy polling).

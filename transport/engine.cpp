@@ -221,6 +221,9 @@ void Engine::start(std::function<void()> on_start, std::function<void()> on_exit
     uint64_t idle_since = 0;    // 0: the last iteration did work
     uint64_t clock = steady_ns();  // this thread's latest clock sample
     while (running_.load(std::memory_order_relaxed)) {
+      if (!post_batch_.on_call.load(std::memory_order_relaxed)) {
+        post_batch_.on_call.store(true, std::memory_order_relaxed);
+      }
       // Signed: an application thread may have stamped after our sample.
       if (static_cast<int64_t>(clock - assist_ns_.load(std::memory_order_relaxed)) <
           static_cast<int64_t>(params::kAssistHoldNs)) {
@@ -252,6 +255,7 @@ void Engine::start(std::function<void()> on_start, std::function<void()> on_exit
       }
       after_turn(work, clock, idle_since);
     }
+    post_batch_.on_call.store(false, std::memory_order_seq_cst);
     engine_thread_.store(std::thread::id{});
     if (on_exit) on_exit();
   });
@@ -283,6 +287,7 @@ void Engine::after_turn(unsigned work, uint64_t clock, uint64_t& idle_since) noe
       nanosleep(&kNap, nullptr);
       return;
     }
+    if (!leave_call()) return;
     wait_idle();
     idle_since = 0;  // woken: spin again before the next sleep
     return;
@@ -388,7 +393,7 @@ void Engine::wake_if_needed() noexcept {
 void Engine::idle_backoff(uint64_t clock, uint64_t idle_ns) noexcept {
   if (idle_ns < params::kIdleSpinNs) return;
   if (idle_ns >= params::kIdleYieldNs || static_cast<int64_t>(core_shared_until_ - clock) > 0) {
-    idle_nap();
+    if (leave_call()) idle_nap();
     return;
   }
   sched_yield();
@@ -514,6 +519,33 @@ bool Engine::try_progress(Assist how) {
   return true;
 }
 
+void Engine::post_kick() noexcept {
+  if (running_.load(std::memory_order_relaxed)) {
+    const uint64_t now = steady_ns();
+    // The count goes first, the look after: an engine thread leaving the
+    // call between the two sees the count (leave_call) and stays.
+    if (now - post_batch_.end_ns.load(std::memory_order_relaxed) < cfg_.post_batch_gap_ns &&
+        post_batch_.deferred.fetch_add(1, std::memory_order_seq_cst) + 1 < params::kPostBatchMax &&
+        post_batch_.on_call.load(std::memory_order_seq_cst)) {
+      post_batch_.end_ns.store(now, std::memory_order_relaxed);
+      return;
+    }
+  }
+  try_progress(Assist::Once);
+  // From the end of the call: a turn's tx_burst takes longer than the gap.
+  post_batch_.end_ns.store(steady_ns(), std::memory_order_relaxed);
+}
+
+bool Engine::leave_call() noexcept {
+  post_batch_.on_call.store(false, std::memory_order_seq_cst);
+  if (post_batch_.deferred.load(std::memory_order_seq_cst) == 0) {
+    ctr_.inc(EngineCtr::off_call);
+    return true;
+  }
+  post_batch_.on_call.store(true, std::memory_order_relaxed);
+  return false;
+}
+
 bool Engine::ring(Doorbell d) noexcept {
   if (!doorbells_.bounded_push(d)) return false;
   if (wake_fd_ >= 0) {
@@ -528,6 +560,13 @@ bool Engine::ring(Doorbell d) noexcept {
 
 unsigned Engine::drain_doorbells() {
   if (wake_fd_ >= 0) seen_rung_ = rung_.load(std::memory_order_acquire);  // what is rung after this wakes us
+  // The posts left for this turn (post_kick): their doorbells are rung
+  // before they count, so those counted now are in the queue below.
+  // Stored only when set: the line is the posters'.  A count that arrives
+  // after the look costs one turn more, never a post.
+  if (post_batch_.deferred.load(std::memory_order_relaxed) != 0) {
+    post_batch_.deferred.store(0, std::memory_order_seq_cst);
+  }
   unsigned n = 0;
   Doorbell d;
   // Bounded: callbacks that ring again run on the next iteration.
@@ -839,6 +878,7 @@ void Engine::flush_tx_keeping(bool keep_acks) noexcept {
   if (keep != 0) ctr_.add(EngineCtr::tx_deferred, keep);
   ctr_.add(EngineCtr::tx_frames, sent);
   ctr_.add(EngineCtr::tx_bytes, bytes);
+  if (sent != 0) ctr_.inc(EngineCtr::tx_bursts);
   // Kept frames first (captured), then the held ACKs (not yet).
   std::copy(tx_.begin() + sent, tx_.begin() + sent + keep, tx_.begin());
   std::copy(tx_.begin() + static_cast<std::ptrdiff_t>(out), tx_.end(), tx_.begin() + keep);

@@ -90,7 +90,9 @@ namespace uroce::transport {
   X(busy_polls, "times the idle engine thread polled on for a spinning client (keep_polling)") \
   X(nap_woken, "times a frame ended the idle engine thread's nap early (the port's wait fd)") \
   X(yield_stalls, "times an idle engine thread's sched_yield came back after a scheduler slice (it naps a while instead)") \
-  X(drop_loopback_full, "dropped: the loopback queue was full (kLoopbackFrames)")
+  X(drop_loopback_full, "dropped: the loopback queue was full (kLoopbackFrames)")   \
+  X(tx_bursts, "tx_bursts the port took frames from (tx_frames / tx_bursts: frames per burst)") \
+  X(off_call, "times the engine thread went off call to nap or sleep (posts meanwhile run their own turns)")
 
 UROCE_COUNTER_ENUM(EngineCtr, UROCE_ENGINE_COUNTERS)
 using EngineCounters = CounterSet<EngineCtr, kEngineCtrInfo>;
@@ -133,6 +135,10 @@ struct EngineConfig {
   // ACK's (on af_packet a system call that runs the veth delivery).  0:
   // every turn flushes.  transport::Device sets params::kAckHoldNs.
   uint64_t ack_hold_ns = 0;
+  // A post that follows the previous post call's end within this leaves
+  // its doorbell for the next turn (post_kick).  0: every post runs its
+  // turn.  transport::Device sets params::kPostBatchGapNs.
+  uint64_t post_batch_gap_ns = 0;
   uint32_t doorbell_capacity = 4096;
   std::string pcap_path;          // empty: no capture
   Progress progress = Progress::Thread;
@@ -220,6 +226,18 @@ class Engine {
   // thread carries on.
   enum class Assist : uint8_t { Hold, Once };
   bool try_progress(Assist how = Assist::Hold);
+  // After an application thread rang a post's doorbell: a turn for it now
+  // (try_progress(Once)), or, for a post that follows the last within
+  // EngineConfig::post_batch_gap_ns while the engine thread is on call (it polls,
+  // or naps for an assisting caller: a turn within kAssistNapNs), none:
+  // the doorbell waits for the next turn, which the caller's next poll,
+  // the engine thread or the kPostBatchMax'th such post runs, so that a
+  // burst of posts leaves in one tx_burst (one system call on af_packet)
+  // instead of one each.  A lone post (a latency test's) runs its turn.
+  void post_kick() noexcept;
+  // Whether the engine thread is on call now (post_kick).  Any thread; a
+  // hint that may change at once: tests read it with the off_call counter.
+  bool on_call() const noexcept { return post_batch_.on_call.load(std::memory_order_relaxed); }
   bool on_engine_thread() const noexcept;
   // Whether the calling thread is inside some engine's loop iteration
   // right now (an assisting application thread included).  No lock, no
@@ -330,6 +348,9 @@ class Engine {
 
  private:
   unsigned poll_once();  // the iteration itself; the caller has made its thread the loop's
+  // [engine thread] Before it gives its core away: false (and still on
+  // call) when a post left its doorbell for a turn meanwhile.
+  bool leave_call() noexcept;
   void end_turn_tx() noexcept;  // flush_tx, unless holding ACKs (EngineConfig::ack_hold_ns)
   // A thread that runs the loop for good (the engine thread, the backstop
   // while a Sleeper waits), after a turn: `idle_since` follows how long
@@ -421,6 +442,20 @@ class Engine {
   std::mutex backstop_mu_;             // with backstop_cv_: wakes the backstop's nap early
   std::condition_variable backstop_cv_;
   std::atomic<bool> running_{false};
+  // post_kick's batching, on a cache line of its own (posters write it;
+  // the engine thread's turns only read it unless posts were left).
+  // deferred: posts whose doorbells wait for the next turn (each turn
+  // takes them: drain_doorbells); end_ns: when the latest post call ended
+  // (any thread).  on_call: the engine thread runs a turn soon (it polls,
+  // yields, or naps for an assisting caller); it leaves the call before it
+  // naps or sleeps (leave_call), and a post made meanwhile runs its own
+  // turn.  seq_cst on both sides: the thread or the poster sees the other.
+  struct alignas(64) PostBatch {
+    std::atomic<uint32_t> deferred{0};
+    std::atomic<bool> on_call{false};
+    std::atomic<uint64_t> end_ns{0};
+  };
+  PostBatch post_batch_;
   std::thread thread_;
   std::atomic<std::thread::id> engine_thread_{};
   size_t poller_slot_ = SIZE_MAX;  // polling_here's table (engine.cpp); SIZE_MAX: none

@@ -85,6 +85,14 @@ inline constexpr uint64_t kRecordDrainNs = 20'000'000;
 // (Engine::start_backstop).
 inline constexpr uint64_t kInlineBackstopNs = 100'000;
 inline constexpr long kAssistNapNs = 20'000;  // the engine thread's nap while assisted
+// A post that follows the previous post call's end within kPostBatchGapNs
+// leaves its doorbell for the next turn (Engine::post_kick), up to
+// kPostBatchMax posts: a burst of posts (ib_send_bw refills 100 WQEs per
+// completion) goes to the port in one tx_burst, where af_packet spends a
+// system call per burst.  A program that posts one message per round trip
+// posts microseconds apart and runs its turn at each post, as before.
+inline constexpr uint64_t kPostBatchGapNs = 1'000;
+inline constexpr uint32_t kPostBatchMax = 32;
 
 // ---- the RNIC -----------------------------------------------------------------------------
 // How often the engine samples the port's link for the port events: a link

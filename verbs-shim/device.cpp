@@ -420,7 +420,7 @@ void kick(IbvDevice* dev) noexcept {
   dev->tdev->progress();
 }
 
-void kick_once(IbvDevice* dev) noexcept { dev->tdev->progress(transport::Engine::Assist::Once); }
+void kick_post(IbvDevice* dev) noexcept { dev->tdev->post_progress(); }
 
 int wait_event(IbvDevice* dev, int fd, const std::function<int()>& take) noexcept {
   if (!dev->inline_progress || (fcntl(fd, F_GETFL) & O_NONBLOCK) != 0) return take();

@@ -32,7 +32,7 @@ int post_send_chain(Qp* qp, ibv_send_wr* wr, ibv_send_wr** bad) noexcept {
   const ibv_send_wr* bad_c = nullptr;
   const int rc = qp->impl->post_send(wr, &bad_c);
   if (rc != 0 && bad != nullptr) *bad = const_cast<ibv_send_wr*>(bad_c);
-  kick_once(qp->ctx->dev);
+  kick_post(qp->ctx->dev);
   return rc;
 }
 

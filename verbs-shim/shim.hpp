@@ -219,8 +219,9 @@ T fail(int err, T ret) noexcept {
 // assist that keeps the engine thread off the caller's core otherwise.
 void kick(IbvDevice* dev) noexcept;
 // After a post: one iteration, without holding the engine thread back (the
-// application may not call again for a while: it may spin on memory).
-void kick_once(IbvDevice* dev) noexcept;
+// application may not call again for a while: it may spin on memory); or,
+// within a burst of posts, none (Engine::post_kick).
+void kick_post(IbvDevice* dev) noexcept;
 // A blocking event wait: `take` reads `fd` (a CQ channel, the async fd).
 // Under inline progress with `fd` blocking, nobody else would run the loop:
 // it runs once here, then the backstop runs it while `take` sleeps in

@@ -23,6 +23,7 @@
 #include "lib/wire/icmp.hpp"
 #include "lib/wire/ipv4.hpp"
 #include "transport/engine.hpp"
+#include "transport/params.hpp"
 
 namespace uroce::transport {
 namespace {
@@ -490,6 +491,94 @@ TEST_F(EngineWire, HeldAcksLeaveBehindTheWholeTurnOfRequests) {
   }
   EXPECT_EQ(wire::parse(sink_b.frames[7]).opcode, wire::op::RC_ACK) << "the ACK behind the message's last packet";
   EXPECT_EQ(wire::parse(sink_b.frames[7]).psn.value(), 100u);
+}
+
+// Engine::post_kick: an application thread's posts.  Each "post" here is
+// a doorbell that sends one prepared frame to B, then post_kick, as
+// verbs-shim's ibv_post_send does.
+struct PostFrame {
+  Engine* engine;
+  rte_mbuf* m;
+};
+void send_post_frame(Engine& e, void* ctx) {
+  auto* p = static_cast<PostFrame*>(ctx);
+  EXPECT_TRUE(e.send_to(IpAddr::v4(kIpB), p->m));
+}
+
+// Without an engine thread (inline progress) every post runs its own turn:
+// its frame leaves before post_kick returns, however close the posts.
+TEST_F(EngineWire, PostKickInlineSendsEachPostAtOnce) {
+  resolve(*a, IpAddr::v4(kIpB));
+  ASSERT_TRUE(run_until([&] { return mac_of(*a, IpAddr::v4(kIpB)).has_value(); }));
+  std::vector<PostFrame> posts(20);
+  for (PostFrame& p : posts) p = {a.get(), rc_frame(wire::op::RC_WRITE_ONLY, 1)};
+  const uint64_t sent0 = a->counters().get(EngineCtr::tx_frames);
+  const uint64_t bursts0 = a->counters().get(EngineCtr::tx_bursts);
+  for (size_t i = 0; i < posts.size(); ++i) {
+    ASSERT_TRUE(a->ring({send_post_frame, &posts[i]}));
+    a->post_kick();
+    EXPECT_EQ(a->counters().get(EngineCtr::tx_frames), sent0 + i + 1) << "post " << i;
+  }
+  EXPECT_EQ(a->counters().get(EngineCtr::tx_bursts), bursts0 + posts.size());
+  ASSERT_TRUE(run_until([&] { return sink_b.frames.size() == posts.size(); }));
+}
+
+// With an engine thread, a burst of posts shares turns (far fewer
+// tx_bursts than posts), and the posts left for a later turn leave
+// although the application never calls again (it spins on memory): the
+// engine thread takes them.  Each burst comes right after an assisting
+// call (try_progress(Hold), as a CQ poll): the engine thread then naps
+// (kAssistNapNs) and leaves the loop's lock free, so that without batching
+// every post would run a turn and a tx_burst of its own.
+TEST_F(EngineWire, PostKickBatchesABurstAndTheEngineThreadSendsItsTail) {
+  EngineConfig c = config_for(*pa, kIpA, 1);
+  c.post_batch_gap_ns = 1'000'000'000;  // 1 s: every post of a burst is within it, sanitizers or not
+  a.reset();
+  a = std::make_unique<Engine>(*pa, c);
+  ASSERT_TRUE(a->init());
+  resolve(*a, IpAddr::v4(kIpB));
+  ASSERT_TRUE(run_until([&] { return mac_of(*a, IpAddr::v4(kIpB)).has_value(); }));
+  a->start();
+  constexpr size_t kBurst = 24;  // below kPostBatchMax: nothing but a turn sends the tail
+  static_assert(kBurst < params::kPostBatchMax);
+  // The engine thread naps off call when its core is taken from it (a
+  // yield that came back after a scheduler slice) or it has been idle for
+  // long: posts then run their own turns, as they should.  A round counts
+  // when the thread was on call throughout its posts.
+  constexpr int kRounds = 10, kMaxAttempts = 200;
+  int counted = 0;
+  size_t received = 0;
+  for (int attempt = 0; attempt < kMaxAttempts && counted < kRounds; ++attempt) {
+    std::vector<PostFrame> posts(kBurst);
+    for (PostFrame& p : posts) p = {a.get(), rc_frame(wire::op::RC_WRITE_ONLY, 1)};
+    const uint64_t bursts0 = a->counters().get(EngineCtr::tx_bursts);
+    a->try_progress(Engine::Assist::Hold);
+    const uint64_t off0 = a->counters().get(EngineCtr::off_call);
+    const bool on_call = a->on_call();
+    for (PostFrame& p : posts) {
+      ASSERT_TRUE(a->ring({send_post_frame, &p}));
+      a->post_kick();
+    }
+    const bool stayed = on_call && a->counters().get(EngineCtr::off_call) == off0;
+    // No call into `a` from here: B's polls only, yielding (a thread that
+    // spins beside the engine thread would take its core for a slice).
+    received += kBurst;
+    const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+    while (sink_b.frames.size() < received && std::chrono::steady_clock::now() < end) {
+      b->poll();
+      drain_raw();
+      std::this_thread::yield();
+    }
+    ASSERT_EQ(sink_b.frames.size(), received) << "attempt " << attempt << ": posts left behind";
+    if (!stayed) continue;
+    ++counted;
+    // The first post runs its turn (the gap since the last burst's end);
+    // the rest share the engine thread's next turn, or two if one began
+    // during the burst.
+    EXPECT_LE(a->counters().get(EngineCtr::tx_bursts) - bursts0, 3u) << "attempt " << attempt;
+  }
+  EXPECT_GE(counted, 1) << "the engine thread was never on call through a burst (a machine too busy to tell)";
+  a->stop();
 }
 
 TEST_F(EngineWire, Ipv6NeighbourDiscovery) {
