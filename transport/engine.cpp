@@ -255,7 +255,14 @@ void Engine::start(std::function<void()> on_start, std::function<void()> on_exit
       }
       after_turn(work, clock, idle_since);
     }
+    // Posts left for a turn of this thread (post_kick) leave before it
+    // ends: a program that posts and exits has its frames sent, as when
+    // each post ran its own turn.  The same look as leave_call's.
     post_batch_.on_call.store(false, std::memory_order_seq_cst);
+    if (post_batch_.deferred.load(std::memory_order_seq_cst) != 0) {
+      std::lock_guard lock(poll_mutex_);
+      poll_once();
+    }
     engine_thread_.store(std::thread::id{});
     if (on_exit) on_exit();
   });

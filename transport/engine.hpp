@@ -228,12 +228,13 @@ class Engine {
   bool try_progress(Assist how = Assist::Hold);
   // After an application thread rang a post's doorbell: a turn for it now
   // (try_progress(Once)), or, for a post that follows the last within
-  // EngineConfig::post_batch_gap_ns while the engine thread is on call (it polls,
-  // or naps for an assisting caller: a turn within kAssistNapNs), none:
-  // the doorbell waits for the next turn, which the caller's next poll,
-  // the engine thread or the kPostBatchMax'th such post runs, so that a
-  // burst of posts leaves in one tx_burst (one system call on af_packet)
-  // instead of one each.  A lone post (a latency test's) runs its turn.
+  // EngineConfig::post_batch_gap_ns while the engine thread is on call (it
+  // polls, yields, or naps for an assisting caller), none: the doorbell
+  // waits for the next turn, which the caller's next poll, the engine
+  // thread (at the latest as it ends) or the kPostBatchMax'th such post
+  // runs, so that a burst of posts leaves in one tx_burst (one system call
+  // on af_packet) instead of one each.  A lone post (a latency test's)
+  // runs its turn.
   void post_kick() noexcept;
   // Whether the engine thread is on call now (post_kick).  Any thread; a
   // hint that may change at once: tests read it with the off_call counter.
