@@ -611,6 +611,46 @@ TEST_F(Completer, FenceWaitsForEarlierReads) {
   EXPECT_EQ(after[0].psn(), Psn(0xD01));
 }
 
+// A message that left its AckReq to the one after it (unsignaled, not the
+// SQ's last), then the QP goes to SQD before that one starts: the drain
+// needs an ACK nothing asked for.  The requester resends what is
+// unacknowledged, asking, and the drain ends on the peer's ACK.
+TEST_F(Completer, SqdAfterAMessageThatLeftItsAskResendsItAsking) {
+  ConnOpts o;
+  o.timeout = 0;  // no ACK timeout: without the resend the drain never ends
+  make(0xE00, o);
+  Buffer b = p.buffer(64);
+  read(b, 1, 0, 8);
+  send(b, 2, 16, 8, 0);                  // unsignaled, the fenced SEND follows it
+  send(b, 3, 32, 8, IBV_SEND_SIGNALED | IBV_SEND_FENCE);  // waits for the READ
+  auto fs = p.wait_frames(2);
+  ASSERT_EQ(fs.size(), 2u);
+  EXPECT_EQ(fs[0].opcode(), op::RC_READ_REQUEST);
+  EXPECT_EQ(fs[1].opcode(), op::RC_SEND_ONLY);
+  EXPECT_FALSE(fs[1].ack_req()) << "another message followed it in the SQ";
+  ibv_qp_attr at{};
+  at.qp_state = IBV_QPS_SQD;
+  ASSERT_EQ(q->modify(at, IBV_QP_STATE), 0);
+  std::vector<uint8_t> data(8, 1);
+  p.inject(p.read_resp(op::RC_READ_RESPONSE_ONLY, me(), Psn(0xE00), data));
+  auto again = p.wait_frames(1);
+  ASSERT_EQ(again.size(), 1u);
+  EXPECT_EQ(again[0].opcode(), op::RC_SEND_ONLY);
+  EXPECT_EQ(again[0].psn(), Psn(0xE01));
+  EXPECT_TRUE(again[0].ack_req());
+  p.run_for(milliseconds(2));
+  EXPECT_TRUE(p.take().empty()) << "SQD: the fenced SEND does not start";
+  ibv_qp_attr got{};
+  ASSERT_EQ(q->query(&got, 0, nullptr), 0);
+  EXPECT_EQ(got.sq_draining, 1);
+  p.inject(p.ack(me(), Psn(0xE01)));
+  ASSERT_EQ(q->query(&got, 0, nullptr), 0);
+  EXPECT_EQ(got.sq_draining, 0) << "drained on the ACK";
+  auto wcs = p.wait_wcs(scq, 1);
+  ASSERT_EQ(wcs.size(), 1u);
+  EXPECT_EQ(wcs[0].wr_id, 1u);
+}
+
 TEST_F(Completer, MaxRdAtomicBoundsOutstandingReads) {
   ConnOpts o;
   o.max_rd_atomic = 2;

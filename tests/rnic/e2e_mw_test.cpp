@@ -278,6 +278,27 @@ TEST_F(MwFixture, BindRules) {
   EXPECT_EQ(h.b().rnic->dealloc_mw(mw), 0);
 }
 
+// An unsignaled WRITE that only a bind follows: the bind sends nothing,
+// so the WRITE is the last message and asks for the ACK that completes
+// both (without the ask the bind's CQE waited for the ACK timeout).
+TEST_F(MwFixture, AMessageThatOnlyABindFollowsAsksForTheAck) {
+  Mw* mw = alloc(IBV_MW_TYPE_1);
+  ASSERT_NE(mw, nullptr);
+  Buffer own = h.buffer(h.b(), 256, kMrAccess);
+  Buffer at_a = h.buffer(h.a(), 256, kMrAccess);
+  ibv_sge s = own.sge(0, 64);
+  ibv_send_wr w1 = rdma_wr(IBV_WR_RDMA_WRITE, 1, {&s, 1}, at_a.addr(), at_a.rkey(), 0);
+  ibv_send_wr b = bind_wr(2, mw, inc_rkey(mw->rkey.value()), win.mr, win.addr(), 128, IBV_ACCESS_REMOTE_READ, &abi_mr);
+  w1.next = &b;
+  ASSERT_EQ(post_send(p.qb, w1), 0);
+  const ibv_wc wc = h.wait_wc(p.scq_b);
+  EXPECT_EQ(wc.wr_id, 2u);
+  EXPECT_EQ(wc.status, IBV_WC_SUCCESS) << wc_status_name(wc.status);
+  EXPECT_EQ(wc.opcode, IBV_WC_BIND_MW);
+  EXPECT_EQ(h.b().rnic->counters().get(RnicCtr::ack_timeouts), 0u);
+  EXPECT_EQ(h.b().rnic->counters().get(RnicCtr::req_retrans_pkts), 0u);
+}
+
 // Deallocating a bound window ends access through it at once, and frees
 // its MR for deregistration; binds keep send-queue order with the WRITEs
 // around them.

@@ -186,6 +186,38 @@ TEST_F(Requester, AckReqOnLastAndEvery64Packets) {
   }
 }
 
+// AckReq on a message's last packet only where an ACK is due: a signaled
+// WQE, a READ or atomic, the last WQE the SQ holds.  An unsignaled message
+// that another follows at once leaves the ask to that one, so a burst
+// costs the responder one ACK, not one per message.
+TEST_F(Requester, ABurstOfUnsignaledMessagesAsksOnlyWhereAnAckIsDue) {
+  make(IBV_QPT_RC, 0x200);
+  Buffer b = p.buffer(64);
+  ibv_sge sge = b.sge(0, 64);
+  post(send_wr(IBV_WR_SEND, 1, {&sge, 1}, 0));
+  post(rdma_wr(IBV_WR_RDMA_WRITE, 2, {&sge, 1}, kRaddr, kRkey, 0));
+  post(send_wr(IBV_WR_SEND, 3, {&sge, 1}, IBV_SEND_SIGNALED));
+  post(send_wr(IBV_WR_SEND, 4, {&sge, 1}, 0));
+  post(rdma_wr(IBV_WR_RDMA_READ, 5, {&sge, 1}, kRaddr, kRkey, 0));
+  post(send_wr(IBV_WR_SEND, 6, {&sge, 1}, 0));
+  post(send_wr(IBV_WR_SEND, 7, {&sge, 1}, 0));  // the SQ's last
+  auto fs = p.wait_frames(7);
+  ASSERT_EQ(fs.size(), 7u);
+  const bool want[] = {false, false, true, false, true, false, true};
+  for (size_t i = 0; i < 7; ++i) {
+    SCOPED_TRACE(i);
+    EXPECT_EQ(fs[i].psn(), Psn(0x200 + static_cast<uint32_t>(i)));
+    EXPECT_EQ(fs[i].ack_req(), want[i]) << fs[i].name();
+  }
+  // Posted one at a time, each is the SQ's last when it goes: each asks.
+  for (uint64_t id = 8; id < 11; ++id) {
+    post(send_wr(IBV_WR_SEND, id, {&sge, 1}, 0));
+    auto one = p.wait_frames(1);
+    ASSERT_EQ(one.size(), 1u);
+    EXPECT_TRUE(one[0].ack_req()) << "WQE " << id;
+  }
+}
+
 TEST_F(Requester, InlineSendTakesTheBytesAtPostTime) {
   make(IBV_QPT_RC, 0x40);
   uint8_t bytes[40];

@@ -340,7 +340,17 @@ void requester_run(transport::Engine& engine, Qp& qp) noexcept {
   while (r.wqe_idx != qp.sq.tail()) {
     SendWqe& w = qp.sq.slot(r.wqe_idx);
     if (!before(r.wqe_idx, r.wqe_hi)) {
-      if (st == IBV_QPS_SQD) break;  // SQ drain: no new message (IBA 10.3.1.4)
+      if (st == IBV_QPS_SQD) {  // SQ drain: no new message (IBA 10.3.1.4)
+        // The drain ends on an ACK.  The QP went to SQD between our runs,
+        // after a message that left its AckReq to the next one: resend what
+        // is unacknowledged (a go-back-N; the responder acknowledges the
+        // duplicates), asking on its first and last packets.
+        if (rc && r.pkts_since_ackreq != 0 && distance(r.psn_hi, c.psn) > 0) {
+          requester_rewind(qp);
+          continue;
+        }
+        break;
+      }
       const Start s = start_wqe(qp, w);
       if (s == Start::Failed) return;
       if (s == Start::Wait) break;
@@ -362,10 +372,10 @@ void requester_run(transport::Engine& engine, Qp& qp) noexcept {
       break;
     }
     // Past the window the completer reruns us on the next ACK.  One must
-    // come: the last packet sent asked for it (it filled the window, or
-    // ended a message) unless the window shrank under packets sent since
-    // (another sender took its share, or a budget break came first); then
-    // one packet more goes, asking.
+    // come: the last packet sent asked for it (it filled the window) unless
+    // the window shrank under packets sent since (another sender took its
+    // share, or a budget break came first); then one packet more goes,
+    // asking.
     uint32_t win = rc ? send_window(qp) : 0;
     bool solicit = false;
     if (rc && distance(r.next_psn, c.psn) >= static_cast<int32_t>(win)) {
@@ -396,17 +406,33 @@ void requester_run(transport::Engine& engine, Qp& qp) noexcept {
       qp.rnic().sender_active(true);
       win = send_window(qp);
     }
-    // The BTH AckReq bit: on the last packet of every RC message, at least
-    // every kMaxPktsPerAckReq packets within a long one, on the packet
-    // that fills the send window (a responder may acknowledge only what
-    // asks for it, as rxe does: a smaller window would wait for the timer),
-    // and on the first packet a go-back-N resends: the oldest PSN, whose
-    // acknowledgement is progress (retry_cnt restored, the window growing
-    // again) even when a later packet of the resent window is lost too;
-    // otherwise only the window's last packet asked, and its loss cost
-    // another ACK timeout and another of retry_cnt however much arrived.
+    // The BTH AckReq bit (IBA 9.2, the BTH's A bit: the requester's
+    // choice; a responder may acknowledge only what asks, as rxe does,
+    // 9.7.5.1.1).  It goes on:
+    // - a message's last packet when an ACK is due for it: the WQE is
+    //   signaled (its CQE waits for the ACK) or a READ/atomic, or no
+    //   message follows it at once (it is the last the SQ holds now, the
+    //   next WQE is a bind or local invalidate, which sends nothing, or
+    //   the SQ is draining: SQD starts no later message).  A message that
+    //   another follows leaves the ask to that one: a burst of unsignaled
+    //   messages costs the peer one ACK, not one per message.  Every other
+    //   way out of this loop comes back (budget, full ring, no mbuf:
+    //   kick_soon; Start::Wait: on a READ or atomic response) or rewinds
+    //   (the SQD break above);
+    // - at least every kMaxPktsPerAckReq packets;
+    // - the packet that fills the send window (a smaller window would wait
+    //   for the timer);
+    // - the first packet a go-back-N resends: the oldest PSN, whose
+    //   acknowledgement is progress (retry_cnt restored, the window growing
+    //   again) even when a later packet of the resent window is lost too;
+    //   otherwise only the window's last packet asked, and its loss cost
+    //   another ACK timeout and another of retry_cnt however much arrived.
     const bool window_full = rc && distance(r.next_psn + 1, c.psn) >= static_cast<int32_t>(win);
-    const bool ack_req = rc && (last_pkt || window_full || solicit || r.ackreq_next ||
+    const uint32_t next = r.wqe_idx + 1;
+    const bool message_follows = next != qp.sq.tail() && !qp.sq.slot(next).local_op() && st != IBV_QPS_SQD;
+    const bool ack_due = last_pkt && (ops.rd_atomic || qp.sq_sig_all() || (w.send_flags & IBV_SEND_SIGNALED) != 0 ||
+                                      !message_follows);
+    const bool ack_req = rc && (ack_due || window_full || solicit || r.ackreq_next ||
                                 r.pkts_since_ackreq + 1 >= kMaxPktsPerAckReq);
     const Emit e = emit(engine, qp, w, seg, off, len, ack_req);
     if (e == Emit::Failed) return;
