@@ -32,6 +32,7 @@ READ_REQUEST_PAYLOAD = 16  # the RETH a READ request carries instead of data
 
 def load(path):
     wire_rtt, wire_rate, uroce, startup, daemon, mempoll = {}, {}, {}, {}, {}, {}
+    host_rtt, host_rate = {}, {}
     with open(path) as f:
         for row in csv.DictReader(f):
             if row["kind"] == "mempoll":  # programs that poll memory: program -> metric -> µs
@@ -48,13 +49,15 @@ def load(path):
                 uroce.setdefault((row["program"], int(row["size"])), {})
                 continue
             v = float(row["value"])
-            if row["kind"] == "wire" and row["program"] == "ping":
+            if row["kind"] == "wire_host":  # raw frames to the peer's own address: frame -> value
+                (host_rtt if row["program"] == "ping" else host_rate)[int(row["size"])] = v
+            elif row["kind"] == "wire" and row["program"] == "ping":
                 wire_rtt[int(row["size"])] = v
             elif row["kind"] == "wire" and row["program"] == "stream":
                 wire_rate[int(row["size"])] = v
             else:
                 uroce.setdefault((row["program"], int(row["size"])), {})[row["metric"]] = v
-    return wire_rtt, wire_rate, uroce, startup, daemon, mempoll
+    return wire_rtt, wire_rate, uroce, startup, daemon, mempoll, (host_rtt, host_rate)
 
 
 class Wire:
@@ -129,8 +132,9 @@ def main():
     ap.add_argument("--stages", action="append", default=[],
                     help="uroce-stages --json output (repeatable: one per progress mode)")
     a = ap.parse_args()
-    rtt, rate, uroce, startup, daemon, mempoll = load(a.csv)
+    rtt, rate, uroce, startup, daemon, mempoll, (host_rtt, host_rate) = load(a.csv)
     w = Wire(rtt, rate, a.pmtu, a.overhead)
+    wh = Wire(host_rtt, host_rate, a.pmtu, a.overhead)
     sizes = sorted({s for (_, s) in uroce})
     L = []
     L.append("# uroce against the wire: perftest over uroce beside raw frames, same wire, same run\n")
@@ -150,6 +154,34 @@ def main():
         L.append(f"| {f} | {fmt(r / 1000 if r else None)} | {fmt(r / 2000 if r else None)} | "
                  f"{fmt(fr, 0)} | {fmt(pay, 1)} |")
     L.append("")
+
+    if host_rtt or host_rate:
+        big = max(sizes) if sizes else 0
+        L.append("## The kernel's share: raw frames addressed as uroce's are\n")
+        L.append("The wire's frames go to a MAC no interface owns: the far end's kernel drops each "
+                 "one as soon as the packet sockets have their copy. uroce shares its netdev with the "
+                 "kernel (net_af_packet), so its frames go to the peer's own MAC and address, and the "
+                 "kernel also takes each one: IP input, a route lookup, the UDP 4791 socket uroce holds "
+                 "so that no ICMP error answers. On a veth that work runs inside the sender's "
+                 "`sendto`. Here the same raw frames are sent the way uroce sends them "
+                 "(`uroce-wire-limit --to-mac --from-ip --to-ip --claim-udp`). The targets below stay "
+                 "against the first baseline; this one shows how much of the gap the host's own stack "
+                 "takes, which a port the kernel does not share (net_af_xdp, a NIC's own PMD) "
+                 "does not pay.\n")
+        L.append("| figure | raw, to no host | raw, to the host | uroce | uroce / raw to no host | uroce / raw to the host |")
+        L.append("|---|---|---|---|---|---|")
+
+        def krow(name, uv, a_v, h_v, digits=2):
+            L.append(f"| {name} | {fmt(a_v, digits)} | {fmt(h_v, digits)} | {fmt(uv, digits)} | "
+                     f"{fx(ratio(uv, a_v))} | {fx(ratio(uv, h_v))} |")
+
+        krow("64 B one-way latency, µs (ib_send_lat)", uroce.get(("ib_send_lat", 64), {}).get("t_typical_us"),
+             w.one_way_us(64), wh.one_way_us(64))
+        krow("64 B message rate, M/s (ib_send_bw)", uroce.get(("ib_send_bw", 64), {}).get("msg_rate_mpps"),
+             w.msg_rate_mpps(64), wh.msg_rate_mpps(64), 3)
+        krow(f"RDMA WRITE {big} B, MiB/s (ib_write_bw)", uroce.get(("ib_write_bw", big), {}).get("bw_mb_s"),
+             w.bw_mib(big), wh.bw_mib(big), 0)
+        L.append("")
 
     L.append("## Latency (perftest t_typical, µs)\n")
     L.append("ib_send_lat and ib_write_lat report half the round trip; ib_read_lat the whole READ.\n")

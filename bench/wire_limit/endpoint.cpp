@@ -54,6 +54,7 @@ Status start_eal(const Options& o) {
 
 struct TemplateArgs {
   wire::MacAddr src;
+  Addressing to;
   uint16_t frame_bytes;
 };
 
@@ -62,7 +63,7 @@ struct TemplateArgs {
 void write_template(rte_mempool*, void* opaque, void* obj, unsigned) {
   const auto* args = static_cast<const TemplateArgs*>(opaque);
   auto* m = static_cast<rte_mbuf*>(obj);
-  write_frame(static_cast<uint8_t*>(m->buf_addr) + RTE_PKTMBUF_HEADROOM, args->frame_bytes, args->src);
+  write_frame(static_cast<uint8_t*>(m->buf_addr) + RTE_PKTMBUF_HEADROOM, args->frame_bytes, args->src, args->to);
 }
 
 Status make_pools(Endpoint& ep) {
@@ -77,7 +78,7 @@ Status make_pools(Endpoint& ep) {
   auto tx = eal::create_pktmbuf_pool(po);
   if (!tx) return tx.error();
   ep.tx_pool = *tx;
-  TemplateArgs args{ep.mac, ep.frame_bytes};
+  TemplateArgs args{ep.mac, ep.to, ep.frame_bytes};
   rte_mempool_obj_iter(ep.tx_pool, write_template, &args);
   return {};
 }
@@ -168,6 +169,11 @@ Result<Endpoint> open_endpoint(const Options& o) {
   ep.burst = o.burst;
   ep.tsc_hz = rte_get_tsc_hz();
   ep.timeout_tsc = ep.tsc_hz * static_cast<uint64_t>(o.timeout.count()) / 1000;
+  ep.to = o.to;
+  if (o.claim_udp) {
+    std::string err;
+    if (!ep.claim.open(&err)) return Error{EADDRINUSE, "--claim-udp: " + err};
+  }
   if (auto ok = find_port(o, ep); !ok) return ok.error();
   if (auto ok = make_pools(ep); !ok) return ok.error();
   if (auto ok = setup_queues(ep); !ok) return ok.error();

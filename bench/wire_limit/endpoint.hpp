@@ -24,6 +24,7 @@
 
 #include "bench/wire_limit/frame.hpp"
 #include "bench/wire_limit/options.hpp"
+#include "drivers/netdev.hpp"
 #include "drivers/result.hpp"
 
 namespace uroce::bench::wire_limit {
@@ -55,6 +56,8 @@ struct Endpoint {
   rte_mempool* tx_pool = nullptr;  // every mbuf pre-written with the frame
   rte_mempool* rx_pool = nullptr;
   wire::MacAddr mac{};
+  Addressing to;  // an initiator's destination (Options::to)
+  drivers::Udp4791Claim claim;  // held with --claim-udp
   uint16_t frame_bytes = 0;
   uint16_t burst = 0;
   uint64_t tsc_hz = 0;

@@ -26,7 +26,7 @@ bool known_kind(uint8_t opcode) noexcept {
   return opcode >= static_cast<uint8_t>(FrameKind::kHello) && opcode <= static_cast<uint8_t>(FrameKind::kDoneAck);
 }
 
-void write_ipv4(uint8_t* p, size_t len) noexcept {
+void write_ipv4(uint8_t* p, size_t len, const Addressing& to) noexcept {
   wire::Ipv4 ip(p + kIpv4Offset);
   ip.set_version_ihl(kIpv4HeaderWords);
   ip.set_tos(0);
@@ -35,8 +35,8 @@ void write_ipv4(uint8_t* p, size_t len) noexcept {
   ip.set_flags_frag(wire::kIpv4FlagDf);
   ip.set_ttl(kTtl);
   ip.set_protocol(wire::kIpProtoUdp);
-  ip.set_src(kSenderIp);
-  ip.set_dst(kResponderIp);
+  ip.set_src(to.src_ip);
+  ip.set_dst(to.dst_ip);
   ip.update_checksum();
 }
 
@@ -50,13 +50,13 @@ void write_bth(uint8_t* p) noexcept {
 
 }  // namespace
 
-void write_frame(uint8_t* p, size_t len, const wire::MacAddr& src) noexcept {
+void write_frame(uint8_t* p, size_t len, const wire::MacAddr& src, const Addressing& to) noexcept {
   std::memset(p, 0, len);
   wire::Eth eth(p + kEthOffset);
-  eth.set_dst(kNotOurMac);
+  eth.set_dst(to.dst);
   eth.set_src(src);
   eth.set_ethertype(wire::kEtherTypeIpv4);
-  write_ipv4(p, len);
+  write_ipv4(p, len, to);
   wire::Udp udp(p + kUdpOffset);
   udp.set_src_port(kSrcPort);
   udp.set_dst_port(wire::kRoceV2Port);
@@ -90,7 +90,9 @@ std::optional<FrameInfo> classify(const uint8_t* p, size_t len) noexcept {
 }
 
 void turn_around(uint8_t* p, FrameKind kind, const wire::MacAddr& own) noexcept {
-  wire::Eth(p + kEthOffset).set_src(own);
+  wire::Eth eth(p + kEthOffset);
+  if (eth.dst() == own) eth.set_dst(eth.src());
+  eth.set_src(own);
   wire::Ipv4 ip(p + kIpv4Offset);
   const uint32_t src = ip.src();
   ip.set_src(ip.dst());

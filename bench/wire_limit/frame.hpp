@@ -5,8 +5,9 @@
 // step of the benchmark's own little protocol the frame is.
 //
 //  offset  bytes  field
-//   0      14     Ethernet: dst kNotOurMac, src the port's MAC, IPv4
-//  14      20     IPv4: no options, DF, TTL 64, kSenderIp -> kResponderIp
+//   0      14     Ethernet: dst kNotOurMac (or --to-mac), src the port's MAC, IPv4
+//  14      20     IPv4: no options, DF, TTL 64, kSenderIp -> kResponderIp (or
+//                 --from-ip -> --to-ip)
 //  34       8     UDP: kSrcPort -> 4791, checksum 0 (allowed over IPv4)
 //  42      12     BTH: opcode = FrameKind, P_Key 0xFFFF, DestQP kDestQp, PSN = seq
 //  54       2     magic kMagic
@@ -63,6 +64,17 @@ inline constexpr uint32_t kResponderIp = 0x0A2F5B02;  // 10.47.91.2
 // packet sockets have their copy (research/dpdk.md §3.1).
 inline constexpr wire::MacAddr kNotOurMac{0x02, 0x00, 0x00, 0x57, 0x4C, 0xFF};
 
+// Where an initiator's frames go.  The defaults reach no host: the kernel
+// drops them as PACKET_OTHERHOST.  --to-mac, --from-ip and --to-ip name
+// the peer's own interface instead, so that its kernel handles every frame
+// as it handles uroce's on a shared netdev (IP input, a route lookup, the
+// UDP 4791 socket that --claim-udp holds as uroce does).
+struct Addressing {
+  wire::MacAddr dst = kNotOurMac;
+  uint32_t src_ip = kSenderIp;
+  uint32_t dst_ip = kResponderIp;
+};
+
 struct FrameInfo {
   FrameKind kind;
   uint32_t seq;
@@ -70,8 +82,8 @@ struct FrameInfo {
 };
 
 // Writes a complete kRequest frame of `len` bytes (kMinFrameBytes ..
-// kMaxFrameBytes) from `src` into `p`; seq and timestamp are 0.
-void write_frame(uint8_t* p, size_t len, const wire::MacAddr& src) noexcept;
+// kMaxFrameBytes) from `src` to `to` into `p`; seq and timestamp are 0.
+void write_frame(uint8_t* p, size_t len, const wire::MacAddr& src, const Addressing& to) noexcept;
 
 // The per-frame fields: opcode, PSN, sequence number, timestamp.
 void stamp(uint8_t* p, FrameKind kind, uint32_t seq, uint32_t tsc) noexcept;
@@ -83,8 +95,10 @@ void set_timestamp(uint8_t* p, uint32_t tsc) noexcept;
 std::optional<FrameInfo> classify(const uint8_t* p, size_t len) noexcept;
 
 // Makes a received frame the answer to it, in place: source MAC `own`,
-// IPv4 addresses swapped (the header checksum does not change), opcode
-// `kind`; sequence number and timestamp stay as they came.
+// destination the request's source when the request was addressed to
+// `own` (else as it came: kNotOurMac), IPv4 addresses swapped (the header
+// checksum does not change), opcode `kind`; sequence number and timestamp
+// stay as they came.
 void turn_around(uint8_t* p, FrameKind kind, const wire::MacAddr& own) noexcept;
 
 // A 64-bit count split over the sequence number and timestamp of a kDone.

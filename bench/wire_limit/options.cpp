@@ -1,12 +1,14 @@
 #include "bench/wire_limit/options.hpp"
 
 #include <CLI/CLI.hpp>
+#include <arpa/inet.h>
 
 #include <cerrno>
 #include <map>
 #include <sstream>
 
 #include "bench/wire_limit/frame.hpp"
+#include "lib/config/mac.hpp"
 
 namespace uroce::bench::wire_limit {
 
@@ -24,6 +26,30 @@ const std::map<std::string, Mode> kModes{
 void fill_mode_defaults(Options& o) {
   if (o.seconds <= 0) o.seconds = o.mode == Mode::kTx ? kDefaultTxSeconds : kDefaultMaxSeconds;
   if (o.count == 0 && o.mode == Mode::kPing) o.count = kDefaultRoundTrips;
+}
+
+// "a.b.c.d" as a host-order IPv4 address.
+drivers::Result<uint32_t> parse_ipv4(const std::string& text, const char* option) {
+  in_addr a{};
+  if (inet_pton(AF_INET, text.c_str(), &a) != 1) {
+    return drivers::Error{EINVAL, std::string(option) + ": not an IPv4 address: " + text};
+  }
+  return ntohl(a.s_addr);
+}
+
+// --to-mac/--from-ip/--to-ip into o.to (all three or none).
+drivers::Status parse_addressing(Options& o, const std::string& mac, const std::string& from, const std::string& to) {
+  const int given = !mac.empty() + !from.empty() + !to.empty();
+  if (given == 0) return {};
+  if (given != 3) return drivers::Error{EINVAL, "--to-mac, --from-ip and --to-ip go together"};
+  auto m = config::parse_mac(mac);
+  if (!m) return drivers::Error{EINVAL, "--to-mac: " + m.error()};
+  auto f = parse_ipv4(from, "--from-ip");
+  if (!f) return f.error();
+  auto t = parse_ipv4(to, "--to-ip");
+  if (!t) return t.error();
+  o.to = Addressing{*m, *f, *t};
+  return {};
 }
 
 drivers::Status check(const Options& o) {
@@ -71,6 +97,15 @@ drivers::Result<Options> parse_options(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--log-level", o.log_level, "EAL --log-level")->capture_default_str();
   app.add_flag("--json", o.json, "print one JSON object on stdout");
+  std::string to_mac, from_ip, to_ip;
+  app.add_option("--to-mac", to_mac,
+                 "ping/tx: send to this MAC (the peer interface's own; default one no interface owns, "
+                 "which the peer's kernel drops at once)");
+  app.add_option("--from-ip", from_ip, "ping/tx, with --to-mac: IPv4 source (this interface's address)");
+  app.add_option("--to-ip", to_ip, "ping/tx, with --to-mac: IPv4 destination (the peer interface's address)");
+  app.add_flag("--claim-udp", o.claim_udp,
+               "hold UDP port 4791 in this namespace as uroce does, so that the kernel takes frames "
+               "addressed to it without an ICMP error");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -80,6 +115,7 @@ drivers::Result<Options> parse_options(int argc, char** argv) {
     return drivers::Error{rc == 0 ? 0 : EINVAL, out.str() + err.str()};
   }
   o.timeout = std::chrono::milliseconds(timeout_ms);
+  if (auto ok = parse_addressing(o, to_mac, from_ip, to_ip); !ok) return ok.error();
   fill_mode_defaults(o);
   if (auto ok = check(o); !ok) return ok.error();
   return o;

@@ -6,6 +6,7 @@
 #include <string>
 #include <string_view>
 
+#include "bench/wire_limit/frame.hpp"
 #include "drivers/result.hpp"
 
 namespace uroce::bench::wire_limit {
@@ -43,6 +44,8 @@ struct Options {
   std::chrono::milliseconds timeout = kDefaultTimeout;
   std::string log_level = "*:error";
   bool json = false;             // one JSON object on stdout instead of text
+  Addressing to;                 // initiator: where its frames go (frame.hpp)
+  bool claim_udp = false;        // hold UDP 4791 in this namespace, as uroce does
 };
 
 // Parses argv; on --help or a usage error the Error's code is 0 or EINVAL
