@@ -167,7 +167,11 @@ def main():
                  "(`uroce-wire-limit --to-mac --from-ip --to-ip --claim-udp`). The targets below stay "
                  "against the first baseline; this one shows how much of the gap the host's own stack "
                  "takes, which a port the kernel does not share (net_af_xdp, a NIC's own PMD) "
-                 "does not pay.\n")
+                 "does not pay. RC's SEND ping-pong also puts one frame more on the wire per message "
+                 "than the raw one: the ACK, which must reach the peer before the reply (its send "
+                 "completion before its receive completion, as on every RNIC), and here costs a "
+                 "frame's whole kernel path in the sender's `sendto`; UC has none, so its row is "
+                 "uroce's own path.\n")
         L.append("| figure | raw, to no host | raw, to the host | uroce | uroce / raw to no host | uroce / raw to the host |")
         L.append("|---|---|---|---|---|---|")
 
@@ -177,6 +181,8 @@ def main():
 
         krow("64 B one-way latency, µs (ib_send_lat)", uroce.get(("ib_send_lat", 64), {}).get("t_typical_us"),
              w.one_way_us(64), wh.one_way_us(64))
+        krow("64 B one-way latency, µs, UC: no ACK frame (ib_send_lat -c UC)",
+             uroce.get(("ib_send_lat_uc", 64), {}).get("t_typical_us"), w.one_way_us(64), wh.one_way_us(64))
         krow("64 B message rate, M/s (ib_send_bw)", uroce.get(("ib_send_bw", 64), {}).get("msg_rate_mpps"),
              w.msg_rate_mpps(64), wh.msg_rate_mpps(64), 3)
         krow(f"RDMA WRITE {big} B, MiB/s (ib_write_bw)", uroce.get(("ib_write_bw", big), {}).get("bw_mb_s"),
