@@ -1,14 +1,15 @@
 #include "bench/wire_limit/options.hpp"
 
 #include <CLI/CLI.hpp>
-#include <arpa/inet.h>
 
 #include <cerrno>
 #include <map>
 #include <sstream>
 
 #include "bench/wire_limit/frame.hpp"
+#include "lib/config/ip.hpp"
 #include "lib/config/mac.hpp"
+#include "lib/wire/bytes.hpp"
 
 namespace uroce::bench::wire_limit {
 
@@ -28,13 +29,14 @@ void fill_mode_defaults(Options& o) {
   if (o.count == 0 && o.mode == Mode::kPing) o.count = kDefaultRoundTrips;
 }
 
-// "a.b.c.d" as a host-order IPv4 address.
+// "a.b.c.d" (the configuration's parser) as a host-order IPv4 address.
 drivers::Result<uint32_t> parse_ipv4(const std::string& text, const char* option) {
-  in_addr a{};
-  if (inet_pton(AF_INET, text.c_str(), &a) != 1) {
+  auto a = config::parse_ip_address(text);
+  if (!a) return drivers::Error{EINVAL, std::string(option) + ": " + a.error()};
+  if (a->family != config::IpFamily::kIpv4) {
     return drivers::Error{EINVAL, std::string(option) + ": not an IPv4 address: " + text};
   }
-  return ntohl(a.s_addr);
+  return wire::load_be<uint32_t>(a->ipv4_octets().data());
 }
 
 // --to-mac/--from-ip/--to-ip into o.to (all three or none).
