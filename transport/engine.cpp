@@ -220,19 +220,20 @@ void Engine::start(std::function<void()> on_start, std::function<void()> on_exit
     started.store(true, std::memory_order_release);  // `started` is not touched after this
     uint64_t idle_since = 0;    // 0: the last iteration did work
     uint64_t clock = steady_ns();  // this thread's latest clock sample
+    bool taken = false;  // an assist nap ended on a frame the application left to us
     while (running_.load(std::memory_order_relaxed)) {
       if (!post_batch_.on_call.load(std::memory_order_relaxed)) {
         post_batch_.on_call.store(true, std::memory_order_relaxed);
       }
       // Signed: an application thread may have stamped after our sample.
-      if (static_cast<int64_t>(clock - assist_ns_.load(std::memory_order_relaxed)) <
-          static_cast<int64_t>(params::kAssistHoldNs)) {
+      if (const uint64_t assist = assist_ns_.load(std::memory_order_relaxed);
+          static_cast<int64_t>(clock - assist) < static_cast<int64_t>(params::kAssistHoldNs)) {
         // An application thread is driving the loop (try_progress from its
-        // poll/post calls): stay off the core it needs.
-        constexpr timespec kAssistNap{0, params::kAssistNapNs};
-        nanosleep(&kAssistNap, nullptr);
+        // poll calls): stay off the core it needs, unless a frame comes
+        // that it left to us (assist_nap).
+        taken = assist_nap(assist);
         clock = steady_ns();
-        continue;
+        if (!taken) continue;
       }
       unsigned work;
       {
@@ -241,8 +242,15 @@ void Engine::start(std::function<void()> on_start, std::function<void()> on_exit
         // every unlock of that thread would be a futex wake-up across CPUs
         // (a system call and an inter-processor interrupt; measured: 27,000
         // futex calls in 100,000 ib_send_bw messages).  Give way instead.
-        std::unique_lock lock(poll_mutex_, std::try_to_lock);
-        if (!lock.owns_lock()) {
+        // Except for a frame the application left to us (assist_nap): it
+        // holds the loop for one turn at most and then goes to spin on
+        // memory, and a yield would hand it the core for the rest of its
+        // scheduler slice, milliseconds, with the frame still waiting.
+        std::unique_lock lock(poll_mutex_, std::defer_lock);
+        if (taken) {
+          lock.lock();
+          taken = false;
+        } else if (!lock.try_lock()) {
           ctr_.inc(EngineCtr::loop_busy);
           sched_yield();
           clock = steady_ns();
@@ -398,8 +406,12 @@ void Engine::wake_if_needed() noexcept {
 // so a core shared for good loses a slice ever more rarely, and one shared
 // for a moment soon yields again.
 void Engine::idle_backoff(uint64_t clock, uint64_t idle_ns) noexcept {
-  if (idle_ns < params::kIdleSpinNs) return;
-  if (idle_ns >= params::kIdleYieldNs || static_cast<int64_t>(core_shared_until_ - clock) > 0) {
+  const bool shared = static_cast<int64_t>(core_shared_until_ - clock) > 0;
+  // On a shared core the spin too is the spinner's loss: it waits out our
+  // spin (20 us a message, ib_write_lat -c UC) where a nap hands it the core
+  // at once and a frame still ends the nap.
+  if (idle_ns < params::kIdleSpinNs && !shared) return;
+  if (idle_ns >= params::kIdleYieldNs || shared) {
     if (leave_call()) idle_nap();
     return;
   }
@@ -419,18 +431,49 @@ void Engine::idle_backoff(uint64_t clock, uint64_t idle_ns) noexcept {
 // thread then takes it at once (a wake-up preempts the thread that
 // shares the core).  Doorbells wait out the nap.
 void Engine::idle_nap() noexcept {
-  constexpr timespec kIdleNap{0, params::kIdleNapNs};
+  if (nap_on_port(params::kIdleNapNs)) ctr_.inc(EngineCtr::nap_woken);
+}
+
+// The nap while an application thread drives the loop (its CQ polls run
+// the turns).  An application that polled through the last nap polls on
+// and takes what comes: a plain nap.  One that did not may have gone
+// elsewhere, to spin on memory for the peer's WRITE after its send
+// completion (ib_write_lat -c UC, qperf's rc_rdma_write_poll_lat), and
+// only this thread delivers that WRITE: a frame ends this nap (the
+// port's wait fd), and unless the application polled meanwhile the
+// thread takes it at once.  A nanosleep here held such a frame for the
+// rest of the nap, which the kernel's 50 us timer slack stretched to
+// ~70 us: that was ib_write_lat -c UC's typical latency.
+bool Engine::assist_nap(uint64_t assist_seen) noexcept {
+  ctr_.inc(EngineCtr::assist_naps);
+  if (assist_polls_on_) {
+    // It polled through the last nap, and will take what comes: a frame
+    // that woke us would only cost it the wake-up (on a core it shares
+    // with us, its poll waits out our turn; ib_write_lat RC 64 B typical
+    // ~6 -> ~12 us when every assist nap ended on a frame).
+    constexpr timespec kNap{0, params::kAssistNapNs};
+    nanosleep(&kNap, nullptr);
+    assist_polls_on_ = assist_ns_.load(std::memory_order_relaxed) != assist_seen;
+    return false;
+  }
+  const bool frame = nap_on_port(params::kAssistNapNs);
+  assist_polls_on_ = assist_ns_.load(std::memory_order_relaxed) != assist_seen;
+  if (!frame || assist_polls_on_) return false;
+  ctr_.inc(EngineCtr::assist_nap_frames);
+  return true;
+}
+
+bool Engine::nap_on_port(long ns) noexcept {
+  const timespec nap{0, ns};
   if (const int fd = port_.wait_fd(); fd >= 0) {
     pollfd pfd{fd, POLLIN, 0};
-    if (::ppoll(&pfd, 1, &kIdleNap, nullptr) <= 0) return;
-    if (pfd.revents & POLLIN) {
-      ctr_.inc(EngineCtr::nap_woken);
-      return;
-    }
+    if (::ppoll(&pfd, 1, &nap, nullptr) <= 0) return false;
+    if (pfd.revents & POLLIN) return true;
     // An error on the socket (its link went away) would end every nap at
     // once: nap without it.
   }
-  nanosleep(&kIdleNap, nullptr);
+  nanosleep(&nap, nullptr);
+  return false;
 }
 
 void Engine::start_backstop(uint64_t period_ns, std::function<void()> on_start, std::function<void()> on_exit) {

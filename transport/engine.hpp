@@ -92,7 +92,9 @@ namespace uroce::transport {
   X(yield_stalls, "times an idle engine thread's sched_yield came back after a scheduler slice (it naps a while instead)") \
   X(drop_loopback_full, "dropped: the loopback queue was full (kLoopbackFrames)")   \
   X(tx_bursts, "tx_bursts the port took frames from (tx_frames / tx_bursts: frames per burst)") \
-  X(off_call, "times the engine thread went off call to nap or sleep (posts meanwhile run their own turns)")
+  X(off_call, "times the engine thread went off call to nap or sleep (posts meanwhile run their own turns)") \
+  X(assist_naps, "times the engine thread napped for an application thread driving the loop")  \
+  X(assist_nap_frames, "of those, naps a frame ended that the application left to the engine thread (it stopped polling)")
 
 UROCE_COUNTER_ENUM(EngineCtr, UROCE_ENGINE_COUNTERS)
 using EngineCounters = CounterSet<EngineCtr, kEngineCtrInfo>;
@@ -389,6 +391,13 @@ class Engine {
   unsigned drain_doorbells();
   void idle_backoff(uint64_t clock, uint64_t idle_ns) noexcept;
   void idle_nap() noexcept;  // [loop thread] see engine.cpp
+  // [loop thread] The nap while an application thread drives the loop;
+  // true: a frame ended it that the application left to this thread.
+  bool assist_nap(uint64_t assist_seen) noexcept;
+  bool assist_polls_on_ = false;  // [loop thread] the application polled through the last assist nap
+  // [loop thread] A nap of `ns` that a frame on the port's wait fd ends
+  // early: true when one did.
+  bool nap_on_port(long ns) noexcept;
 
   drivers::Port& port_;
   EngineConfig cfg_;

@@ -84,7 +84,9 @@ inline constexpr uint64_t kRecordDrainNs = 20'000'000;
 // Inline progress: the backstop polls when no thread has for this long
 // (Engine::start_backstop).
 inline constexpr uint64_t kInlineBackstopNs = 100'000;
-inline constexpr long kAssistNapNs = 20'000;  // the engine thread's nap while assisted
+// The engine thread's nap while assisted: a frame ends it unless the
+// application polled through the previous one (Engine::assist_nap).
+inline constexpr long kAssistNapNs = 20'000;
 // A post that follows the previous post call's end within kPostBatchGapNs
 // leaves its doorbell for the next turn (Engine::post_kick), up to
 // kPostBatchMax posts: a burst of posts (ib_send_bw refills 100 WQEs per

@@ -2,6 +2,8 @@
 // ICMP echo, and deliver RoCEv2 frames to the QP table; a third, raw port
 // floods one engine with garbage, each frame counted under its reason.
 #include <gtest/gtest.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
 #include <rte_mbuf.h>
 
 #include <algorithm>
@@ -595,6 +597,94 @@ TEST_F(EngineWire, PostKickBatchesABurstAndTheEngineThreadSendsItsTail) {
     drain_raw();
   }
   EXPECT_EQ(sink_b.frames.size(), received) << "posts left behind at stop";
+}
+
+// A port with a wait fd, as af_packet's socket is: an eventfd the test
+// writes once it has put a frame on the wire for it.  rx_burst clears it
+// first, so that a frame sent after the clear signals again.
+class WaitFdPort final : public drivers::Port {
+ public:
+  explicit WaitFdPort(drivers::Port& inner) : inner_(inner), fd_(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) {}
+  ~WaitFdPort() override {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  WaitFdPort(const WaitFdPort&) = delete;
+  WaitFdPort& operator=(const WaitFdPort&) = delete;
+  void signal() {
+    const uint64_t one = 1;
+    EXPECT_EQ(::write(fd_, &one, sizeof one), static_cast<ssize_t>(sizeof one));
+  }
+  uint16_t rx_burst(rte_mbuf** pkts, uint16_t n) override {
+    uint64_t v;
+    [[maybe_unused]] const ssize_t r = ::read(fd_, &v, sizeof v);
+    return inner_.rx_burst(pkts, n);
+  }
+  uint16_t tx_burst(rte_mbuf** pkts, uint16_t n) override { return inner_.tx_burst(pkts, n); }
+  MacAddr mac() const override { return inner_.mac(); }
+  uint16_t mtu() const override { return inner_.mtu(); }
+  bool link_up() const override { return inner_.link_up(); }
+  drivers::PortStats stats() const override { return inner_.stats(); }
+  rte_mempool* pool() const override { return inner_.pool(); }
+  std::string name() const override { return inner_.name(); }
+  int wait_fd() const override { return fd_; }
+
+ private:
+  drivers::Port& inner_;
+  int fd_;
+};
+
+// Counts what it takes, from whichever thread runs the engine's loop.
+struct CountingSink final : RoceSink {
+  std::atomic<uint64_t> taken{0};
+  void rx_burst(Engine& engine, RoceRx* pkts, uint16_t n) override {
+    for (uint16_t i = 0; i < n; ++i) {
+      if (!engine.accept_roce(pkts[i])) continue;
+      rte_pktmbuf_free(pkts[i].m);
+      taken.fetch_add(1, std::memory_order_relaxed);
+    }
+  }
+};
+
+// An application that polled its CQ once and went to spin on memory
+// (ib_write_lat -c UC after its send completion) leaves the peer's next
+// frame to the engine thread, which naps while the application's poll is
+// recent: the frame ends that nap (the port's wait fd) and the thread
+// takes it at once.  A plain nap held it to the nap's end, and the
+// kernel's timer slack made that ~70 us.  An attempt counts when the
+// thread was in its assist nap as the frame came (it may have been
+// descheduled past the application's hold on a busy machine): without a
+// wait on the port, none ever does.
+TEST_F(EngineWire, AFrameEndsTheAssistNapOfAnApplicationThatStoppedPolling) {
+  WaitFdPort wait_b(*pb);
+  struct Stop {
+    std::unique_ptr<Engine>& e;
+    ~Stop() { e.reset(); }  // before wait_b goes, whatever ends the test
+  } stop{b};
+  b.reset();
+  b = std::make_unique<Engine>(wait_b, config_for(*pb, kIpB, 2));
+  ASSERT_TRUE(b->init());
+  CountingSink sink;
+  b->set_roce_sink(&sink);
+  b->start();
+  constexpr int kMaxAttempts = 200;
+  int taken = 0;
+  for (int attempt = 0; attempt < kMaxAttempts && taken == 0; ++attempt) {
+    const uint64_t frames0 = b->counters().get(EngineCtr::assist_nap_frames);
+    const uint64_t got0 = sink.taken.load();
+    b->try_progress(Engine::Assist::Hold);  // the application's one poll
+    rte_mbuf* m = rc_frame(wire::op::RC_SEND_ONLY, 1);
+    const MacAddr dst = pb->mac();
+    std::memcpy(rte_pktmbuf_mtod(m, uint8_t*), dst.data(), dst.size());
+    ASSERT_EQ(pa->tx_burst(&m, 1), 1);
+    wait_b.signal();
+    // No call into `b` from here: the application spins on memory.
+    const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+    while (sink.taken.load() == got0 && std::chrono::steady_clock::now() < end) std::this_thread::yield();
+    ASSERT_EQ(sink.taken.load(), got0 + 1) << "attempt " << attempt << ": the engine thread did not deliver";
+    if (b->counters().get(EngineCtr::assist_nap_frames) > frames0) ++taken;
+  }
+  EXPECT_EQ(taken, 1) << "no frame ended an assist nap in " << kMaxAttempts << " attempts";
+  EXPECT_GE(b->counters().get(EngineCtr::assist_naps), 1u);
 }
 
 TEST_F(EngineWire, Ipv6NeighbourDiscovery) {
