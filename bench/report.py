@@ -33,8 +33,14 @@ READ_REQUEST_PAYLOAD = 16  # the RETH a READ request carries instead of data
 def load(path):
     wire_rtt, wire_rate, uroce, startup, daemon, mempoll = {}, {}, {}, {}, {}, {}
     host_rtt, host_rate = {}, {}
+    costs = {}  # syscalls / heap / memory: kind -> (program, size) -> metric -> value
     with open(path) as f:
         for row in csv.DictReader(f):
+            if row["kind"] in ("syscalls", "heap", "memory"):
+                if row["value"] != "":
+                    costs.setdefault(row["kind"], {}).setdefault(
+                        (row["program"], int(row["size"])), {})[row["metric"]] = float(row["value"])
+                continue
             if row["kind"] == "mempoll":  # programs that poll memory: program -> metric -> µs
                 mempoll.setdefault(row["program"], {})[row["metric"]] = float(row["value"])
                 continue
@@ -57,7 +63,7 @@ def load(path):
                 wire_rate[int(row["size"])] = v
             else:
                 uroce.setdefault((row["program"], int(row["size"])), {})[row["metric"]] = v
-    return wire_rtt, wire_rate, uroce, startup, daemon, mempoll, (host_rtt, host_rate)
+    return wire_rtt, wire_rate, uroce, startup, daemon, mempoll, (host_rtt, host_rate), costs
 
 
 class Wire:
@@ -132,7 +138,7 @@ def main():
     ap.add_argument("--stages", action="append", default=[],
                     help="uroce-stages --json output (repeatable: one per progress mode)")
     a = ap.parse_args()
-    rtt, rate, uroce, startup, daemon, mempoll, (host_rtt, host_rate) = load(a.csv)
+    rtt, rate, uroce, startup, daemon, mempoll, (host_rtt, host_rate), costs = load(a.csv)
     w = Wire(rtt, rate, a.pmtu, a.overhead)
     wh = Wire(host_rtt, host_rate, a.pmtu, a.overhead)
     sizes = sorted({s for (_, s) in uroce})
@@ -256,6 +262,39 @@ def main():
                      f"{fx(ratio(avg, sl))} |")
         L.append("")
 
+    sysc, heap = costs.get("syscalls", {}), costs.get("heap", {})
+    mem = costs.get("memory", {}).get(("uroce-qp-scale", 0), {})
+    if sysc or heap or mem:
+        L.append("## What a message costs: system calls, heap, memory (issue 16)\n")
+    if sysc:
+        L.append("System calls per 64 B message at each end, counted by the kernel's tracepoints (`perf stat`) "
+                 "around the unmodified program: each program ran with few and with many messages, and the "
+                 "difference is divided by the difference in messages, so start-up and connection set-up are "
+                 "left out.  `sendto` is the af_packet PMD's own (one per tx_burst: a burst of frames); the "
+                 "rest are the idle engine threads' naps and yields, which follow time spent waiting, not "
+                 "packets.\n")
+        L.append("| program | client: sendto | client: other | server: sendto | server: other |")
+        L.append("|---|---|---|---|---|")
+        for (p, s_), m in sorted(sysc.items()):
+            L.append(f"| {p} {s_} B | {fmt(m.get('client_sendto_per_msg'), 3)} | "
+                     f"{fmt(m.get('client_other_per_msg'), 3)} | {fmt(m.get('server_sendto_per_msg'), 3)} | "
+                     f"{fmt(m.get('server_other_per_msg'), 3)} |")
+        L.append("")
+    if heap:
+        L.append("Heap allocations per packet while RC traffic runs between two RNICs on the sim wire "
+                 "(bench/rnic_bench.cpp's allocation hook counts every malloc, operator new included): "
+                 + ", ".join(f"{p} {s_} B: {fmt(m.get('allocs_per_pkt'), 3)}" for (p, s_), m in sorted(heap.items()))
+                 + ".\n")
+    if mem:
+        L.append(f"Memory: {int(mem.get('qps', 0)):,} RC QPs on one device (sim, in memory) at send and receive "
+                 f"depth {int(mem.get('send_depth', 0))}/{int(mem.get('recv_depth', 0))} (perftest's default), "
+                 f"connected in pairs through the device's loopback and each used once (bench/qp_scale.cpp): "
+                 f"{int(mem.get('bytes_per_qp_created', 0)):,} resident bytes per QP created, "
+                 f"{int(mem.get('bytes_per_qp_used', 0)):,} once used; created in {fmt(mem.get('create_ms'), 0)} ms, "
+                 f"connected in {fmt(mem.get('connect_ms'), 0)} ms, used in {fmt(mem.get('use_ms'), 0)} ms; "
+                 f"{int(mem.get('completions', 0)):,} of {int(mem.get('expected', 0)):,} completions, "
+                 f"{int(mem.get('errors', 0))} errors, {int(mem.get('qps_left', 0))} QPs left after destroy.\n")
+
     if startup:
         L.append("## Start-up (issue 13: usable within 100 ms of the first call)\n")
         L.append("A plain verbs program through the drop-in (bench/startup.cpp) on the veth's af_packet "
@@ -311,6 +350,25 @@ def main():
     big = max(sizes) if sizes else 0  # the target names 64 KiB; the largest size measured stands for it
     target(f"RDMA WRITE {big} B / raw stream at the path MTU",
            ratio(uroce.get(("ib_write_bw", big), {}).get("bw_mb_s"), w.bw_mib(big)), 0.8, False)
+
+    def target_text(name, measured, goal, met):
+        L.append(f"| {name} | {measured} | {goal} | {'—' if met is None else ('yes' if met else 'no')} |")
+
+    allocs = [m.get("allocs_per_pkt") for m in heap.values() if m.get("allocs_per_pkt") is not None]
+    target_text("heap allocations per packet (RC, sim wire)", fmt(max(allocs), 3) if allocs else "—", "0",
+                (max(allocs) == 0) if allocs else None)
+    bw_sys = sysc.get(("ib_send_bw", 64), {})
+    others = [bw_sys.get(k) for k in ("client_other_per_msg", "server_other_per_msg") if bw_sys.get(k) is not None]
+    target_text("system calls per 64 B message besides the PMD's sendto (ib_send_bw, busier end)",
+                fmt(max(others), 3) if others else "—", "< 1 (none per packet)",
+                (max(others) < 1) if others else None)
+    if mem:
+        done = mem.get("completions") == mem.get("expected") and mem.get("errors") == 0
+        target_text(f"{int(mem.get('qps', 0)):,} QPs on one device, each used once",
+                    f"{int(mem.get('completions', 0)):,}/{int(mem.get('expected', 0)):,} completions, "
+                    f"{int(mem.get('bytes_per_qp_used', 0)):,} B per QP", "all complete; bytes stated", done)
+    else:
+        target_text("10,000 QPs on one device, each used once", "—", "all complete; bytes stated", None)
     L.append("")
     missing = sorted(f"{p} {s} B" for (p, s), v in uroce.items() if not v)
     if missing:
