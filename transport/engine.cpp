@@ -154,7 +154,10 @@ unsigned Engine::poll_once() {
     kernel_learned_.clear();
   }
   end_turn_tx();
-  if (tx_stalled_) ++work;  // frames wait for room in the port: not idle, no sleep
+  // Frames wait for room in the port, or held ACKs for their hold's end
+  // (kAckHoldNs): not idle, no nap (an engine thread on a shared core naps
+  // as soon as it is idle, and a nap would hold the ACKs to its end).
+  if (tx_stalled_ || !tx_.empty()) ++work;
   if (capture_.is_open()) capture_.maybe_flush(realtime_ns());
   if (wake_fd_ >= 0 && std::this_thread::get_id() != thread_.get_id()) wake_if_needed();
   return work;
