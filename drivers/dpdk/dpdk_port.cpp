@@ -36,7 +36,6 @@ constexpr uint16_t kQueue = 0;
 constexpr std::string_view kTapDriver = "net_tap";
 constexpr std::string_view kMemifDriver = "net_memif";
 constexpr std::string_view kAfXdpDriver = "net_af_xdp";
-constexpr long kFallbackPage = 4096;
 constexpr std::string_view kMemifRoleKey = "role";
 constexpr std::string_view kMemifServer = "server";
 constexpr std::string_view kIfaceKey = "iface";
@@ -129,19 +128,6 @@ Status probe(const Devargs& d, bool pci) {
 uint16_t af_packet_data_room(uint32_t framesz) {
   const uint32_t room = framesz - kAfPacketFrameOverhead + RTE_PKTMBUF_HEADROOM;
   return static_cast<uint16_t>(std::min<uint32_t>(room, kDefaultDataRoom));
-}
-
-// net_af_xdp makes its UMEM of the pool's own memory, one object per UMEM
-// frame, and the kernel takes no frame larger than a page: the largest
-// data room whose mempool object fits a page.
-uint16_t af_xdp_data_room() {
-  const long page = sysconf(_SC_PAGESIZE);
-  const auto page_size = static_cast<uint32_t>(page > 0 ? page : kFallbackPage);
-  uint32_t room = page_size;
-  while (room > RTE_PKTMBUF_HEADROOM && rte_mempool_calc_obj_size(sizeof(rte_mbuf) + room, 0, nullptr) > page_size) {
-    room -= RTE_CACHE_LINE_SIZE;
-  }
-  return static_cast<uint16_t>(room);
 }
 
 NetdevRole role_of(unsigned if_index, std::string_view driver) {
@@ -243,14 +229,19 @@ Status DpdkPort::setup_queues(const DpdkPortConfig& config) {
     pool_ = config.pool;
   } else {
     uint16_t room = config.data_room;
-    if (driver_ == kAfXdpDriver) {
-      room = af_xdp_data_room();
+    // net_af_xdp makes its UMEM of the pool's own memory, one object per
+    // UMEM frame, and the kernel takes no frame larger than a page: an
+    // object of exactly a page, laid out as the PMD expects (page_frames).
+    const bool page_frames = driver_ == kAfXdpDriver;
+    if (page_frames) {
+      room = page_frame_data_room(0);
     } else if (af_packet_framesz_ > kAfPacketFrameOverhead && config.data_room == kDefaultDataRoom) {
       room = af_packet_data_room(af_packet_framesz_);
     }
     // af_packet copies frames by virtual address: its mbufs may share pages.
     auto pool = create_pktmbuf_pool(PoolOptions{.name_prefix = "uroce_port", .mbufs = config.pool_mbufs,
-                                                .data_room = room, .packed = af_packet_framesz_ != 0});
+                                                .data_room = room, .packed = af_packet_framesz_ != 0,
+                                                .page_frames = page_frames});
     if (!pool) return pool.error();
     pool_ = *pool;
     owns_pool_ = true;

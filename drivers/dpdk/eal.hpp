@@ -123,7 +123,15 @@ struct PoolOptions {
   // 40% fewer of them (without hugepages an object otherwise takes a page
   // of its own: one fault per mbuf).
   bool packed = false;
+  // One object per page, the first on a page boundary, all in one block
+  // of memory (net_af_xdp: see page_frames_pktmbuf_pool in eal.cpp).
+  // data_room must make an object exactly a page; ignored with `packed`.
+  bool page_frames = false;
 };
+
+// The data room (headroom included) that makes a page_frames pool's
+// object exactly one page.  Needs a running EAL.
+uint16_t page_frame_data_room(uint16_t priv_size) noexcept;
 
 // rte_pktmbuf_pool_create under a name no other pool of this process has
 // (with `packed`, the same steps with RTE_MEMPOOL_F_NO_IOVA_CONTIG).

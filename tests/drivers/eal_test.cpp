@@ -92,6 +92,48 @@ TEST(Eal, DefaultPoolHoldsAJumboFrameAfterTheHeadroom) {
   rte_mempool_free(*p);
 }
 
+// net_af_xdp (DPDK 22.11) registers as its UMEM the pool's objects as if
+// they lay back to back from the first memory chunk's page: populated_size
+// objects of the object size, plus the chunk's offset in its page.  A
+// frame outside that range is an invalid descriptor the kernel drops.
+// The page_frames pool keeps every object inside it, one per page.
+TEST(Eal, PageFramesPoolLiesWhereAfXdpRegistersItsUmem) {
+  const uint16_t room = page_frame_data_room(0);
+  auto p = create_pktmbuf_pool({.name_prefix = "xdp", .mbufs = 4095, .data_room = room, .page_frames = true});
+  ASSERT_TRUE(p) << p.error().message;
+  rte_mempool* mp = *p;
+  const auto page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
+  const size_t obj = size_t{mp->header_size} + mp->elt_size + mp->trailer_size;
+  EXPECT_EQ(obj, page);
+  EXPECT_GE(room, RTE_PKTMBUF_HEADROOM + 1500 + 14) << "a 1500-byte link's frame fits";
+  const auto first = reinterpret_cast<uintptr_t>(STAILQ_FIRST(&mp->mem_list)->addr);
+  const uintptr_t base = first & ~(page - 1);
+  const uintptr_t umem_end = base + uintptr_t{mp->populated_size} * obj + (first - base);
+  struct Span {
+    uintptr_t base, end, page;
+    unsigned outside = 0, crossing = 0, seen = 0;
+  } span{base, umem_end, page};
+  rte_mempool_obj_iter(
+      mp,
+      [](rte_mempool* m, void* arg, void* o, unsigned) {
+        auto& s = *static_cast<Span*>(arg);
+        const uintptr_t start = reinterpret_cast<uintptr_t>(o) - m->header_size;
+        const uintptr_t end = reinterpret_cast<uintptr_t>(o) + m->elt_size + m->trailer_size;
+        ++s.seen;
+        if (start < s.base || end > s.end) ++s.outside;
+        if (start / s.page != (end - 1) / s.page) ++s.crossing;
+      },
+      &span);
+  EXPECT_EQ(span.seen, 4095u);
+  EXPECT_EQ(span.outside, 0u) << "objects past the UMEM the PMD registers";
+  EXPECT_EQ(span.crossing, 0u) << "objects across a page boundary";
+  rte_mempool_free(mp);
+
+  // A data room that does not make a page is refused, not laid out wrong.
+  auto wrong = create_pktmbuf_pool({.name_prefix = "xdp", .mbufs = 63, .data_room = 2048, .page_frames = true});
+  EXPECT_FALSE(wrong);
+}
+
 TEST(Eal, PoolErrorsAreValues) {
   auto long_name = create_pktmbuf_pool({.name_prefix = "a_name_prefix_that_is_much_too_long", .mbufs = 7});
   ASSERT_FALSE(long_name);
