@@ -246,13 +246,15 @@ bool eal_running() noexcept { return state().running.load(std::memory_order_acqu
 
 namespace {
 
-// rte_pktmbuf_pool_create's steps (DPDK's rte_mbuf.c) with one flag more:
-// RTE_MEMPOOL_F_NO_IOVA_CONTIG.  Null and rte_errno on failure.
-rte_mempool* packed_pktmbuf_pool(const char* name, uint32_t n, uint32_t cache, uint16_t priv_size,
-                                 uint16_t data_room) {
+// rte_pktmbuf_pool_create's steps (DPDK's rte_mbuf.c) with the mempool
+// flags given and `populate(mp)` (0 or a negative errno) in place of
+// rte_mempool_populate_default.  Null and rte_errno on failure.
+template <class Populate>
+rte_mempool* pktmbuf_pool_by_steps(const char* name, uint32_t n, uint32_t cache, uint16_t priv_size,
+                                   uint16_t data_room, unsigned flags, Populate&& populate) {
   const uint32_t elt_size = sizeof(rte_mbuf) + priv_size + data_room;
   rte_mempool* mp = rte_mempool_create_empty(name, n, elt_size, cache, sizeof(rte_pktmbuf_pool_private),
-                                             SOCKET_ID_ANY, RTE_MEMPOOL_F_NO_IOVA_CONTIG);
+                                             SOCKET_ID_ANY, flags);
   if (mp == nullptr) return nullptr;
   int rc = rte_mempool_set_ops_byname(mp, rte_mbuf_best_mempool_ops(), nullptr);
   if (rc == 0) {
@@ -260,8 +262,7 @@ rte_mempool* packed_pktmbuf_pool(const char* name, uint32_t n, uint32_t cache, u
     priv.mbuf_data_room_size = data_room;
     priv.mbuf_priv_size = priv_size;
     rte_pktmbuf_pool_init(mp, &priv);
-    rc = rte_mempool_populate_default(mp);
-    rc = rc < 0 ? rc : 0;
+    rc = populate(mp);
   }
   if (rc != 0) {
     rte_mempool_free(mp);
@@ -270,6 +271,16 @@ rte_mempool* packed_pktmbuf_pool(const char* name, uint32_t n, uint32_t cache, u
   }
   rte_mempool_obj_iter(mp, rte_pktmbuf_init, nullptr);
   return mp;
+}
+
+// RTE_MEMPOOL_F_NO_IOVA_CONTIG, populated as rte_pktmbuf_pool_create does.
+rte_mempool* packed_pktmbuf_pool(const char* name, uint32_t n, uint32_t cache, uint16_t priv_size,
+                                 uint16_t data_room) {
+  return pktmbuf_pool_by_steps(name, n, cache, priv_size, data_room, RTE_MEMPOOL_F_NO_IOVA_CONTIG,
+                               [](rte_mempool* mp) {
+                                 const int rc = rte_mempool_populate_default(mp);
+                                 return rc < 0 ? rc : 0;
+                               });
 }
 
 // Objects laid out by us (no page-boundary moves) and of exactly the size
@@ -298,41 +309,22 @@ size_t page_size() noexcept {
 rte_mempool* page_frames_pktmbuf_pool(const char* name, uint32_t n, uint32_t cache, uint16_t priv_size,
                                       uint16_t data_room) {
   const size_t page = page_size();
-  const uint32_t elt_size = sizeof(rte_mbuf) + priv_size + data_room;
-  if (rte_mempool_calc_obj_size(elt_size, kPageFrameFlags, nullptr) != page) {
+  if (rte_mempool_calc_obj_size(sizeof(rte_mbuf) + priv_size + data_room, kPageFrameFlags, nullptr) != page) {
     rte_errno = EINVAL;  // the caller's data room does not make a page (page_frame_data_room)
     return nullptr;
   }
-  rte_mempool* mp = rte_mempool_create_empty(name, n, elt_size, cache, sizeof(rte_pktmbuf_pool_private),
-                                             SOCKET_ID_ANY, kPageFrameFlags);
-  if (mp == nullptr) return nullptr;
-  int rc = rte_mempool_set_ops_byname(mp, rte_mbuf_best_mempool_ops(), nullptr);
-  if (rc == 0) {
-    rte_pktmbuf_pool_private priv{};
-    priv.mbuf_data_room_size = data_room;
-    priv.mbuf_priv_size = priv_size;
-    rte_pktmbuf_pool_init(mp, &priv);
+  return pktmbuf_pool_by_steps(name, n, cache, priv_size, data_room, kPageFrameFlags, [&](rte_mempool* mp) {
     const std::string mz_name = std::string("MPF_") + name;
-    const rte_memzone* mz = rte_memzone_reserve_aligned(mz_name.c_str(), size_t{n} * page, SOCKET_ID_ANY, 0,
-                                                        static_cast<unsigned>(page));
-    if (mz == nullptr) {
-      rc = -rte_errno;
-    } else {
-      rc = rte_mempool_populate_iova(
-          mp, static_cast<char*>(mz->addr), mz->iova, mz->len,
-          [](rte_mempool_memhdr*, void* opaque) { rte_memzone_free(static_cast<const rte_memzone*>(opaque)); },
-          const_cast<rte_memzone*>(mz));
-      if (rc < 0) rte_memzone_free(mz);
-      rc = rc < 0 ? rc : (mp->populated_size == n ? 0 : -ENOMEM);
-    }
-  }
-  if (rc != 0) {
-    rte_mempool_free(mp);
-    rte_errno = -rc;
-    return nullptr;
-  }
-  rte_mempool_obj_iter(mp, rte_pktmbuf_init, nullptr);
-  return mp;
+    const rte_memzone* mz =
+        rte_memzone_reserve_aligned(mz_name.c_str(), size_t{n} * page, SOCKET_ID_ANY, 0, static_cast<unsigned>(page));
+    if (mz == nullptr) return -rte_errno;
+    const int rc = rte_mempool_populate_iova(
+        mp, static_cast<char*>(mz->addr), mz->iova, mz->len,
+        [](rte_mempool_memhdr*, void* opaque) { rte_memzone_free(static_cast<const rte_memzone*>(opaque)); },
+        const_cast<rte_memzone*>(mz));
+    if (rc < 0) rte_memzone_free(mz);  // no chunk took it: ours to free
+    return rc < 0 ? rc : (mp->populated_size == n ? 0 : -ENOMEM);
+  });
 }
 
 }  // namespace
