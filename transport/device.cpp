@@ -666,6 +666,22 @@ Status Devices::set_identity(Device& d, const config::DeviceConfig& dev) {
       info.warnings.push_back("UDP port 4791 not claimed (" + err + "): the kernel may answer RoCE with ICMP");
     }
   }
+  // A netdev the kernel receives on too: its stack would take every RoCE
+  // frame to our addresses after the port got it (IP input, a route, the
+  // claim socket above); a tcx program drops them once the port has its
+  // copy.  Not with a VLAN: the frames the filter could match are then
+  // another VLAN's.
+  if (info.netdev_role == dpdk::NetdevRole::kShared && !dev.vlan && netdev && !info.local.ips.empty()) {
+    std::vector<wire::Ipv6Addr> ips;
+    ips.reserve(info.local.ips.size());
+    for (const auto& ip : info.local.ips) ips.push_back(ip.bytes);
+    if (Status st = d.ingress_filter_.attach(netdev->ifindex, ips); st) {
+      info.ingress_filter = true;
+    } else {
+      info.warnings.push_back("RoCE frames also go through " + info.netdev +
+                              "'s kernel stack (ingress filter: " + st.error().message + ")");
+    }
+  }
   return {};
 }
 

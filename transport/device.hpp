@@ -56,6 +56,7 @@
 #include "drivers/dpdk/dpdk_port.hpp"
 #include "drivers/dpdk/eal.hpp"
 #include "drivers/fault.hpp"
+#include "drivers/ingress_filter.hpp"
 #include "drivers/netdev.hpp"
 #include "drivers/port.hpp"
 #include "drivers/result.hpp"
@@ -120,6 +121,9 @@ struct DeviceInfo {
   LocalAddrs local;      // what the engine owns (addresses and gids, MAC, VLAN)
   bool answer_host = true;  // the engine answers ARP/ND/ICMP (no kernel shares the port)
   bool udp4791_claimed = false;
+  // The kernel's stack no longer sees our RoCE frames (kShared netdevs:
+  // drivers/ingress_filter.hpp); false with a warning saying why not.
+  bool ingress_filter = false;
   Progress progress = Progress::Thread;
   std::string pcap;      // capture file; empty: none
   std::optional<drivers::FaultSpec> faults;
@@ -205,6 +209,7 @@ class Device {
 
   DeviceInfo info_;
   drivers::Udp4791Claim claim_;
+  drivers::RoceIngressFilter ingress_filter_;
   int netdev_ifindex_ = 0;  // the kernel netdev the port shares, if any
   // Destroyed bottom-up: the engine first, the base port last.
   std::unique_ptr<drivers::dpdk::DpdkPort> dpdk_port_;

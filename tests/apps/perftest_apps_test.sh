@@ -238,6 +238,28 @@ setup_afpacket() {
   OOB_ADDR=$IP_B CM_ADDR=$IP_B
   GID_S=$(gid_index "$SRV_ENV" "$IP_B")
   GID_C=$(gid_index "$CLI_ENV" "$IP_A")
+  STACK_UDP_BEFORE=$(stack_udp_in "$NS_B")
+}
+
+# The UDP datagrams the kernel's stack of namespace $1 took in so far
+# (delivered, refused for want of a port, or dropped at a socket).
+stack_udp_in() {
+  ip netns exec "$1" awk '$1 == "Udp:" && $2 ~ /^[0-9]+$/ { print $2 + $3 + $4; exit }' /proc/net/snmp
+}
+# The server's kernel stack must not have seen the RoCE frames of the run:
+# the device drops them at tc ingress after its packet socket has them
+# (drivers/ingress_filter.hpp), on kernels with tcx (6.6).
+check_stack_spared() {
+  local after kver
+  after=$(stack_udp_in "$NS_B")
+  kver=$(uname -r | awk -F. '{ printf "%d%03d", $1, $2 }')
+  if [ "$kver" -lt 6006 ]; then
+    echo "NOTE kernel $(uname -r) has no tcx (6.6): the stack's share of RoCE frames not checked"
+  elif [ $((after - STACK_UDP_BEFORE)) -lt 20 ]; then
+    pass "the server's kernel stack took $((after - STACK_UDP_BEFORE)) UDP datagrams in the run (its RoCE frames stopped at tc ingress)"
+  else
+    fail "the server's kernel stack took $((after - STACK_UDP_BEFORE)) UDP datagrams in the run: the ingress filter did not stop the RoCE frames"
+  fi
 }
 
 setup_daemon() {
@@ -306,9 +328,10 @@ teardown_memif() {
 
 teardown_daemon() {
   daemon_alive a && daemon_alive b && pass "both daemons still run" || fail "a daemon died"
+  check_stack_spared
 }
 
-teardown_afpacket() { :; }
+teardown_afpacket() { check_stack_spared; }
 
 # perftest's own race with -R: after the rdma_cm exchange's last message
 # the client connects the test QP at once, while the server still waits
