@@ -542,6 +542,7 @@ std::string Server::devices_json() {
                    {"active_mtu", e.dev->rnic().active_mtu_bytes()},
                    {"link", e.dev->port().link_up() ? "up" : "down"},
                    {"addresses", addrs},
+                   {"ingress_filter", info.ingress_filter},
                    {"clients", sz.clients},
                    {"qpns", sz.qpns},
                    {"claims", sz.claims},

@@ -237,6 +237,10 @@ import json, sys
 tmp, ip_a, ip_b = sys.argv[1], sys.argv[2], sys.argv[3]
 dev = json.load(open(f"{tmp}/dev.json"))
 assert dev[0]["link"] == "up" and any(a.startswith(ip_a + "/") for a in dev[0]["addresses"]), dev
+kver = tuple(int(x) for x in __import__("re").match(r"(\d+)\.(\d+)", __import__("os").uname().release).groups())
+# af_packet on a veth: the daemon's device spares the kernel's stack its
+# RoCE frames where the kernel has tcx (6.6).
+assert dev[0]["ingress_filter"] is (kver >= (6, 6)), dev
 clients = json.load(open(f"{tmp}/client.json"))
 rp = [c for c in clients if c["program"] == "rping"]
 assert rp and rp[0]["devices"][0]["qpns"] >= 1 and rp[0]["devices"][0]["tx_frames"] > 0, clients

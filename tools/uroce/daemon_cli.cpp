@@ -72,6 +72,11 @@ void print_devices(const json& devs) {
     std::string addrs;
     for (const json& a : d["addresses"]) addrs += (addrs.empty() ? "" : ", ") + a.get<std::string>();
     fmt::print("    addresses {}\n", addrs.empty() ? "none" : addrs);
+    if (!d.value("netdev", "").empty()) {
+      fmt::print("    the kernel's stack {}\n", d.value("ingress_filter", false)
+                                                     ? "is spared our RoCE frames (tcx ingress filter)"
+                                                     : "also takes our RoCE frames (no ingress filter)");
+    }
     fmt::print("    clients {}, QPNs {}, claimed paths {}, multicast groups {}, CM connections {} ({} pending)\n",
                d.value("clients", 0), d.value("qpns", 0), d.value("claims", 0), d.value("mcast_groups", 0),
                d.value("cm_connections", 0), d.value("cm_pending", 0));

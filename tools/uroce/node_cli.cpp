@@ -99,6 +99,9 @@ void print_device(const transport::DeviceInfo& info) {
   fmt::print("uroce node: {} on {} ({}, {}): mac {}, mtu {}, {}; {} answers ARP/ND/ICMP\n", info.name, info.port,
              info.driver, netdev, config::format_mac(info.mac), info.mtu, addresses_text(info),
              info.answer_host ? "the engine" : "the kernel");
+  if (info.ingress_filter) {
+    fmt::print("uroce node: {}'s kernel stack is spared our RoCE frames (tcx ingress filter)\n", info.netdev);
+  }
   if (!info.pcap.empty()) fmt::print("uroce node: capturing to {}\n", info.pcap);
   for (const std::string& w : info.warnings) fmt::print(stderr, "uroce node: warning: {}\n", w);
 }
