@@ -19,30 +19,43 @@ namespace {
 // linux-libc-dev (6.1) predates it.
 constexpr uint32_t kBpfTcxIngress = 46;
 
-// Where the program looks (offsets from the start of the Ethernet header,
-// which tc ingress has pushed back; LD_ABS loads are big-endian on the
-// wire, host order in the register).
-constexpr int32_t kEthType = 12;
-constexpr int32_t kIp4VerIhl = 14;     // version 4, 5 words: 0x45
-constexpr int32_t kIp4FragOff = 20;    // flags and fragment offset
-constexpr int32_t kIp4Proto = 23;
-constexpr int32_t kIp4Dst = 30;
-constexpr int32_t kIp4DstPort = 36;    // UDP destination port after a 20-byte header
-constexpr int32_t kIp4MinFrame = 38;
-constexpr int32_t kIp6NextHeader = 20;
-constexpr int32_t kIp6Dst = 38;
-constexpr int32_t kIp6DstPort = 56;
-constexpr int32_t kIp6MinFrame = 58;
-constexpr int32_t kEthTypeIpv4 = 0x0800;
-constexpr int32_t kEthTypeIpv6 = 0x86dd;
-constexpr int32_t kIp4NoOptions = 0x45;
-constexpr int32_t kIp4MoreFragsAndOffset = 0x3fff;
-constexpr int32_t kIpProtoUdp = 17;
+// Where the program looks: offsets from the start of the Ethernet
+// header, which tc ingress has pushed back.
+constexpr int16_t kEthType = 12;
+constexpr int16_t kIp4VerIhl = 14;     // version 4, 5 words: 0x45
+constexpr int16_t kIp4FragOff = 20;    // flags and fragment offset
+constexpr int16_t kIp4Proto = 23;
+constexpr int16_t kIp4Dst = 30;
+constexpr int16_t kIp4DstPort = 36;    // UDP destination port after a 20-byte header
+constexpr int32_t kIp4Head = 38;       // the bytes an IPv4 frame's checks read
+constexpr int16_t kIp6NextHeader = 20;
+constexpr int16_t kIp6Dst = 38;
+constexpr int16_t kIp6DstPort = 56;
+constexpr int32_t kIp6Head = 58;
+constexpr uint8_t kIp4NoOptions = 0x45;
+constexpr uint8_t kIpProtoUdp = 17;
 
-// Registers: r0 the loaded value, r1 the context on entry, r6 the context
-// (LD_ABS reads it there), r7-r9 the first three words of an IPv6
-// destination (LD_ABS keeps callee-saved registers).
-constexpr uint8_t kR0 = 0, kR1 = 1, kR6 = 6, kR7 = 7, kR8 = 8, kR9 = 9;
+// The frame's head is copied to the stack with one bpf_skb_load_bytes
+// (frames from an af_packet TX ring are paged: every direct load would be
+// a copy of its own).  Frame byte k lies at r10 + kHead + k: the stack
+// reads are aligned there (the verifier requires it of the stack), the
+// IPv4 destination at r10 - 36, the IPv6 one at r10 - 28.
+constexpr int16_t kHead = -66;
+static_assert((kHead + kIp4Dst) % 4 == 0 && (kHead + kIp6Dst) % 4 == 0 && (kHead + kEthType) % 2 == 0 &&
+              (kHead + kIp4FragOff) % 2 == 0 && (kHead + kIp4DstPort) % 2 == 0 && (kHead + kIp6DstPort) % 2 == 0);
+static_assert(kHead + kIp6Head <= 0);
+
+// What a little-endian load of these wire bytes puts in a register.
+constexpr int32_t le16(uint8_t b0, uint8_t b1) { return b0 | (b1 << 8); }
+constexpr int32_t le16_of(uint16_t wire) { return le16(static_cast<uint8_t>(wire >> 8), static_cast<uint8_t>(wire)); }
+int32_t le32(const uint8_t* b) {
+  return static_cast<int32_t>(uint32_t{b[0]} | (uint32_t{b[1]} << 8) | (uint32_t{b[2]} << 16) | (uint32_t{b[3]} << 24));
+}
+
+// Registers: r0 a value, r1-r5 a helper's arguments (and clobbered by
+// it), r6 the context, r7 the frame's length, r7-r9 then the first three
+// words of an IPv6 destination, r10 the frame pointer.
+constexpr uint8_t kR0 = 0, kR1 = 1, kR2 = 2, kR3 = 3, kR4 = 4, kR6 = 6, kR7 = 7, kR8 = 8, kR9 = 9, kR10 = 10;
 
 enum class Label : uint8_t { kIpv6, kPass, kDrop, kCount };
 
@@ -52,8 +65,13 @@ class Asm {
   void mov_reg(uint8_t dst, uint8_t src) { put(BPF_ALU64 | BPF_MOV | BPF_X, dst, src, 0, 0); }
   void mov_imm(uint8_t dst, int32_t imm) { put(BPF_ALU64 | BPF_MOV | BPF_K, dst, 0, 0, imm); }
   void and_imm(uint8_t dst, int32_t imm) { put(BPF_ALU64 | BPF_AND | BPF_K, dst, 0, 0, imm); }
-  // r0 = the frame's bytes at `off` (BPF_B, BPF_H, BPF_W), host order.
-  void ld_abs(uint8_t size, int32_t off) { put(BPF_LD | size | BPF_ABS, 0, 0, 0, off); }
+  void add_imm(uint8_t dst, int32_t imm) { put(BPF_ALU64 | BPF_ADD | BPF_K, dst, 0, 0, imm); }
+  // dst = the copied frame's bytes at `off` (BPF_B, BPF_H, BPF_W), as a
+  // little-endian load leaves them.
+  void ld_frame(uint8_t size, uint8_t dst, int16_t off) {
+    put(BPF_LDX | size | BPF_MEM, dst, kR10, static_cast<int16_t>(kHead + off), 0);
+  }
+  void call(int32_t helper) { put(BPF_JMP | BPF_CALL, 0, 0, 0, helper); }
   // dst = *(u32 *)(src + off): a field of struct __sk_buff.
   void ld_ctx(uint8_t dst, uint8_t src, size_t off) {
     put(BPF_LDX | BPF_W | BPF_MEM, dst, src, static_cast<int16_t>(off), 0);
@@ -106,15 +124,20 @@ bool is_v4_mapped(const wire::Ipv6Addr& a) {
   return a[10] == 0xff && a[11] == 0xff;
 }
 
-// Bytes [i, i + 4) of an address as LD_ABS leaves them in a register.
-int32_t word(const wire::Ipv6Addr& a, size_t i) {
-  const uint32_t v = (uint32_t{a[i]} << 24) | (uint32_t{a[i + 1]} << 16) | (uint32_t{a[i + 2]} << 8) | a[i + 3];
-  return static_cast<int32_t>(v);
-}
-
 long bpf(int cmd, bpf_attr* attr) { return ::syscall(__NR_bpf, cmd, attr, sizeof *attr); }
 
 std::string errno_text(const char* what, int err) { return std::string(what) + ": " + std::strerror(err); }
+
+// Copies the frame's first `len` bytes to the stack; a failure passes it.
+void load_head(Asm& a, int32_t len) {
+  a.mov_reg(kR1, kR6);
+  a.mov_imm(kR2, 0);
+  a.mov_reg(kR3, kR10);
+  a.add_imm(kR3, kHead);
+  a.mov_imm(kR4, len);
+  a.call(BPF_FUNC_skb_load_bytes);
+  a.jump_if(BPF_JNE, kR0, 0, Label::kPass);
+}
 
 }  // namespace
 
@@ -125,53 +148,49 @@ std::vector<bpf_insn> roce_ingress_program(std::span<const wire::Ipv6Addr> addrs
   // does not know of (the stack has taken the tag into skb metadata).
   a.ld_ctx(kR0, kR6, offsetof(__sk_buff, vlan_present));
   a.jump_if(BPF_JNE, kR0, 0, Label::kPass);
-  // Long enough for every load below, so that no LD_ABS ends the program
-  // (it would return 0, TCX_PASS, and skip the programs after this one).
-  a.ld_ctx(kR0, kR6, offsetof(__sk_buff, len));
-  a.jump_if(BPF_JLT, kR0, kIp4MinFrame, Label::kPass);
-  a.ld_abs(BPF_H, kEthType);
-  a.jump_if(BPF_JEQ, kR0, kEthTypeIpv6, Label::kIpv6);
-  a.jump_if(BPF_JNE, kR0, kEthTypeIpv4, Label::kPass);
+  a.ld_ctx(kR7, kR6, offsetof(__sk_buff, len));
+  a.jump_if(BPF_JLT, kR7, kIp4Head, Label::kPass);
+  load_head(a, kIp4Head);
+  a.ld_frame(BPF_H, kR0, kEthType);
+  a.jump_if(BPF_JEQ, kR0, le16_of(0x86dd), Label::kIpv6);
+  a.jump_if(BPF_JNE, kR0, le16_of(0x0800), Label::kPass);
 
   // IPv4: no options (RoCEv2 sends none), UDP, not a fragment (RoCEv2
   // sets DF; a fragment's UDP header, if any, is not where we look).
-  a.ld_abs(BPF_B, kIp4VerIhl);
+  a.ld_frame(BPF_B, kR0, kIp4VerIhl);
   a.jump_if(BPF_JNE, kR0, kIp4NoOptions, Label::kPass);
-  a.ld_abs(BPF_B, kIp4Proto);
+  a.ld_frame(BPF_B, kR0, kIp4Proto);
   a.jump_if(BPF_JNE, kR0, kIpProtoUdp, Label::kPass);
-  a.ld_abs(BPF_H, kIp4FragOff);
-  a.and_imm(kR0, kIp4MoreFragsAndOffset);
+  a.ld_frame(BPF_H, kR0, kIp4FragOff);
+  a.and_imm(kR0, le16_of(0x3fff));  // more fragments, and the offset
   a.jump_if(BPF_JNE, kR0, 0, Label::kPass);
-  a.ld_abs(BPF_H, kIp4DstPort);
-  a.jump_if(BPF_JNE, kR0, wire::kRoceV2Port, Label::kPass);
-  a.ld_abs(BPF_W, kIp4Dst);
+  a.ld_frame(BPF_H, kR0, kIp4DstPort);
+  a.jump_if(BPF_JNE, kR0, le16_of(wire::kRoceV2Port), Label::kPass);
+  a.ld_frame(BPF_W, kR0, kIp4Dst);
   for (const wire::Ipv6Addr& ip : addrs) {
-    if (is_v4_mapped(ip)) a.jump_if(BPF_JEQ, kR0, word(ip, 12), Label::kDrop);
+    if (is_v4_mapped(ip)) a.jump_if(BPF_JEQ, kR0, le32(&ip[12]), Label::kDrop);
   }
   a.jump(Label::kPass);
 
   // IPv6: UDP right after the fixed header (RoCEv2 uses no extension
   // headers).
   a.bind(Label::kIpv6);
-  a.ld_ctx(kR0, kR6, offsetof(__sk_buff, len));
-  a.jump_if(BPF_JLT, kR0, kIp6MinFrame, Label::kPass);
-  a.ld_abs(BPF_B, kIp6NextHeader);
+  a.jump_if(BPF_JLT, kR7, kIp6Head, Label::kPass);
+  load_head(a, kIp6Head);
+  a.ld_frame(BPF_B, kR0, kIp6NextHeader);
   a.jump_if(BPF_JNE, kR0, kIpProtoUdp, Label::kPass);
-  a.ld_abs(BPF_H, kIp6DstPort);
-  a.jump_if(BPF_JNE, kR0, wire::kRoceV2Port, Label::kPass);
-  a.ld_abs(BPF_W, kIp6Dst);
-  a.mov_reg(kR7, kR0);
-  a.ld_abs(BPF_W, kIp6Dst + 4);
-  a.mov_reg(kR8, kR0);
-  a.ld_abs(BPF_W, kIp6Dst + 8);
-  a.mov_reg(kR9, kR0);
-  a.ld_abs(BPF_W, kIp6Dst + 12);
+  a.ld_frame(BPF_H, kR0, kIp6DstPort);
+  a.jump_if(BPF_JNE, kR0, le16_of(wire::kRoceV2Port), Label::kPass);
+  a.ld_frame(BPF_W, kR7, kIp6Dst);
+  a.ld_frame(BPF_W, kR8, kIp6Dst + 4);
+  a.ld_frame(BPF_W, kR9, kIp6Dst + 8);
+  a.ld_frame(BPF_W, kR0, kIp6Dst + 12);
   for (const wire::Ipv6Addr& ip : addrs) {
     if (is_v4_mapped(ip)) continue;
-    a.skip_if(BPF_JNE, kR7, word(ip, 0), 3);
-    a.skip_if(BPF_JNE, kR8, word(ip, 4), 2);
-    a.skip_if(BPF_JNE, kR9, word(ip, 8), 1);
-    a.jump_if(BPF_JEQ, kR0, word(ip, 12), Label::kDrop);
+    a.skip_if(BPF_JNE, kR7, le32(&ip[0]), 3);
+    a.skip_if(BPF_JNE, kR8, le32(&ip[4]), 2);
+    a.skip_if(BPF_JNE, kR9, le32(&ip[8]), 1);
+    a.jump_if(BPF_JEQ, kR0, le32(&ip[12]), Label::kDrop);
   }
 
   a.bind(Label::kPass);
