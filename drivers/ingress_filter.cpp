@@ -4,11 +4,15 @@
 #include <unistd.h>
 
 #include <array>
+#include <bit>
 #include <cerrno>
 #include <cstddef>
 #include <cstring>
 #include <string>
 
+#include "lib/wire/eth.hpp"
+#include "lib/wire/ipv4.hpp"
+#include "lib/wire/ipv6.hpp"
 #include "lib/wire/udp.hpp"
 
 namespace uroce::drivers {
@@ -33,7 +37,6 @@ constexpr int16_t kIp6Dst = 38;
 constexpr int16_t kIp6DstPort = 56;
 constexpr int32_t kIp6Head = 58;
 constexpr uint8_t kIp4NoOptions = 0x45;
-constexpr uint8_t kIpProtoUdp = 17;
 
 // The frame's head is copied to the stack with one bpf_skb_load_bytes
 // (frames from an af_packet TX ring are paged: every direct load would be
@@ -45,11 +48,15 @@ static_assert((kHead + kIp4Dst) % 4 == 0 && (kHead + kIp6Dst) % 4 == 0 && (kHead
               (kHead + kIp4FragOff) % 2 == 0 && (kHead + kIp4DstPort) % 2 == 0 && (kHead + kIp6DstPort) % 2 == 0);
 static_assert(kHead + kIp6Head <= 0);
 
-// What a little-endian load of these wire bytes puts in a register.
-constexpr int32_t le16(uint8_t b0, uint8_t b1) { return b0 | (b1 << 8); }
-constexpr int32_t le16_of(uint16_t wire) { return le16(static_cast<uint8_t>(wire >> 8), static_cast<uint8_t>(wire)); }
-int32_t le32(const uint8_t* b) {
-  return static_cast<int32_t>(uint32_t{b[0]} | (uint32_t{b[1]} << 8) | (uint32_t{b[2]} << 16) | (uint32_t{b[3]} << 24));
+// What a BPF load, which is in host byte order, puts in a register from
+// these wire (big-endian) bytes.
+constexpr int32_t loaded16(uint16_t wire) {
+  return std::endian::native == std::endian::big ? wire : static_cast<uint16_t>((wire >> 8) | (wire << 8));
+}
+int32_t loaded32(const uint8_t* wire) {
+  uint32_t v;
+  std::memcpy(&v, wire, sizeof v);
+  return static_cast<int32_t>(v);
 }
 
 // Registers: r0 a value, r1-r5 a helper's arguments (and clobbered by
@@ -117,13 +124,6 @@ class Asm {
   std::array<size_t, static_cast<size_t>(Label::kCount)> at_{};
 };
 
-bool is_v4_mapped(const wire::Ipv6Addr& a) {
-  for (size_t i = 0; i < 10; ++i) {
-    if (a[i] != 0) return false;
-  }
-  return a[10] == 0xff && a[11] == 0xff;
-}
-
 long bpf(int cmd, bpf_attr* attr) { return ::syscall(__NR_bpf, cmd, attr, sizeof *attr); }
 
 std::string errno_text(const char* what, int err) { return std::string(what) + ": " + std::strerror(err); }
@@ -152,23 +152,23 @@ std::vector<bpf_insn> roce_ingress_program(std::span<const wire::Ipv6Addr> addrs
   a.jump_if(BPF_JLT, kR7, kIp4Head, Label::kPass);
   load_head(a, kIp4Head);
   a.ld_frame(BPF_H, kR0, kEthType);
-  a.jump_if(BPF_JEQ, kR0, le16_of(0x86dd), Label::kIpv6);
-  a.jump_if(BPF_JNE, kR0, le16_of(0x0800), Label::kPass);
+  a.jump_if(BPF_JEQ, kR0, loaded16(wire::kEtherTypeIpv6), Label::kIpv6);
+  a.jump_if(BPF_JNE, kR0, loaded16(wire::kEtherTypeIpv4), Label::kPass);
 
   // IPv4: no options (RoCEv2 sends none), UDP, not a fragment (RoCEv2
   // sets DF; a fragment's UDP header, if any, is not where we look).
   a.ld_frame(BPF_B, kR0, kIp4VerIhl);
   a.jump_if(BPF_JNE, kR0, kIp4NoOptions, Label::kPass);
   a.ld_frame(BPF_B, kR0, kIp4Proto);
-  a.jump_if(BPF_JNE, kR0, kIpProtoUdp, Label::kPass);
+  a.jump_if(BPF_JNE, kR0, wire::kIpProtoUdp, Label::kPass);
   a.ld_frame(BPF_H, kR0, kIp4FragOff);
-  a.and_imm(kR0, le16_of(0x3fff));  // more fragments, and the offset
+  a.and_imm(kR0, loaded16(0x3fff));  // more fragments, and the offset
   a.jump_if(BPF_JNE, kR0, 0, Label::kPass);
   a.ld_frame(BPF_H, kR0, kIp4DstPort);
-  a.jump_if(BPF_JNE, kR0, le16_of(wire::kRoceV2Port), Label::kPass);
+  a.jump_if(BPF_JNE, kR0, loaded16(wire::kRoceV2Port), Label::kPass);
   a.ld_frame(BPF_W, kR0, kIp4Dst);
   for (const wire::Ipv6Addr& ip : addrs) {
-    if (is_v4_mapped(ip)) a.jump_if(BPF_JEQ, kR0, le32(&ip[12]), Label::kDrop);
+    if (wire::is_ipv4_mapped(ip)) a.jump_if(BPF_JEQ, kR0, loaded32(&ip[12]), Label::kDrop);
   }
   a.jump(Label::kPass);
 
@@ -178,19 +178,19 @@ std::vector<bpf_insn> roce_ingress_program(std::span<const wire::Ipv6Addr> addrs
   a.jump_if(BPF_JLT, kR7, kIp6Head, Label::kPass);
   load_head(a, kIp6Head);
   a.ld_frame(BPF_B, kR0, kIp6NextHeader);
-  a.jump_if(BPF_JNE, kR0, kIpProtoUdp, Label::kPass);
+  a.jump_if(BPF_JNE, kR0, wire::kIpProtoUdp, Label::kPass);
   a.ld_frame(BPF_H, kR0, kIp6DstPort);
-  a.jump_if(BPF_JNE, kR0, le16_of(wire::kRoceV2Port), Label::kPass);
+  a.jump_if(BPF_JNE, kR0, loaded16(wire::kRoceV2Port), Label::kPass);
   a.ld_frame(BPF_W, kR7, kIp6Dst);
   a.ld_frame(BPF_W, kR8, kIp6Dst + 4);
   a.ld_frame(BPF_W, kR9, kIp6Dst + 8);
   a.ld_frame(BPF_W, kR0, kIp6Dst + 12);
   for (const wire::Ipv6Addr& ip : addrs) {
-    if (is_v4_mapped(ip)) continue;
-    a.skip_if(BPF_JNE, kR7, le32(&ip[0]), 3);
-    a.skip_if(BPF_JNE, kR8, le32(&ip[4]), 2);
-    a.skip_if(BPF_JNE, kR9, le32(&ip[8]), 1);
-    a.jump_if(BPF_JEQ, kR0, le32(&ip[12]), Label::kDrop);
+    if (wire::is_ipv4_mapped(ip)) continue;
+    a.skip_if(BPF_JNE, kR7, loaded32(&ip[0]), 3);
+    a.skip_if(BPF_JNE, kR8, loaded32(&ip[4]), 2);
+    a.skip_if(BPF_JNE, kR9, loaded32(&ip[8]), 1);
+    a.jump_if(BPF_JEQ, kR0, loaded32(&ip[12]), Label::kDrop);
   }
 
   a.bind(Label::kPass);
