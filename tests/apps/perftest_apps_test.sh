@@ -250,10 +250,9 @@ stack_udp_in() {
 # the device drops them at tc ingress after its packet socket has them
 # (drivers/ingress_filter.hpp), on kernels with tcx (6.6).
 check_stack_spared() {
-  local after kver
+  local after
   after=$(stack_udp_in "$NS_B")
-  kver=$(uname -r | awk -F. '{ printf "%d%03d", $1, $2 }')
-  if [ "$kver" -lt 6006 ]; then
+  if ! kernel_has_tcx; then
     echo "NOTE kernel $(uname -r) has no tcx (6.6): the stack's share of RoCE frames not checked"
   elif [ $((after - STACK_UDP_BEFORE)) -lt 20 ]; then
     pass "the server's kernel stack took $((after - STACK_UDP_BEFORE)) UDP datagrams in the run (its RoCE frames stopped at tc ingress)"

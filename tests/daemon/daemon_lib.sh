@@ -12,10 +12,20 @@
 #   daemon_alive NAME
 #                 true while it runs
 #   daemons_down  every daemon this script started (for the EXIT trap)
+#   kernel_has_tcx
+#                 true when the running kernel has tcx (Linux 6.6): a
+#                 device on a shared netdev then attaches its ingress
+#                 filter (drivers/ingress_filter.hpp), in uroced as in-process
 #
 # The caller sets BUILD (the meson build directory).
 
 declare -A DAEMON_PID=()
+
+kernel_has_tcx() {
+  local v
+  v=$(uname -r | awk -F. '{ printf "%d%03d", $1, $2 }')
+  [ "$v" -ge 6006 ]
+}
 
 daemon_up() {
   local name=$1 ns=$2 devargs=$3 sock=$4 log=$5
