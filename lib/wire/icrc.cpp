@@ -104,17 +104,26 @@ constexpr Layout kLayoutV6{kBthV6 + Bth::kSize,
                            {0xF0, 0, 0, 0, 0, 0, 0, 0},
                            8};
 
+// Carrying a register past zero bytes is linear in the register, so the
+// register after 2^k zero bytes is the XOR of four lookups, one per byte
+// of it (ShiftTable, k < kShiftSteps).  Any n < 2^kShiftSteps bytes: one
+// such step per set bit of n, at most kShiftSteps short dependent steps.
+// (A zero byte at a time was n dependent lookups: 2.2 ns a byte, 150 ns of
+// a 64-byte SEND's 104 covered bytes.)
+constexpr size_t kShiftSteps = 7;
+using ShiftTable = std::array<std::array<uint32_t, 256>, 4>;
+
 struct DeltaTables {
   std::array<std::array<uint32_t, 256>, 8> v4{};
   std::array<std::array<uint32_t, 256>, 8> v6{};
-  std::array<uint32_t, 256> zero_step{};  // one zero byte through the CRC register
+  std::array<ShiftTable, kShiftSteps> shift{};  // shift[k]: past 2^k zero bytes
 };
 
 // Short packets: one CRC call over everything the ICRC covers, and the
 // pseudo-header correction carried past the `tail` bytes that follow the
-// BTH one zero byte at a time.  Longer tails: two calls (pseudo-header,
-// then the rest), the correction applied between them.
-constexpr size_t kShortTail = 64;
+// BTH (the shift tables).  Longer tails: two calls (pseudo-header, then
+// the rest), the correction applied between them.
+constexpr size_t kShortTail = (size_t{1} << kShiftSteps) - 1;
 
 // One byte through the CRC register from zero: the classic table (compile
 // time only; the data path never runs a bytewise CRC).
@@ -144,11 +153,24 @@ constexpr void fill(std::array<std::array<uint32_t, 256>, 8>& t, const Layout& l
   }
 }
 
+constexpr uint32_t past_zero_byte(uint32_t reg) { return kByteTable[reg & 0xFF] ^ (reg >> 8); }
+
+constexpr uint32_t shift(uint32_t reg, const ShiftTable& t) noexcept {
+  return t[0][reg & 0xFF] ^ t[1][(reg >> 8) & 0xFF] ^ t[2][(reg >> 16) & 0xFF] ^ t[3][reg >> 24];
+}
+
 constexpr DeltaTables make_delta_tables() {
   DeltaTables d;
   fill(d.v4, kLayoutV4);
   fill(d.v6, kLayoutV6);
-  d.zero_step = kByteTable;
+  for (size_t j = 0; j < 4; ++j) {
+    for (uint32_t b = 0; b < 256; ++b) d.shift[0][j][b] = past_zero_byte(b << (8 * j));
+  }
+  for (size_t k = 1; k < kShiftSteps; ++k) {  // 2^k bytes: twice 2^(k-1)
+    for (size_t j = 0; j < 4; ++j) {
+      for (uint32_t b = 0; b < 256; ++b) d.shift[k][j][b] = shift(shift(b << (8 * j), d.shift[k - 1]), d.shift[k - 1]);
+    }
+  }
   return d;
 }
 
@@ -178,9 +200,12 @@ inline uint32_t pseudo_header_crc(const uint8_t* ip, const Layout& l,
 // The whole ICRC of a packet whose tail after the BTH is short.
 inline uint32_t short_icrc(const uint8_t* ip, size_t covered_len, const Layout& l,
                            const std::array<std::array<uint32_t, 256>, 8>& t,
-                           const std::array<uint32_t, 256>& zero_step) noexcept {
+                           const std::array<ShiftTable, kShiftSteps>& shifts) noexcept {
   uint32_t d = pseudo_header_delta(ip, l, t);
-  for (size_t i = l.len; i < covered_len; ++i) d = zero_step[d & 0xFF] ^ (d >> 8);
+  size_t tail = covered_len - l.len;  // <= kShortTail
+  for (size_t k = 0; tail != 0; ++k, tail >>= 1) {
+    if ((tail & 1) != 0) d = shift(d, shifts[k]);
+  }
   return crc32_gzip_refl(kAfterPrefix, ip, covered_len) ^ d;
 }
 
@@ -206,8 +231,8 @@ uint32_t icrc(const uint8_t* ip, size_t ip_hdr_len, bool ipv6, size_t covered_le
     return c.value();
   }
   const DeltaTables& t = delta_tables();
-  const uint32_t crc = ipv6 ? short_icrc(ip, covered_len, kLayoutV6, t.v6, t.zero_step)
-                            : short_icrc(ip, covered_len, kLayoutV4, t.v4, t.zero_step);
+  const uint32_t crc = ipv6 ? short_icrc(ip, covered_len, kLayoutV6, t.v6, t.shift)
+                            : short_icrc(ip, covered_len, kLayoutV4, t.v4, t.shift);
   if (kHasAvx) zero_upper();
   return crc;
 }
