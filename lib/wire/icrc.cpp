@@ -116,8 +116,8 @@ using ShiftTable = std::array<std::array<uint32_t, 256>, 4>;
 struct DeltaTables {
   std::array<std::array<uint32_t, 256>, 8> v4{};
   std::array<std::array<uint32_t, 256>, 8> v6{};
-  std::array<ShiftTable, kShiftSteps> shift{};  // shift[k]: past 2^k zero bytes
 };
+using ShiftTables = std::array<ShiftTable, kShiftSteps>;  // [k]: past 2^k zero bytes
 
 // Short packets: one CRC call over everything the ICRC covers, and the
 // pseudo-header correction carried past the `tail` bytes that follow the
@@ -163,19 +163,27 @@ constexpr DeltaTables make_delta_tables() {
   DeltaTables d;
   fill(d.v4, kLayoutV4);
   fill(d.v6, kLayoutV6);
-  for (size_t j = 0; j < 4; ++j) {
-    for (uint32_t b = 0; b < 256; ++b) d.shift[0][j][b] = past_zero_byte(b << (8 * j));
-  }
-  for (size_t k = 1; k < kShiftSteps; ++k) {  // 2^k bytes: twice 2^(k-1)
-    for (size_t j = 0; j < 4; ++j) {
-      for (uint32_t b = 0; b < 256; ++b) d.shift[k][j][b] = shift(shift(b << (8 * j), d.shift[k - 1]), d.shift[k - 1]);
-    }
-  }
   return d;
 }
 
-// Built by the compiler: nothing to compute on the first packet.
+constexpr ShiftTables make_shift_tables() {
+  ShiftTables t{};
+  for (size_t j = 0; j < 4; ++j) {
+    for (uint32_t b = 0; b < 256; ++b) t[0][j][b] = past_zero_byte(b << (8 * j));
+  }
+  for (size_t k = 1; k < kShiftSteps; ++k) {  // 2^k bytes: twice 2^(k-1)
+    for (size_t j = 0; j < 4; ++j) {
+      for (uint32_t b = 0; b < 256; ++b) t[k][j][b] = shift(shift(b << (8 * j), t[k - 1]), t[k - 1]);
+    }
+  }
+  return t;
+}
+
+// Built by the compiler: nothing to compute on the first packet.  Two
+// constants, so that each stays within the compiler's budget of
+// constant-evaluation steps (clang's 1,048,576 refused them as one).
 constexpr DeltaTables kDeltaTables = make_delta_tables();
+constexpr ShiftTables kShiftTables = make_shift_tables();
 
 constexpr const DeltaTables& delta_tables() { return kDeltaTables; }
 
@@ -200,7 +208,7 @@ inline uint32_t pseudo_header_crc(const uint8_t* ip, const Layout& l,
 // The whole ICRC of a packet whose tail after the BTH is short.
 inline uint32_t short_icrc(const uint8_t* ip, size_t covered_len, const Layout& l,
                            const std::array<std::array<uint32_t, 256>, 8>& t,
-                           const std::array<ShiftTable, kShiftSteps>& shifts) noexcept {
+                           const ShiftTables& shifts) noexcept {
   uint32_t d = pseudo_header_delta(ip, l, t);
   size_t tail = covered_len - l.len;  // <= kShortTail
   for (size_t k = 0; tail != 0; ++k, tail >>= 1) {
@@ -231,8 +239,8 @@ uint32_t icrc(const uint8_t* ip, size_t ip_hdr_len, bool ipv6, size_t covered_le
     return c.value();
   }
   const DeltaTables& t = delta_tables();
-  const uint32_t crc = ipv6 ? short_icrc(ip, covered_len, kLayoutV6, t.v6, t.shift)
-                            : short_icrc(ip, covered_len, kLayoutV4, t.v4, t.shift);
+  const uint32_t crc = ipv6 ? short_icrc(ip, covered_len, kLayoutV6, t.v6, kShiftTables)
+                            : short_icrc(ip, covered_len, kLayoutV4, t.v4, kShiftTables);
   if (kHasAvx) zero_upper();
   return crc;
 }
