@@ -139,8 +139,11 @@ constexpr std::array<uint32_t, 256> make_byte_table() {
 
 constexpr std::array<uint32_t, 256> kByteTable = make_byte_table();
 
+constexpr uint32_t past_zero_byte(uint32_t reg) { return kByteTable[reg & 0xFF] ^ (reg >> 8); }
+
 // Lin of `b` at `pos` in a block of `len` bytes: the byte, then the zero
-// bytes that follow it.
+// bytes that follow it (past_zero_byte written out: a call per byte took
+// the masking tables past clang's budget of constant-evaluation steps).
 constexpr uint32_t lin_byte(uint8_t b, size_t pos, size_t len) {
   uint32_t reg = kByteTable[b];
   for (size_t i = pos + 1; i < len; ++i) reg = kByteTable[reg & 0xFF] ^ (reg >> 8);
@@ -152,8 +155,6 @@ constexpr void fill(std::array<std::array<uint32_t, 256>, 8>& t, const Layout& l
     for (unsigned v = 0; v < 256; ++v) t[i][v] = lin_byte(static_cast<uint8_t>(v), l.pos[i], l.len);
   }
 }
-
-constexpr uint32_t past_zero_byte(uint32_t reg) { return kByteTable[reg & 0xFF] ^ (reg >> 8); }
 
 constexpr uint32_t shift(uint32_t reg, const ShiftTable& t) noexcept {
   return t[0][reg & 0xFF] ^ t[1][(reg >> 8) & 0xFF] ^ t[2][(reg >> 16) & 0xFF] ^ t[3][reg >> 24];
