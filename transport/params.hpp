@@ -136,6 +136,15 @@ inline constexpr uint32_t kRespBudget = 64;
 // the requester retransmits them).
 inline constexpr uint32_t kRespBacklog = 256;
 
+// A connected QP's path resolves its next hop inside ibv_modify_qp
+// (IBV_QP_AV), as Linux does for every RoCE device (ib_resolve_eth_dmac:
+// rdma_resolve_ip, 1 s): the first packets of either side then go out at
+// once instead of waiting in the neighbour's queue (16 frames; more are
+// dropped, and an ACK dropped there is sent again only when the peer
+// retransmits, after the QP's ACK timeout).  Rnic::await_neighbour.
+inline constexpr uint64_t kPathResolveNs = 1'000'000'000;
+inline constexpr long kPathResolvePollNs = 20'000;  // between looks, when another thread runs the loop
+
 // ---- IBA 9.7.6.1 timers -------------------------------------------------------------------
 // Local ACK timeout, C9-140: 4.096 us * 2^timeout; 0 disables the timer.
 constexpr std::array<uint64_t, 32> make_ack_timeouts() {

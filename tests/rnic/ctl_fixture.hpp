@@ -25,6 +25,7 @@ inline constexpr uint32_t kPeerIp4 = 0x0A000002;
 inline const wire::Ipv6Addr kLinkLocal{0xfe, 0x80, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1};
 inline const wire::Ipv6Addr kUla{0xfd, 0x00, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1};
 inline const wire::Ipv6Addr kPeerUla{0xfd, 0x00, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 2};
+inline constexpr wire::MacAddr kPeerMac{0x02, 0x00, 0x00, 0x00, 0x00, 0x02};
 
 inline wire::Ipv6Addr v4_mapped(uint32_t a) {
   return {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, static_cast<uint8_t>(a >> 24), static_cast<uint8_t>(a >> 16),
@@ -60,6 +61,13 @@ struct Node {
     dev = std::move(*d);
     engine = &dev->engine();
     rnic = &dev->rnic();
+    // The peer the paths name is known, as on a host whose neighbour table
+    // has it: modify_qp resolves a connected QP's next hop before it returns
+    // (Rnic::await_neighbour), and nobody here would answer its ARP.
+    engine->run_sync([&] {
+      engine->neighbours().add_static(transport::IpAddr::v4(kPeerIp4), kPeerMac);
+      engine->neighbours().add_static(transport::IpAddr::v6(kPeerUla), kPeerMac);
+    });
   }
   ~Node() {
     dev.reset();

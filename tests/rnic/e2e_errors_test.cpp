@@ -8,9 +8,11 @@
 #include <gtest/gtest.h>
 #include <fcntl.h>
 
+#include <atomic>
 #include <cstring>
 #include <map>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "lib/wire/build.hpp"
@@ -808,6 +810,65 @@ TEST(CommEst, NotRaisedInRts) {
   ASSERT_EQ(h.wait_wcs(p.rcq_b, 1).size(), 1u);
   h.run_for(milliseconds(20));
   EXPECT_TRUE(async_events(*h.b().rnic).empty());
+}
+
+// ---- a connected QP's next hop -----------------------------------------------------------
+
+// ibv_modify_qp to RTR resolves the path's next hop before it returns, as
+// Linux's modify_qp does for RoCE (ib_resolve_eth_dmac): the first packets
+// of both sides then leave at once.  Before, they waited in the neighbour's
+// queue, which holds 16 frames: ibv_srq_pingpong's 16 QPs answered their
+// first messages all at once there, lost their ACKs, and the client ended
+// in RETRY_EXC_ERR once the server had exited (1 run in 10 under load).
+TEST(PathResolution, RtrResolvesTheNextHopBeforeItReturns) {
+  Harness h{HarnessOptions{.resolve_neighbours = false}};
+  // B's engine answers A's ARP while A's caller waits in modify.
+  std::atomic<bool> stop{false};
+  std::thread peer([&] {
+    while (!stop.load()) {
+      h.b().engine->poll();
+      std::this_thread::sleep_for(std::chrono::microseconds(50));  // leaves the sim wire's lock to A
+    }
+  });
+  Cq* cq = h.cq(h.a());
+  Qp* rc = h.qp(h.a(), IBV_QPT_RC, cq, cq);
+  Qp* uc = h.qp(h.a(), IBV_QPT_UC, cq, cq);
+  ASSERT_NE(rc, nullptr);
+  ASSERT_NE(uc, nullptr);
+  const int rc4 = qp_to_rts(rc, h.ah_attr(h.a(), h.b()), 0x123, 0, 0, ConnOpts{});
+  const int uc6 = qp_to_rts(uc, h.ah_attr(h.a(), h.b(), true), 0x124, 0, 0, ConnOpts{});
+  stop = true;
+  peer.join();
+  EXPECT_EQ(rc4, 0) << std::strerror(rc4);
+  EXPECT_EQ(uc6, 0) << std::strerror(uc6);
+  transport::Engine& e = *h.a().engine;
+  bool v4 = false;
+  bool v6 = false;
+  e.run_sync([&] {
+    v4 = e.neighbours().lookup(transport::IpAddr::v4(kIpB), e.now()) != nullptr;
+    v6 = e.neighbours().lookup(transport::IpAddr::v6(h.b().ip6), e.now()) != nullptr;
+  });
+  EXPECT_TRUE(v4) << "RC: RTR returned before the next hop resolved";
+  EXPECT_TRUE(v6) << "UC over IPv6: RTR returned before the next hop resolved";
+}
+
+// A next hop that never answers fails the modify with ETIMEDOUT (Linux's
+// answer), and the QP stays where it was.  A UD QP has no path: its RTR
+// does not wait.
+TEST(PathResolution, RtrToANeighbourThatNeverAnswersFails) {
+  Harness h{HarnessOptions{.resolve_neighbours = false}};
+  Cq* cq = h.cq(h.a());
+  Qp* q = h.qp(h.a(), IBV_QPT_RC, cq, cq);
+  Qp* ud = h.qp(h.a(), IBV_QPT_UD, cq, cq);
+  ASSERT_NE(q, nullptr);
+  ASSERT_NE(ud, nullptr);
+  ibv_ah_attr path = h.ah_attr(h.a(), h.b());
+  const wire::Ipv6Addr nowhere = wire::PktDesc::ipv4_mapped(0x0A000063);  // 10.0.0.99: nobody
+  std::memcpy(path.grh.dgid.raw, nowhere.data(), nowhere.size());
+  EXPECT_EQ(qp_to_rts(q, path, 0x123, 0, 0, ConnOpts{}), ETIMEDOUT);
+  EXPECT_EQ(q->state(), IBV_QPS_INIT);
+  EXPECT_EQ(h.ud_ready(ud), 0);
+  EXPECT_EQ(ud->state(), IBV_QPS_RTS);
 }
 
 // ---- unreachable UD destination --------------------------------------------------------

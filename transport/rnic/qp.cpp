@@ -449,6 +449,14 @@ int Qp::modify(const ibv_qp_attr& attr, int mask) {
   // The whole modify is the engine's: modifies of one QP (from any thread,
   // the connection manager's included) are serialised by its loop.
   int rc = 0;
+  if ((mask & IBV_QP_AV) && connected()) {
+    // A valid modify with a path resolves its next hop first, as Linux's
+    // modify_qp does for RoCE (Rnic::await_neighbour); an invalid one
+    // fails on its attributes without waiting.
+    rnic_.engine().run_sync([&] { rc = check_modify(attr, mask); });
+    if (rc == 0) rc = rnic_.await_neighbour(attr.ah_attr);
+    if (rc != 0) return rc;
+  }
   rnic_.engine().run_sync([&] {
     rc = check_modify(attr, mask);
     if (rc == 0) {

@@ -16,6 +16,7 @@
 #include <utility>
 #include <vector>
 
+#include "lib/util/steady_ns.hpp"
 #include "lib/wire/ipv4.hpp"
 #include "lib/wire/ipv6.hpp"
 #include "transport/params.hpp"
@@ -304,6 +305,38 @@ int Rnic::resolve_path(const ibv_ah_attr& attr, AhAttr* out) const {
     out->flow_label = attr.grh.flow_label & 0xFFFFFu;
   }
   return 0;
+}
+
+int Rnic::await_neighbour(const ibv_ah_attr& attr) {
+  enum class Look : uint8_t { Ready, Waiting, Failed, NoRoom };
+  const bool in_loop = transport::Engine::polling_here() || engine_.on_engine_thread();
+  const uint64_t until = steady_ns() + transport::params::kPathResolveNs;
+  bool asked = false;
+  for (;;) {
+    const Look look = control([&]() -> Look {
+      AhAttr path;
+      if (resolve_path(attr, &path) != 0 || is_multicast_gid(path.dgid)) return Look::Ready;
+      const transport::IpAddr ip = transport::IpAddr::v6(path.dgid);
+      transport::NeighTable& neigh = engine_.neighbours();
+      if (engine_.config().local.owns(ip) || neigh.lookup(ip, engine_.now()) != nullptr) return Look::Ready;
+      if (!asked) {  // starts a probe, or starts over one that failed before
+        asked = true;
+        neigh.resolve(ip, engine_.now());
+        return neigh.lookup(ip, engine_.now()) != nullptr ? Look::Ready : Look::Waiting;
+      }
+      const auto st = neigh.state(ip);
+      if (!st) return Look::NoRoom;  // the table refused the entry (full)
+      return *st == transport::NeighState::Failed ? Look::Failed : Look::Waiting;
+    });
+    if (look == Look::Ready || in_loop) return 0;
+    if (look == Look::NoRoom) return ENOMEM;
+    // Linux's answer when the neighbour does not answer in time.
+    if (look == Look::Failed || static_cast<int64_t>(until - steady_ns()) <= 0) return ETIMEDOUT;
+    // The reply is the loop's to receive: our turn when nobody else runs
+    // it (inline progress), else a short sleep while the engine thread does.
+    if (!engine_.try_progress(transport::Engine::Assist::Once))
+      std::this_thread::sleep_for(std::chrono::nanoseconds(transport::params::kPathResolvePollNs));
+  }
 }
 
 // ---- PD ------------------------------------------------------------------------------------
@@ -1084,6 +1117,13 @@ Ah* Rnic::create_ah(Pd* pd, const ibv_ah_attr& attr, int* err) {
     if (ahs_.size() >= kMaxAh) {
       set_err(err, ENOMEM);
       return nullptr;
+    }
+    // Its next hop starts resolving now (Linux resolves it inside
+    // create_ah), not at the first send, which would wait for it.
+    if (!is_multicast_gid(path.dgid)) {
+      const transport::IpAddr ip = transport::IpAddr::v6(path.dgid);
+      if (!engine_.config().local.owns(ip) && engine_.neighbours().lookup(ip, engine_.now()) == nullptr)
+        engine_.neighbours().resolve(ip, engine_.now());
     }
     auto ah = std::make_unique<Ah>();
     ah->pd = pd;

@@ -154,6 +154,16 @@ class Rnic final : public transport::RoceSink {
   // A QP's / AH's path from ibv_ah_attr (is_global and a valid sgid_index
   // required on RoCE): EINVAL when the attribute cannot be a RoCEv2 path.
   int resolve_path(const ibv_ah_attr& attr, AhAttr* out) const;
+  // The next hop of path `attr` resolved (Linux's modify_qp resolves a
+  // connected QP's destination MAC before it returns): ETIMEDOUT when the
+  // neighbour does not answer within params::kPathResolveNs (or its
+  // probes fail sooner), ENOMEM when the neighbour table is full.  0 at
+  // once for our own addresses, a multicast GID, a path that is not one
+  // (modify's checks answer for it), and inside an engine's loop (the
+  // connection manager's modify: the resolution starts, nobody waits).
+  // Any thread; the caller's turns run the loop meanwhile under inline
+  // progress.
+  int await_neighbour(const ibv_ah_attr& attr);
 
   // ---- objects (any thread; errno in *err on failure; destroy_qp not from
   // the engine's loop) ----
