@@ -307,6 +307,12 @@ int Rnic::resolve_path(const ibv_ah_attr& attr, AhAttr* out) const {
   return 0;
 }
 
+bool Rnic::next_hop_known(const wire::Ipv6Addr& dgid) {
+  if (is_multicast_gid(dgid)) return true;  // the group's MAC (mcast.hpp), no ARP/ND
+  const transport::IpAddr ip = transport::IpAddr::v6(dgid);
+  return engine_.config().local.owns(ip) || engine_.neighbours().lookup(ip, engine_.now()) != nullptr;
+}
+
 int Rnic::await_neighbour(const ibv_ah_attr& attr) {
   enum class Look : uint8_t { Ready, Waiting, Failed, NoRoom };
   const bool in_loop = transport::Engine::polling_here() || engine_.on_engine_thread();
@@ -315,14 +321,13 @@ int Rnic::await_neighbour(const ibv_ah_attr& attr) {
   for (;;) {
     const Look look = control([&]() -> Look {
       AhAttr path;
-      if (resolve_path(attr, &path) != 0 || is_multicast_gid(path.dgid)) return Look::Ready;
+      if (resolve_path(attr, &path) != 0 || next_hop_known(path.dgid)) return Look::Ready;
       const transport::IpAddr ip = transport::IpAddr::v6(path.dgid);
       transport::NeighTable& neigh = engine_.neighbours();
-      if (engine_.config().local.owns(ip) || neigh.lookup(ip, engine_.now()) != nullptr) return Look::Ready;
       if (!asked) {  // starts a probe, or starts over one that failed before
         asked = true;
         neigh.resolve(ip, engine_.now());
-        return neigh.lookup(ip, engine_.now()) != nullptr ? Look::Ready : Look::Waiting;
+        return next_hop_known(path.dgid) ? Look::Ready : Look::Waiting;
       }
       const auto st = neigh.state(ip);
       if (!st) return Look::NoRoom;  // the table refused the entry (full)
@@ -1120,11 +1125,7 @@ Ah* Rnic::create_ah(Pd* pd, const ibv_ah_attr& attr, int* err) {
     }
     // Its next hop starts resolving now (Linux resolves it inside
     // create_ah), not at the first send, which would wait for it.
-    if (!is_multicast_gid(path.dgid)) {
-      const transport::IpAddr ip = transport::IpAddr::v6(path.dgid);
-      if (!engine_.config().local.owns(ip) && engine_.neighbours().lookup(ip, engine_.now()) == nullptr)
-        engine_.neighbours().resolve(ip, engine_.now());
-    }
+    if (!next_hop_known(path.dgid)) engine_.neighbours().resolve(transport::IpAddr::v6(path.dgid), engine_.now());
     auto ah = std::make_unique<Ah>();
     ah->pd = pd;
     ah->path = path;

@@ -164,6 +164,10 @@ class Rnic final : public transport::RoceSink {
   // Any thread; the caller's turns run the loop meanwhile under inline
   // progress.
   int await_neighbour(const ibv_ah_attr& attr);
+  // [engine] Frames to `dgid` need no neighbour resolution: it is one of
+  // our addresses (loopback), a multicast GID, or a neighbour already known
+  // (a Stale one is re-probed meanwhile, NeighTable::lookup).
+  bool next_hop_known(const wire::Ipv6Addr& dgid);
 
   // ---- objects (any thread; errno in *err on failure; destroy_qp not from
   // the engine's loop) ----
