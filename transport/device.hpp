@@ -148,8 +148,8 @@ struct OpenOptions {
   // every turn flushes (uroced forwards its clients' frames as they come).
   bool hold_acks = true;
   // af_packet's receive ring in frames (DpdkPortConfig::af_packet_frames)
-  // unless the devargs say: uroced's port buffers for every client.
-  uint32_t af_packet_frames = drivers::dpdk::kAfPacketDefaultFramecnt;
+  // unless the devargs say.
+  uint32_t af_packet_frames = drivers::dpdk::kAfPacketRingFrames;
 };
 
 class Device {

@@ -122,11 +122,11 @@ std::optional<AfPacketRing> af_packet_ring_for_mtu(uint32_t mtu, uint32_t page_s
                                                    uint32_t frames) noexcept {
   const uint32_t needed = round_up(mtu + kEthOverheadBytes + kAfPacketFrameOverhead, kAfPacketFrameQuantum);
   const uint32_t framesz = std::min(needed, max_framesz / kAfPacketFrameQuantum * kAfPacketFrameQuantum);
-  frames = std::max(frames, kAfPacketDefaultFramecnt);
   const bool big_frames = framesz > kAfPacketDefaultFramesz;
-  if ((!big_frames && frames == kAfPacketDefaultFramecnt) || page_size == 0) return std::nullopt;
   AfPacketRing r;
   r.framesz = big_frames ? framesz : kAfPacketDefaultFramesz;
+  frames = std::max(std::min(frames, kAfPacketRingMaxBytes / r.framesz), kAfPacketDefaultFramecnt);
+  if ((!big_frames && frames == kAfPacketDefaultFramecnt) || page_size == 0) return std::nullopt;
   r.blocksz = std::lcm(r.framesz, page_size);
   r.framecnt = round_up(frames, r.blocksz / r.framesz);
   return r;

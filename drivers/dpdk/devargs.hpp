@@ -47,6 +47,15 @@ bool is_af_packet(std::string_view name) noexcept;  // net_af_packet<N> or its a
 inline constexpr uint32_t kAfPacketFrameOverhead = 32;
 inline constexpr uint32_t kAfPacketDefaultFramesz = 2048;
 inline constexpr uint32_t kAfPacketDefaultFramecnt = 512;
+// The receive ring uroce asks for: the kernel drops what arrives while the
+// ring is full, and at 0.3 M frames/s the PMD's 512 are 2 ms, less than
+// one scheduler slice of a receiver off its CPU (a UC stream, which nothing
+// resends, then lost a third of its frames beside one busy process).  4096
+// are about 14 ms.  The PMD gives its TX ring the same geometry.
+inline constexpr uint32_t kAfPacketRingFrames = 4096;
+// ... but no ring larger than this: 4096 frames at a 1500-byte MTU, about
+// 1800 of a 9000-byte link's (the kernel's memory, twice: RX and TX).
+inline constexpr uint32_t kAfPacketRingMaxBytes = 16u << 20;
 inline constexpr uint32_t kAfPacketFrameAlign = 16;  // the kernel: framesz a multiple of it
 // Our choice: framesz a multiple of 1 KiB, so a block of lcm(framesz, page)
 // holds at most four frames.
@@ -62,8 +71,9 @@ struct AfPacketRing {
 };
 
 // The ring that carries frames of IP MTU `mtu` in at least `frames`
-// frames, or nullopt when the driver's defaults (framesz 2048, framecnt
-// 512) already do.  framesz is at most
+// frames (fewer where they would pass kAfPacketRingMaxBytes, never fewer
+// than the PMD's 512), or nullopt when the driver's defaults (framesz
+// 2048, framecnt 512) already do.  framesz is at most
 // `max_framesz` (the RX queue refuses frames larger than its mbufs:
 // framesz - 32 <= data room), so a larger MTU gets the largest ring
 // allowed (af_packet_mtu_limit tells what it carries).  The rules:

@@ -466,7 +466,14 @@ PortStats DpdkPort::stats() const {
   p.rx_bytes = s.ibytes;
   p.tx_frames = s.opackets;
   p.tx_bytes = s.obytes;
-  p.rx_dropped = s.imissed + s.ierrors + s.rx_nombuf;
+  if (wait_fd_ >= 0) {
+    tpacket_stats ts{};
+    socklen_t len = sizeof ts;
+    if (::getsockopt(wait_fd_, SOL_PACKET, PACKET_STATISTICS, &ts, &len) == 0) {
+      ring_drops_.fetch_add(ts.tp_drops, std::memory_order_relaxed);
+    }
+  }
+  p.rx_dropped = s.imissed + s.ierrors + s.rx_nombuf + ring_drops_.load(std::memory_order_relaxed);
   p.tx_dropped = s.oerrors;
   p.burst_faults = burst_faults_.load(std::memory_order_relaxed);
   return p;

@@ -105,8 +105,9 @@ struct DpdkPortConfig {
   uint16_t data_room = kDefaultDataRoom;
   uint16_t rx_desc = kDefaultRxDesc;
   // af_packet's receive ring in frames when the devargs set no geometry
-  // (at least the PMD's 512): the kernel drops what does not fit.
-  uint32_t af_packet_frames = kAfPacketDefaultFramecnt;
+  // (at least the PMD's 512, within kAfPacketRingMaxBytes): the kernel
+  // drops what does not fit.
+  uint32_t af_packet_frames = kAfPacketRingFrames;
   uint16_t tx_desc = kDefaultTxDesc;
   // RTE_ETH_TX_OFFLOAD_MBUF_FAST_FREE when the PMD has it.  Its contract:
   // every mbuf sent comes from pool() and has reference count 1.  A caller
@@ -141,7 +142,9 @@ class DpdkPort final : public Port {
   wire::MacAddr mac() const override { return mac_; }
   uint16_t mtu() const override { return mtu_; }
   bool link_up() const override;
-  // rx_dropped = imissed + ierrors + rx_nombuf; tx_dropped = oerrors.
+  // rx_dropped = imissed + ierrors + rx_nombuf, plus for af_packet the
+  // frames its kernel ring had no room for (PACKET_STATISTICS: DPDK 22.11's
+  // PMD does not count them); tx_dropped = oerrors.
   PortStats stats() const override;
   rte_mempool* pool() const override { return pool_; }
   std::string name() const override { return devargs_; }
@@ -169,6 +172,9 @@ class DpdkPort final : public Port {
   uint16_t guarded_burst(bool rx, rte_mbuf** pkts, uint16_t n) noexcept;
   bool is_memif_ = false;   // see burst_allowed()
   std::atomic<uint64_t> burst_faults_{0};
+  // af_packet: the ring's drops read so far (each read of the kernel's
+  // count resets it).
+  mutable std::atomic<uint64_t> ring_drops_{0};
   DpdkPort() = default;
   Status configure(const DpdkPortConfig& config);
   Status setup_queues(const DpdkPortConfig& config);

@@ -91,21 +91,41 @@ TEST(AfPacketRing, CappedByTheMbufs) {
   EXPECT_LT(af_packet_mtu_limit(r->framesz), 9000u);  // the port reports what it carries
 }
 
-// A larger ring asked for (uroced's port): the default frame at a
-// standard MTU, the jumbo frame at 9000, the frame count rounded up to
-// whole blocks and never below the PMD's own.
+// A larger ring asked for (every port's kAfPacketRingFrames): the default
+// frame at a standard MTU, the jumbo frame at 9000, the frame count rounded
+// up to whole blocks, never below the PMD's own and, for large frames,
+// only as many as kAfPacketRingMaxBytes holds.
 TEST(AfPacketRing, MoreFramesWhenAsked) {
-  const auto r = af_packet_ring_for_mtu(1500, kPage, kMaxFramesz, 4096);
+  const auto r = af_packet_ring_for_mtu(1500, kPage, kMaxFramesz, kAfPacketRingFrames);
   ASSERT_TRUE(r);
   EXPECT_EQ(r->framesz, kAfPacketDefaultFramesz);
   EXPECT_EQ(r->blocksz, kPage);
   EXPECT_EQ(r->framecnt, 4096u);
-  const auto j = af_packet_ring_for_mtu(9000, kPage, kMaxFramesz, 4097);
+  const auto m = af_packet_ring_for_mtu(2000, kPage, kMaxFramesz, 4097);
+  ASSERT_TRUE(m);
+  EXPECT_EQ(m->framesz, 3072u);
+  EXPECT_EQ(m->framecnt, 4100u);  // four frames a block, 12.6 MB
+  const auto j = af_packet_ring_for_mtu(9000, kPage, kMaxFramesz, kAfPacketRingFrames);
   ASSERT_TRUE(j);
   EXPECT_EQ(j->framesz, 9216u);
-  EXPECT_EQ(j->framecnt, 4100u);  // four frames a block
+  EXPECT_EQ(j->framecnt, 1820u);  // 16 MiB / 9216, four frames a block
   EXPECT_FALSE(af_packet_ring_for_mtu(1500, kPage, kMaxFramesz, 100));
   EXPECT_EQ(af_packet_ring_for_mtu(9000, kPage, kMaxFramesz, 100)->framecnt, kAfPacketDefaultFramecnt);
+}
+
+// The cap never takes a ring below the PMD's 512 frames, whatever the frame.
+TEST(AfPacketRing, TheCapKeepsThePmdsOwnCount) {
+  const auto r = af_packet_ring_for_mtu(60000, kPage, 64 * 1024, kAfPacketRingFrames);
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->framesz, 60416u);  // 16 MiB holds 277 of them
+  EXPECT_EQ(r->framecnt, kAfPacketDefaultFramecnt);
+  for (uint32_t mtu = 256; mtu <= 9000; mtu += 251) {
+    SCOPED_TRACE(mtu);
+    const auto a = af_packet_ring_for_mtu(mtu, kPage, kMaxFramesz, kAfPacketRingFrames);
+    ASSERT_TRUE(a);
+    EXPECT_GE(a->framecnt, kAfPacketDefaultFramecnt);
+    EXPECT_LE(uint64_t{a->framecnt} * a->framesz, uint64_t{kAfPacketRingMaxBytes} + a->blocksz);
+  }
 }
 
 // Every MTU gets a geometry the kernel and the PMD accept, that carries it.

@@ -52,8 +52,6 @@ constexpr int kExitFailed = 1;
 // between two namespaces: RETRY_EXC_ERR in 3 runs of 3, and ACK
 // timeouts), at SCHED_FIFO 1 none in every run since.
 constexpr int kRealtimePriority = 1;
-// af_packet's receive ring on the daemon's ports, in frames (see main).
-constexpr uint32_t kAfPacketFrames = 4096;
 
 std::string addresses_text(const transport::DeviceInfo& info) {
   std::string s;
@@ -162,11 +160,6 @@ int main(int argc, char** argv) {
     oo.idle_wait = true;  // the daemon sleeps when nothing happens, and wakes at once
     oo.realtime_priority = realtime ? kRealtimePriority : 0;
     oo.hold_acks = false;  // the clients' RNICs coalesce their ACKs; the daemon only carries frames
-    // The port's kernel ring buffers every client's traffic while the
-    // daemon is off its CPU: 4096 frames, not af_packet's 512 (an 8 MiB
-    // READ at MTU 1024 is 8192 responses in one burst; past the ring the
-    // kernel drops and the requester waits out its ACK timeout).
-    oo.af_packet_frames = kAfPacketFrames;
     auto d = devs.open(name, oo);
     if (!d) {
       fmt::print(stderr, "uroced: device {} did not start: {}\n", name, d.error().message);
