@@ -41,6 +41,7 @@ constexpr std::string_view kMemifServer = "server";
 constexpr std::string_view kIfaceKey = "iface";
 constexpr std::string_view kPciBus = "pci";
 constexpr std::string_view kFrameszKey = "framesz";
+constexpr std::string_view kQdiscBypassKey = "qdisc_bypass";
 constexpr std::string_view kAfPacketRingKeys[] = {"blocksz", "framesz", "framecnt"};
 
 std::string dpdk_error(std::string_view what, int rc) {
@@ -320,7 +321,79 @@ void DpdkPort::read_identity(const DpdkPortConfig& config, uint32_t af_packet_fr
   }
   mtu_ = role_ == NetdevRole::kNone ? ethdev_mtu(config) : netdev_mtu(af_packet_framesz);
   if (!netdev_.empty() && netdev_fd_ < 0) netdev_fd_ = ::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-  if (is_af_packet(device_name_) && !netdev_.empty()) wait_fd_ = find_packet_socket(netdev_);
+  if (is_af_packet(device_name_) && !netdev_.empty()) {
+    wait_fd_ = find_packet_socket(netdev_);
+    open_packet_tx();
+  }
+}
+
+// af_packet's transmit path of our own (see the header): a packet socket
+// that receives nothing (protocol 0), bound to the netdev, bypassing the
+// qdisc as the PMD's does by default.  With qdisc_bypass=0 the PMD keeps
+// sending: through the qdisc every frame passes the netdev's taps, and the
+// PMD's socket (a fanout group's member, for which PACKET_IGNORE_OUTGOING
+// does nothing) skips only what its own group sent.  Left on the PMD's
+// path (tx_fd_ -1) when any step fails.
+void DpdkPort::open_packet_tx() {
+  const auto d = parse_devargs(devargs_);
+  if (wait_fd_ < 0 || (d && d->get(kQdiscBypassKey) == "0")) return;
+  const unsigned ifindex = if_nametoindex(netdev_.c_str());
+  if (ifindex == 0) return;
+  const int fd = ::socket(AF_PACKET, SOCK_RAW | SOCK_CLOEXEC, 0);
+  if (fd < 0) return;
+  sockaddr_ll ll{};
+  ll.sll_family = AF_PACKET;
+  ll.sll_ifindex = static_cast<int>(ifindex);
+  const int one = 1;
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&ll), sizeof ll) != 0 ||
+      ::setsockopt(fd, SOL_PACKET, PACKET_QDISC_BYPASS, &one, sizeof one) != 0) {
+    ::close(fd);
+    return;
+  }
+  tx_fd_ = fd;
+}
+
+uint16_t DpdkPort::packet_tx_burst(rte_mbuf** pkts, uint16_t n) {
+  uint16_t done = 0;
+  while (done < n) {
+    unsigned msgs = 0;
+    unsigned iovs = 0;
+    for (uint16_t i = done; i < n && msgs < kPacketTxBatch; ++i) {
+      if (iovs + pkts[i]->nb_segs > kPacketTxIovs) break;
+      tx_msgs_[msgs] = mmsghdr{};
+      tx_msgs_[msgs].msg_hdr.msg_iov = &tx_iovs_[iovs];
+      for (rte_mbuf* seg = pkts[i]; seg != nullptr; seg = seg->next) {
+        tx_iovs_[iovs++] = iovec{rte_pktmbuf_mtod(seg, void*), seg->data_len};
+      }
+      tx_msgs_[msgs].msg_hdr.msg_iovlen = pkts[i]->nb_segs;
+      ++msgs;
+    }
+    if (msgs == 0) {  // a frame of more segments than kPacketTxIovs
+      tx_errors_.fetch_add(1, std::memory_order_relaxed);
+      rte_pktmbuf_free(pkts[done]);
+      ++done;
+      continue;
+    }
+    const int sent = ::sendmmsg(tx_fd_, tx_msgs_.data(), msgs, MSG_DONTWAIT);
+    if (sent > 0) {
+      uint64_t bytes = 0;
+      for (int k = 0; k < sent; ++k) bytes += pkts[done + k]->pkt_len;
+      rte_pktmbuf_free_bulk(pkts + done, static_cast<unsigned>(sent));
+      tx_frames_.fetch_add(static_cast<uint64_t>(sent), std::memory_order_relaxed);
+      tx_bytes_.fetch_add(bytes, std::memory_order_relaxed);
+      done = static_cast<uint16_t>(done + sent);
+      continue;  // fewer than asked: the next one failed, and says why on its retry
+    }
+    // The first message failed.  No room (a full socket buffer or device
+    // queue): the rest waits for the caller's next burst.  Anything else
+    // (too long for the link, the link down): that frame is dropped and
+    // counted, as the PMD does.
+    if (errno == EAGAIN || errno == EWOULDBLOCK || errno == ENOBUFS || errno == EINTR) break;
+    tx_errors_.fetch_add(1, std::memory_order_relaxed);
+    rte_pktmbuf_free(pkts[done]);
+    ++done;
+  }
+  return done;
 }
 
 // The af_packet PMD's socket on `iface`: the newest AF_PACKET socket of this
@@ -381,6 +454,8 @@ Status DpdkPort::install_flows(const mlx5::FlowPolicy& policy) {
 void DpdkPort::close() noexcept {
   if (netdev_fd_ >= 0) ::close(netdev_fd_);
   netdev_fd_ = -1;
+  if (tx_fd_ >= 0) ::close(tx_fd_);
+  tx_fd_ = -1;
   if (eal_running() && claimed_) {
     (void)flows_.remove();  // before stop: the rules belong to the started port
     if (started_) rte_eth_dev_stop(port_id_);
@@ -438,6 +513,7 @@ uint16_t DpdkPort::rx_burst(rte_mbuf** pkts, uint16_t n) {
 }
 
 uint16_t DpdkPort::tx_burst(rte_mbuf** pkts, uint16_t n) {
+  if (tx_fd_ >= 0) return packet_tx_burst(pkts, n);
   if (!is_memif_) return rte_eth_tx_burst(port_id_, kQueue, pkts, n);
   if (!burst_allowed()) return 0;
   return guarded_burst(false, pkts, n);
@@ -464,8 +540,8 @@ PortStats DpdkPort::stats() const {
   if (rte_eth_stats_get(port_id_, &s) != 0) return p;
   p.rx_frames = s.ipackets;
   p.rx_bytes = s.ibytes;
-  p.tx_frames = s.opackets;
-  p.tx_bytes = s.obytes;
+  p.tx_frames = s.opackets + tx_frames_.load(std::memory_order_relaxed);
+  p.tx_bytes = s.obytes + tx_bytes_.load(std::memory_order_relaxed);
   if (wait_fd_ >= 0) {
     tpacket_stats ts{};
     socklen_t len = sizeof ts;
@@ -474,7 +550,7 @@ PortStats DpdkPort::stats() const {
     }
   }
   p.rx_dropped = s.imissed + s.ierrors + s.rx_nombuf + ring_drops_.load(std::memory_order_relaxed);
-  p.tx_dropped = s.oerrors;
+  p.tx_dropped = s.oerrors + tx_errors_.load(std::memory_order_relaxed);
   p.burst_faults = burst_faults_.load(std::memory_order_relaxed);
   return p;
 }

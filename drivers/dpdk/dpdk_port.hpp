@@ -35,6 +35,18 @@
 // set with rte_eth_dev_set_mtu; a PMD with no MTU operation (memif, ring)
 // carries it as long as a frame fits one mbuf.
 //
+// af_packet's transmit path: the PMD sends from its TX ring, whose frames
+// the kernel hands on as pages of the ring (zero-copy), and a veth must
+// then copy each into new pages before the peer may have it
+// (skb_copy_ubufs: a page allocated, copied and freed per frame).  So an
+// af_packet port that bypasses the qdisc (the PMD's default) sends through
+// a packet socket of its own instead: sendmmsg of the mbufs, which the
+// kernel copies into one linear buffer per frame (under a page) that the
+// veth forwards as it is.  One system call per burst either way.  Frames
+// the socket has no room for (EAGAIN, ENOBUFS) stay with the caller; a
+// frame the link refuses (EMSGSIZE, ENETDOWN) is freed and counted in
+// tx_dropped.  The PMD's receive path is unchanged.
+//
 // Threads: open and the destructor are control path (any one thread);
 // rx_burst/tx_burst are driven by one thread at a time (Port's rule);
 // mac/mtu/link_up/stats may be called from any thread.
@@ -46,8 +58,12 @@
 // before either closes.
 #pragma once
 
-#include <chrono>
+#include <sys/socket.h>
+#include <sys/uio.h>
+
+#include <array>
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -183,6 +199,8 @@ class DpdkPort final : public Port {
   void read_identity(const DpdkPortConfig& config, uint32_t af_packet_framesz);
   uint16_t netdev_mtu(uint32_t af_packet_framesz) const;
   static int find_packet_socket(const std::string& iface);
+  void open_packet_tx();
+  uint16_t packet_tx_burst(rte_mbuf** pkts, uint16_t n);
   uint16_t ethdev_mtu(const DpdkPortConfig& config) const;
   void close() noexcept;
 
@@ -193,6 +211,14 @@ class DpdkPort final : public Port {
   std::string netdev_;
   int netdev_fd_ = -1;       // a socket for SIOCGIFFLAGS on netdev_ (link_up)
   int wait_fd_ = -1;         // not ours: the af_packet PMD's socket (wait_fd)
+  // af_packet's transmit socket (open_packet_tx), -1: the PMD sends; its
+  // frames, bytes and errors; sendmmsg's arrays (tx_burst's one thread).
+  static constexpr unsigned kPacketTxBatch = 64;
+  static constexpr unsigned kPacketTxIovs = 256;
+  int tx_fd_ = -1;
+  std::atomic<uint64_t> tx_frames_{0}, tx_bytes_{0}, tx_errors_{0};
+  std::array<mmsghdr, kPacketTxBatch> tx_msgs_{};
+  std::array<iovec, kPacketTxIovs> tx_iovs_{};
   NetdevRole role_ = NetdevRole::kNone;
   wire::MacAddr mac_{};
   uint16_t mtu_ = 0;

@@ -248,6 +248,66 @@ TEST_F(AfPacketVeth, TheRingHoldsWhatArrivesWhileNobodyPollsAndCountsWhatItDrops
   EXPECT_EQ(drain(kHeld + kOver), 10u);
 }
 
+// What the port sends reaches the far end whole and in order, leaves no
+// copy in its own ring (it bypasses the qdisc, and so the netdev's taps),
+// and is counted; a frame the link cannot carry is
+// dropped and counted, never handed back as unsent (tx_burst would offer
+// it again forever).
+TEST_F(AfPacketVeth, SendsInOrderSeesNoneOfItsOwnAndDropsWhatTheLinkCannotCarry) {
+  port_ = open_ok({.devargs = "net_af_packet10,iface=uroce-ra"});
+  ASSERT_TRUE(port_);
+  const int rx = ::socket(AF_PACKET, SOCK_RAW | SOCK_CLOEXEC | SOCK_NONBLOCK, htons(kEtherType));
+  ASSERT_GE(rx, 0);
+  sockaddr_ll ll{};
+  ll.sll_family = AF_PACKET;
+  ll.sll_protocol = htons(kEtherType);
+  ll.sll_ifindex = static_cast<int>(::if_nametoindex("uroce-rb"));
+  ASSERT_EQ(::bind(rx, reinterpret_cast<sockaddr*>(&ll), sizeof ll), 0);
+
+  constexpr uint16_t kN = 200;  // several of sendmmsg's batches
+  std::array<rte_mbuf*, kN> out{};
+  for (uint16_t i = 0; i < kN; ++i) {
+    out[i] = frame(port_->pool(), 0);
+    auto* p = rte_pktmbuf_mtod(out[i], uint8_t*);
+    std::memset(p, 0xff, 6);
+    p[12] = kEtherType >> 8;
+    p[13] = kEtherType & 0xff;
+    const uint32_t seq = i;
+    std::memcpy(p + 14, &seq, sizeof seq);
+  }
+  uint16_t sent = 0;
+  for (int tries = 0; sent < kN && tries < 1000; ++tries) {
+    sent = static_cast<uint16_t>(sent + port_->tx_burst(out.data() + sent, static_cast<uint16_t>(kN - sent)));
+  }
+  ASSERT_EQ(sent, kN);
+  uint32_t got = 0;
+  std::array<uint8_t, 2048> buf{};
+  for (ssize_t len; (len = ::recv(rx, buf.data(), buf.size(), 0)) > 0;) {
+    ASSERT_EQ(len, kFrameLen);
+    uint32_t seq = 0;
+    std::memcpy(&seq, &buf[14], sizeof seq);
+    EXPECT_EQ(seq, got);
+    ++got;
+  }
+  ::close(rx);
+  EXPECT_EQ(got, kN);
+  EXPECT_EQ(drain(0), 0u);  // nothing of its own came back
+  PortStats s = port_->stats();
+  EXPECT_EQ(s.tx_frames, kN);
+  EXPECT_EQ(s.tx_bytes, uint64_t{kN} * kFrameLen);
+  EXPECT_EQ(s.tx_dropped, 0u);
+
+  // Longer than the veth's MTU allows: taken, dropped, counted.
+  rte_mbuf* big = rte_pktmbuf_alloc(port_->pool());
+  ASSERT_NE(big, nullptr);
+  ASSERT_NE(rte_pktmbuf_append(big, 1600), nullptr);
+  std::memset(rte_pktmbuf_mtod(big, uint8_t*), 0xff, 1600);
+  EXPECT_EQ(port_->tx_burst(&big, 1), 1);
+  s = port_->stats();
+  EXPECT_EQ(s.tx_dropped, 1u);
+  EXPECT_EQ(s.tx_frames, kN);
+}
+
 // Geometry given in the devargs decides, the PMD's 512 frames included.
 TEST_F(AfPacketVeth, DevargsGeometryDecides) {
   port_ = open_ok({.devargs = "net_af_packet8,iface=uroce-ra,framecnt=512"});
