@@ -206,9 +206,7 @@ int RdmaCm::resolve_addr(RdmaId* id, const sockaddr* src, const sockaddr* dst, i
   on_engine(*d, [&] {
     if (id->destroyed || id->state != RdmaIdState::AddrQuery) return;
     transport::Engine& e = d->engine();
-    const bool local = is_loopback(*dip) || e.config().local.owns(*dip);
-    // A multicast group maps to its MAC without ARP/ND (mcast.hpp).
-    if (local || rnic::is_multicast_gid(dip->bytes) || e.neighbours().lookup(*dip, e.now()) != nullptr) {
+    if (is_loopback(*dip) || rnic::next_hop_known(e, dip->bytes)) {
       addr_done(*id, true, 0);
       return;
     }

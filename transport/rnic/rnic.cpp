@@ -307,10 +307,10 @@ int Rnic::resolve_path(const ibv_ah_attr& attr, AhAttr* out) const {
   return 0;
 }
 
-bool Rnic::next_hop_known(const wire::Ipv6Addr& dgid) {
+bool next_hop_known(transport::Engine& engine, const wire::Ipv6Addr& dgid) {
   if (is_multicast_gid(dgid)) return true;  // the group's MAC (mcast.hpp), no ARP/ND
   const transport::IpAddr ip = transport::IpAddr::v6(dgid);
-  return engine_.config().local.owns(ip) || engine_.neighbours().lookup(ip, engine_.now()) != nullptr;
+  return engine.config().local.owns(ip) || engine.neighbours().lookup(ip, engine.now()) != nullptr;
 }
 
 int Rnic::await_neighbour(const ibv_ah_attr& attr) {

@@ -107,6 +107,13 @@ struct AsyncEvent {
   void* context = nullptr;
 };
 
+// [engine] Frames to `dgid` need no neighbour resolution on `engine`'s
+// device: it is one of the device's addresses (loopback), a multicast GID
+// (its group's MAC), or a neighbour already known (a Stale one is
+// re-probed meanwhile, NeighTable::lookup).  Rnic::next_hop_known, and
+// rdma_resolve_addr's test for an address with no RNIC at hand.
+bool next_hop_known(transport::Engine& engine, const wire::Ipv6Addr& dgid);
+
 class Rnic final : public transport::RoceSink {
  public:
   // `name`: "uroce0" ...  The GID table is built from the engine's local
@@ -164,10 +171,8 @@ class Rnic final : public transport::RoceSink {
   // Any thread; the caller's turns run the loop meanwhile under inline
   // progress.
   int await_neighbour(const ibv_ah_attr& attr);
-  // [engine] Frames to `dgid` need no neighbour resolution: it is one of
-  // our addresses (loopback), a multicast GID, or a neighbour already known
-  // (a Stale one is re-probed meanwhile, NeighTable::lookup).
-  bool next_hop_known(const wire::Ipv6Addr& dgid);
+  // [engine] rnic::next_hop_known on this device's engine.
+  bool next_hop_known(const wire::Ipv6Addr& dgid) { return rnic::next_hop_known(engine_, dgid); }
 
   // ---- objects (any thread; errno in *err on failure; destroy_qp not from
   // the engine's loop) ----
