@@ -160,7 +160,9 @@ class DpdkPort final : public Port {
   bool link_up() const override;
   // rx_dropped = imissed + ierrors + rx_nombuf, plus for af_packet the
   // frames its kernel ring had no room for (PACKET_STATISTICS: DPDK 22.11's
-  // PMD does not count them); tx_dropped = oerrors.
+  // PMD does not count them); tx_dropped = oerrors, plus the frames our own
+  // af_packet socket dropped (the header's transmit path); tx_frames and
+  // tx_bytes likewise count both paths.
   PortStats stats() const override;
   rte_mempool* pool() const override { return pool_; }
   std::string name() const override { return devargs_; }

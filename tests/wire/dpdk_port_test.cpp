@@ -18,6 +18,7 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <optional>
 #include <vector>
 
 #include "drivers/dpdk/dpdk_port.hpp"
@@ -171,14 +172,8 @@ class AfPacketVeth : public ::testing::Test {
                           "ip link add uroce-ra type veth peer name uroce-rb && "
                           "ip link set uroce-ra up && ip link set uroce-rb up"),
               0);
-    tx_ = ::socket(AF_PACKET, SOCK_RAW | SOCK_CLOEXEC, htons(kEtherType));
+    tx_ = far_end_socket(0);
     ASSERT_GE(tx_, 0) << std::strerror(errno);
-    sockaddr_ll ll{};
-    ll.sll_family = AF_PACKET;
-    ll.sll_protocol = htons(kEtherType);
-    ll.sll_ifindex = static_cast<int>(::if_nametoindex("uroce-rb"));
-    ASSERT_GT(ll.sll_ifindex, 0);
-    ASSERT_EQ(::bind(tx_, reinterpret_cast<sockaddr*>(&ll), sizeof ll), 0) << std::strerror(errno);
   }
   void TearDown() override {
     port_.reset();
@@ -188,14 +183,37 @@ class AfPacketVeth : public ::testing::Test {
       ::close(home_ns_);
     }
   }
+  // A packet socket on the veth's far end for our EtherType; -1 on failure.
+  static int far_end_socket(int flags) {
+    const int fd = ::socket(AF_PACKET, SOCK_RAW | SOCK_CLOEXEC | flags, htons(kEtherType));
+    if (fd < 0) return -1;
+    sockaddr_ll ll{};
+    ll.sll_family = AF_PACKET;
+    ll.sll_protocol = htons(kEtherType);
+    ll.sll_ifindex = static_cast<int>(::if_nametoindex("uroce-rb"));
+    if (ll.sll_ifindex > 0 && ::bind(fd, reinterpret_cast<sockaddr*>(&ll), sizeof ll) == 0) return fd;
+    ::close(fd);
+    return -1;
+  }
+  // Frame number `seq` of our EtherType (broadcast) in the kFrameLen bytes at `f`.
+  static void stamp(uint8_t* f, uint32_t seq) {
+    std::memset(f, 0xff, 6);
+    f[12] = kEtherType >> 8;
+    f[13] = kEtherType & 0xff;
+    std::memcpy(f + 14, &seq, sizeof seq);
+  }
+  // The number of a frame of ours, nullopt for any other frame.
+  static std::optional<uint32_t> seq_of(const uint8_t* f, size_t len) {
+    if (len < 18 || f[12] != (kEtherType >> 8) || f[13] != (kEtherType & 0xff)) return std::nullopt;
+    uint32_t seq = 0;
+    std::memcpy(&seq, f + 14, sizeof seq);
+    return seq;
+  }
   // Frames of our EtherType, numbered from `first`.
   void send(uint32_t first, uint32_t n) {
     std::array<uint8_t, kFrameLen> f{};
-    std::memset(f.data(), 0xff, 6);  // broadcast
-    f[12] = kEtherType >> 8;
-    f[13] = kEtherType & 0xff;
     for (uint32_t i = first; i < first + n; ++i) {
-      std::memcpy(&f[14], &i, sizeof i);
+      stamp(f.data(), i);
       ASSERT_EQ(::send(tx_, f.data(), f.size(), 0), static_cast<ssize_t>(f.size())) << std::strerror(errno);
     }
   }
@@ -206,11 +224,8 @@ class AfPacketVeth : public ::testing::Test {
     std::array<rte_mbuf*, 32> in{};
     for (uint16_t n; (n = port_->rx_burst(in.data(), in.size())) > 0;) {
       for (uint16_t k = 0; k < n; ++k) {
-        const auto* p = rte_pktmbuf_mtod(in[k], const uint8_t*);
-        if (in[k]->data_len >= 18 && p[12] == (kEtherType >> 8) && p[13] == (kEtherType & 0xff)) {
-          uint32_t seq = 0;
-          std::memcpy(&seq, p + 14, sizeof seq);
-          EXPECT_EQ(seq, first + ours);
+        if (const auto seq = seq_of(rte_pktmbuf_mtod(in[k], const uint8_t*), in[k]->data_len)) {
+          EXPECT_EQ(*seq, first + ours);
           ++ours;
         }
       }
@@ -256,24 +271,14 @@ TEST_F(AfPacketVeth, TheRingHoldsWhatArrivesWhileNobodyPollsAndCountsWhatItDrops
 TEST_F(AfPacketVeth, SendsInOrderSeesNoneOfItsOwnAndDropsWhatTheLinkCannotCarry) {
   port_ = open_ok({.devargs = "net_af_packet10,iface=uroce-ra"});
   ASSERT_TRUE(port_);
-  const int rx = ::socket(AF_PACKET, SOCK_RAW | SOCK_CLOEXEC | SOCK_NONBLOCK, htons(kEtherType));
-  ASSERT_GE(rx, 0);
-  sockaddr_ll ll{};
-  ll.sll_family = AF_PACKET;
-  ll.sll_protocol = htons(kEtherType);
-  ll.sll_ifindex = static_cast<int>(::if_nametoindex("uroce-rb"));
-  ASSERT_EQ(::bind(rx, reinterpret_cast<sockaddr*>(&ll), sizeof ll), 0);
+  const int rx = far_end_socket(SOCK_NONBLOCK);
+  ASSERT_GE(rx, 0) << std::strerror(errno);
 
   constexpr uint16_t kN = 200;  // several of sendmmsg's batches
   std::array<rte_mbuf*, kN> out{};
   for (uint16_t i = 0; i < kN; ++i) {
     out[i] = frame(port_->pool(), 0);
-    auto* p = rte_pktmbuf_mtod(out[i], uint8_t*);
-    std::memset(p, 0xff, 6);
-    p[12] = kEtherType >> 8;
-    p[13] = kEtherType & 0xff;
-    const uint32_t seq = i;
-    std::memcpy(p + 14, &seq, sizeof seq);
+    stamp(rte_pktmbuf_mtod(out[i], uint8_t*), i);
   }
   uint16_t sent = 0;
   for (int tries = 0; sent < kN && tries < 1000; ++tries) {
@@ -284,9 +289,7 @@ TEST_F(AfPacketVeth, SendsInOrderSeesNoneOfItsOwnAndDropsWhatTheLinkCannotCarry)
   std::array<uint8_t, 2048> buf{};
   for (ssize_t len; (len = ::recv(rx, buf.data(), buf.size(), 0)) > 0;) {
     ASSERT_EQ(len, kFrameLen);
-    uint32_t seq = 0;
-    std::memcpy(&seq, &buf[14], sizeof seq);
-    EXPECT_EQ(seq, got);
+    EXPECT_EQ(seq_of(buf.data(), static_cast<size_t>(len)), got);
     ++got;
   }
   ::close(rx);
