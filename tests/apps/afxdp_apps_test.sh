@@ -9,7 +9,8 @@
 # RETRY_EXC_ERR.  Two runs do not catch that reliably (3 of 3 passed with
 # the old pool once): the layout itself is checked by the drivers_wire
 # test Eal.PageFramesPoolLiesWhereAfXdpRegistersItsUmem.  Every run must
-# complete on both sides.
+# complete on both sides; a run that hit perftest's own -R startup race
+# (perftest_race.sh) is run again, at most CM_RACE_TRIES times in all.
 #
 #   afxdp_apps_test.sh SHIM_BUILD_DIR SCRIPTS_DIR
 #
@@ -21,6 +22,8 @@ set -u
 BUILD=$1 SCRIPTS=$2
 # shellcheck source=veth_pair_lib.sh
 . "$(dirname "$0")/veth_pair_lib.sh"
+# shellcheck source=perftest_race.sh
+. "$(dirname "$0")/perftest_race.sh"
 [ "$(id -u)" -eq 0 ] || skip "needs root (DPDK ports, network namespaces)"
 command -v ib_send_bw >/dev/null || skip "needs ib_send_bw (scripts/setup installs perftest)"
 
@@ -33,17 +36,26 @@ DEVARGS_A="net_af_xdp0,iface=$IF_A"
 DEVARGS_B="net_af_xdp0,iface=$IF_B"
 FAIL_LOG_DROP='^libxdp|^libbpf'
 
+PAIR_LISTEN=cm
+retried=0
 for ((r = 1; r <= RUNS; r++)); do
-  name=send_bw_64_$r
+  for ((attempt = 1; ; attempt++)); do
+    name=send_bw_64_$r.$attempt
+    SERVER_CMD=(ib_send_bw -d uroce0 -x 0 -F -p $PORT -s 64 -n $MESSAGES -R)
+    CLIENT_CMD=("${SERVER_CMD[@]}" "$IP_B")
+    run_pair "$name" $PORT 120
+    # perftest_race.sh: only its own -R race is retried, and only so often.
+    [ $CRC -ne 0 ] && [ $attempt -lt $CM_RACE_TRIES ] && grep -q "$CM_RACE_SIGN" "$TMP/$name.client.log" || break
+    echo "RETRY $name: $CM_RACE_REASON (client exit $CRC, attempt $attempt of $CM_RACE_TRIES)"
+    retried=$((retried + 1))
+  done
   total=$((total + 1))
-  SERVER_CMD=(ib_send_bw -d uroce0 -x 0 -F -p $PORT -s 64 -n $MESSAGES -R)
-  CLIENT_CMD=("${SERVER_CMD[@]}" "$IP_B")
-  run_pair "$name" $PORT 120
   row=$(awk '/^[[:space:]]*#bytes/ { on = 1; next } on && $1 == "64" { print; exit }' "$TMP/$name.client.log")
   if [ $CRC -eq 0 ] && [ $SRC -eq 0 ] && [ -n "$row" ]; then
     echo "PASS $name: $(echo "$row" | sed 's/libxdp.*//' | tr -s ' ')"
-  elif [ $r -eq 1 ] && grep -qiE "net_af_xdp.*(not supported|failed)|xsk.*failed|Failed to (create|configure) (xsk|umem)" \
-         "$TMP/$name.client.log" "$TMP/$name.server.log"; then
+  elif [ $r -eq 1 ] && [ $attempt -eq 1 ] &&
+    grep -qiE "net_af_xdp.*(not supported|failed)|xsk.*failed|Failed to (create|configure) (xsk|umem)" \
+      "$TMP/$name.client.log" "$TMP/$name.server.log"; then
     # The first run shows whether this kernel gives a veth AF_XDP sockets.
     skip "net_af_xdp does not start here: $(grep -hiE 'af_xdp|xsk|umem' "$TMP/$name.client.log" | head -1)"
   else
@@ -51,7 +63,7 @@ for ((r = 1; r <= RUNS; r++)); do
   fi
 done
 if [ $failed -eq 0 ]; then
-  echo "apps-afxdp: all $total runs passed"
+  echo "apps-afxdp: all $total runs passed ($retried retried)"
   exit 0
 fi
 echo "apps-afxdp: $failed of $total runs failed"

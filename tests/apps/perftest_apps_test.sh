@@ -71,6 +71,8 @@ TCP_PORT=$((20000 + $$ % 20000))
 
 # shellcheck source=../daemon/daemon_lib.sh
 . "$(dirname "$0")/../daemon/daemon_lib.sh"
+# shellcheck source=perftest_race.sh
+. "$(dirname "$0")/perftest_race.sh"
 
 cleanup() {
   daemons_down
@@ -338,25 +340,7 @@ teardown_daemon() {
 
 teardown_afpacket() { check_stack_spared; }
 
-# perftest's own race with -R: after the rdma_cm exchange's last message
-# the client connects the test QP at once, while the server still waits
-# for that message's ACK before it listens; when the server's receive
-# path lags (a loaded machine), the REQ finds no listener and is rejected
-# "invalid service ID" (8), as Linux does, and perftest's retry then uses
-# the ids it has just destroyed and crashes.  Seen in about one -R run in
-# 20 under load (capture: ACK and REQ in the same receive burst).  Only
-# that failure, recognised by its message, is retried: the case must then
-# pass (CM_RACE_TRIES attempts in all), and a run that keeps failing fails.
-readonly CM_RACE_SIGN="RDMA_CM_EVENT_REJECTED; error: 8"
-readonly CM_RACE_TRIES=3
-# perftest's own clock: it estimates the CPU frequency from a linear fit of
-# cycles against time, and on a loaded machine the fit can fail; it then
-# says so and prints "inf" in a latency row.  That measurement (not the
-# transfer) is retried the same way, and must then succeed.
-readonly CLOCK_SIGN="Correlation coefficient r^2: "
-readonly CLOCK_REASON="perftest's cycle-clock estimate failed under load (r^2 < 0.9, an 'inf' row)"
 retried=0
-readonly CM_RACE_REASON="perftest -R startup race (REQ before the server's listen: REJ 8, then perftest's retry crashes)"
 # What the whole wire cannot do yet: the reason, and what the server's log
 # must show for a failure to be that one (set by setup_MODE).
 WIRE_XFAIL_REASON= WIRE_XFAIL_SIGN=

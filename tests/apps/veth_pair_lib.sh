@@ -18,14 +18,18 @@
 #                             TELEMETRY lines or lines matching
 #                             FAIL_LOG_DROP (a regex; none by default)
 #   run_pair NAME PORT SECS   SERVER_CMD in NS_B, then, once it listens on
-#                             TCP PORT (its out-of-band exchange), CLIENT_CMD
-#                             in NS_A, both with PAIR_ENV and at most SECS;
+#                             TCP PORT (its out-of-band exchange), or with
+#                             PAIR_LISTEN=cm once it called rdma_listen
+#                             (its UROCE_TRACE=conn line), CLIENT_CMD in
+#                             NS_A, both with PAIR_ENV and at most SECS;
 #                             logs TMP/NAME.server.log and .client.log, exit
-#                             statuses in CRC and SRC
+#                             statuses in CRC and SRC; when the client
+#                             failed, the server is stopped 5 s later
 
 readonly EXIT_SKIP=77
 FAIL_LOG_DROP=
 PAIR_ENV=()
+PAIR_LISTEN=tcp
 SERVER_CMD=()
 CLIENT_CMD=()
 
@@ -72,17 +76,29 @@ fail() {  # NAME WHY LOG...
 }
 
 run_pair() {  # NAME PORT SECS
-  local name=$1 port=$2 secs=$3
-  ip netns exec "$NS_B" env "${PAIR_ENV[@]}" UROCE_DEVICE="$DEVARGS_B" timeout "$secs" "${RUN[@]}" "${SERVER_CMD[@]}" \
-    >"$TMP/$name.server.log" 2>&1 &
+  local name=$1 port=$2 secs=$3 trace=()
+  [ "$PAIR_LISTEN" = cm ] && trace=(UROCE_TRACE=conn)
+  ip netns exec "$NS_B" env "${PAIR_ENV[@]}" "${trace[@]}" UROCE_DEVICE="$DEVARGS_B" timeout "$secs" \
+    "${RUN[@]}" "${SERVER_CMD[@]}" >"$TMP/$name.server.log" 2>&1 &
   SPID=$!
-  for _ in $(seq 100); do
-    ip netns exec "$NS_B" ss -Hltn "sport = :$port" 2>/dev/null | grep -q . && break
+  for _ in $(seq 300); do
+    kill -0 "$SPID" 2>/dev/null || break
+    if [ "$PAIR_LISTEN" = cm ]; then
+      grep -q "listening on port $port" "$TMP/$name.server.log" && break
+    else
+      ip netns exec "$NS_B" ss -Hltn "sport = :$port" 2>/dev/null | grep -q . && break
+    fi
     sleep 0.1
   done
   ip netns exec "$NS_A" env "${PAIR_ENV[@]}" UROCE_DEVICE="$DEVARGS_A" timeout "$secs" "${RUN[@]}" "${CLIENT_CMD[@]}" \
     >"$TMP/$name.client.log" 2>&1
   CRC=$?
+  # A client that failed leaves a server that may wait for it to its own
+  # timeout: it gets a few seconds to notice, then is stopped.
+  if [ $CRC -ne 0 ]; then
+    for _ in $(seq 50); do kill -0 "$SPID" 2>/dev/null || break; sleep 0.1; done
+    kill -TERM "$SPID" 2>/dev/null
+  fi
   wait "$SPID"
   SRC=$?
   SPID=
