@@ -324,7 +324,30 @@ void DpdkPort::read_identity(const DpdkPortConfig& config, uint32_t af_packet_fr
   if (is_af_packet(device_name_) && !netdev_.empty()) {
     wait_fd_ = find_packet_socket(netdev_);
     open_packet_tx();
+    if (tx_fd_ >= 0) open_packet_rx();
   }
+}
+
+// af_packet's receive path of our own (packet_rx.hpp): a ring of the
+// geometry the PMD was given, then the PMD's socket retired.  Left on the
+// PMD's path when the ring cannot be made; a retirement that fails leaves
+// both sockets receiving (each frame copied twice, the PMD's ring unread
+// and dropping), which is slower, not wrong.
+void DpdkPort::open_packet_rx() {
+  const auto d = parse_devargs(devargs_);
+  if (!d) return;
+  auto number = [&](std::string_view key, uint32_t dflt) {
+    const auto v = d->get(key);
+    return v ? static_cast<uint32_t>(std::strtoul(std::string(*v).c_str(), nullptr, 10)) : dflt;
+  };
+  const long page = sysconf(_SC_PAGESIZE);
+  const PacketRxGeometry g{.blocksz = number("blocksz", page > 0 ? static_cast<uint32_t>(page) : 4096),
+                           .framesz = number(kFrameszKey, kAfPacketDefaultFramesz),
+                           .framecnt = number("framecnt", kAfPacketDefaultFramecnt)};
+  auto rx = PacketRx::open(netdev_, g);
+  if (!rx) return;
+  rx_ = std::move(*rx);
+  (void)retire_packet_socket(wait_fd_);
 }
 
 // af_packet's transmit path of our own (see the header): a packet socket
@@ -456,6 +479,7 @@ void DpdkPort::close() noexcept {
   netdev_fd_ = -1;
   if (tx_fd_ >= 0) ::close(tx_fd_);
   tx_fd_ = -1;
+  rx_.reset();
   if (eal_running() && claimed_) {
     (void)flows_.remove();  // before stop: the rules belong to the started port
     if (started_) rte_eth_dev_stop(port_id_);
@@ -507,6 +531,7 @@ uint16_t DpdkPort::guarded_burst(bool rx, rte_mbuf** pkts, uint16_t n) noexcept 
 }
 
 uint16_t DpdkPort::rx_burst(rte_mbuf** pkts, uint16_t n) {
+  if (rx_) return rx_->rx_burst(pool_, port_id_, pkts, n);
   if (!is_memif_) return rte_eth_rx_burst(port_id_, kQueue, pkts, n);
   if (!burst_allowed()) return 0;
   return guarded_burst(true, pkts, n);
@@ -542,7 +567,11 @@ PortStats DpdkPort::stats() const {
   p.rx_bytes = s.ibytes;
   p.tx_frames = s.opackets + tx_frames_.load(std::memory_order_relaxed);
   p.tx_bytes = s.obytes + tx_bytes_.load(std::memory_order_relaxed);
-  if (wait_fd_ >= 0) {
+  if (rx_) {
+    p.rx_frames += rx_->frames();
+    p.rx_bytes += rx_->bytes();
+    ring_drops_.fetch_add(rx_->take_drops(), std::memory_order_relaxed);
+  } else if (wait_fd_ >= 0) {
     tpacket_stats ts{};
     socklen_t len = sizeof ts;
     if (::getsockopt(wait_fd_, SOL_PACKET, PACKET_STATISTICS, &ts, &len) == 0) {

@@ -45,7 +45,11 @@
 // veth forwards as it is.  One system call per burst either way.  Frames
 // the socket has no room for (EAGAIN, ENOBUFS) stay with the caller; a
 // frame the link refuses (EMSGSIZE, ENETDOWN) is freed and counted in
-// tx_dropped.  The PMD's receive path is unchanged.
+// tx_dropped.  Such a port receives through a ring of its own as well
+// (drivers/dpdk/packet_rx.hpp: the PMD's socket is in a fanout group,
+// which costs every frame a flow hash), and the PMD's socket is retired
+// (retire_packet_socket).  With qdisc_bypass=0 in the devargs the PMD
+// keeps both paths.
 //
 // Threads: open and the destructor are control path (any one thread);
 // rx_burst/tx_burst are driven by one thread at a time (Port's rule);
@@ -71,6 +75,7 @@
 
 #include "drivers/dpdk/devargs.hpp"
 #include "drivers/dpdk/eal.hpp"
+#include "drivers/dpdk/packet_rx.hpp"
 #include "drivers/mlx5/flow_apply.hpp"
 #include "drivers/port.hpp"
 #include "drivers/result.hpp"
@@ -167,10 +172,14 @@ class DpdkPort final : public Port {
   rte_mempool* pool() const override { return pool_; }
   std::string name() const override { return devargs_; }
   std::string netdev() const override { return netdev_; }
-  // af_packet: the PMD's packet socket, readable when its RX ring holds a
-  // frame (the kernel's packet_poll), found among the process's fds by its
-  // bound interface; -1 for the other PMDs.
-  int wait_fd() const override { return wait_fd_; }
+  // af_packet: the receiving packet socket (our ring's, else the PMD's,
+  // found among the process's fds by its bound interface), readable when
+  // its ring holds a frame (the kernel's packet_poll); -1 for the other
+  // PMDs.
+  int wait_fd() const override { return rx_ ? rx_->fd() : wait_fd_; }
+  // Whether an af_packet port receives and sends through sockets of its
+  // own (the header), not the PMD's.
+  bool own_packet_path() const noexcept { return rx_ != nullptr; }
 
   uint16_t port_id() const noexcept { return port_id_; }
   NetdevRole netdev_role() const noexcept { return role_; }
@@ -202,6 +211,7 @@ class DpdkPort final : public Port {
   uint16_t netdev_mtu(uint32_t af_packet_framesz) const;
   static int find_packet_socket(const std::string& iface);
   void open_packet_tx();
+  void open_packet_rx();
   uint16_t packet_tx_burst(rte_mbuf** pkts, uint16_t n);
   uint16_t ethdev_mtu(const DpdkPortConfig& config) const;
   void close() noexcept;
@@ -218,6 +228,7 @@ class DpdkPort final : public Port {
   static constexpr unsigned kPacketTxBatch = 64;
   static constexpr unsigned kPacketTxIovs = 256;
   int tx_fd_ = -1;
+  std::unique_ptr<PacketRx> rx_;  // af_packet's receive ring of our own (open_packet_rx)
   std::atomic<uint64_t> tx_frames_{0}, tx_bytes_{0}, tx_errors_{0};
   std::array<mmsghdr, kPacketTxBatch> tx_msgs_{};
   std::array<iovec, kPacketTxIovs> tx_iovs_{};

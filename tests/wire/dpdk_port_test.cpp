@@ -12,13 +12,17 @@
 #include <rte_mbuf.h>
 #include <sched.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <array>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <optional>
+#include <sstream>
+#include <string>
 #include <vector>
 
 #include "drivers/dpdk/dpdk_port.hpp"
@@ -318,6 +322,95 @@ TEST_F(AfPacketVeth, DevargsGeometryDecides) {
   send(0, 600);
   EXPECT_EQ(drain(0), 512u);
   EXPECT_EQ(port_->stats().rx_dropped, 88u);
+}
+
+
+// The port receives on a ring of its own, in no fanout group (each frame
+// would cost the kernel a flow hash), and the PMD's socket is gone from
+// the netdev, so each frame is taken once: one socket of every protocol
+// on the near end, and it is the one the port waits on.
+TEST_F(AfPacketVeth, ReceivesOnARingOfItsOwnAndThePmdSocketIsGone) {
+  port_ = open_ok({.devargs = "net_af_packet11,iface=uroce-ra"});
+  ASSERT_TRUE(port_);
+  EXPECT_TRUE(port_->own_packet_path());
+  const int fd = port_->wait_fd();
+  ASSERT_GE(fd, 0);
+  int fanout = -1;
+  socklen_t len = sizeof fanout;
+  ASSERT_EQ(::getsockopt(fd, SOL_PACKET, PACKET_FANOUT, &fanout, &len), 0) << std::strerror(errno);
+  EXPECT_EQ(fanout, 0) << "the receiving socket is in a fanout group";
+  struct stat st {};
+  ASSERT_EQ(::fstat(fd, &st), 0);
+  // /proc/net/packet: sk RefCnt Type Proto Iface R Rmem User Inode.
+  const std::string ifindex = std::to_string(::if_nametoindex("uroce-ra"));
+  std::ifstream table("/proc/thread-self/net/packet");
+  std::string line;
+  std::getline(table, line);
+  std::vector<unsigned long> all_protocols;  // the inodes of ETH_P_ALL sockets on uroce-ra
+  while (std::getline(table, line)) {
+    std::istringstream in(line);
+    std::string sk, refs, type, proto, iface, r, rmem, user;
+    unsigned long inode = 0;
+    in >> sk >> refs >> type >> proto >> iface >> r >> rmem >> user >> inode;
+    if (iface == ifindex && proto == "0003") all_protocols.push_back(inode);
+  }
+  ASSERT_EQ(all_protocols.size(), 1u) << "the PMD's socket still receives beside ours";
+  EXPECT_EQ(all_protocols[0], st.st_ino);
+
+  send(0, 100);
+  EXPECT_EQ(drain(0), 100u);  // each once, in order
+  const PortStats s = port_->stats();
+  EXPECT_EQ(s.rx_frames, 100u);
+  EXPECT_EQ(s.rx_bytes, 100u * kFrameLen);
+  EXPECT_EQ(s.rx_dropped, 0u);
+}
+
+// The kernel takes an 802.1Q tag out of a received frame before the
+// packet sockets see it; the port puts it back where it was (the engine
+// parses tags itself), and the frame is as it was on the wire.
+TEST_F(AfPacketVeth, AReceivedVlanTagIsPutBack) {
+  port_ = open_ok({.devargs = "net_af_packet12,iface=uroce-ra"});
+  ASSERT_TRUE(port_);
+  std::array<uint8_t, kFrameLen + 4> f{};
+  std::memset(f.data(), 0xff, 6);
+  for (size_t i = 6; i < 12; ++i) f[i] = static_cast<uint8_t>(0x10 + i);
+  const std::array<uint8_t, 6> tag_and_type{0x81, 0x00, 0x20, 0x07, kEtherType >> 8, kEtherType & 0xff};  // PCP 1, VID 7
+  std::memcpy(f.data() + 12, tag_and_type.data(), tag_and_type.size());
+  for (size_t i = 18; i < f.size(); ++i) f[i] = static_cast<uint8_t>(i);
+  ASSERT_EQ(::send(tx_, f.data(), f.size(), 0), static_cast<ssize_t>(f.size())) << std::strerror(errno);
+  std::array<rte_mbuf*, 8> in{};
+  uint16_t n = 0;
+  for (int tries = 0; n == 0 && tries < 1000; ++tries) n = port_->rx_burst(in.data(), in.size());
+  ASSERT_EQ(n, 1);
+  ASSERT_EQ(in[0]->data_len, f.size());
+  EXPECT_EQ(std::memcmp(rte_pktmbuf_mtod(in[0], const uint8_t*), f.data(), f.size()), 0);
+  rte_pktmbuf_free(in[0]);
+}
+
+// What the host itself sends on the netdev (its ARP, its TCP) is not the
+// port's to receive: a frame sent on the near end by another socket of
+// the host never reaches the port, while the far end gets it.
+TEST_F(AfPacketVeth, WhatTheHostSendsDoesNotComeBack) {
+  port_ = open_ok({.devargs = "net_af_packet13,iface=uroce-ra"});
+  ASSERT_TRUE(port_);
+  const int host = ::socket(AF_PACKET, SOCK_RAW | SOCK_CLOEXEC, 0);
+  ASSERT_GE(host, 0) << std::strerror(errno);
+  sockaddr_ll ll{};
+  ll.sll_family = AF_PACKET;
+  ll.sll_ifindex = static_cast<int>(::if_nametoindex("uroce-ra"));
+  ASSERT_EQ(::bind(host, reinterpret_cast<sockaddr*>(&ll), sizeof ll), 0) << std::strerror(errno);
+  const int far = far_end_socket(SOCK_NONBLOCK);
+  ASSERT_GE(far, 0) << std::strerror(errno);
+  std::array<uint8_t, kFrameLen> f{};
+  stamp(f.data(), 42);
+  ASSERT_EQ(::send(host, f.data(), f.size(), 0), static_cast<ssize_t>(f.size())) << std::strerror(errno);
+  std::array<uint8_t, 2048> buf{};
+  ssize_t got = -1;
+  for (int tries = 0; got < 0 && tries < 1000; ++tries) got = ::recv(far, buf.data(), buf.size(), 0);
+  ::close(far);
+  ::close(host);
+  ASSERT_EQ(got, kFrameLen);
+  EXPECT_EQ(drain(0), 0u);
 }
 
 }  // namespace

@@ -1,0 +1,86 @@
+// PacketRx: af_packet's receive path of our own, a TPACKET_V2 ring on a
+// packet socket that belongs to no fanout group (DESIGN.md
+// "Configuration").
+//
+// DPDK 22.11's af_packet PMD always joins its socket to a fanout group
+// (hash, rollover, defrag), so the kernel computes a flow hash and checks
+// the ring's room for every frame before it copies it: ~0.27 us a frame
+// on this machine's veth (2.39-2.43 us against 2.65-2.71 us a frame sent
+// and received, one socket each way), paid by the sender's `sendto` on a
+// veth.  This ring is the PMD's without the group: same geometry, one
+// frame copied into one mbuf per ring slot, a VLAN tag the kernel took
+// out put back in (the engine parses tags itself, as the PMD does with
+// VLAN strip off).  PACKET_IGNORE_OUTGOING: what the host itself sends on
+// the netdev (the kernel's ARP, TCP) never comes back to the engine.
+//
+// retire_packet_socket() then takes the PMD's own socket off the netdev:
+// otherwise the kernel would hand every frame to both.
+//
+// Threads: open and the destructor are control path; rx_burst is the
+// port's one RX thread; drops() any thread.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "drivers/result.hpp"
+
+struct rte_mbuf;
+struct rte_mempool;
+
+namespace uroce::drivers::dpdk {
+
+struct PacketRxGeometry {
+  uint32_t blocksz = 0;   // a multiple of the page size
+  uint32_t framesz = 0;   // a multiple of 16 that divides blocksz
+  uint32_t framecnt = 0;  // a multiple of blocksz / framesz
+};
+
+class PacketRx {
+ public:
+  // A ring of `g` on a new socket bound to `iface` (every protocol).
+  static Result<std::unique_ptr<PacketRx>> open(const std::string& iface, const PacketRxGeometry& g);
+  ~PacketRx();
+  PacketRx(const PacketRx&) = delete;
+  PacketRx& operator=(const PacketRx&) = delete;
+
+  // Up to `n` frames, each copied into an mbuf of `pool` (`port` set as
+  // its input port); the ring slots go back to the kernel.  Stops early
+  // when the pool is empty (the frames wait in the ring).
+  uint16_t rx_burst(rte_mempool* pool, uint16_t port, rte_mbuf** pkts, uint16_t n) noexcept;
+  // Readable (poll) when the ring holds a frame.
+  int fd() const noexcept { return fd_; }
+  // Frames the kernel dropped for want of a free slot since the last call
+  // (PACKET_STATISTICS resets on read), and frames received and their bytes.
+  uint64_t take_drops() const noexcept;
+  uint64_t frames() const noexcept { return frames_.load(std::memory_order_relaxed); }
+  uint64_t bytes() const noexcept { return bytes_.load(std::memory_order_relaxed); }
+
+ private:
+  PacketRx() = default;
+  uint8_t* slot(uint32_t i) const noexcept;
+
+  int fd_ = -1;
+  uint8_t* map_ = nullptr;
+  size_t map_len_ = 0;
+  PacketRxGeometry g_{};
+  uint32_t per_block_ = 0;
+  uint32_t next_ = 0;      // the next slot to read (rx_burst's thread)
+  std::atomic<uint64_t> frames_{0};  // written by rx_burst's thread only
+  std::atomic<uint64_t> bytes_{0};
+};
+
+// Takes packet socket `fd` (the af_packet PMD's) off its netdev for good,
+// leaving the PMD a harmless stand-in: its RX/TX ring mapping is replaced
+// in place by anonymous zeroed memory (an empty ring to any reader; the
+// PMD's close unmaps it as before) and the fd number by a plain UDP
+// socket (the PMD's ioctls on it still answer; its close closes that).
+// With neither fd nor mapping left, the kernel releases the socket, which
+// leaves its fanout group.  Call only once no burst of the PMD runs, and
+// never run one after.  Fails, changing nothing, when the mapping is not
+// found.
+Status retire_packet_socket(int fd);
+
+}  // namespace uroce::drivers::dpdk
