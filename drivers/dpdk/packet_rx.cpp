@@ -47,7 +47,6 @@ Result<std::unique_ptr<PacketRx>> PacketRx::open(const std::string& iface, const
   r->fd_ = ::socket(AF_PACKET, SOCK_RAW | SOCK_CLOEXEC, 0);
   if (r->fd_ < 0) return Error{errno, sys_error(what + ": socket", errno)};
   const int version = TPACKET_V2;
-  const int one = 1;
   tpacket_req req{.tp_block_size = g.blocksz,
                   .tp_block_nr = g.framecnt / r->per_block_,
                   .tp_frame_size = g.framesz,
@@ -56,9 +55,6 @@ Result<std::unique_ptr<PacketRx>> PacketRx::open(const std::string& iface, const
       ::setsockopt(r->fd_, SOL_PACKET, PACKET_RX_RING, &req, sizeof req) != 0) {
     return Error{errno, sys_error(what + ": setsockopt", errno)};
   }
-  // Before Linux 4.20 the host's own frames come back too, as they do to
-  // the PMD's socket; the engine drops them.
-  (void)::setsockopt(r->fd_, SOL_PACKET, PACKET_IGNORE_OUTGOING, &one, sizeof one);
   r->map_len_ = static_cast<size_t>(req.tp_block_size) * req.tp_block_nr;
   void* m = ::mmap(nullptr, r->map_len_, PROT_READ | PROT_WRITE, MAP_SHARED, r->fd_, 0);
   if (m == MAP_FAILED) {

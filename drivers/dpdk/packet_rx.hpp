@@ -10,8 +10,10 @@
 // veth.  This ring is the PMD's without the group: same geometry, one
 // frame copied into one mbuf per ring slot, a VLAN tag the kernel took
 // out put back in (the engine parses tags itself, as the PMD does with
-// VLAN strip off).  PACKET_IGNORE_OUTGOING: what the host itself sends on
-// the netdev (the kernel's ARP, TCP) never comes back to the engine.
+// VLAN strip off).  What the host's own stack sends on the netdev (its ARP
+// and ICMP answers, its TCP) reaches the ring as it reached the PMD's, so
+// the engine's capture shows whole conversations; what the port sends
+// itself bypasses the qdisc and with it the netdev's taps.
 //
 // retire_packet_socket() then takes the PMD's own socket off the netdev:
 // otherwise the kernel would hand every frame to both.
