@@ -414,5 +414,26 @@ TEST_F(AfPacketVeth, WhatTheHostSendsOnTheNetdevReachesThePort) {
   EXPECT_EQ(drain(42), 1u);
 }
 
+
+// A netdev that goes down and up again (the kernel unhooks its packet
+// sockets while it is down): the port receives again once it is up, and
+// what came before is still there in order.
+TEST_F(AfPacketVeth, ReceivesAgainAfterTheLinkWentDownAndUp) {
+  port_ = open_ok({.devargs = "net_af_packet14,iface=uroce-ra"});
+  ASSERT_TRUE(port_);
+  send(0, 10);
+  EXPECT_EQ(drain(0), 10u);
+  ASSERT_EQ(std::system("ip link set uroce-ra down && ip link set uroce-ra up"), 0);
+  for (int tries = 0; !port_->link_up() && tries < 2000; ++tries) ::usleep(1000);
+  ASSERT_TRUE(port_->link_up());
+  send(10, 10);
+  uint32_t got = 0;
+  for (int tries = 0; got < 10 && tries < 1000; ++tries) {
+    got += drain(10 + got);
+    if (got < 10) ::usleep(1000);
+  }
+  EXPECT_EQ(got, 10u);
+}
+
 }  // namespace
 }  // namespace uroce::drivers::dpdk
