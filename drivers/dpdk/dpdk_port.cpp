@@ -82,26 +82,33 @@ std::optional<uint16_t> find_port(const std::string& name) {
   return std::nullopt;
 }
 
-// af_packet with no ring geometry in its devargs: the geometry its
-// netdev's MTU needs, with at least `frames` frames.  Returns the framesz
-// the port will have.
-uint32_t add_af_packet_ring(Devargs& d, uint16_t data_room, uint32_t frames) {
-  const auto given = d.get(kFrameszKey);
-  if (given) return static_cast<uint32_t>(std::strtoul(std::string(*given).c_str(), nullptr, 10));
+// The ring an af_packet vdev will have: the devargs' geometry where they
+// give any (the PMD's defaults for the keys they leave out: a page, 2048,
+// 512), else the one its netdev's MTU needs with at least `frames`
+// frames, which is added to the devargs.
+AfPacketRing add_af_packet_ring(Devargs& d, uint16_t data_room, uint32_t frames) {
+  const long page = sysconf(_SC_PAGESIZE);
+  const uint32_t page_size = page > 0 ? static_cast<uint32_t>(page) : 0;
+  auto number = [&](std::string_view key, uint32_t dflt) {
+    const auto v = d.get(key);
+    return v ? static_cast<uint32_t>(std::strtoul(std::string(*v).c_str(), nullptr, 10)) : dflt;
+  };
+  const AfPacketRing given{.blocksz = number("blocksz", page_size != 0 ? page_size : 4096),
+                           .framesz = number(kFrameszKey, kAfPacketDefaultFramesz),
+                           .framecnt = number("framecnt", kAfPacketDefaultFramecnt)};
   const bool any_given = std::any_of(std::begin(kAfPacketRingKeys), std::end(kAfPacketRingKeys),
                                      [&](std::string_view k) { return d.has(k); });
   const auto iface = d.get(kIfaceKey);
-  if (any_given || !iface) return kAfPacketDefaultFramesz;
+  if (any_given || !iface) return given;
   const auto info = query_netdev(std::string(*iface), nullptr);
-  if (!info) return kAfPacketDefaultFramesz;  // the probe reports the missing interface
-  const long page = sysconf(_SC_PAGESIZE);
+  if (!info) return given;  // the probe reports the missing interface
   const uint32_t max_framesz = data_room - RTE_PKTMBUF_HEADROOM + kAfPacketFrameOverhead;
-  const auto ring = af_packet_ring_for_mtu(info->mtu, page > 0 ? static_cast<uint32_t>(page) : 0, max_framesz, frames);
-  if (!ring) return kAfPacketDefaultFramesz;
+  const auto ring = af_packet_ring_for_mtu(info->mtu, page_size, max_framesz, frames);
+  if (!ring) return given;
   d.args.emplace_back("blocksz", std::to_string(ring->blocksz));
   d.args.emplace_back("framesz", std::to_string(ring->framesz));
   d.args.emplace_back("framecnt", std::to_string(ring->framecnt));
-  return ring->framesz;
+  return *ring;
 }
 
 Status probe(const Devargs& d, bool pci) {
@@ -167,7 +174,8 @@ Result<std::unique_ptr<DpdkPort>> DpdkPort::open(const DpdkPortConfig& config) {
   Devargs d = std::move(*parsed);
   const bool pci = is_pci_address(d.name);
   if (pci) d.name = canonical_pci_address(d.name);
-  const uint32_t framesz = is_af_packet(d.name) ? add_af_packet_ring(d, config.data_room, config.af_packet_frames) : 0;
+  const AfPacketRing ring = is_af_packet(d.name) ? add_af_packet_ring(d, config.data_room, config.af_packet_frames)
+                                                 : AfPacketRing{};
 
   std::unique_ptr<DpdkPort> p(new DpdkPort());
   p->devargs_ = d.text();
@@ -186,10 +194,10 @@ Result<std::unique_ptr<DpdkPort>> DpdkPort::open(const DpdkPortConfig& config) {
     return Error{EBUSY, "DpdkPort: " + d.name + " is already open in this process"};
   }
   p->claimed_ = true;
-  p->af_packet_framesz_ = framesz;
+  p->af_packet_ring_ = ring;
   if (Status st = p->configure(config); !st) return st.error();
   if (Status st = p->start(config); !st) return st.error();
-  p->read_identity(config, framesz);
+  p->read_identity(config, ring.framesz);
   return Result<std::unique_ptr<DpdkPort>>(std::move(p));
 }
 
@@ -236,12 +244,12 @@ Status DpdkPort::setup_queues(const DpdkPortConfig& config) {
     const bool page_frames = driver_ == kAfXdpDriver;
     if (page_frames) {
       room = page_frame_data_room(0);
-    } else if (af_packet_framesz_ > kAfPacketFrameOverhead && config.data_room == kDefaultDataRoom) {
-      room = af_packet_data_room(af_packet_framesz_);
+    } else if (af_packet_ring_.framesz > kAfPacketFrameOverhead && config.data_room == kDefaultDataRoom) {
+      room = af_packet_data_room(af_packet_ring_.framesz);
     }
     // af_packet copies frames by virtual address: its mbufs may share pages.
     auto pool = create_pktmbuf_pool(PoolOptions{.name_prefix = "uroce_port", .mbufs = config.pool_mbufs,
-                                                .data_room = room, .packed = af_packet_framesz_ != 0,
+                                                .data_room = room, .packed = af_packet_ring_.framesz != 0,
                                                 .page_frames = page_frames});
     if (!pool) return pool.error();
     pool_ = *pool;
@@ -329,22 +337,12 @@ void DpdkPort::read_identity(const DpdkPortConfig& config, uint32_t af_packet_fr
 }
 
 // af_packet's receive path of our own (packet_rx.hpp): a ring of the
-// geometry the PMD was given, then the PMD's socket retired.  Left on the
-// PMD's path when the ring cannot be made; a retirement that fails leaves
-// both sockets receiving (each frame copied twice, the PMD's ring unread
-// and dropping), which is slower, not wrong.
+// geometry the PMD was given (af_packet_ring_), then the PMD's socket
+// retired.  Left on the PMD's path when the ring cannot be made; a
+// retirement that fails leaves both sockets receiving (each frame copied
+// twice, the PMD's ring unread and dropping), which is slower, not wrong.
 void DpdkPort::open_packet_rx() {
-  const auto d = parse_devargs(devargs_);
-  if (!d) return;
-  auto number = [&](std::string_view key, uint32_t dflt) {
-    const auto v = d->get(key);
-    return v ? static_cast<uint32_t>(std::strtoul(std::string(*v).c_str(), nullptr, 10)) : dflt;
-  };
-  const long page = sysconf(_SC_PAGESIZE);
-  const PacketRxGeometry g{.blocksz = number("blocksz", page > 0 ? static_cast<uint32_t>(page) : 4096),
-                           .framesz = number(kFrameszKey, kAfPacketDefaultFramesz),
-                           .framecnt = number("framecnt", kAfPacketDefaultFramecnt)};
-  auto rx = PacketRx::open(netdev_, g);
+  auto rx = PacketRx::open(netdev_, af_packet_ring_);
   if (!rx) return;
   rx_ = std::move(*rx);
   (void)retire_packet_socket(wait_fd_);

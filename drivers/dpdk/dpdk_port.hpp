@@ -240,7 +240,7 @@ class DpdkPort final : public Port {
   rte_mempool* pool_ = nullptr;
   bool owns_pool_ = false;
   bool keep_pool_ = false;     // keep_pool_at_close
-  uint32_t af_packet_framesz_ = 0;  // af_packet: its ring's frame size, else 0
+  AfPacketRing af_packet_ring_{};  // af_packet: its ring's geometry, else all 0
   bool probed_here_ = false;
   bool is_vdev_ = false;
   bool claimed_ = false;     // in the set of open ports

@@ -31,7 +31,7 @@ std::string sys_error(const std::string& what, int err) { return what + ": " + s
 
 }  // namespace
 
-Result<std::unique_ptr<PacketRx>> PacketRx::open(const std::string& iface, const PacketRxGeometry& g) {
+Result<std::unique_ptr<PacketRx>> PacketRx::open(const std::string& iface, const AfPacketRing& g) {
   const std::string what = "af_packet receive ring on " + iface;
   if (g.blocksz == 0 || g.framesz == 0 || g.framecnt == 0 || g.blocksz % g.framesz != 0 ||
       g.framecnt % (g.blocksz / g.framesz) != 0) {

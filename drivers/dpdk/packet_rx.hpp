@@ -19,7 +19,7 @@
 // otherwise the kernel would hand every frame to both.
 //
 // Threads: open and the destructor are control path; rx_burst is the
-// port's one RX thread; drops() any thread.
+// port's one RX thread; take_drops(), frames() and bytes() any thread.
 #pragma once
 
 #include <atomic>
@@ -27,6 +27,7 @@
 #include <memory>
 #include <string>
 
+#include "drivers/dpdk/devargs.hpp"
 #include "drivers/result.hpp"
 
 struct rte_mbuf;
@@ -34,16 +35,12 @@ struct rte_mempool;
 
 namespace uroce::drivers::dpdk {
 
-struct PacketRxGeometry {
-  uint32_t blocksz = 0;   // a multiple of the page size
-  uint32_t framesz = 0;   // a multiple of 16 that divides blocksz
-  uint32_t framecnt = 0;  // a multiple of blocksz / framesz
-};
-
 class PacketRx {
  public:
-  // A ring of `g` on a new socket bound to `iface` (every protocol).
-  static Result<std::unique_ptr<PacketRx>> open(const std::string& iface, const PacketRxGeometry& g);
+  // A ring of `g` on a new socket bound to `iface` (every protocol): blocksz
+  // a multiple of the page size and of framesz, framecnt a multiple of
+  // blocksz / framesz.
+  static Result<std::unique_ptr<PacketRx>> open(const std::string& iface, const AfPacketRing& g);
   ~PacketRx();
   PacketRx(const PacketRx&) = delete;
   PacketRx& operator=(const PacketRx&) = delete;
@@ -67,7 +64,7 @@ class PacketRx {
   int fd_ = -1;
   uint8_t* map_ = nullptr;
   size_t map_len_ = 0;
-  PacketRxGeometry g_{};
+  AfPacketRing g_{};
   uint32_t per_block_ = 0;
   uint32_t next_ = 0;      // the next slot to read (rx_burst's thread)
   std::atomic<uint64_t> frames_{0};  // written by rx_burst's thread only
