@@ -187,18 +187,21 @@ class AfPacketVeth : public ::testing::Test {
       ::close(home_ns_);
     }
   }
-  // A packet socket on the veth's far end for our EtherType; -1 on failure.
-  static int far_end_socket(int flags) {
-    const int fd = ::socket(AF_PACKET, SOCK_RAW | SOCK_CLOEXEC | flags, htons(kEtherType));
+  // A packet socket bound to `iface` for `protocol` (0: it sends only); -1
+  // on failure.
+  static int packet_socket(const char* iface, uint16_t protocol, int flags) {
+    const int fd = ::socket(AF_PACKET, SOCK_RAW | SOCK_CLOEXEC | flags, htons(protocol));
     if (fd < 0) return -1;
     sockaddr_ll ll{};
     ll.sll_family = AF_PACKET;
-    ll.sll_protocol = htons(kEtherType);
-    ll.sll_ifindex = static_cast<int>(::if_nametoindex("uroce-rb"));
+    ll.sll_protocol = htons(protocol);
+    ll.sll_ifindex = static_cast<int>(::if_nametoindex(iface));
     if (ll.sll_ifindex > 0 && ::bind(fd, reinterpret_cast<sockaddr*>(&ll), sizeof ll) == 0) return fd;
     ::close(fd);
     return -1;
   }
+  // A packet socket on the veth's far end for our EtherType; -1 on failure.
+  static int far_end_socket(int flags) { return packet_socket("uroce-rb", kEtherType, flags); }
   // Frame number `seq` of our EtherType (broadcast) in the kFrameLen bytes at `f`.
   static void stamp(uint8_t* f, uint32_t seq) {
     std::memset(f, 0xff, 6);
@@ -394,12 +397,8 @@ TEST_F(AfPacketVeth, AReceivedVlanTagIsPutBack) {
 TEST_F(AfPacketVeth, WhatTheHostSendsOnTheNetdevReachesThePort) {
   port_ = open_ok({.devargs = "net_af_packet13,iface=uroce-ra"});
   ASSERT_TRUE(port_);
-  const int host = ::socket(AF_PACKET, SOCK_RAW | SOCK_CLOEXEC, 0);
+  const int host = packet_socket("uroce-ra", 0, 0);
   ASSERT_GE(host, 0) << std::strerror(errno);
-  sockaddr_ll ll{};
-  ll.sll_family = AF_PACKET;
-  ll.sll_ifindex = static_cast<int>(::if_nametoindex("uroce-ra"));
-  ASSERT_EQ(::bind(host, reinterpret_cast<sockaddr*>(&ll), sizeof ll), 0) << std::strerror(errno);
   const int far = far_end_socket(SOCK_NONBLOCK);
   ASSERT_GE(far, 0) << std::strerror(errno);
   std::array<uint8_t, kFrameLen> f{};
