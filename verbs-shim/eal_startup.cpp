@@ -24,10 +24,15 @@
 // rte_eal_init): that nap alone is the whole budget.  Instead:
 //   1. the kernel's own calibrated figure, as perf reads it: a perf event's
 //      user page carries time_mult/time_shift (ns = cycles * mult >> shift)
-//      when the TSC is the clock source (cap_user_time);
+//      when the TSC is the clock source (cap_user_time).  Not asked under a
+//      hypervisor (CPUID.1:ECX bit 31): x86 sets cap_user_time only when
+//      the scheduler's clock is the native TSC, which a guest's is not (KVM's
+//      paravirtual clock), and the process's first perf event costs 7-18 ms
+//      here (the kernel switches perf on) for a page that says nothing;
 //   2. otherwise a 5 ms measurement against CLOCK_MONOTONIC_RAW, rounded to
 //      10 MHz as DPDK rounds its own (the timers need no better);
 //   3. otherwise DPDK's own function.
+#include <cpuid.h>
 #include <linux/perf_event.h>
 #include <sys/mman.h>
 #include <sys/syscall.h>
@@ -42,7 +47,15 @@
 
 namespace {
 
+// CPUID.1:ECX bit 31, which hypervisors set for their guests.
+bool under_hypervisor() {
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  if (__get_cpuid(1, &eax, &ebx, &ecx, &edx) == 0) return false;
+  return (ecx & (1u << 31)) != 0;
+}
+
 uint64_t tsc_from_perf() {
+  if (under_hypervisor()) return 0;
   perf_event_attr attr{};
   attr.size = sizeof attr;
   attr.type = PERF_TYPE_SOFTWARE;

@@ -7,6 +7,7 @@
 #include <filesystem>
 
 #include "lib/util/fault_guard.hpp"
+#include "lib/util/quiet_threads.hpp"
 
 #include <net/if.h>
 #include <sys/ioctl.h>
@@ -25,6 +26,7 @@
 #include <cstring>
 #include <mutex>
 #include <set>
+#include <system_error>
 #include <thread>
 
 #include "drivers/netdev.hpp"
@@ -178,6 +180,7 @@ Result<std::unique_ptr<DpdkPort>> DpdkPort::open(const DpdkPortConfig& config) {
                                                  : AfPacketRing{};
 
   std::unique_ptr<DpdkPort> p(new DpdkPort());
+  if (is_af_packet(d.name)) p->start_packet_rx(d, ring);
   p->devargs_ = d.text();
   p->device_name_ = d.name;
   p->is_vdev_ = !pci;
@@ -330,21 +333,45 @@ void DpdkPort::read_identity(const DpdkPortConfig& config, uint32_t af_packet_fr
   mtu_ = role_ == NetdevRole::kNone ? ethdev_mtu(config) : netdev_mtu(af_packet_framesz);
   if (!netdev_.empty() && netdev_fd_ < 0) netdev_fd_ = ::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
   if (is_af_packet(device_name_) && !netdev_.empty()) {
-    wait_fd_ = find_packet_socket(netdev_);
+    std::unique_ptr<PacketRx> ring;  // made beside the probe (start_packet_rx), or none
+    if (rx_opening_.valid()) {
+      if (auto r = rx_opening_.get()) ring = std::move(*r);
+    }
+    wait_fd_ = find_packet_socket(netdev_, ring ? ring->fd() : -1);
     open_packet_tx();
-    if (tx_fd_ >= 0) open_packet_rx();
+    if (tx_fd_ >= 0) open_packet_rx(std::move(ring));
   }
 }
 
-// af_packet's receive path of our own (packet_rx.hpp): a ring of the
-// geometry the PMD was given (af_packet_ring_), then the PMD's socket
-// retired.  Left on the PMD's path when the ring cannot be made; a
-// retirement that fails leaves both sockets receiving (each frame copied
-// twice, the PMD's ring unread and dropping), which is slower, not wrong.
-void DpdkPort::open_packet_rx() {
-  auto rx = PacketRx::open(netdev_, af_packet_ring_);
-  if (!rx) return;
-  rx_ = std::move(*rx);
+// af_packet's receive ring of our own (packet_rx.hpp), of the geometry
+// the PMD is given, made on a thread of its own while the PMD probes:
+// the kernel makes each of them wait out RCU grace periods (a ring's
+// set-up, a bind: ~12 ms each on this machine's VM), not the CPU, so the
+// two overlap (issue 13: start-up).  Not with qdisc_bypass=0 (the PMD
+// then keeps both paths, open_packet_tx), nor when no thread can be made
+// (open_packet_rx then makes the ring itself).
+void DpdkPort::start_packet_rx(const Devargs& d, const AfPacketRing& ring) {
+  const auto iface = d.get(kIfaceKey);
+  if (!iface || d.get(kQdiscBypassKey) == "0") return;
+  const QuietThreads quiet;
+  try {
+    rx_opening_ = std::async(std::launch::async, [name = std::string(*iface), ring] { return PacketRx::open(name, ring); });
+  } catch (const std::system_error&) {
+  }
+}
+
+// af_packet's receive path of our own: `ring` (start_packet_rx's), else
+// one made now, then the PMD's socket retired.  Left on the PMD's path
+// when the ring cannot be made; a retirement that fails leaves both
+// sockets receiving (each frame copied twice, the PMD's ring unread and
+// dropping), which is slower, not wrong.
+void DpdkPort::open_packet_rx(std::unique_ptr<PacketRx> ring) {
+  if (!ring) {
+    auto rx = PacketRx::open(netdev_, af_packet_ring_);
+    if (!rx) return;
+    ring = std::move(*rx);
+  }
+  rx_ = std::move(ring);
   (void)retire_packet_socket(wait_fd_);
 }
 
@@ -418,9 +445,10 @@ uint16_t DpdkPort::packet_tx_burst(rte_mbuf** pkts, uint16_t n) {
 }
 
 // The af_packet PMD's socket on `iface`: the newest AF_PACKET socket of this
-// process bound to it (the PMD's own; DPDK 22.11 gives no way to ask it).
+// process bound to it but `not_this` (our own ring's, which may be newer:
+// start_packet_rx), the PMD's own; DPDK 22.11 gives no way to ask it.
 // -1 when none is found (the engine then naps, as before).
-int DpdkPort::find_packet_socket(const std::string& iface) {
+int DpdkPort::find_packet_socket(const std::string& iface, int not_this) {
   const unsigned ifindex = if_nametoindex(iface.c_str());
   if (ifindex == 0) return -1;
   int found = -1;
@@ -430,7 +458,7 @@ int DpdkPort::find_packet_socket(const std::string& iface) {
     const std::string name = e.path().filename().string();
     char* end = nullptr;
     const long fd = std::strtol(name.c_str(), &end, 10);
-    if (end == nullptr || *end != '\0' || fd < 0) continue;
+    if (end == nullptr || *end != '\0' || fd < 0 || fd == not_this) continue;
     int domain = 0;
     socklen_t len = sizeof domain;
     if (::getsockopt(static_cast<int>(fd), SOL_SOCKET, SO_DOMAIN, &domain, &len) != 0 || domain != AF_PACKET) continue;

@@ -69,6 +69,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <future>
 #include <memory>
 #include <optional>
 #include <string>
@@ -209,9 +210,10 @@ class DpdkPort final : public Port {
   Status start(const DpdkPortConfig& config);
   void read_identity(const DpdkPortConfig& config, uint32_t af_packet_framesz);
   uint16_t netdev_mtu(uint32_t af_packet_framesz) const;
-  static int find_packet_socket(const std::string& iface);
+  static int find_packet_socket(const std::string& iface, int not_this);
   void open_packet_tx();
-  void open_packet_rx();
+  void start_packet_rx(const Devargs& d, const AfPacketRing& ring);
+  void open_packet_rx(std::unique_ptr<PacketRx> ring);
   uint16_t packet_tx_burst(rte_mbuf** pkts, uint16_t n);
   uint16_t ethdev_mtu(const DpdkPortConfig& config) const;
   void close() noexcept;
@@ -229,6 +231,8 @@ class DpdkPort final : public Port {
   static constexpr unsigned kPacketTxIovs = 256;
   int tx_fd_ = -1;
   std::unique_ptr<PacketRx> rx_;  // af_packet's receive ring of our own (open_packet_rx)
+  // That ring while it is being made, beside the PMD's probe (open).
+  std::future<Result<std::unique_ptr<PacketRx>>> rx_opening_;
   std::atomic<uint64_t> tx_frames_{0}, tx_bytes_{0}, tx_errors_{0};
   std::array<mmsghdr, kPacketTxBatch> tx_msgs_{};
   std::array<iovec, kPacketTxIovs> tx_iovs_{};

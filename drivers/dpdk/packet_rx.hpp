@@ -77,7 +77,9 @@ class PacketRx {
 // PMD's close unmaps it as before) and the fd number by a plain UDP
 // socket (the PMD's ioctls on it still answer; its close closes that).
 // With neither fd nor mapping left, the kernel releases the socket, which
-// leaves its fanout group.  Call only once no burst of the PMD runs, and
+// leaves its fanout group; the release runs on a thread of its own and
+// ends within a few RCU grace periods of the return (tens of ms), the
+// socket receiving unread meanwhile.  Call only once no burst of the PMD runs, and
 // never run one after.  Fails, changing nothing, when the mapping is not
 // found.
 Status retire_packet_socket(int fd);
