@@ -38,6 +38,7 @@ constexpr uint16_t kQueue = 0;
 constexpr std::string_view kTapDriver = "net_tap";
 constexpr std::string_view kMemifDriver = "net_memif";
 constexpr std::string_view kAfXdpDriver = "net_af_xdp";
+constexpr std::string_view kAfPacketDriver = "net_af_packet";
 constexpr std::string_view kMemifRoleKey = "role";
 constexpr std::string_view kMemifServer = "server";
 constexpr std::string_view kIfaceKey = "iface";
@@ -180,7 +181,11 @@ Result<std::unique_ptr<DpdkPort>> DpdkPort::open(const DpdkPortConfig& config) {
                                                  : AfPacketRing{};
 
   std::unique_ptr<DpdkPort> p(new DpdkPort());
-  if (is_af_packet(d.name)) p->start_packet_rx(d, ring);
+  p->af_packet_ring_ = ring;
+  if (is_af_packet(d.name)) {
+    p->start_pool(config);
+    p->start_packet_rx(d, ring);
+  }
   p->devargs_ = d.text();
   p->device_name_ = d.name;
   p->is_vdev_ = !pci;
@@ -197,7 +202,6 @@ Result<std::unique_ptr<DpdkPort>> DpdkPort::open(const DpdkPortConfig& config) {
     return Error{EBUSY, "DpdkPort: " + d.name + " is already open in this process"};
   }
   p->claimed_ = true;
-  p->af_packet_ring_ = ring;
   if (Status st = p->configure(config); !st) return st.error();
   if (Status st = p->start(config); !st) return st.error();
   p->read_identity(config, ring.framesz);
@@ -236,24 +240,44 @@ Status DpdkPort::configure(const DpdkPortConfig& config) {
   return {};
 }
 
+// The port's own mbuf pool for its driver and af_packet ring.
+PoolOptions DpdkPort::pool_options(const DpdkPortConfig& config, std::string_view driver) const {
+  uint16_t room = config.data_room;
+  // net_af_xdp makes its UMEM of the pool's own memory, one object per
+  // UMEM frame, and the kernel takes no frame larger than a page: an
+  // object of exactly a page, laid out as the PMD expects (page_frames).
+  const bool page_frames = driver == kAfXdpDriver;
+  if (page_frames) {
+    room = page_frame_data_room(0);
+  } else if (af_packet_ring_.framesz > kAfPacketFrameOverhead && config.data_room == kDefaultDataRoom) {
+    room = af_packet_data_room(af_packet_ring_.framesz);
+  }
+  // af_packet copies frames by virtual address: its mbufs may share pages.
+  return PoolOptions{.name_prefix = "uroce_port", .mbufs = config.pool_mbufs, .data_room = room,
+                     .packed = af_packet_ring_.framesz != 0, .page_frames = page_frames};
+}
+
+// An af_packet port's pool, made on a thread of its own while the PMD
+// probes (issue 13: start-up): filling the pool's memory is page faults,
+// ~15 ms of CPU on this machine's VM, and the probe mostly waits for the
+// kernel (RCU grace periods).  DPDK's mempool and memzone calls take the
+// EAL's locks, so they may run beside the probe.  Made in setup_queues
+// when no thread can be made.
+void DpdkPort::start_pool(const DpdkPortConfig& config) {
+  if (config.pool != nullptr) return;
+  const PoolOptions o = pool_options(config, kAfPacketDriver);
+  const QuietThreads quiet;
+  try {
+    pool_opening_ = std::async(std::launch::async, [o] { return create_pktmbuf_pool(o); });
+  } catch (const std::system_error&) {
+  }
+}
+
 Status DpdkPort::setup_queues(const DpdkPortConfig& config) {
   if (config.pool != nullptr) {
     pool_ = config.pool;
   } else {
-    uint16_t room = config.data_room;
-    // net_af_xdp makes its UMEM of the pool's own memory, one object per
-    // UMEM frame, and the kernel takes no frame larger than a page: an
-    // object of exactly a page, laid out as the PMD expects (page_frames).
-    const bool page_frames = driver_ == kAfXdpDriver;
-    if (page_frames) {
-      room = page_frame_data_room(0);
-    } else if (af_packet_ring_.framesz > kAfPacketFrameOverhead && config.data_room == kDefaultDataRoom) {
-      room = af_packet_data_room(af_packet_ring_.framesz);
-    }
-    // af_packet copies frames by virtual address: its mbufs may share pages.
-    auto pool = create_pktmbuf_pool(PoolOptions{.name_prefix = "uroce_port", .mbufs = config.pool_mbufs,
-                                                .data_room = room, .packed = af_packet_ring_.framesz != 0,
-                                                .page_frames = page_frames});
+    auto pool = pool_opening_.valid() ? pool_opening_.get() : create_pktmbuf_pool(pool_options(config, driver_));
     if (!pool) return pool.error();
     pool_ = *pool;
     owns_pool_ = true;
@@ -506,6 +530,9 @@ void DpdkPort::close() noexcept {
   if (tx_fd_ >= 0) ::close(tx_fd_);
   tx_fd_ = -1;
   rx_.reset();
+  if (pool_opening_.valid()) {  // made beside a probe that then failed
+    if (auto pool = pool_opening_.get(); pool && eal_running()) rte_mempool_free(*pool);
+  }
   if (eal_running() && claimed_) {
     (void)flows_.remove();  // before stop: the rules belong to the started port
     if (started_) rte_eth_dev_stop(port_id_);

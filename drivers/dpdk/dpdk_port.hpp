@@ -53,7 +53,11 @@
 //
 // Threads: open and the destructor are control path (any one thread);
 // rx_burst/tx_burst are driven by one thread at a time (Port's rule);
-// mac/mtu/link_up/stats may be called from any thread.
+// mac/mtu/link_up/stats may be called from any thread.  An af_packet
+// port's open makes its pool and its receive ring on two short threads of
+// its own while the PMD probes, and waits for both before it returns (the
+// kernel's RCU grace periods and the pool's page faults overlap: issue
+// 13); the destructor of a port whose open failed waits for them too.
 //
 // Teardown: the destructor stops and closes the ethdev (and uninits a
 // vdev it created).  Free every mbuf of its pool first.  net_memif's
@@ -205,6 +209,8 @@ class DpdkPort final : public Port {
   mutable std::atomic<uint64_t> ring_drops_{0};
   DpdkPort() = default;
   Status configure(const DpdkPortConfig& config);
+  PoolOptions pool_options(const DpdkPortConfig& config, std::string_view driver) const;
+  void start_pool(const DpdkPortConfig& config);
   Status setup_queues(const DpdkPortConfig& config);
   Status set_mtu_and_mac(const DpdkPortConfig& config);
   Status start(const DpdkPortConfig& config);
@@ -233,6 +239,8 @@ class DpdkPort final : public Port {
   std::unique_ptr<PacketRx> rx_;  // af_packet's receive ring of our own (open_packet_rx)
   // That ring while it is being made, beside the PMD's probe (open).
   std::future<Result<std::unique_ptr<PacketRx>>> rx_opening_;
+  // An af_packet port's pool while it is being made (start_pool).
+  std::future<Result<rte_mempool*>> pool_opening_;
   std::atomic<uint64_t> tx_frames_{0}, tx_bytes_{0}, tx_errors_{0};
   std::array<mmsghdr, kPacketTxBatch> tx_msgs_{};
   std::array<iovec, kPacketTxIovs> tx_iovs_{};
