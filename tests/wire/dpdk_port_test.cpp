@@ -10,6 +10,7 @@
 #include <net/if.h>
 #include <rte_ethdev.h>
 #include <rte_mbuf.h>
+#include <rte_mempool.h>
 #include <sched.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -202,6 +203,40 @@ class AfPacketVeth : public ::testing::Test {
     ::close(fd);
     return -1;
   }
+  // The inodes of the packet sockets that receive every protocol on
+  // `iface` (/proc/net/packet: sk RefCnt Type Proto Iface R Rmem User Inode).
+  static std::vector<unsigned long> receivers(const char* iface) {
+    const std::string ifindex = std::to_string(::if_nametoindex(iface));
+    std::ifstream table("/proc/thread-self/net/packet");
+    std::string line;
+    std::getline(table, line);
+    std::vector<unsigned long> all_protocols;
+    while (std::getline(table, line)) {
+      std::istringstream in(line);
+      std::string sk, refs, type, proto, ifi, r, rmem, user;
+      unsigned long inode = 0;
+      in >> sk >> refs >> type >> proto >> ifi >> r >> rmem >> user >> inode;
+      if (ifi == ifindex && proto == "0003") all_protocols.push_back(inode);
+    }
+    return all_protocols;
+  }
+  // receivers() once a port's retired PMD socket has left: the kernel
+  // releases it on a thread of the port's a few RCU grace periods after
+  // open returns (retire_packet_socket), within a second.
+  static std::vector<unsigned long> settled_receivers(const char* iface) {
+    std::vector<unsigned long> all_protocols = receivers(iface);
+    for (int i = 0; i < 100 && all_protocols.size() > 1; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      all_protocols = receivers(iface);
+    }
+    return all_protocols;
+  }
+  // The mempools of the process.
+  static unsigned mempools() {
+    unsigned n = 0;
+    rte_mempool_walk([](rte_mempool*, void* arg) { ++*static_cast<unsigned*>(arg); }, &n);
+    return n;
+  }
   // A packet socket on the veth's far end for our EtherType; -1 on failure.
   static int far_end_socket(int flags) { return packet_socket("uroce-rb", kEtherType, flags); }
   // Frame number `seq` of our EtherType (broadcast) in the kFrameLen bytes at `f`.
@@ -346,30 +381,7 @@ TEST_F(AfPacketVeth, ReceivesOnARingOfItsOwnAndThePmdSocketIsGone) {
   EXPECT_EQ(fanout, 0) << "the receiving socket is in a fanout group";
   struct stat st {};
   ASSERT_EQ(::fstat(fd, &st), 0);
-  // /proc/net/packet: sk RefCnt Type Proto Iface R Rmem User Inode.  The
-  // kernel releases the PMD's socket on a thread of the port's a few RCU
-  // grace periods after open returns (retire_packet_socket): it must be
-  // gone within a second.
-  const std::string ifindex = std::to_string(::if_nametoindex("uroce-ra"));
-  auto receiving = [&] {
-    std::ifstream table("/proc/thread-self/net/packet");
-    std::string line;
-    std::getline(table, line);
-    std::vector<unsigned long> all_protocols;  // the inodes of ETH_P_ALL sockets on uroce-ra
-    while (std::getline(table, line)) {
-      std::istringstream in(line);
-      std::string sk, refs, type, proto, iface, r, rmem, user;
-      unsigned long inode = 0;
-      in >> sk >> refs >> type >> proto >> iface >> r >> rmem >> user >> inode;
-      if (iface == ifindex && proto == "0003") all_protocols.push_back(inode);
-    }
-    return all_protocols;
-  };
-  std::vector<unsigned long> all_protocols = receiving();
-  for (int i = 0; i < 100 && all_protocols.size() > 1; ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    all_protocols = receiving();
-  }
+  const std::vector<unsigned long> all_protocols = settled_receivers("uroce-ra");
   ASSERT_EQ(all_protocols.size(), 1u) << "the PMD's socket still receives beside ours";
   EXPECT_EQ(all_protocols[0], st.st_ino);
 
@@ -445,6 +457,29 @@ TEST_F(AfPacketVeth, ReceivesAgainAfterTheLinkWentDownAndUp) {
     if (got < 10) ::usleep(1000);
   }
   EXPECT_EQ(got, 10u);
+}
+
+// An af_packet port's open makes its pool and its receive ring beside the
+// PMD's probe (start-up, issue 13).  An open that fails after that (the
+// ethdev is another port's, the netdev does not exist) leaves neither
+// behind, and the port that was there first receives as before.
+TEST_F(AfPacketVeth, AnOpenThatFailsLeavesNoPoolOrRingBehind) {
+  port_ = open_ok({.devargs = "net_af_packet15,iface=uroce-ra"});
+  ASSERT_TRUE(port_);
+  const std::vector<unsigned long> before = settled_receivers("uroce-ra");
+  ASSERT_EQ(before.size(), 1u);
+  const unsigned pools = mempools();
+
+  auto taken = DpdkPort::open({.devargs = "net_af_packet15,iface=uroce-ra"});
+  ASSERT_FALSE(taken);
+  EXPECT_EQ(taken.error().code, EBUSY);
+  auto missing = DpdkPort::open({.devargs = "net_af_packet16,iface=uroce-no-such-if"});
+  ASSERT_FALSE(missing);
+
+  EXPECT_EQ(mempools(), pools);
+  EXPECT_EQ(receivers("uroce-ra"), before);  // closed with the failed port, at once
+  send(0, 10);
+  EXPECT_EQ(drain(0), 10u);
 }
 
 }  // namespace
