@@ -182,6 +182,7 @@ Result<std::unique_ptr<DpdkPort>> DpdkPort::open(const DpdkPortConfig& config) {
 
   std::unique_ptr<DpdkPort> p(new DpdkPort());
   p->af_packet_ring_ = ring;
+  p->pmd_sends_ = d.get(kQdiscBypassKey) == "0";
   if (is_af_packet(d.name)) {
     p->start_pool(config);
     p->start_packet_rx(d, ring);
@@ -204,7 +205,7 @@ Result<std::unique_ptr<DpdkPort>> DpdkPort::open(const DpdkPortConfig& config) {
   p->claimed_ = true;
   if (Status st = p->configure(config); !st) return st.error();
   if (Status st = p->start(config); !st) return st.error();
-  p->read_identity(config, ring.framesz);
+  p->read_identity(config);
   return Result<std::unique_ptr<DpdkPort>>(std::move(p));
 }
 
@@ -344,7 +345,7 @@ Status DpdkPort::start(const DpdkPortConfig& config) {
   return {};
 }
 
-void DpdkPort::read_identity(const DpdkPortConfig& config, uint32_t af_packet_framesz) {
+void DpdkPort::read_identity(const DpdkPortConfig& config) {
   rte_ether_addr a{};
   if (config.mac && (role_ == NetdevRole::kNone || role_ == NetdevRole::kPeer)) {
     mac_ = *config.mac;
@@ -354,7 +355,7 @@ void DpdkPort::read_identity(const DpdkPortConfig& config, uint32_t af_packet_fr
   if (netdev_.empty() && is_af_packet(device_name_)) {
     if (const auto d = parse_devargs(devargs_); d && d->get(kIfaceKey)) netdev_ = std::string(*d->get(kIfaceKey));
   }
-  mtu_ = role_ == NetdevRole::kNone ? ethdev_mtu(config) : netdev_mtu(af_packet_framesz);
+  mtu_ = role_ == NetdevRole::kNone ? ethdev_mtu(config) : netdev_mtu();
   if (!netdev_.empty() && netdev_fd_ < 0) netdev_fd_ = ::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
   if (is_af_packet(device_name_) && !netdev_.empty()) {
     std::unique_ptr<PacketRx> ring;  // made beside the probe (start_packet_rx), or none
@@ -376,7 +377,7 @@ void DpdkPort::read_identity(const DpdkPortConfig& config, uint32_t af_packet_fr
 // (open_packet_rx then makes the ring itself).
 void DpdkPort::start_packet_rx(const Devargs& d, const AfPacketRing& ring) {
   const auto iface = d.get(kIfaceKey);
-  if (!iface || d.get(kQdiscBypassKey) == "0") return;
+  if (!iface || pmd_sends_) return;
   const QuietThreads quiet;
   try {
     rx_opening_ = std::async(std::launch::async, [name = std::string(*iface), ring] { return PacketRx::open(name, ring); });
@@ -407,8 +408,7 @@ void DpdkPort::open_packet_rx(std::unique_ptr<PacketRx> ring) {
 // does nothing) skips only what its own group sent.  Left on the PMD's
 // path (tx_fd_ -1) when any step fails.
 void DpdkPort::open_packet_tx() {
-  const auto d = parse_devargs(devargs_);
-  if (wait_fd_ < 0 || (d && d->get(kQdiscBypassKey) == "0")) return;
+  if (wait_fd_ < 0 || pmd_sends_) return;
   const unsigned ifindex = if_nametoindex(netdev_.c_str());
   if (ifindex == 0) return;
   const int fd = ::socket(AF_PACKET, SOCK_RAW | SOCK_CLOEXEC, 0);
@@ -495,10 +495,10 @@ int DpdkPort::find_packet_socket(const std::string& iface, int not_this) {
 }
 
 // The kernel netdev's MTU; af_packet's ring frames may limit it further.
-uint16_t DpdkPort::netdev_mtu(uint32_t af_packet_framesz) const {
+uint16_t DpdkPort::netdev_mtu() const {
   uint32_t mtu = 0;
   if (const auto info = query_netdev(netdev_, nullptr)) mtu = info->mtu;
-  if (af_packet_framesz != 0) mtu = std::min(mtu, af_packet_mtu_limit(af_packet_framesz));
+  if (af_packet_ring_.framesz != 0) mtu = std::min(mtu, af_packet_mtu_limit(af_packet_ring_.framesz));
   // A PMD that states its limit (af_xdp: a page per frame); af_packet and
   // tap state a max_rx_pktlen of 1518 yet carry jumbo frames, and no max_mtu.
   if (max_mtu_ != 0) mtu = std::min<uint32_t>(mtu, max_mtu_);

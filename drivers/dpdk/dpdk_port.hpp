@@ -214,8 +214,8 @@ class DpdkPort final : public Port {
   Status setup_queues(const DpdkPortConfig& config);
   Status set_mtu_and_mac(const DpdkPortConfig& config);
   Status start(const DpdkPortConfig& config);
-  void read_identity(const DpdkPortConfig& config, uint32_t af_packet_framesz);
-  uint16_t netdev_mtu(uint32_t af_packet_framesz) const;
+  void read_identity(const DpdkPortConfig& config);
+  uint16_t netdev_mtu() const;
   static int find_packet_socket(const std::string& iface, int not_this);
   void open_packet_tx();
   void start_packet_rx(const Devargs& d, const AfPacketRing& ring);
@@ -253,6 +253,7 @@ class DpdkPort final : public Port {
   bool owns_pool_ = false;
   bool keep_pool_ = false;     // keep_pool_at_close
   AfPacketRing af_packet_ring_{};  // af_packet: its ring's geometry, else all 0
+  bool pmd_sends_ = false;   // af_packet with qdisc_bypass=0: the PMD's own paths (open_packet_tx)
   bool probed_here_ = false;
   bool is_vdev_ = false;
   bool claimed_ = false;     // in the set of open ports

@@ -17,8 +17,8 @@
 #include <unistd.h>
 
 #include <array>
-#include <chrono>
 #include <cerrno>
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
@@ -437,7 +437,6 @@ TEST_F(AfPacketVeth, WhatTheHostSendsOnTheNetdevReachesThePort) {
   ASSERT_EQ(got, kFrameLen);
   EXPECT_EQ(drain(42), 1u);
 }
-
 
 // A netdev that goes down and up again (the kernel unhooks its packet
 // sockets while it is down): the port receives again once it is up, and
