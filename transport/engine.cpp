@@ -293,7 +293,14 @@ void Engine::after_turn(unsigned work, uint64_t clock, uint64_t& idle_since) noe
   // Polling for a spinning client: the core goes to whoever shares it at
   // once, not after a spin (on a small machine that is the client).
   if (busy_poll()) return;
-  if (clock - idle_since >= (cfg_.idle_spin_ns != 0 ? cfg_.idle_spin_ns : params::kIdleWaitSpinNs)) {
+  // At a real-time priority it never spins: its yield passes only to its
+  // own priority, and frames a few microseconds apart (a stream) would
+  // keep the spin from ending, the thread on its CPU and every program off
+  // it.  It sleeps at once; a frame or a kick wakes it at once.
+  const uint64_t spin_ns = cfg_.realtime_priority > 0 ? 0
+                           : cfg_.idle_spin_ns != 0  ? cfg_.idle_spin_ns
+                                                     : params::kIdleWaitSpinNs;
+  if (clock - idle_since >= spin_ns) {
     // While an application thread drives the loop (it polls a CQ), the
     // engine thread stays out of its way: a nap, not a sleep the port's
     // producer would end on every frame (each such wake takes the loop's
