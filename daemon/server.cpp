@@ -56,6 +56,33 @@ bool has_net_raw(pid_t pid, uid_t uid) {
   return uid == 0;
 }
 
+// Whether the peer shares the daemon's scheduling group: the same cgroups
+// and the same autogroup (a session's: Linux groups the root cgroup's
+// tasks by session).  Busy polling hands the CPU over with sched_yield,
+// which passes it only within a group; across groups the scheduler kept a
+// polling daemon off its CPU for up to half a second (DESIGN.md "The
+// shared device").  Unreadable: not shared.
+std::string proc_text(const std::string& path) {
+  std::ifstream f(path);
+  if (!f) return {};
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+// "/autogroup-N nice K": the group's name, without its nice value.
+std::string autogroup_of(const std::string& proc_dir) {
+  const std::string t = proc_text(proc_dir + "/autogroup");
+  return t.substr(0, t.find(' '));
+}
+bool shares_sched_group(pid_t pid) {
+  const std::string dir = "/proc/" + std::to_string(pid);
+  const std::string cg = proc_text(dir + "/cgroup");
+  if (cg.empty() || cg != proc_text("/proc/self/cgroup")) return false;
+  // No autogroup file on either side (a kernel without autogroups): the
+  // cgroups decide.
+  return autogroup_of(dir) == autogroup_of("/proc/self");
+}
+
 std::string mac_text(const uint8_t* m) {
   char b[18];
   std::snprintf(b, sizeof b, "%02x:%02x:%02x:%02x:%02x:%02x", m[0], m[1], m[2], m[3], m[4], m[5]);
@@ -95,6 +122,7 @@ struct Server::Session {
   uid_t uid = 0;
   gid_t gid = 0;
   bool privileged = false;
+  bool same_group = false;  // it shares our scheduling group (shares_sched_group)
   bool hello = false;
   std::string program;
   std::vector<Attachment*> at;  // by device index; nullptr: not opened
@@ -270,6 +298,7 @@ void Server::accept_one() {
     s->uid = cred.uid;
     s->gid = cred.gid;
     s->privileged = has_net_raw(cred.pid, cred.uid);
+    s->same_group = shares_sched_group(cred.pid);
     s->at.assign(devices_.size(), nullptr);
     epoll_event e{};
     e.events = EPOLLIN | EPOLLRDHUP;
@@ -485,9 +514,10 @@ bool Server::hello(Session& s, const Message& m) {
   const int fds[1] = {pair[1]};
   reply(s, m, 0, body, fds);
   ::close(pair[1]);
-  log_line(LogType::Daemon, LogLevel::Info, "uroced: client %llu is %s (pid %d, uid %u%s)",
+  log_line(LogType::Daemon, LogLevel::Info, "uroced: client %llu is %s (pid %d, uid %u%s%s)",
            static_cast<unsigned long long>(s.id), s.program.c_str(), static_cast<int>(s.pid),
-           static_cast<unsigned>(s.uid), s.privileged ? ", CAP_NET_RAW" : "");
+           static_cast<unsigned>(s.uid), s.privileged ? ", CAP_NET_RAW" : "",
+           s.same_group ? ", our scheduling group" : "");
   return true;
 }
 
@@ -503,7 +533,7 @@ bool Server::open_device(Session& s, const Message& m) {
     return true;
   }
   Switch& sw = *devices_[q.device].sw;
-  auto a = sw.attach(s.id, s.privileged);
+  auto a = sw.attach(s.id, s.privileged, s.same_group);
   if (!a) {
     log_line(LogType::Daemon, LogLevel::Warning, "uroced: client %llu: %s", static_cast<unsigned long long>(s.id),
              a.error().message.c_str());

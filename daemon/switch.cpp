@@ -133,7 +133,7 @@ bool Switch::own_addr(const wire::Ipv6Addr& gid) const noexcept { return engine_
 
 // ---- control ------------------------------------------------------------------------
 
-drivers::Result<Switch::Attached> Switch::attach(ClientId client_id, bool privileged) {
+drivers::Result<Switch::Attached> Switch::attach(ClientId client_id, bool privileged, bool same_group) {
   auto fail = [](int code, const char* what) {
     return drivers::Error{code, std::string(what) + ": " + std::strerror(code)};
   };
@@ -156,6 +156,7 @@ drivers::Result<Switch::Attached> Switch::attach(ClientId client_id, bool privil
   auto at = std::make_unique<Attachment>();
   at->client = client_id;
   at->privileged = privileged;
+  at->same_group = same_group;
   at->base = base;
   at->bytes = bytes;
   at->geo = geo_;
@@ -427,10 +428,12 @@ unsigned Switch::turn() {
   const uint64_t now = engine_.now();
   // Busy polling: who spins on a CQ now (client_polls moved lately).
   bool active = false;
+  bool pollable = false;  // a client we may poll for (Attachment::same_group)
   for (auto& at : clients_) {
     if (at->ended) continue;
     work += drain(*at);
-    if (!cfg_.busy_poll || at->ended) continue;
+    if (!cfg_.busy_poll || at->ended || !at->same_group) continue;
+    pollable = true;
     const uint32_t polls = at->hdr->client_polls.v.load(std::memory_order_relaxed);
     if (polls != at->seen_polls) {
       at->seen_polls = polls;
@@ -441,7 +444,7 @@ unsigned Switch::turn() {
   // ... and while frames flow: a stream's next frame comes within
   // microseconds, a wake-up takes far longer on some machines.
   if (work != 0) last_traffic_ns_ = now;
-  any_active_ = cfg_.busy_poll && (active || now - last_traffic_ns_ < kTrafficHoldNs);
+  any_active_ = pollable && (active || now - last_traffic_ns_ < kTrafficHoldNs);
   if (now - last_expire_ns_ > kExpireEveryNs) {
     last_expire_ns_ = now;
     router_.expire(now);

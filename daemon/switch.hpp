@@ -108,6 +108,10 @@ struct PathKeyHash {
 struct Attachment {
   ClientId client = 0;
   bool privileged = false;  // CAP_NET_RAW: controlled Q_Keys
+  // In the daemon's scheduling group (cgroups and autogroup): only then
+  // does the engine poll for it while it spins (busy polling's sched_yield
+  // hands the CPU over only within a group).
+  bool same_group = false;
   void* base = nullptr;     // the shared region, mapped
   size_t bytes = 0;
   drivers::daemon::ShmGeometry geo{};
@@ -161,7 +165,7 @@ class Switch final : public transport::RoceSink {
     int wake_fd = -1;
     int kick_fd = -1;
   };
-  drivers::Result<Attached> attach(ClientId client, bool privileged);
+  drivers::Result<Attached> attach(ClientId client, bool privileged, bool same_group);
   // Ends the client here: farewells for its connections (CmRouter), its
   // QPNs into quarantine, its claims and groups gone, its region unmapped.
   void detach(Attachment* at);

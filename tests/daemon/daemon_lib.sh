@@ -33,7 +33,9 @@ daemon_up() {
   rm -f "$sock"
   # Not a verbs program: the shared EAL's mlx5 PMD must find the real
   # libibverbs, not the drop-ins a test's LD_LIBRARY_PATH points to.
-  ip netns exec "$ns" env -u LD_LIBRARY_PATH UROCE_DEVICE="$devargs" UROCE_CONFIG=/dev/null \
+  # DAEMON_OWN_SESSION=1: in a session of its own, as systemd starts it (a
+  # scheduling group apart from the programs: autogroup).
+  ${DAEMON_OWN_SESSION:+setsid} ip netns exec "$ns" env -u LD_LIBRARY_PATH UROCE_DEVICE="$devargs" UROCE_CONFIG=/dev/null \
     "$BUILD/tools/uroced" --socket "$sock" "$@" >"$log" 2>&1 </dev/null &
   DAEMON_PID[$name]=$!
   local i
