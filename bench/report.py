@@ -34,8 +34,12 @@ def load(path):
     wire_rtt, wire_rate, uroce, startup, daemon, mempoll = {}, {}, {}, {}, {}, {}
     host_rtt, host_rate = {}, {}
     costs = {}  # syscalls / heap / memory: kind -> (program, size) -> metric -> value
+    failed = []  # (kind, program, size, runs that ended in an error)
     with open(path) as f:
         for row in csv.DictReader(f):
+            if row["metric"] == "failed_runs":
+                failed.append((row["kind"], row["program"], int(row["size"]), int(float(row["value"]))))
+                continue
             if row["kind"] in ("syscalls", "heap", "memory"):
                 if row["value"] != "":
                     costs.setdefault(row["kind"], {}).setdefault(
@@ -63,7 +67,7 @@ def load(path):
                 wire_rate[int(row["size"])] = v
             else:
                 uroce.setdefault((row["program"], int(row["size"])), {})[row["metric"]] = v
-    return wire_rtt, wire_rate, uroce, startup, daemon, mempoll, (host_rtt, host_rate), costs
+    return wire_rtt, wire_rate, uroce, startup, daemon, mempoll, (host_rtt, host_rate), costs, failed
 
 
 class Wire:
@@ -138,7 +142,7 @@ def main():
     ap.add_argument("--stages", action="append", default=[],
                     help="uroce-stages --json output (repeatable: one per progress mode)")
     a = ap.parse_args()
-    rtt, rate, uroce, startup, daemon, mempoll, (host_rtt, host_rate), costs = load(a.csv)
+    rtt, rate, uroce, startup, daemon, mempoll, (host_rtt, host_rate), costs, failed = load(a.csv)
     w = Wire(rtt, rate, a.pmtu, a.overhead)
     wh = Wire(host_rtt, host_rate, a.pmtu, a.overhead)
     sizes = sorted({s for (_, s) in uroce})
@@ -312,11 +316,11 @@ def main():
 
     if daemon:
         L.append("## Through uroced (issue 15: the shared device)\n")
-        L.append("The same programs as clients of a daemon on each end of the same veth (`build/tools/uroced`, "
-                 "asleep at SCHED_FIFO 1 when idle, polling while a client spins on a CQ), against this run's "
-                 "in-process figures above.  Each end then has two spinning threads (the program and its daemon) "
-                 "where in-process it has one: on a machine with fewer cores than that they take turns "
-                 "(DESIGN.md \"The shared device\").\n")
+        L.append("The same programs as clients of a daemon on each end of the same veth (`build/tools/uroced` "
+                 "with its defaults: its engine thread sleeps between frames at SCHED_FIFO 1, woken by each "
+                 "frame and each client's kick; busy polling is off), against this run's in-process figures "
+                 "above.  A message then crosses each end's daemon thread, and a wake-up across CPUs costs "
+                 "tens of microseconds on this VM (DESIGN.md \"The shared device\").\n")
         L.append("| figure | in-process | through uroced | ratio | target | met |")
         L.append("|---|---|---|---|---|---|")
 
@@ -381,6 +385,19 @@ def main():
         L.append("Plots: [latency.png](latency.png), [bandwidth.png](bandwidth.png).\n")
     else:
         L.append("No plots: gnuplot is not installed (scripts/setup installs gnuplot-nox).\n")
+
+    L.append("## Runs that ended in an error\n")
+    if failed:
+        L.append(f"Each figure above is the median of the runs that completed, of {a.rounds}; these did not "
+                 "(perftest's exit status non-zero; the run's first error line is in bench/run's output).\n")
+        L.append("| where | program | size B | runs failed |")
+        L.append("|---|---|---|---|")
+        for kind, prog, size, n in sorted(failed):
+            where = "through uroced" if kind == "daemon" else "in-process"
+            L.append(f"| {where} | {prog} | {size} | {n} of {a.rounds} |")
+    else:
+        L.append("None: every perftest run completed.")
+    L.append("")
     with open(os.path.join(a.out, "report.md"), "w") as f:
         f.write("\n".join(L))
     return 0
