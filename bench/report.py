@@ -33,6 +33,7 @@ READ_REQUEST_PAYLOAD = 16  # the RETH a READ request carries instead of data
 def load(path):
     wire_rtt, wire_rate, uroce, startup, daemon, mempoll = {}, {}, {}, {}, {}, {}
     host_rtt, host_rate = {}, {}
+    host_rc_rtt = {}  # raw ping-pong to the host with one frame ahead of each request and reply (RC's shape)
     costs = {}  # syscalls / heap / memory: kind -> (program, size) -> metric -> value
     failed = []  # (kind, program, size, runs that ended in an error)
     with open(path) as f:
@@ -60,14 +61,15 @@ def load(path):
                 continue
             v = float(row["value"])
             if row["kind"] == "wire_host":  # raw frames to the peer's own address: frame -> value
-                (host_rtt if row["program"] == "ping" else host_rate)[int(row["size"])] = v
+                target = {"ping": host_rtt, "ping_rc": host_rc_rtt}.get(row["program"], host_rate)
+                target[int(row["size"])] = v
             elif row["kind"] == "wire" and row["program"] == "ping":
                 wire_rtt[int(row["size"])] = v
             elif row["kind"] == "wire" and row["program"] == "stream":
                 wire_rate[int(row["size"])] = v
             else:
                 uroce.setdefault((row["program"], int(row["size"])), {})[row["metric"]] = v
-    return wire_rtt, wire_rate, uroce, startup, daemon, mempoll, (host_rtt, host_rate), costs, failed
+    return wire_rtt, wire_rate, uroce, startup, daemon, mempoll, (host_rtt, host_rate, host_rc_rtt), costs, failed
 
 
 class Wire:
@@ -142,7 +144,7 @@ def main():
     ap.add_argument("--stages", action="append", default=[],
                     help="uroce-stages --json output (repeatable: one per progress mode)")
     a = ap.parse_args()
-    rtt, rate, uroce, startup, daemon, mempoll, (host_rtt, host_rate), costs, failed = load(a.csv)
+    rtt, rate, uroce, startup, daemon, mempoll, (host_rtt, host_rate, host_rc_rtt), costs, failed = load(a.csv)
     w = Wire(rtt, rate, a.pmtu, a.overhead)
     wh = Wire(host_rtt, host_rate, a.pmtu, a.overhead)
     sizes = sorted({s for (_, s) in uroce})
@@ -194,6 +196,10 @@ def main():
 
         krow("64 B one-way latency, µs (ib_send_lat)", uroce.get(("ib_send_lat", 64), {}).get("t_typical_us"),
              w.one_way_us(64), wh.one_way_us(64))
+        rc_ow = Wire(host_rc_rtt, {}, a.pmtu, a.overhead).one_way_us(64)
+        krow("64 B one-way latency, µs (ib_send_lat), against raw frames in RC's shape: one frame ahead of "
+             "each request and reply in its burst, as the ACK goes with a SEND's reply (`--companions=1`)",
+             uroce.get(("ib_send_lat", 64), {}).get("t_typical_us"), None, rc_ow)
         krow("64 B one-way latency, µs, UC: no ACK frame (ib_send_lat -c UC)",
              uroce.get(("ib_send_lat_uc", 64), {}).get("t_typical_us"), w.one_way_us(64), wh.one_way_us(64))
         krow("64 B message rate, M/s (ib_send_bw)", uroce.get(("ib_send_bw", 64), {}).get("msg_rate_mpps"),

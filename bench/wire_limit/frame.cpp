@@ -23,7 +23,7 @@ static_assert(kTscOffset == kSeqOffset + sizeof(uint32_t));
 static_assert(kMinFrameBytes == kTscOffset + sizeof(uint32_t));
 
 bool known_kind(uint8_t opcode) noexcept {
-  return opcode >= static_cast<uint8_t>(FrameKind::kHello) && opcode <= static_cast<uint8_t>(FrameKind::kDoneAck);
+  return opcode >= static_cast<uint8_t>(FrameKind::kHello) && opcode <= static_cast<uint8_t>(FrameKind::kCompanion);
 }
 
 void write_ipv4(uint8_t* p, size_t len, const Addressing& to) noexcept {

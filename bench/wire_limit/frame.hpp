@@ -40,6 +40,7 @@ enum class FrameKind : uint8_t {
   kReply = 0xC3,     // pong -> ping: the request turned around
   kDone = 0xC4,      // initiator finished; seq/timestamp carry a 64-bit count
   kDoneAck = 0xC5,   // responder: stopping now
+  kCompanion = 0xC6, // goes ahead of a request or reply in its burst (--companions), dropped
 };
 
 inline constexpr size_t kEthOffset = 0;

@@ -64,6 +64,12 @@ drivers::Status check(const Options& o) {
     return drivers::Error{EINVAL, "--burst must be within [1, " + std::to_string(kMaxBurst) + "]"};
   }
   if (o.timeout.count() <= 0) return drivers::Error{EINVAL, "--timeout-ms must be positive"};
+  if (o.companions > kMaxCompanions) {
+    return drivers::Error{EINVAL, "--companions must be within [0, " + std::to_string(kMaxCompanions) + "]"};
+  }
+  if (o.companions != 0 && o.mode != Mode::kPing && o.mode != Mode::kPong) {
+    return drivers::Error{EINVAL, "--companions is for ping and pong"};
+  }
   return {};
 }
 
@@ -95,6 +101,10 @@ drivers::Result<Options> parse_options(int argc, char** argv) {
   app.add_option("--seconds", o.seconds, "tx: how long to send (default 5); others: give up after (default 60)");
   app.add_option("--core", o.core, "CPU to run on (EAL -l)")->capture_default_str();
   app.add_option("--burst", o.burst, "tx/rx/pong burst size")->capture_default_str();
+  app.add_option("--companions", o.companions,
+                 "ping/pong: this many more frames go ahead of each request and each reply, in its burst, "
+                 "and the far end drops them (RC: the ACK of the SEND a reply answers goes with it)")
+      ->capture_default_str();
   app.add_option("--timeout-ms", timeout_ms, "resend or give up after this long with no answer")
       ->capture_default_str();
   app.add_option("--log-level", o.log_level, "EAL --log-level")->capture_default_str();

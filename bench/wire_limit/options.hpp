@@ -31,6 +31,9 @@ inline constexpr double kDefaultMaxSeconds = 60.0;
 inline constexpr std::chrono::milliseconds kDefaultTimeout{100};
 inline constexpr uint16_t kDefaultBurst = 32;
 inline constexpr uint16_t kMaxBurst = 64;
+// ping/pong --companions: at most this many frames ahead of each request
+// and reply.
+inline constexpr uint16_t kMaxCompanions = 3;
 
 struct Options {
   Mode mode = Mode::kPing;
@@ -41,6 +44,11 @@ struct Options {
   double seconds = 0;            // tx: how long to send; others: give up after
   unsigned core = 0;             // the EAL lcore; the process is pinned to it
   uint16_t burst = kDefaultBurst;
+  // ping/pong: frames that go ahead of each request and each reply in its
+  // burst, and that the far end drops: RC's shape, where the ACK of the
+  // SEND a reply answers leaves with it (each a frame's kernel path on a
+  // veth).
+  uint16_t companions = 0;
   std::chrono::milliseconds timeout = kDefaultTimeout;
   std::string log_level = "*:error";
   bool json = false;             // one JSON object on stdout instead of text

@@ -19,6 +19,7 @@ constexpr uint16_t kQueue = 0;
 constexpr double kNsPerSecond = 1e9;
 
 struct PingCounters {
+  uint64_t companions = 0;
   uint64_t lost = 0;
   uint64_t stale = 0;
   uint64_t foreign = 0;
@@ -36,6 +37,8 @@ std::optional<uint64_t> await_reply(const Endpoint& ep, uint32_t seq, uint64_t t
       const auto info = classify(bufs[i]);
       if (!info) {
         ++c.foreign;
+      } else if (info->kind == FrameKind::kCompanion) {
+        ++c.companions;
       } else if (info->kind == FrameKind::kReply && info->seq == seq) {
         rtt = static_cast<uint32_t>(static_cast<uint32_t>(now) - info->tsc);  // modulo 2^32 ticks
       } else {
@@ -51,15 +54,22 @@ std::optional<uint64_t> await_reply(const Endpoint& ep, uint32_t seq, uint64_t t
   }
 }
 
-std::optional<uint64_t> round_trip(const Endpoint& ep, uint32_t seq, PingCounters& c) {
-  rte_mbuf* m = make_frame(ep, FrameKind::kRequest, seq, 0);
-  if (m == nullptr) {
-    ++c.lost;
-    return std::nullopt;
+// The request goes last in its burst, after `companions` frames the far
+// end drops.
+std::optional<uint64_t> round_trip(const Endpoint& ep, uint32_t seq, uint16_t companions, PingCounters& c) {
+  rte_mbuf* burst[kMaxCompanions + 1];
+  uint16_t n = 0;
+  for (; n <= companions; ++n) {
+    burst[n] = make_frame(ep, n == companions ? FrameKind::kRequest : FrameKind::kCompanion, seq, 0);
+    if (burst[n] == nullptr) {
+      rte_pktmbuf_free_bulk(burst, n);
+      ++c.lost;
+      return std::nullopt;
+    }
   }
   const uint64_t t0 = rte_rdtsc();
-  set_timestamp(rte_pktmbuf_mtod(m, uint8_t*), static_cast<uint32_t>(t0));
-  if (send_all(ep, &m, 1, t0 + ep.timeout_tsc) == 0) {
+  set_timestamp(rte_pktmbuf_mtod(burst[companions], uint8_t*), static_cast<uint32_t>(t0));
+  if (send_all(ep, burst, n, t0 + ep.timeout_tsc) != n) {  // it freed what the wire did not take
     ++c.lost;
     return std::nullopt;
   }
@@ -103,18 +113,19 @@ drivers::Result<PingResult> run_ping(const Endpoint& ep, const Options& o) {
   uint32_t seq = 0;
   PingCounters warm;
   for (uint64_t i = 0; i < o.warmup && !stop_requested() && rte_rdtsc() < deadline; ++i) {
-    round_trip(ep, seq++, warm);
+    round_trip(ep, seq++, o.companions, warm);
   }
   PingCounters c;
   PingResult r;
   const uint64_t t_start = rte_rdtsc();
   for (; r.attempts < o.count && !stop_requested() && rte_rdtsc() < deadline; ++r.attempts) {
-    if (const auto rtt = round_trip(ep, seq++, c)) samples.push_back(*rtt);
+    if (const auto rtt = round_trip(ep, seq++, o.companions, c)) samples.push_back(*rtt);
   }
   const uint64_t t_end = rte_rdtsc();
   r.done_acked = say_done(ep, r.attempts);
   r.rtt = summarize(samples, ep.tsc_hz);
   r.lost = c.lost;
+  r.companions = c.companions + warm.companions;
   r.warmup_lost = warm.lost;
   r.stale = c.stale + warm.stale;
   r.foreign = c.foreign + warm.foreign;

@@ -27,6 +27,7 @@ json common_json(const RunContext& ctx) {
           {"vdev", o.vdev},
           {"frame_bytes", o.frame_bytes},
           {"core", o.core},
+          {"companions", o.companions},
           {"tsc_hz", ctx.endpoint.tsc_hz},
           {"port", port_json(ctx.port)}};
 }
@@ -67,6 +68,7 @@ void report(const RunContext& ctx, const PingResult& r) {
               {"lost", r.lost},
               {"warmup_lost", r.warmup_lost},
               {"stale", r.stale},
+              {"companions_received", r.companions},
               {"foreign", r.foreign},
               {"seconds", r.seconds},
               {"round_trips_per_s", r.round_trips_per_s},
@@ -117,6 +119,7 @@ void report(const RunContext& ctx, const ResponderResult& r) {
               {"echo_failed", r.echo_failed},
               {"foreign", r.foreign},
               {"unexpected", r.unexpected},
+              {"companions_received", r.companions},
               {"done", r.done},
               {"peer_sent", or_null(r.peer_sent)},
               {"delivered", or_null(delivered)},

@@ -4,6 +4,7 @@
 // read once per iteration.
 #include <rte_cycles.h>
 #include <rte_ethdev.h>
+#include <rte_mbuf.h>
 
 #include <thread>
 
@@ -16,8 +17,8 @@ namespace {
 constexpr uint16_t kQueue = 0;
 
 struct Burst {
-  rte_mbuf* out[kMaxBurst];   // turned around, to send
-  rte_mbuf* drop[kMaxBurst];  // to free
+  rte_mbuf* out[kMaxBurst * (1 + kMaxCompanions)];  // turned around (and companions), to send
+  rte_mbuf* drop[kMaxBurst];                        // to free
   uint16_t n_out = 0;
   uint16_t n_drop = 0;
 };
@@ -31,15 +32,18 @@ std::optional<FrameKind> answer_to(FrameKind kind, bool echo) {
     case FrameKind::kDone: return FrameKind::kDoneAck;
     case FrameKind::kHelloAck:
     case FrameKind::kReply:
-    case FrameKind::kDoneAck: return std::nullopt;
+    case FrameKind::kDoneAck:
+    case FrameKind::kCompanion: return std::nullopt;
   }
   return std::nullopt;
 }
 
-void sort_frame(const Endpoint& ep, rte_mbuf* m, bool echo, Burst& b, ResponderResult& r) {
+void sort_frame(const Endpoint& ep, rte_mbuf* m, bool echo, uint16_t companions, Burst& b, ResponderResult& r) {
   const auto info = classify(m);
   if (!info) {
     ++r.foreign;
+  } else if (info->kind == FrameKind::kCompanion) {
+    ++r.companions;
   } else if (info->kind == FrameKind::kRequest) {
     ++r.requests;
   } else if (info->kind == FrameKind::kDone) {
@@ -50,6 +54,14 @@ void sort_frame(const Endpoint& ep, rte_mbuf* m, bool echo, Burst& b, ResponderR
   }
   const auto answer = info ? answer_to(info->kind, echo) : std::nullopt;
   if (answer) {
+    // A reply's companions go ahead of it: copies of the request, turned
+    // around as kCompanion (a copy the pool cannot give is left out).
+    for (uint16_t i = 0; *answer == FrameKind::kReply && i < companions; ++i) {
+      rte_mbuf* x = rte_pktmbuf_copy(m, m->pool, 0, UINT32_MAX);
+      if (x == nullptr) break;
+      turn_around(rte_pktmbuf_mtod(x, uint8_t*), FrameKind::kCompanion, ep.mac);
+      b.out[b.n_out++] = x;
+    }
     turn_around(rte_pktmbuf_mtod(m, uint8_t*), *answer, ep.mac);
     b.out[b.n_out++] = m;
   } else {
@@ -71,7 +83,7 @@ ResponderResult run_responder(const Endpoint& ep, const Options& o, bool echo) {
     const uint16_t n = rte_eth_rx_burst(ep.port, kQueue, bufs, ep.burst);
     const uint64_t requests_before = r.requests;
     Burst b;
-    for (uint16_t i = 0; i < n; ++i) sort_frame(ep, bufs[i], echo, b, r);
+    for (uint16_t i = 0; i < n; ++i) sort_frame(ep, bufs[i], echo, o.companions, b, r);
     rte_pktmbuf_free_bulk(b.drop, b.n_drop);
     if (b.n_out != 0) r.echo_failed += b.n_out - send_all(ep, b.out, b.n_out, now + ep.timeout_tsc);
     now = rte_rdtsc();

@@ -33,6 +33,7 @@ struct LatencySummary {
 LatencySummary summarize(std::span<uint64_t> ticks, uint64_t tsc_hz);
 
 struct PingResult {
+  uint64_t companions = 0;   // kCompanion frames received (the responder's --companions)
   LatencySummary rtt;
   uint64_t attempts = 0;     // measured round trips tried
   uint64_t lost = 0;         // no reply within the timeout (then the next seq)
@@ -46,6 +47,7 @@ struct PingResult {
 
 // Pong and rx: the responder's loop.
 struct ResponderResult {
+  uint64_t companions = 0;   // kCompanion frames received (the initiator's --companions)
   uint64_t requests = 0;     // kRequest frames received (pong: and echoed)
   uint64_t echo_failed = 0;  // pong: replies the wire would not take
   uint64_t foreign = 0;
