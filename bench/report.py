@@ -323,10 +323,12 @@ def main():
     if daemon:
         L.append("## Through uroced (issue 15: the shared device)\n")
         L.append("The same programs as clients of a daemon on each end of the same veth (`build/tools/uroced` "
-                 "with its defaults: its engine thread sleeps between frames at SCHED_FIFO 1, woken by each "
-                 "frame and each client's kick; busy polling is off), against this run's in-process figures "
-                 "above.  A message then crosses each end's daemon thread, and a wake-up across CPUs costs "
-                 "tens of microseconds on this VM (DESIGN.md \"The shared device\").\n")
+                 "with its defaults: asleep at SCHED_FIFO 1 when idle, polling while a client of its own "
+                 "scheduling group spins on a CQ; bench/run starts the daemons in its own session, so they poll "
+                 "for its programs, where a daemon systemd starts would not), against this run's in-process "
+                 "figures above.  Each end then has two spinning threads (the program and its daemon) where "
+                 "in-process it has one: on a machine with fewer cores than that they take turns "
+                 "(DESIGN.md \"The shared device\").\n")
         L.append("| figure | in-process | through uroced | ratio | target | met |")
         L.append("|---|---|---|---|---|---|")
 
