@@ -137,7 +137,7 @@ bool await(const Endpoint& ep, FrameKind kind, uint64_t until) {
   rte_mbuf* bufs[kMaxBurst];
   bool got = false;
   while (!got && !stop_requested() && rte_rdtsc() < until) {
-    const uint16_t n = rte_eth_rx_burst(ep.port, kQueue, bufs, ep.burst);
+    const uint16_t n = port_rx(ep, bufs, ep.burst);
     for (uint16_t i = 0; i < n; ++i) {
       const auto info = classify(bufs[i]);
       got = got || (info && info->kind == kind);
@@ -178,6 +178,11 @@ Result<Endpoint> open_endpoint(const Options& o) {
   if (auto ok = make_pools(ep); !ok) return ok.error();
   if (auto ok = setup_queues(ep); !ok) return ok.error();
   if (auto ok = start_port(ep); !ok) return ok.error();
+  if (o.relay) {
+    auto relay = Relay::start(ep.port, ep.burst, o.relay_core);
+    if (!relay) return relay.error();
+    ep.relay = std::move(*relay);
+  }
   return ep;
 }
 
@@ -187,7 +192,14 @@ PortStats port_stats(const Endpoint& ep) {
   return PortStats{s.ipackets, s.opackets, s.imissed, s.ierrors, s.oerrors, s.rx_nombuf};
 }
 
+std::optional<RelayStats> stop_relay(const Endpoint& ep) noexcept {
+  if (!ep.relay) return std::nullopt;
+  ep.relay->stop();
+  return ep.relay->stats();
+}
+
 Status close_endpoint(Endpoint& ep) {
+  ep.relay.reset();  // off the port before it stops
   rte_eth_dev_stop(ep.port);
   rte_eth_dev_close(ep.port);
   rte_mempool_free(ep.tx_pool);
@@ -208,7 +220,7 @@ rte_mbuf* make_frame(const Endpoint& ep, FrameKind kind, uint32_t seq, uint32_t 
 uint16_t send_all(const Endpoint& ep, rte_mbuf** bufs, uint16_t n, uint64_t deadline) noexcept {
   uint16_t sent = 0;
   while (sent < n) {
-    sent = static_cast<uint16_t>(sent + rte_eth_tx_burst(ep.port, kQueue, bufs + sent, n - sent));
+    sent = static_cast<uint16_t>(sent + port_tx(ep, bufs + sent, n - sent));
     if (sent < n && (rte_rdtsc() >= deadline || stop_requested())) {
       rte_pktmbuf_free_bulk(bufs + sent, n - sent);
       break;

@@ -15,15 +15,18 @@
 // Everything here runs on the one (main) lcore of the process.
 #pragma once
 
+#include <rte_ethdev.h>
 #include <rte_mbuf.h>
 
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <memory>
 #include <optional>
 
 #include "bench/wire_limit/frame.hpp"
 #include "bench/wire_limit/options.hpp"
+#include "bench/wire_limit/relay.hpp"
 #include "drivers/netdev.hpp"
 #include "drivers/result.hpp"
 
@@ -62,14 +65,21 @@ struct Endpoint {
   uint16_t burst = 0;
   uint64_t tsc_hz = 0;
   uint64_t timeout_tsc = 0;  // Options::timeout in TSC ticks
+  // --relay: the thread that owns the port from open to close; every frame
+  // of this end goes through it (port_rx, port_tx).
+  std::unique_ptr<Relay> relay;
 };
 
 // Starts the EAL pinned to o.core with o.vdev, makes the pools and starts
-// the port.  Control path.
+// the port, and with o.relay the relay thread.  Control path.
 drivers::Result<Endpoint> open_endpoint(const Options& o);
 
 // Read them before close: memif's counters read 0 once the peer is gone.
 PortStats port_stats(const Endpoint& ep);
+
+// With --relay: stops the relay thread (nothing moves after) and returns
+// its figures; nothing without one.  Before the report.
+std::optional<RelayStats> stop_relay(const Endpoint& ep) noexcept;
 
 // Stops and closes the port, frees the pools, shuts the EAL down.
 drivers::Status close_endpoint(Endpoint& ep);
@@ -80,6 +90,14 @@ void install_signal_handlers();
 bool stop_requested() noexcept;
 
 // ---- data path ----------------------------------------------------------------
+// The port's queue 0, or with --relay the relay's rings.
+inline uint16_t port_rx(const Endpoint& ep, rte_mbuf** bufs, uint16_t n) noexcept {
+  return ep.relay ? ep.relay->rx(bufs, n) : rte_eth_rx_burst(ep.port, 0, bufs, n);
+}
+inline uint16_t port_tx(const Endpoint& ep, rte_mbuf** bufs, uint16_t n) noexcept {
+  return ep.relay ? ep.relay->tx(bufs, n) : rte_eth_tx_burst(ep.port, 0, bufs, n);
+}
+
 // A frame from tx_pool with the per-frame fields stamped; nullptr if the
 // pool is empty.
 rte_mbuf* make_frame(const Endpoint& ep, FrameKind kind, uint32_t seq, uint32_t tsc) noexcept;

@@ -70,6 +70,9 @@ drivers::Status check(const Options& o) {
   if (o.companions != 0 && o.mode != Mode::kPing && o.mode != Mode::kPong) {
     return drivers::Error{EINVAL, "--companions is for ping and pong"};
   }
+  if (o.relay_core != -1 && (!o.relay || o.relay_core < 0)) {
+    return drivers::Error{EINVAL, "--relay-core is a CPU number, with --relay"};
+  }
   return {};
 }
 
@@ -115,6 +118,10 @@ drivers::Result<Options> parse_options(int argc, char** argv) {
                  "which the peer's kernel drops at once)");
   app.add_option("--from-ip", from_ip, "ping/tx, with --to-mac: IPv4 source (this interface's address)");
   app.add_option("--to-ip", to_ip, "ping/tx, with --to-mac: IPv4 destination (the peer interface's address)");
+  app.add_flag("--relay", o.relay,
+               "a second thread owns the port and every frame goes through it, by rings of pointers, "
+               "both threads yielding when idle: the least a hop through another thread (uroced's) costs");
+  app.add_option("--relay-core", o.relay_core, "--relay: the relay thread's CPU (default: any online CPU)");
   app.add_flag("--claim-udp", o.claim_udp,
                "hold UDP port 4791 in this namespace as uroce does, so that the kernel takes frames "
                "addressed to it without an ICMP error");

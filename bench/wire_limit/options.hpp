@@ -54,6 +54,8 @@ struct Options {
   bool json = false;             // one JSON object on stdout instead of text
   Addressing to;                 // initiator: where its frames go (frame.hpp)
   bool claim_udp = false;        // hold UDP 4791 in this namespace, as uroce does
+  bool relay = false;            // every frame through a second thread (relay.hpp)
+  int relay_core = -1;           // --relay: that thread's CPU (-1: any online CPU)
 };
 
 // Parses argv; on --help or a usage error the Error's code is 0 or EINVAL

@@ -1,5 +1,6 @@
 // ping: one frame in flight; the RTT of each is the TSC at the reply minus
-// the timestamp the request carried (written just before tx_burst).
+// the timestamp the request carried (written just before it goes to the
+// port, or with --relay to the relay).
 #include <rte_cycles.h>
 #include <rte_ethdev.h>
 
@@ -15,7 +16,6 @@ namespace uroce::bench::wire_limit {
 
 namespace {
 
-constexpr uint16_t kQueue = 0;
 constexpr double kNsPerSecond = 1e9;
 
 struct PingCounters {
@@ -30,7 +30,7 @@ struct PingCounters {
 std::optional<uint64_t> await_reply(const Endpoint& ep, uint32_t seq, uint64_t t0, PingCounters& c) {
   rte_mbuf* bufs[kMaxBurst];
   for (;;) {
-    const uint16_t n = rte_eth_rx_burst(ep.port, kQueue, bufs, ep.burst);
+    const uint16_t n = port_rx(ep, bufs, ep.burst);
     const uint64_t now = rte_rdtsc();
     std::optional<uint64_t> rtt;
     for (uint16_t i = 0; i < n; ++i) {

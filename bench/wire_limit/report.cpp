@@ -20,6 +20,12 @@ json port_json(const PortStats& s) {
           {"ierrors", s.ierrors},   {"oerrors", s.oerrors},   {"rx_nombuf", s.rx_nombuf}};
 }
 
+json relay_json(const std::optional<RelayStats>& r) {
+  if (!r) return nullptr;
+  return {{"to_wire", r->to_wire}, {"from_wire", r->from_wire}, {"dropped", r->dropped},
+          {"idle_yields", r->idle_yields}};
+}
+
 json common_json(const RunContext& ctx) {
   const Options& o = ctx.options;
   return {{"tool", "uroce-wire-limit"},
@@ -28,6 +34,7 @@ json common_json(const RunContext& ctx) {
           {"frame_bytes", o.frame_bytes},
           {"core", o.core},
           {"companions", o.companions},
+          {"relay", relay_json(ctx.relay)},
           {"tsc_hz", ctx.endpoint.tsc_hz},
           {"port", port_json(ctx.port)}};
 }
@@ -51,7 +58,10 @@ void emit(const json& j) {
 }
 
 std::string header(const RunContext& ctx) {
-  return fmt::format("{} {} {} B", mode_name(ctx.options.mode), ctx.options.vdev, ctx.options.frame_bytes);
+  return fmt::format("{} {} {} B{}", mode_name(ctx.options.mode), ctx.options.vdev, ctx.options.frame_bytes,
+                     ctx.relay ? fmt::format(" (relay: {} to the wire, {} from it, {} dropped)", ctx.relay->to_wire,
+                                             ctx.relay->from_wire, ctx.relay->dropped)
+                               : std::string());
 }
 
 double gbit_per_s(double frames_per_s, uint16_t frame_bytes) {

@@ -3,6 +3,8 @@
 // closes, so a crash in teardown loses nothing.
 #pragma once
 
+#include <optional>
+
 #include "bench/wire_limit/endpoint.hpp"
 #include "bench/wire_limit/options.hpp"
 #include "bench/wire_limit/runs.hpp"
@@ -13,6 +15,7 @@ struct RunContext {
   const Options& options;
   const Endpoint& endpoint;
   PortStats port;
+  std::optional<RelayStats> relay;  // --relay
 };
 
 void report(const RunContext& ctx, const PingResult& r);

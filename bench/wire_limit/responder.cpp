@@ -14,7 +14,6 @@ namespace uroce::bench::wire_limit {
 
 namespace {
 
-constexpr uint16_t kQueue = 0;
 
 struct Burst {
   rte_mbuf* out[kMaxBurst * (1 + kMaxCompanions)];  // turned around (and companions), to send
@@ -80,7 +79,7 @@ ResponderResult run_responder(const Endpoint& ep, const Options& o, bool echo) {
   uint64_t first = 0;
   uint64_t last = 0;
   while (!r.done && !stop_requested() && now < deadline) {
-    const uint16_t n = rte_eth_rx_burst(ep.port, kQueue, bufs, ep.burst);
+    const uint16_t n = port_rx(ep, bufs, ep.burst);
     const uint64_t requests_before = r.requests;
     Burst b;
     for (uint16_t i = 0; i < n; ++i) sort_frame(ep, bufs[i], echo, o.companions, b, r);

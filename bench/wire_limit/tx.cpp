@@ -13,7 +13,6 @@ namespace uroce::bench::wire_limit {
 
 namespace {
 
-constexpr uint16_t kQueue = 0;
 
 // Fills bufs[from, burst) with fresh requests; false if the pool is empty.
 bool refill(const Endpoint& ep, rte_mbuf** bufs, uint16_t from, uint32_t& seq, uint32_t tsc) {
@@ -49,7 +48,7 @@ drivers::Result<TxResult> run_tx(const Endpoint& ep, const Options& o) {
     } else {
       ++r.pool_empty;
     }
-    const uint16_t n = rte_eth_tx_burst(ep.port, kQueue, bufs, pending);
+    const uint16_t n = port_tx(ep, bufs, pending);
     if (n < pending) {
       ++r.busy_polls;
       if (n > 0) std::copy(bufs + n, bufs + pending, bufs);

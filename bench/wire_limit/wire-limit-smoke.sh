@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Smoke test of uroce-wire-limit (meson suite 'wire'): pong and ping over
-# memif between two processes, 1000 round trips; passes when ping reports
-# a positive median RTT.  Exit 77 (skip) when not root.
+# memif between two processes, 1000 round trips, plainly and through a
+# relay thread at each end (--relay); passes when ping reports a positive
+# median RTT and, with the relays, every frame crossed them.  Exit 77
+# (skip) when not root.
 # Usage: wire-limit-smoke.sh <path to uroce-wire-limit>
 set -euo pipefail
 
@@ -30,37 +32,57 @@ trap cleanup EXIT
 # Two CPUs: one each.  One CPU: both share it (slow, still correct).
 pong_core=0
 [ "$(nproc)" -gt 1 ] && pong_core=1
-memif="socket=$dir/memif.sock,socket-abstract=no"
-
-"$bin" --mode=pong --vdev="net_memif0,role=server,$memif" --core="$pong_core" \
-  --seconds="$MAX_SECONDS" --json >"$dir/pong.json" 2>"$dir/pong.err" &
-pong_pid=$!
-for _ in $(seq "$SOCKET_WAIT_TENTHS"); do
-  [ -S "$dir/memif.sock" ] && break
-  kill -0 "$pong_pid" 2>/dev/null || break
-  sleep 0.1
-done
-
-status=0
-"$bin" --mode=ping --vdev="net_memif0,role=client,$memif" --core=0 \
-  --count="$ROUND_TRIPS" --warmup="$WARMUP" --seconds="$MAX_SECONDS" --json >"$dir/ping.json" 2>"$dir/ping.err" ||
-  status=$?
-wait "$pong_pid" || echo "pong exited with $?"
-pong_pid=""
-
-if [ "$status" -ne 0 ]; then
-  echo "FAIL: ping exited with $status"
-  cat "$dir/ping.err" "$dir/pong.err" >&2
-  exit 1
-fi
-line=$(grep '^{' "$dir/ping.json" | tail -n 1)
-echo "$line"
-python3 - "$line" "$ROUND_TRIPS" <<'PY'
+# run_pair NAME [ARGS...]: pong, then ping, both with ARGS, over a memif
+# socket of their own; checks ping's report (and with --relay both relays').
+run_pair() {
+  local name=$1
+  shift
+  local memif="socket=$dir/$name.sock,socket-abstract=no"
+  "$bin" --mode=pong --vdev="net_memif0,role=server,$memif" --core="$pong_core" \
+    --seconds="$MAX_SECONDS" "$@" --json >"$dir/$name-pong.json" 2>"$dir/$name-pong.err" &
+  pong_pid=$!
+  for _ in $(seq "$SOCKET_WAIT_TENTHS"); do
+    [ -S "$dir/$name.sock" ] && break
+    kill -0 "$pong_pid" 2>/dev/null || break
+    sleep 0.1
+  done
+  local status=0
+  "$bin" --mode=ping --vdev="net_memif0,role=client,$memif" --core=0 \
+    --count="$ROUND_TRIPS" --warmup="$WARMUP" --seconds="$MAX_SECONDS" "$@" --json \
+    >"$dir/$name-ping.json" 2>"$dir/$name-ping.err" || status=$?
+  wait "$pong_pid" || echo "$name: pong exited with $?"
+  pong_pid=""
+  if [ "$status" -ne 0 ]; then
+    echo "FAIL: $name: ping exited with $status"
+    cat "$dir/$name-ping.err" "$dir/$name-pong.err" >&2
+    return 1
+  fi
+  local ping pong
+  ping=$(grep '^{' "$dir/$name-ping.json" | tail -n 1)
+  pong=$(grep '^{' "$dir/$name-pong.json" | tail -n 1)
+  echo "$ping"
+  python3 - "$name" "$ping" "$pong" "$ROUND_TRIPS" "$WARMUP" <<'PY'
 import json, sys
-r = json.loads(sys.argv[1])
-want = int(sys.argv[2])
-done = r["attempts"]
-assert done == want, f"{done} of {want} round trips attempted"
-assert r["rtt_ns"]["median"] > 0, "median RTT is not positive"
-print(f"PASS: {r['round_trips']} round trips, median {r['rtt_ns']['median']:.0f} ns, lost {r['lost']}")
+name, ping, pong = sys.argv[1], json.loads(sys.argv[2]), json.loads(sys.argv[3])
+want, warmup = int(sys.argv[4]), int(sys.argv[5])
+assert ping["attempts"] == want, f"{name}: {ping['attempts']} of {want} round trips attempted"
+assert ping["rtt_ns"]["median"] > 0, f"{name}: median RTT is not positive"
+if name == "relay":
+    # Every request and reply crossed each end's relay, both ways.
+    for end, r in (("ping", ping), ("pong", pong)):
+        relay = r["relay"]
+        assert relay is not None, f"relay: {end} ran without its relay"
+        assert relay["dropped"] == 0, f"relay: {end}'s relay dropped {relay['dropped']}"
+    answered = ping["round_trips"] + warmup
+    assert ping["relay"]["to_wire"] >= want + warmup, f"relay: ping's relay sent {ping['relay']['to_wire']}"
+    assert ping["relay"]["from_wire"] >= answered, f"relay: ping's relay passed {ping['relay']['from_wire']}"
+    assert pong["relay"]["from_wire"] >= pong["echoed"], f"relay: pong echoed more than its relay passed"
+    assert pong["relay"]["to_wire"] >= pong["echoed"], f"relay: pong's relay sent {pong['relay']['to_wire']}"
+else:
+    assert ping["relay"] is None and pong["relay"] is None, f"{name}: a relay ran unasked"
+print(f"PASS: {name}: {ping['round_trips']} round trips, median {ping['rtt_ns']['median']:.0f} ns, lost {ping['lost']}")
 PY
+}
+
+run_pair plain
+run_pair relay --relay
