@@ -460,12 +460,22 @@ bool Engine::assist_nap(uint64_t assist_seen) noexcept {
     // It polled through the last nap, and will take what comes: a frame
     // that woke us would only cost it the wake-up (on a core it shares
     // with us, its poll waits out our turn; ib_write_lat RC 64 B typical
-    // ~6 -> ~12 us when every assist nap ended on a frame).
-    constexpr timespec kNap{0, params::kAssistNapNs};
-    nanosleep(&kNap, nullptr);
+    // ~6 -> ~12 us when every assist nap ended on a frame).  A nap it
+    // spins through (a poll every kAssistSpinPollNs at least) makes the
+    // next one twice as long: every wake-up of ours takes a CPU from a
+    // spinning thread (params::kAssistNapMaxNs).  One that polls now and
+    // then (after each completion event) keeps the short nap, which ends
+    // soon after it goes back to wait for the next event.
+    const uint64_t calls = assist_calls_.load(std::memory_order_relaxed);
+    const timespec nap{0, assist_nap_ns_};
+    nanosleep(&nap, nullptr);
     assist_polls_on_ = assist_ns_.load(std::memory_order_relaxed) != assist_seen;
+    const uint64_t polls = assist_calls_.load(std::memory_order_relaxed) - calls;
+    const bool spun = polls * params::kAssistSpinPollNs >= static_cast<uint64_t>(assist_nap_ns_);
+    assist_nap_ns_ = spun ? std::min(assist_nap_ns_ * 2, params::kAssistNapMaxNs) : params::kAssistNapNs;
     return false;
   }
+  assist_nap_ns_ = params::kAssistNapNs;
   const bool frame = nap_on_port(params::kAssistNapNs);
   assist_polls_on_ = assist_ns_.load(std::memory_order_relaxed) != assist_seen;
   if (!frame || assist_polls_on_) return false;
@@ -572,11 +582,17 @@ bool Engine::try_progress(Assist how) {
   const bool assist = how == Assist::Hold && running_.load(std::memory_order_relaxed);
   uint64_t clock = 0;
   if (poll_if_free(&clock) < 0) {
-    if (assist) assist_ns_.store(steady_ns(), std::memory_order_relaxed);
+    if (assist) note_assist(steady_ns());
     return false;
   }
-  if (assist) assist_ns_.store(clock, std::memory_order_relaxed);  // the poll's own clock sample
+  if (assist) note_assist(clock);  // the poll's own clock sample
   return true;
+}
+
+void Engine::note_assist(uint64_t clock) noexcept {
+  assist_ns_.store(clock, std::memory_order_relaxed);
+  // Plain load and store: no locked instruction on every CQ poll.
+  assist_calls_.store(assist_calls_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
 }
 
 void Engine::post_kick() noexcept {

@@ -43,6 +43,7 @@
 #include "lib/wire/pkt.hpp"
 #include "transport/hoststack.hpp"
 #include "transport/neigh.hpp"
+#include "transport/params.hpp"
 
 // In a function that must run inside `engine`'s loop: asserts it (debug
 // builds; NDEBUG removes it).
@@ -394,7 +395,12 @@ class Engine {
   // [loop thread] The nap while an application thread drives the loop;
   // true: a frame ended it that the application left to this thread.
   bool assist_nap(uint64_t assist_seen) noexcept;
+  void note_assist(uint64_t clock) noexcept;  // [application thread] try_progress(Hold)
   bool assist_polls_on_ = false;  // [loop thread] the application polled through the last assist nap
+  // [loop thread] The next assist nap that the application is expected to
+  // poll through: doubles with each one it spins through
+  // (params::kAssistNapMaxNs).
+  long assist_nap_ns_ = params::kAssistNapNs;
   // [loop thread] A nap of `ns` that a frame on the port's wait fd ends
   // early: true when one did.
   bool nap_on_port(long ns) noexcept;
@@ -445,6 +451,9 @@ class Engine {
   // engine thread runs; the thread stays off the core
   // params::kAssistHoldNs after it.
   std::atomic<uint64_t> assist_ns_{0};
+  // How many such calls (approximate: racing application threads may lose
+  // a count; assist_nap only asks whether the application spins).
+  std::atomic<uint64_t> assist_calls_{0};
   std::atomic<uint64_t> last_poll_ns_{0};  // when the latest iteration began (the backstop reads it)
   std::atomic<bool> backstop_running_{false};
   std::thread backstop_;
