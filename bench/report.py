@@ -34,6 +34,7 @@ def load(path):
     wire_rtt, wire_rate, uroce, startup, daemon, mempoll = {}, {}, {}, {}, {}, {}
     host_rtt, host_rate = {}, {}
     host_rc_rtt = {}  # raw ping-pong to the host with one frame ahead of each request and reply (RC's shape)
+    host_relay_rc_rtt = {}  # the same through a relay thread at each end (uroce-wire-limit --relay)
     costs = {}  # syscalls / heap / memory: kind -> (program, size) -> metric -> value
     failed = []  # (kind, program, size, runs that ended in an error)
     with open(path) as f:
@@ -61,7 +62,8 @@ def load(path):
                 continue
             v = float(row["value"])
             if row["kind"] == "wire_host":  # raw frames to the peer's own address: frame -> value
-                target = {"ping": host_rtt, "ping_rc": host_rc_rtt}.get(row["program"], host_rate)
+                target = {"ping": host_rtt, "ping_rc": host_rc_rtt,
+                          "ping_relay_rc": host_relay_rc_rtt}.get(row["program"], host_rate)
                 target[int(row["size"])] = v
             elif row["kind"] == "wire" and row["program"] == "ping":
                 wire_rtt[int(row["size"])] = v
@@ -69,7 +71,8 @@ def load(path):
                 wire_rate[int(row["size"])] = v
             else:
                 uroce.setdefault((row["program"], int(row["size"])), {})[row["metric"]] = v
-    return wire_rtt, wire_rate, uroce, startup, daemon, mempoll, (host_rtt, host_rate, host_rc_rtt), costs, failed
+    return (wire_rtt, wire_rate, uroce, startup, daemon, mempoll, (host_rtt, host_rate, host_rc_rtt, host_relay_rc_rtt),
+            costs, failed)
 
 
 class Wire:
@@ -144,7 +147,8 @@ def main():
     ap.add_argument("--stages", action="append", default=[],
                     help="uroce-stages --json output (repeatable: one per progress mode)")
     a = ap.parse_args()
-    rtt, rate, uroce, startup, daemon, mempoll, (host_rtt, host_rate, host_rc_rtt), costs, failed = load(a.csv)
+    rtt, rate, uroce, startup, daemon, mempoll, (host_rtt, host_rate, host_rc_rtt, host_relay_rc_rtt), costs, failed = \
+        load(a.csv)
     w = Wire(rtt, rate, a.pmtu, a.overhead)
     wh = Wire(host_rtt, host_rate, a.pmtu, a.overhead)
     sizes = sorted({s for (_, s) in uroce})
@@ -346,6 +350,18 @@ def main():
                 drow(f"ib_write_bw {s_} B", p, s_, "bw_mb_s", "MB/s", 0.9, False)
         drow("ib_send_bw 64 B message rate", "ib_send_bw", 64, "msg_rate_mpps", "M/s", 0.9, False)
         L.append("")
+        plain = Wire(host_rc_rtt, {}, a.pmtu, a.overhead).one_way_us(64)
+        relayed = Wire(host_relay_rc_rtt, {}, a.pmtu, a.overhead).one_way_us(64)
+        if plain is not None and relayed is not None:
+            r = ratio(relayed, plain)
+            L.append("The least a hop through another thread costs on this machine: the raw 64 B message's "
+                     "ping-pong in RC's shape (the frames to the host, one frame ahead of each request and "
+                     "reply) with a relay thread at each end that owns the port, reached through rings of "
+                     "pointers, no copy and no check, both threads yielding when idle "
+                     f"(`uroce-wire-limit --relay`): one-way {fmt(relayed)} µs against {fmt(plain)} µs "
+                     f"without, **{fx(r)}**.  In-process ib_send_lat is about the plain figure (the "
+                     "\"kernel's share\" table above), and every message through uroced crosses such a "
+                     "hop at each end, so that ratio is the floor of the first row's on this machine.\n")
 
     L.append("## Issue 16's targets\n")
     L.append("| target | measured | goal | met |")
