@@ -460,19 +460,28 @@ bool Engine::assist_nap(uint64_t assist_seen) noexcept {
     // It polled through the last nap, and will take what comes: a frame
     // that woke us would only cost it the wake-up (on a core it shares
     // with us, its poll waits out our turn; ib_write_lat RC 64 B typical
-    // ~6 -> ~12 us when every assist nap ended on a frame).  A nap it
-    // spins through (a poll every kAssistSpinPollNs at least) makes the
-    // next one twice as long: every wake-up of ours takes a CPU from a
-    // spinning thread (params::kAssistNapMaxNs).  One that polls now and
-    // then (after each completion event) keeps the short nap, which ends
-    // soon after it goes back to wait for the next event.
+    // ~6 -> ~12 us when every assist nap ended on a frame).
+    //
+    // A client of uroced (idle_wait): a nap it spins through (a poll every
+    // kAssistSpinPollNs at least) makes the next one twice as long: every
+    // wake-up of ours takes a CPU from a spinning thread, and such a
+    // client has two per end (params::kAssistNapMaxNs).  One that polls
+    // now and then (after each completion event) keeps the short nap,
+    // which ends soon after it goes back to wait for the next event.  A
+    // longer nap is off call, so that a post meanwhile runs its own turn
+    // (a write to the shared ring, no system call) instead of leaving its
+    // doorbell to us for that long; with a doorbell already left, the nap
+    // is the short one.  In-process the nap stays short: a post's own
+    // turn there is a sendto, and its batching needs us on call.
     const uint64_t calls = assist_calls_.load(std::memory_order_relaxed);
-    const timespec nap{0, assist_nap_ns_};
+    const bool long_nap = assist_nap_ns_ > params::kAssistNapNs && leave_call();
+    const timespec nap{0, long_nap ? assist_nap_ns_ : params::kAssistNapNs};
     nanosleep(&nap, nullptr);
     assist_polls_on_ = assist_ns_.load(std::memory_order_relaxed) != assist_seen;
     const uint64_t polls = assist_calls_.load(std::memory_order_relaxed) - calls;
-    const bool spun = polls * params::kAssistSpinPollNs >= static_cast<uint64_t>(assist_nap_ns_);
-    assist_nap_ns_ = spun ? std::min(assist_nap_ns_ * 2, params::kAssistNapMaxNs) : params::kAssistNapNs;
+    const bool spun = polls * params::kAssistSpinPollNs >= static_cast<uint64_t>(nap.tv_nsec);
+    assist_nap_ns_ = cfg_.idle_wait && spun ? std::min(nap.tv_nsec * 2, params::kAssistNapMaxNs)
+                                            : params::kAssistNapNs;
     return false;
   }
   assist_nap_ns_ = params::kAssistNapNs;

@@ -87,20 +87,21 @@ inline constexpr uint64_t kInlineBackstopNs = 100'000;
 // The engine thread's nap while assisted: a frame ends it unless the
 // application polled through the previous one (Engine::assist_nap).
 inline constexpr long kAssistNapNs = 20'000;
-// ... and one the application spun through (it polled at least every
-// kAssistSpinPollNs on average) makes the next twice as long, up to
-// kAssistNapMaxNs; any other starts over.  A program that polls only
-// after each completion event keeps the short nap: the engine thread
-// delivers its next event when the nap ends.
+// ... and for a client of uroced, one the application spun through (it
+// polled at least every kAssistSpinPollNs on average) makes the next
+// twice as long, up to kAssistNapMaxNs, off call; any other starts over.
+// A program that polls only after each completion event keeps the short
+// nap: the engine thread delivers its next event when the nap ends.
 // Each wake-up of the engine thread takes a CPU from a spinning thread;
 // a uroced client's spinning threads are two per end (the application
 // and uroced's polling engine thread).  Measured through uroced between
 // two namespaces (af_packet veth, 2 cores), 64 B typical: ib_send_lat
 // 11.5-39.4 us (median ~29 in 6 runs) -> 7.9-8.5; ib_write_lat 26-42 ->
 // 8.1-10.7; ib_send_bw 0.26-0.37 -> 0.41 M messages/s; ib_send_lat -e
-// (events) 144-159 -> 149-158.  In-process, where the same nap applies:
-// ib_send_lat, ib_write_lat (RC and UC) unchanged within the noise, -e
-// 105-132 -> 91-96.
+// (events) 144-159 -> 149-158.  In-process the same naps made no
+// difference beyond the noise (ib_send_lat, ib_write_lat RC and UC, -e),
+// and they stay short there: a post's own turn is a sendto, and post
+// batching needs the thread on call (Engine::post_kick).
 inline constexpr long kAssistNapMaxNs = 1'000'000;
 inline constexpr uint64_t kAssistSpinPollNs = 10'000;
 // A post that follows the previous post call's end within kPostBatchGapNs
