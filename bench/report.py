@@ -150,6 +150,7 @@ def main():
     rtt, rate, uroce, startup, daemon, mempoll, (host_rtt, host_rate, host_rc_rtt, host_relay_rc_rtt), costs, failed = \
         load(a.csv)
     w = Wire(rtt, rate, a.pmtu, a.overhead)
+    rc_ow = Wire(host_rc_rtt, {}, a.pmtu, a.overhead).one_way_us(64)  # raw 64 B ping-pong in RC's shape
     wh = Wire(host_rtt, host_rate, a.pmtu, a.overhead)
     sizes = sorted({s for (_, s) in uroce})
     L = []
@@ -200,7 +201,6 @@ def main():
 
         krow("64 B one-way latency, µs (ib_send_lat)", uroce.get(("ib_send_lat", 64), {}).get("t_typical_us"),
              w.one_way_us(64), wh.one_way_us(64))
-        rc_ow = Wire(host_rc_rtt, {}, a.pmtu, a.overhead).one_way_us(64)
         krow("64 B one-way latency, µs (ib_send_lat), against raw frames in RC's shape: one frame ahead of "
              "each request and reply in its burst, as the ACK goes with a SEND's reply (`--companions=1`)",
              uroce.get(("ib_send_lat", 64), {}).get("t_typical_us"), None, rc_ow)
@@ -350,15 +350,14 @@ def main():
                 drow(f"ib_write_bw {s_} B", p, s_, "bw_mb_s", "MB/s", 0.9, False)
         drow("ib_send_bw 64 B message rate", "ib_send_bw", 64, "msg_rate_mpps", "M/s", 0.9, False)
         L.append("")
-        plain = Wire(host_rc_rtt, {}, a.pmtu, a.overhead).one_way_us(64)
         relayed = Wire(host_relay_rc_rtt, {}, a.pmtu, a.overhead).one_way_us(64)
-        if plain is not None and relayed is not None:
-            r = ratio(relayed, plain)
+        if rc_ow is not None and relayed is not None:
+            r = ratio(relayed, rc_ow)
             L.append("The least a hop through another thread costs on this machine: the raw 64 B message's "
                      "ping-pong in RC's shape (the frames to the host, one frame ahead of each request and "
                      "reply) with a relay thread at each end that owns the port, reached through rings of "
                      "pointers, no copy and no check, both threads yielding when idle "
-                     f"(`uroce-wire-limit --relay`): one-way {fmt(relayed)} µs against {fmt(plain)} µs "
+                     f"(`uroce-wire-limit --relay`): one-way {fmt(relayed)} µs against {fmt(rc_ow)} µs "
                      f"without, **{fx(r)}**.  In-process ib_send_lat is about the plain figure (the "
                      "\"kernel's share\" table above), and every message through uroced crosses such a "
                      "hop at each end, so that ratio is the floor of the first row's on this machine.\n")

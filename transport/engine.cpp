@@ -600,8 +600,11 @@ bool Engine::try_progress(Assist how) {
 
 void Engine::note_assist(uint64_t clock) noexcept {
   assist_ns_.store(clock, std::memory_order_relaxed);
-  // Plain load and store: no locked instruction on every CQ poll.
-  assist_calls_.store(assist_calls_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+  // Counted only where assist_nap reads it (a client of uroced); a plain
+  // load and store: no locked instruction on every CQ poll.
+  if (cfg_.idle_wait) {
+    assist_calls_.store(assist_calls_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+  }
 }
 
 void Engine::post_kick() noexcept {

@@ -451,8 +451,9 @@ class Engine {
   // engine thread runs; the thread stays off the core
   // params::kAssistHoldNs after it.
   std::atomic<uint64_t> assist_ns_{0};
-  // How many such calls (approximate: racing application threads may lose
-  // a count; assist_nap only asks whether the application spins).
+  // How many such calls, with idle_wait (approximate: racing application
+  // threads may lose a count; assist_nap only asks whether the
+  // application spins).
   std::atomic<uint64_t> assist_calls_{0};
   std::atomic<uint64_t> last_poll_ns_{0};  // when the latest iteration began (the backstop reads it)
   std::atomic<bool> backstop_running_{false};

@@ -96,8 +96,9 @@ inline constexpr long kAssistNapNs = 20'000;
 // a uroced client's spinning threads are two per end (the application
 // and uroced's polling engine thread).  Measured through uroced between
 // two namespaces (af_packet veth, 2 cores), 64 B typical: ib_send_lat
-// 11.5-39.4 us (median ~29 in 6 runs) -> 7.9-8.5; ib_write_lat 26-42 ->
-// 8.1-10.7; ib_send_bw 0.26-0.37 -> 0.41 M messages/s; ib_send_lat -e
+// 11.5-39.4 us (median ~29 in 6 runs) -> 9.0-11.7 (7.9-8.5 with the long
+// naps on call); ib_send_bw 0.26-0.37 -> 0.35-0.47 M messages/s; and with
+// the naps on call, ib_write_lat 26-42 -> 8.1-10.7, ib_send_lat -e
 // (events) 144-159 -> 149-158.  In-process the same naps made no
 // difference beyond the noise (ib_send_lat, ib_write_lat RC and UC, -e),
 // and they stay short there: a post's own turn is a sendto, and post

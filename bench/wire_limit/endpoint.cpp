@@ -24,8 +24,6 @@ using drivers::Error;
 using drivers::Result;
 using drivers::Status;
 
-constexpr uint16_t kQueue = 0;
-
 std::atomic<bool> g_stop{false};
 
 void on_signal(int) { g_stop.store(true, std::memory_order_relaxed); }

@@ -12,7 +12,8 @@
 // of a memif link is in rx/tx_burst when its peer disconnects (research/
 // dpdk.md §3.4: a memif client once crashed in eth_memif_tx that way).
 //
-// Everything here runs on the one (main) lcore of the process.
+// Everything here runs on the one (main) lcore of the process; with --relay
+// the port's bursts run on the relay's thread instead (relay.hpp).
 #pragma once
 
 #include <rte_ethdev.h>
@@ -33,6 +34,7 @@
 namespace uroce::bench::wire_limit {
 
 // ---- tunables -------------------------------------------------------------
+inline constexpr uint16_t kQueue = 0;  // the one rx and tx queue of the port
 inline constexpr uint16_t kRxDescriptors = 1024;
 inline constexpr uint16_t kTxDescriptors = 1024;
 inline constexpr uint32_t kPoolMbufs = 4095;  // per pool; 2^n - 1 suits the ring
@@ -92,10 +94,10 @@ bool stop_requested() noexcept;
 // ---- data path ----------------------------------------------------------------
 // The port's queue 0, or with --relay the relay's rings.
 inline uint16_t port_rx(const Endpoint& ep, rte_mbuf** bufs, uint16_t n) noexcept {
-  return ep.relay ? ep.relay->rx(bufs, n) : rte_eth_rx_burst(ep.port, 0, bufs, n);
+  return ep.relay ? ep.relay->rx(bufs, n) : rte_eth_rx_burst(ep.port, kQueue, bufs, n);
 }
 inline uint16_t port_tx(const Endpoint& ep, rte_mbuf** bufs, uint16_t n) noexcept {
-  return ep.relay ? ep.relay->tx(bufs, n) : rte_eth_tx_burst(ep.port, 0, bufs, n);
+  return ep.relay ? ep.relay->tx(bufs, n) : rte_eth_tx_burst(ep.port, kQueue, bufs, n);
 }
 
 // A frame from tx_pool with the per-frame fields stamped; nullptr if the

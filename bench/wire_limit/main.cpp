@@ -31,27 +31,32 @@ int fail(const wl::Options& o, const uroce::drivers::Error& e) {
   return kExitFailed;
 }
 
+// After a run: the relay stopped (nothing moves after), then the figures.
+wl::RunContext finish(const wl::Endpoint& ep, const wl::Options& o) {
+  const auto relay = wl::stop_relay(ep);
+  return {o, ep, wl::port_stats(ep), relay};
+}
+
 int ping_main(const wl::Endpoint& ep, const wl::Options& o) {
   auto r = wl::run_ping(ep, o);
-  const auto relay = wl::stop_relay(ep);
+  const wl::RunContext ctx = finish(ep, o);
   if (!r) return fail(o, r.error());
-  wl::report({o, ep, wl::port_stats(ep), relay}, *r);
+  wl::report(ctx, *r);
   if (r->rtt.samples == 0) return fail(o, {0, "no round trip completed"});
   return kExitOk;
 }
 
 int tx_main(const wl::Endpoint& ep, const wl::Options& o) {
   auto r = wl::run_tx(ep, o);
-  const auto relay = wl::stop_relay(ep);
+  const wl::RunContext ctx = finish(ep, o);
   if (!r) return fail(o, r.error());
-  wl::report({o, ep, wl::port_stats(ep), relay}, *r);
+  wl::report(ctx, *r);
   return r->sent > 0 ? kExitOk : fail(o, {0, "the wire took no frame"});
 }
 
 int responder_main(const wl::Endpoint& ep, const wl::Options& o, bool echo) {
   const wl::ResponderResult r = wl::run_responder(ep, o, echo);
-  const auto relay = wl::stop_relay(ep);
-  wl::report({o, ep, wl::port_stats(ep), relay}, r);
+  wl::report(finish(ep, o), r);
   return r.done ? kExitOk : fail(o, {0, "the initiator never said done"});
 }
 

@@ -8,13 +8,12 @@
 
 #include <string>
 
-#include "bench/wire_limit/options.hpp"
+#include "bench/wire_limit/endpoint.hpp"
 
 namespace uroce::bench::wire_limit {
 
 namespace {
 
-constexpr uint16_t kQueue = 0;
 // Each way; a power of two (rte_ring), more than a run ever has in flight.
 constexpr unsigned kRingSlots = 1024;
 

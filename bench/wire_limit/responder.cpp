@@ -14,7 +14,6 @@ namespace uroce::bench::wire_limit {
 
 namespace {
 
-
 struct Burst {
   rte_mbuf* out[kMaxBurst * (1 + kMaxCompanions)];  // turned around (and companions), to send
   rte_mbuf* drop[kMaxBurst];                        // to free

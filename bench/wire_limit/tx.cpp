@@ -13,7 +13,6 @@ namespace uroce::bench::wire_limit {
 
 namespace {
 
-
 // Fills bufs[from, burst) with fresh requests; false if the pool is empty.
 bool refill(const Endpoint& ep, rte_mbuf** bufs, uint16_t from, uint32_t& seq, uint32_t tsc) {
   const uint16_t fresh = ep.burst - from;
