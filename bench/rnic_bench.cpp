@@ -180,7 +180,7 @@ class Bed {
     transport::EngineConfig c;
     c.local.mac = n.port->mac();
     c.local.ips = {IpAddr::v4(ip)};
-    c.progress = transport::Progress::Inline;
+    c.progress = transport::ProgressKind::Inline;
     c.rx_burst = 128;
     c.neigh.retry_interval_ns = 10'000'000;
     auto dev = transport::Device::assemble(*n.port, ip == 0x0A000001 ? "uroce0" : "uroce1", std::move(c));

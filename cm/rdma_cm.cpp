@@ -169,7 +169,7 @@ RdmaCm::Usage RdmaCm::usage() {
 
 void RdmaCm::progress() {
   for (auto& d : devs_)
-    if (d->cfg.inline_progress) d->engine().try_progress();
+    if (d->cfg.inline_progress) d->engine().progress().try_progress();
 }
 
 int RdmaCm::wait_count(RdmaChannel* ch, bool drive) {
@@ -178,9 +178,9 @@ int RdmaCm::wait_count(RdmaChannel* ch, bool drive) {
   // iteration away), then let their backstops run them while this thread
   // sleeps in read(2), where a signal interrupts it.
   progress();
-  std::deque<transport::Engine::Sleeper> sleepers;
+  std::deque<transport::Progress::Sleeper> sleepers;
   for (auto& d : devs_)
-    if (d->cfg.inline_progress) sleepers.emplace_back(d->engine());
+    if (d->cfg.inline_progress) sleepers.emplace_back(d->engine().progress());
   return ch->q.take_count();
 }
 

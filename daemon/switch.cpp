@@ -87,7 +87,7 @@ Switch::Switch(transport::Device& dev, PortSpace& ports, cm::DeviceCm& cm, Confi
     engine_.set_resolve_hook([this](const IpAddr& ip, bool ok) { on_resolved(ip, ok); });
     // An idle engine sleeps (EngineConfig::idle_wait) until a client kicks
     // it: each client is told to, then its TX ring looked at once more.
-    engine_.set_idle_hooks(transport::Engine::IdleHooks{
+    engine_.progress().set_idle_hooks(transport::Progress::IdleHooks{
         [this] {
           for (auto& at : clients_) {
             if (at->ended) continue;
@@ -113,8 +113,8 @@ Switch::~Switch() {
   engine_.run_sync([this] {
     engine_.set_turn_hook({});
     engine_.set_resolve_hook({});
-    engine_.set_idle_hooks({});
-    for (auto& at : clients_) engine_.unwatch_fd(at->kick_fd);
+    engine_.progress().set_idle_hooks({});
+    for (auto& at : clients_) engine_.progress().unwatch_fd(at->kick_fd);
     engine_.set_roce_sink(&dev_.rnic());
   });
   for (auto& at : clients_) {
@@ -186,7 +186,7 @@ drivers::Result<Switch::Attached> Switch::attach(ClientId client_id, bool privil
       return;
     }
     by_client_[client_id] = at.get();
-    engine_.watch_fd(at->kick_fd);
+    engine_.progress().watch_fd(at->kick_fd);
     clients_.push_back(std::move(at));
   });
   if (dup) {
@@ -256,7 +256,7 @@ void Switch::detach(Attachment* at) {
     for (auto w = neigh_waits_.begin(); w != neigh_waits_.end();)
       w = w->second.client == at->client ? neigh_waits_.erase(w) : std::next(w);
     by_client_.erase(at->client);
-    engine_.unwatch_fd(at->kick_fd);
+    engine_.progress().unwatch_fd(at->kick_fd);
     gone = std::move(*it);
     clients_.erase(it);
   });

@@ -68,8 +68,8 @@ dpdk::EalMemory eal_memory(config::Hugepages h) {
   return dpdk::EalMemory::kAuto;
 }
 
-Progress engine_progress(config::Progress p) {
-  return p == config::Progress::kInline ? Progress::Inline : Progress::Thread;
+ProgressKind engine_progress(config::Progress p) {
+  return p == config::Progress::kInline ? ProgressKind::Inline : ProgressKind::Thread;
 }
 
 Error config_error(const config::ConfigError& e) { return Error{EINVAL, e.message()}; }
@@ -184,8 +184,8 @@ void Device::attach(std::unique_ptr<DeviceClient> client) {
   if (client) clients_.push_back(std::move(client));
 }
 
-bool Device::progress(Engine::Assist how) { return engine_->try_progress(how); }
-void Device::post_progress() noexcept { engine_->post_kick(); }
+bool Device::progress(Progress::Assist how) { return engine_->progress().try_progress(how); }
+void Device::post_progress() noexcept { engine_->progress().post_kick(); }
 
 void Device::stop() {
   engine_->stop();  // the thread releases its lcore id as it ends
@@ -606,10 +606,10 @@ Status Devices::make_engine(Device& d, const config::DeviceConfig& dev, const Op
   auto on_exit = [] {
     if (rte_lcore_id() != LCORE_ID_ANY) rte_thread_unregister();
   };
-  if (info.progress == Progress::Thread) {
+  if (info.progress == ProgressKind::Thread) {
     d.engine_->start(on_start, on_exit);
   } else {
-    d.engine_->start_backstop(params::kInlineBackstopNs, on_start, on_exit);
+    d.engine_->progress().start_backstop(params::kInlineBackstopNs, on_start, on_exit);
   }
   return {};
 }

@@ -124,7 +124,7 @@ struct DeviceInfo {
   // The kernel's stack no longer sees our RoCE frames (kShared netdevs:
   // drivers/ingress_filter.hpp); false with a warning saying why not.
   bool ingress_filter = false;
-  Progress progress = Progress::Thread;
+  ProgressKind progress = ProgressKind::Thread;
   std::string pcap;      // capture file; empty: none
   std::optional<drivers::FaultSpec> faults;
   std::vector<std::string> warnings;
@@ -190,7 +190,7 @@ class Device {
   // One iteration of the loop if no other thread is running it (false
   // otherwise): inline progress, or an application thread assisting the
   // engine thread (Engine::try_progress).
-  bool progress(Engine::Assist how = Engine::Assist::Hold);
+  bool progress(Progress::Assist how = Progress::Assist::Hold);
   // After a post's doorbell: its turn now, or with the burst it belongs to
   // (Engine::post_kick).
   void post_progress() noexcept;

@@ -1,22 +1,15 @@
 #include "transport/engine.hpp"
 
-#include <pthread.h>
-#include <poll.h>
 #include <sched.h>
-#include <sys/epoll.h>
-#include <sys/eventfd.h>
-#include <unistd.h>
 
 #include <rte_mbuf.h>
 
 #include <algorithm>
 #include <array>
 #include <cassert>
-#include <chrono>
 #include <cstring>
 #include <ctime>
 
-#include "lib/util/quiet_threads.hpp"
 #include "lib/util/stamps.hpp"
 #include "lib/util/steady_ns.hpp"
 #include "lib/wire/eth.hpp"
@@ -29,19 +22,6 @@ namespace {
 
 bool is_group(const wire::MacAddr& m) noexcept { return (m[0] & 0x01) != 0; }
 
-}  // namespace
-
-// Engine::polling_here: which thread runs a turn of which engine, in a
-// fixed table a signal handler can scan (no thread-local: a library
-// loaded by dlopen, as UCX loads libibverbs, gets its thread-locals
-// allocated lazily, by malloc, on a thread's first touch, and an
-// initial-exec one made that dlopen fail).  An engine takes a slot for
-// its life; engines beyond kPollerSlots have none (their pollers are not
-// seen: the termination handler then holds such a thread, at most 1 s).
-namespace {
-constexpr size_t kPollerSlots = 64;
-std::array<std::atomic<bool>, kPollerSlots> g_poller_taken{};
-std::array<std::atomic<pthread_t>, kPollerSlots> g_poller{};  // 0: no turn running
 }  // namespace
 
 Engine::Engine(drivers::Port& port, EngineConfig cfg)
@@ -63,13 +43,6 @@ Engine::Engine(drivers::Port& port, EngineConfig cfg)
                  },
              }),
       doorbells_(cfg_.doorbell_capacity) {
-  for (size_t i = 0; i < kPollerSlots; ++i) {
-    bool free = false;
-    if (g_poller_taken[i].compare_exchange_strong(free, true)) {
-      poller_slot_ = i;
-      break;
-    }
-  }
   tx_.reserve(2 * size_t{cfg_.tx_batch});  // tx_batch kept from a refused flush, then a batch
   loop_.reserve(params::kLoopbackFrames);
   loop_rx_.reserve(params::kLoopbackFrames);
@@ -77,37 +50,27 @@ Engine::Engine(drivers::Port& port, EngineConfig cfg)
 }
 
 Engine::~Engine() {
-  stop();
-  if (poller_slot_ < kPollerSlots) g_poller_taken[poller_slot_].store(false);
-  for (int fd : {epoll_fd_, wake_fd_})
-    if (fd >= 0) ::close(fd);
-  engine_thread_.store(std::this_thread::get_id());  // the loop has stopped: it is ours now
-  flush_tx();
-  for (rte_mbuf* m : tx_) rte_pktmbuf_free(m);  // the port took no more
-  tx_.clear();
-  for (rte_mbuf* m : loop_) rte_pktmbuf_free(m);
-  loop_.clear();
+  progress_.stop();
+  progress_.as_loop([this] {  // the loop has stopped: it is ours now
+    flush_tx();
+    for (rte_mbuf* m : tx_) rte_pktmbuf_free(m);  // the port took no more
+    tx_.clear();
+    for (rte_mbuf* m : loop_) rte_pktmbuf_free(m);
+    loop_.clear();
+  });
   capture_.close();
 }
 
 drivers::Status Engine::init() {
-  if (cfg_.idle_wait && epoll_fd_ < 0) {
-    epoll_fd_ = ::epoll_create1(EPOLL_CLOEXEC);
-    wake_fd_ = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-    if (epoll_fd_ < 0 || wake_fd_ < 0) return drivers::Error{errno, "engine: epoll/eventfd for idle_wait"};
-    watch_fd(wake_fd_);
-    if (port_.wait_fd() >= 0) watch_fd(port_.wait_fd());
-  }
+  if (auto st = progress_.init(); !st) return st;
   if (!cfg_.pcap_path.empty()) {
     if (auto st = capture_.open(cfg_.pcap_path); !st) return st;
   }
   if (cfg_.announce) {
-    std::lock_guard lock(poll_mutex_);
-    const std::thread::id previous = engine_thread_.load();
-    engine_thread_.store(std::this_thread::get_id());
-    announce();
-    flush_tx();
-    engine_thread_.store(previous);
+    progress_.as_loop([this] {
+      announce();
+      flush_tx();
+    });
   }
   return {};
 }
@@ -118,21 +81,11 @@ uint64_t Engine::realtime_ns() noexcept {
   return static_cast<uint64_t>(ts.tv_sec) * 1'000'000'000 + static_cast<uint64_t>(ts.tv_nsec);
 }
 
-bool Engine::on_engine_thread() const noexcept { return engine_thread_.load() == std::this_thread::get_id(); }
-
-// ---- progress ---------------------------------------------------------------
-
-unsigned Engine::poll() {
-  const std::thread::id previous = engine_thread_.load();
-  engine_thread_.store(std::this_thread::get_id());
-  const unsigned work = poll_once();
-  engine_thread_.store(previous);
-  return work;
-}
+// ---- the loop ------------------------------------------------------------------
 
 unsigned Engine::poll_once() {
   now_ns_ = steady_ns();
-  last_poll_ns_.store(now_ns_, std::memory_order_relaxed);
+  progress_.turn_begins(now_ns_);
   // Application requests first (posts, run_sync calls such as rdma_listen),
   // then the wire and the timers: a request made before this iteration is
   // in effect before anything this iteration receives is handled.
@@ -159,7 +112,7 @@ unsigned Engine::poll_once() {
   // as soon as it is idle, and a nap would hold the ACKs to its end).
   if (tx_stalled_ || !tx_.empty()) ++work;
   if (capture_.is_open()) capture_.maybe_flush(realtime_ns());
-  if (wake_fd_ >= 0 && std::this_thread::get_id() != thread_.get_id()) wake_if_needed();
+  progress_.turn_ended();
   return work;
 }
 
@@ -213,448 +166,13 @@ bool Engine::tx_only_acks() noexcept {
   return true;
 }
 
-void Engine::start(std::function<void()> on_start, std::function<void()> on_exit) {
-  if (running_.exchange(true)) return;
-  std::atomic<bool> started{false};
-  const QuietThreads quiet;  // the program's signals are not the engine's
-  thread_ = std::thread([this, &started, on_start = std::move(on_start), on_exit = std::move(on_exit)] {
-    if (on_start) on_start();
-    engine_thread_.store(std::this_thread::get_id());  // before start() returns
-    started.store(true, std::memory_order_release);  // `started` is not touched after this
-    uint64_t idle_since = 0;    // 0: the last iteration did work
-    uint64_t clock = steady_ns();  // this thread's latest clock sample
-    bool taken = false;  // an assist nap ended on a frame the application left to us
-    while (running_.load(std::memory_order_relaxed)) {
-      if (!post_batch_.on_call.load(std::memory_order_relaxed)) {
-        post_batch_.on_call.store(true, std::memory_order_relaxed);
-      }
-      // Signed: an application thread may have stamped after our sample.
-      if (const uint64_t assist = assist_ns_.load(std::memory_order_relaxed);
-          static_cast<int64_t>(clock - assist) < static_cast<int64_t>(params::kAssistHoldNs)) {
-        // An application thread is driving the loop (try_progress from its
-        // poll calls): stay off the core it needs, unless a frame comes
-        // that it left to us (assist_nap).
-        taken = assist_nap(assist);
-        clock = steady_ns();
-        if (!taken) continue;
-      }
-      unsigned work;
-      {
-        // Never blocks on the lock: an application thread that holds it is
-        // running a turn (try_progress), and had this thread slept on it,
-        // every unlock of that thread would be a futex wake-up across CPUs
-        // (a system call and an inter-processor interrupt; measured: 27,000
-        // futex calls in 100,000 ib_send_bw messages).  Give way instead.
-        // Except for a frame the application left to us (assist_nap): it
-        // holds the loop for one turn at most and then goes to spin on
-        // memory, and a yield would hand it the core for the rest of its
-        // scheduler slice, milliseconds, with the frame still waiting.
-        std::unique_lock lock(poll_mutex_, std::defer_lock);
-        if (taken) {
-          lock.lock();
-          taken = false;
-        } else if (!lock.try_lock()) {
-          ctr_.inc(EngineCtr::loop_busy);
-          sched_yield();
-          clock = steady_ns();
-          idle_since = 0;
-          continue;
-        }
-        engine_thread_.store(std::this_thread::get_id());
-        work = poll_once();
-        clock = now_ns_;  // read under the lock: callers' polls write it too
-      }
-      after_turn(work, clock, idle_since);
-    }
-    // Posts left for a turn of this thread (post_kick) leave before it
-    // ends: a program that posts and exits has its frames sent, as when
-    // each post ran its own turn.  The same look as leave_call's.
-    post_batch_.on_call.store(false, std::memory_order_seq_cst);
-    if (post_batch_.deferred.load(std::memory_order_seq_cst) != 0) {
-      std::lock_guard lock(poll_mutex_);
-      poll_once();
-    }
-    engine_thread_.store(std::thread::id{});
-    if (on_exit) on_exit();
-  });
-  while (!started.load(std::memory_order_acquire)) std::this_thread::yield();
-}
-
-void Engine::after_turn(unsigned work, uint64_t clock, uint64_t& idle_since) noexcept {
-  if (work != 0) {
-    idle_since = 0;
-    return;
-  }
-  if (idle_since == 0) idle_since = clock;
-  if (!cfg_.idle_wait || epoll_fd_ < 0) {
-    idle_backoff(clock, clock - idle_since);
-    return;
-  }
-  // Polling for a spinning client: the core goes to whoever shares it at
-  // once, not after a spin (on a small machine that is the client).
-  if (busy_poll()) return;
-  // At a real-time priority it never spins: its yield passes only to its
-  // own priority, and frames a few microseconds apart (a stream) would
-  // keep the spin from ending, the thread on its CPU and every program off
-  // it.  It sleeps at once; a frame or a kick wakes it at once.
-  const uint64_t spin_ns = cfg_.realtime_priority > 0 ? 0
-                           : cfg_.idle_spin_ns != 0  ? cfg_.idle_spin_ns
-                                                     : params::kIdleWaitSpinNs;
-  if (clock - idle_since >= spin_ns) {
-    // While an application thread drives the loop (it polls a CQ), the
-    // engine thread stays out of its way: a nap, not a sleep the port's
-    // producer would end on every frame (each such wake takes the loop's
-    // lock, and a thread preempted holding it stalls the application's
-    // polls for a scheduler slice).
-    if (static_cast<int64_t>(clock - assist_ns_.load(std::memory_order_relaxed)) <
-        static_cast<int64_t>(params::kAssistActiveNs)) {
-      constexpr timespec kNap{0, params::kAssistNapNs};
-      nanosleep(&kNap, nullptr);
-      return;
-    }
-    if (!leave_call()) return;
-    wait_idle();
-    idle_since = 0;  // woken: spin again before the next sleep
-    return;
-  }
-  // The spin before a sleep gives way to a thread that shares the core
-  // (a client's engine thread: its own application's).
-  sched_yield();
-}
-
-bool Engine::busy_poll() noexcept {
-  const bool keep = idle_hooks_.keep_polling && idle_hooks_.keep_polling();
-  if (keep != polling_) set_polling(keep);
-  if (!keep) return false;
-  ctr_.inc(EngineCtr::busy_polls);
-  sched_yield();  // a thread that shares the core (the spinning client's, on a small machine) runs now
-  return true;
-}
-
-void Engine::set_polling(bool on) noexcept {
-  polling_ = on;
-  if (cfg_.realtime_priority <= 0) return;
-  // Polling at a real-time priority would starve every normal thread on
-  // this core (sched_yield passes only to threads of the same priority).
-  sched_param sp{};
-  sp.sched_priority = on ? 0 : cfg_.realtime_priority;
-  pthread_setschedparam(pthread_self(), on ? SCHED_OTHER : SCHED_FIFO, &sp);
-}
-
-void Engine::watch_fd(int fd) {
-  if (epoll_fd_ < 0 || fd < 0) return;
-  epoll_event e{};
-  e.events = EPOLLIN;
-  e.data.fd = fd;
-  ::epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, fd, &e);
-}
-
-void Engine::unwatch_fd(int fd) {
-  if (epoll_fd_ >= 0 && fd >= 0) ::epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, fd, nullptr);
-}
-
-void Engine::wait_idle() noexcept {
-  uint64_t wait_ns = params::kIdleWaitMaxNs;
-  {
-    // The loop's state is read under its lock: an application thread may
-    // be running a turn (try_progress).
-    std::unique_lock lock(poll_mutex_, std::try_to_lock);
-    if (!lock.owns_lock()) return;  // someone else drives the loop now
-    sleeping_.store(true, std::memory_order_seq_cst);
-    bool sleep = rung_.load(std::memory_order_seq_cst) == seen_rung_ && loop_.empty() && tx_.empty();
-    // Each party's "tell me" goes first, then its look (ports, the layer above).
-    if (sleep) sleep = port_.prepare_wait();
-    if (sleep && idle_hooks_.prepare) sleep = idle_hooks_.prepare();
-    if (!sleep) {
-      port_.end_wait();
-      if (idle_hooks_.end) idle_hooks_.end();
-      sleeping_.store(false, std::memory_order_relaxed);
-      return;
-    }
-    const uint64_t now = steady_ns();
-    const uint64_t next = wheel_.next_deadline_hint();
-    if (next != UINT64_MAX) wait_ns = next <= now ? 0 : std::min(next - now, wait_ns);
-    sleep_until_.store(now + wait_ns, std::memory_order_seq_cst);
-  }
-  const timespec ts{static_cast<time_t>(wait_ns / 1'000'000'000), static_cast<long>(wait_ns % 1'000'000'000)};
-  std::array<epoll_event, 16> evs;
-  const int n = ::epoll_pwait2(epoll_fd_, evs.data(), static_cast<int>(evs.size()), &ts, nullptr);
-  ctr_.inc(EngineCtr::idle_sleeps);
-  if (n > 0) ctr_.inc(EngineCtr::idle_woken);
-  for (int i = 0; i < n; ++i) {
-    if (evs[i].data.fd != wake_fd_) continue;
-    uint64_t v;
-    [[maybe_unused]] const ssize_t r = ::read(wake_fd_, &v, sizeof v);
-  }
-  std::lock_guard lock(poll_mutex_);
-  port_.end_wait();
-  if (idle_hooks_.end) idle_hooks_.end();
-  sleeping_.store(false, std::memory_order_relaxed);
-}
-
-// A turn an application thread ran while the engine thread sleeps may
-// have left frames held (ACKs) or armed a timer sooner than the sleep
-// ends: wake the thread.
-void Engine::wake_if_needed() noexcept {
-  if (wake_fd_ < 0 || !sleeping_.load(std::memory_order_seq_cst)) return;
-  if (tx_.empty() && wheel_.next_deadline_hint() >= sleep_until_.load(std::memory_order_relaxed)) return;
-  const uint64_t one = 1;
-  [[maybe_unused]] const ssize_t w = ::write(wake_fd_, &one, sizeof one);
-}
-
-// An idle engine thread gives its core away by degrees (params.hpp):
-// spin, then yield, then nap.  A yield only helps while whoever shares the
-// core yields back (an application polling a CQ drives the loop itself
-// and leaves it at once).  One that spins on memory never does (ib_write_lat
-// waits for the peer's WRITE that way): after a yield it keeps the core
-// for its whole scheduler slice, milliseconds, and only this thread can
-// deliver the data it waits for.  So a yield that came back after a slice
-// marks the core shared for a while, and meanwhile the thread naps
-// instead (idle_nap): a sleeper that wakes, its nap over or a frame come,
-// preempts the spinning thread, where a yielder waits the slice out.  The
-// hold doubles while the yields that end it stall again (kCoreSharedHold*),
-// so a core shared for good loses a slice ever more rarely, and one shared
-// for a moment soon yields again.
-void Engine::idle_backoff(uint64_t clock, uint64_t idle_ns) noexcept {
-  const bool shared = static_cast<int64_t>(core_shared_until_ - clock) > 0;
-  // On a shared core the spin too is the spinner's loss: it waits out our
-  // spin (20 us a message, ib_write_lat -c UC) where a nap hands it the core
-  // at once and a frame still ends the nap.
-  if (idle_ns < params::kIdleSpinNs && !shared) return;
-  if (idle_ns >= params::kIdleYieldNs || shared) {
-    if (leave_call()) idle_nap();
-    return;
-  }
-  sched_yield();
-  const uint64_t after = steady_ns();
-  if (after - clock < params::kYieldStallNs) return;
-  // A stall within kCoreSharedHoldMaxNs of the last hold's end doubles the
-  // hold: quick yields between two stalls say nothing (the spinning
-  // thread was elsewhere for a moment).
-  const bool again = core_shared_hold_ != 0 && after - core_shared_until_ < params::kCoreSharedHoldMaxNs;
-  core_shared_hold_ = again ? std::min(2 * core_shared_hold_, params::kCoreSharedHoldMaxNs) : params::kCoreSharedHoldMinNs;
-  core_shared_until_ = after + core_shared_hold_;
-  ctr_.inc(EngineCtr::yield_stalls);
-}
-
-// kIdleNapNs, which a frame ends early where the port has a wait fd: the
-// thread then takes it at once (a wake-up preempts the thread that
-// shares the core).  Doorbells wait out the nap.
-void Engine::idle_nap() noexcept {
-  if (nap_on_port(params::kIdleNapNs)) ctr_.inc(EngineCtr::nap_woken);
-}
-
-// The nap while an application thread drives the loop (its CQ polls run
-// the turns).  An application that polled through the last nap polls on
-// and takes what comes: a plain nap.  One that did not may have gone
-// elsewhere, to spin on memory for the peer's WRITE after its send
-// completion (ib_write_lat -c UC, qperf's rc_rdma_write_poll_lat), and
-// only this thread delivers that WRITE: a frame ends this nap (the
-// port's wait fd), and unless the application polled meanwhile the
-// thread takes it at once.  A nanosleep here held such a frame for the
-// rest of the nap, which the kernel's 50 us timer slack stretched to
-// ~70 us: that was ib_write_lat -c UC's typical latency.
-bool Engine::assist_nap(uint64_t assist_seen) noexcept {
-  ctr_.inc(EngineCtr::assist_naps);
-  if (assist_polls_on_) {
-    // It polled through the last nap, and will take what comes: a frame
-    // that woke us would only cost it the wake-up (on a core it shares
-    // with us, its poll waits out our turn; ib_write_lat RC 64 B typical
-    // ~6 -> ~12 us when every assist nap ended on a frame).
-    //
-    // A client of uroced (idle_wait): a nap it spins through (a poll every
-    // kAssistSpinPollNs at least) makes the next one twice as long: every
-    // wake-up of ours takes a CPU from a spinning thread, and such a
-    // client has two per end (params::kAssistNapMaxNs).  One that polls
-    // now and then (after each completion event) keeps the short nap,
-    // which ends soon after it goes back to wait for the next event.  A
-    // longer nap is off call, so that a post meanwhile runs its own turn
-    // (a write to the shared ring, no system call) instead of leaving its
-    // doorbell to us for that long; with a doorbell already left, the nap
-    // is the short one.  In-process the nap stays short: a post's own
-    // turn there is a sendto, and its batching needs us on call.
-    const uint64_t calls = assist_calls_.load(std::memory_order_relaxed);
-    const bool long_nap = assist_nap_ns_ > params::kAssistNapNs && leave_call();
-    const timespec nap{0, long_nap ? assist_nap_ns_ : params::kAssistNapNs};
-    nanosleep(&nap, nullptr);
-    assist_polls_on_ = assist_ns_.load(std::memory_order_relaxed) != assist_seen;
-    const uint64_t polls = assist_calls_.load(std::memory_order_relaxed) - calls;
-    const bool spun = polls * params::kAssistSpinPollNs >= static_cast<uint64_t>(nap.tv_nsec);
-    assist_nap_ns_ = cfg_.idle_wait && spun ? std::min(nap.tv_nsec * 2, params::kAssistNapMaxNs)
-                                            : params::kAssistNapNs;
-    return false;
-  }
-  assist_nap_ns_ = params::kAssistNapNs;
-  const bool frame = nap_on_port(params::kAssistNapNs);
-  assist_polls_on_ = assist_ns_.load(std::memory_order_relaxed) != assist_seen;
-  if (!frame || assist_polls_on_) return false;
-  ctr_.inc(EngineCtr::assist_nap_frames);
-  return true;
-}
-
-bool Engine::nap_on_port(long ns) noexcept {
-  const timespec nap{0, ns};
-  if (const int fd = port_.wait_fd(); fd >= 0) {
-    pollfd pfd{fd, POLLIN, 0};
-    if (::ppoll(&pfd, 1, &nap, nullptr) <= 0) return false;
-    if (pfd.revents & POLLIN) return true;
-    // An error on the socket (its link went away) would end every nap at
-    // once: nap without it.
-  }
-  nanosleep(&nap, nullptr);
-  return false;
-}
-
-void Engine::start_backstop(uint64_t period_ns, std::function<void()> on_start, std::function<void()> on_exit) {
-  if (running_.load() || backstop_running_.exchange(true)) return;
-  const QuietThreads quiet;
-  backstop_ = std::thread([this, period_ns, on_start = std::move(on_start), on_exit = std::move(on_exit)] {
-    if (on_start) on_start();
-    uint64_t idle_since = 0;  // while a Sleeper waits: 0 after an iteration that did work
-    while (backstop_running_.load(std::memory_order_relaxed)) {
-      if (sleepers_.load(std::memory_order_acquire) != 0) {
-        // A thread sleeps on an event: be its engine thread.
-        uint64_t clock = 0;
-        const int work = poll_if_free(&clock);
-        if (work < 0) {  // another thread is polling: stay close
-          idle_since = 0;
-          std::this_thread::yield();
-          continue;
-        }
-        after_turn(static_cast<unsigned>(work), clock, idle_since);
-        continue;
-      }
-      idle_since = 0;
-      {
-        std::unique_lock lock(backstop_mu_);
-        backstop_cv_.wait_for(lock, std::chrono::nanoseconds(period_ns), [this] {
-          return sleepers_.load(std::memory_order_relaxed) != 0 || !backstop_running_.load(std::memory_order_relaxed);
-        });
-      }
-      const uint64_t since = steady_ns() - last_poll_ns_.load(std::memory_order_relaxed);
-      if (static_cast<int64_t>(since) >= static_cast<int64_t>(period_ns)) poll_if_free();
-    }
-    if (on_exit) on_exit();
-  });
-}
-
-Engine::Sleeper::Sleeper(Engine& e) noexcept : e_(e) {
-  if (e_.sleepers_.fetch_add(1, std::memory_order_acq_rel) == 0) {
-    std::lock_guard lock(e_.backstop_mu_);  // not lost between the backstop's check and its wait
-    e_.backstop_cv_.notify_all();
-  }
-}
-
-Engine::Sleeper::~Sleeper() { e_.sleepers_.fetch_sub(1, std::memory_order_acq_rel); }
-
-void Engine::stop() {
-  if (backstop_running_.exchange(false)) {
-    {
-      std::lock_guard lock(backstop_mu_);
-      backstop_cv_.notify_all();
-    }
-    if (backstop_.joinable()) backstop_.join();
-  }
-  if (!running_.exchange(false)) return;
-  if (thread_.joinable()) thread_.join();
-}
-
-bool Engine::polling_here() noexcept {
-  const pthread_t self = pthread_self();
-  for (const auto& p : g_poller) {
-    const pthread_t t = p.load(std::memory_order_relaxed);
-    if (t != 0 && pthread_equal(t, self)) return true;
-  }
-  return false;
-}
-
-int Engine::poll_if_free(uint64_t* clock) {
-  std::unique_lock lock(poll_mutex_, std::try_to_lock);
-  if (!lock.owns_lock()) return -1;
-  const std::thread::id previous = engine_thread_.load();
-  engine_thread_.store(std::this_thread::get_id());
-  // The slot is this engine's and the lock makes us its only writer: plain
-  // stores, no read-modify-write on the path every CQ poll takes.
-  std::atomic<pthread_t>* slot = poller_slot_ < kPollerSlots ? &g_poller[poller_slot_] : nullptr;
-  if (slot != nullptr) slot->store(pthread_self(), std::memory_order_relaxed);
-  const unsigned work = poll_once();
-  if (slot != nullptr) slot->store(0, std::memory_order_relaxed);
-  engine_thread_.store(previous);
-  if (clock != nullptr) *clock = now_ns_;  // under the lock: every poller writes it
-  return static_cast<int>(work);
-}
-
-bool Engine::try_progress(Assist how) {
-  // With an engine thread, a caller that will keep coming assists: the
-  // thread backs off while such callers keep coming (lowest latency on few
-  // cores, DESIGN.md "Progress").
-  const bool assist = how == Assist::Hold && running_.load(std::memory_order_relaxed);
-  uint64_t clock = 0;
-  if (poll_if_free(&clock) < 0) {
-    if (assist) note_assist(steady_ns());
-    return false;
-  }
-  if (assist) note_assist(clock);  // the poll's own clock sample
-  return true;
-}
-
-void Engine::note_assist(uint64_t clock) noexcept {
-  assist_ns_.store(clock, std::memory_order_relaxed);
-  // Counted only where assist_nap reads it (a client of uroced); a plain
-  // load and store: no locked instruction on every CQ poll.
-  if (cfg_.idle_wait) {
-    assist_calls_.store(assist_calls_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
-  }
-}
-
-void Engine::post_kick() noexcept {
-  if (running_.load(std::memory_order_relaxed)) {
-    const uint64_t now = steady_ns();
-    // The count goes first, the look after: an engine thread leaving the
-    // call between the two sees the count (leave_call) and stays.
-    if (now - post_batch_.end_ns.load(std::memory_order_relaxed) < cfg_.post_batch_gap_ns &&
-        post_batch_.deferred.fetch_add(1, std::memory_order_seq_cst) + 1 < params::kPostBatchMax &&
-        post_batch_.on_call.load(std::memory_order_seq_cst)) {
-      post_batch_.end_ns.store(now, std::memory_order_relaxed);
-      return;
-    }
-  }
-  try_progress(Assist::Once);
-  // From the end of the call: a turn's tx_burst takes longer than the gap.
-  post_batch_.end_ns.store(steady_ns(), std::memory_order_relaxed);
-}
-
-bool Engine::leave_call() noexcept {
-  post_batch_.on_call.store(false, std::memory_order_seq_cst);
-  if (post_batch_.deferred.load(std::memory_order_seq_cst) == 0) {
-    ctr_.inc(EngineCtr::off_call);
-    return true;
-  }
-  post_batch_.on_call.store(true, std::memory_order_relaxed);
-  return false;
-}
-
 bool Engine::ring(Doorbell d) noexcept {
   if (!doorbells_.bounded_push(d)) return false;
-  if (wake_fd_ >= 0) {
-    rung_.fetch_add(1, std::memory_order_seq_cst);
-    if (sleeping_.load(std::memory_order_seq_cst)) {
-      const uint64_t one = 1;
-      [[maybe_unused]] const ssize_t w = ::write(wake_fd_, &one, sizeof one);
-    }
-  }
+  progress_.rung();
   return true;
 }
 
 unsigned Engine::drain_doorbells() {
-  if (wake_fd_ >= 0) seen_rung_ = rung_.load(std::memory_order_acquire);  // what is rung after this wakes us
-  // The posts left for this turn (post_kick): their doorbells are rung
-  // before they count, so those counted now are in the queue below.
-  // Stored only when set: the line is the posters'.  A count that arrives
-  // after the look costs one turn more, never a post.
-  if (post_batch_.deferred.load(std::memory_order_relaxed) != 0) {
-    post_batch_.deferred.store(0, std::memory_order_seq_cst);
-  }
   unsigned n = 0;
   Doorbell d;
   // Bounded: callbacks that ring again run on the next iteration.
@@ -664,27 +182,6 @@ unsigned Engine::drain_doorbells() {
   }
   if (n) ctr_.add(EngineCtr::doorbells, n);
   return n;
-}
-
-void Engine::run_sync(const std::function<void()>& fn) {
-  if (on_engine_thread()) {
-    fn();
-    return;
-  }
-  struct Call {
-    const std::function<void()>* fn;
-    std::atomic<bool> done{false};
-  } call{&fn};
-  const Doorbell d{[](Engine&, void* ctx) {
-                     auto* c = static_cast<Call*>(ctx);
-                     (*c->fn)();
-                     c->done.store(true, std::memory_order_release);  // pairs with the acquire below
-                   },
-                   &call};
-  while (!ring(d)) std::this_thread::yield();
-  while (!call.done.load(std::memory_order_acquire)) {
-    if (!try_progress()) std::this_thread::yield();
-  }
 }
 
 // ---- receive ------------------------------------------------------------------
@@ -1029,6 +526,7 @@ void Engine::announce() {
 
 void Engine::for_each_counter(const std::function<void(std::string_view, std::string_view, uint64_t)>& f) const {
   ctr_.for_each(f);
+  progress_.counters().for_each(f);
   for (size_t i = 1; i < wire::kNumParseErrors; ++i) {
     const auto e = static_cast<wire::ParseError>(i);
     f(wire::parse_error_name(e), wire::parse_error_text(e), parse_errors(e));

@@ -14,13 +14,16 @@
 // Every dropped frame is counted under exactly one reason, in the engine's
 // counters (frame-level reasons, whoever found them).
 //
-// Threads (DESIGN.md "Threads"): `poll()` runs on one thread at a time: the
-// engine's own thread (`start()`), or — in inline progress mode — whichever
-// caller wins `try_progress()` (or calls poll() itself).  Functions marked
-// [engine] must be called from inside the loop (a RoceSink, a timer, a
-// doorbell callback, a run_sync function); they assert it in debug builds
-// (UROCE_ASSERT_ENGINE).  Application threads only ring doorbells and call
-// `run_sync`, holding no lock while they wait.
+// Who runs the loop, and what its thread does when idle, is Progress's
+// (transport/progress.hpp): this file is the loop and nothing of that
+// policy.
+//
+// Threads (DESIGN.md "Threads"): a turn runs on one thread at a time, the
+// loop's thread for that turn.  Functions marked [engine] must be called
+// from inside the loop (a RoceSink, a timer, a doorbell callback, a
+// run_sync function); they assert it in debug builds (UROCE_ASSERT_ENGINE).
+// Application threads only ring doorbells and call `run_sync`, holding no
+// lock the loop takes while they wait.
 #pragma once
 
 #include <boost/lockfree/queue.hpp>
@@ -28,12 +31,9 @@
 #include <array>
 #include <cassert>
 #include <atomic>
-#include <condition_variable>
 #include <cstdint>
 #include <functional>
-#include <mutex>
 #include <optional>
-#include <thread>
 #include <vector>
 
 #include "drivers/capture.hpp"
@@ -44,6 +44,7 @@
 #include "transport/hoststack.hpp"
 #include "transport/neigh.hpp"
 #include "transport/params.hpp"
+#include "transport/progress.hpp"
 
 // In a function that must run inside `engine`'s loop: asserts it (debug
 // builds; NDEBUG removes it).
@@ -83,19 +84,10 @@ namespace uroce::transport {
   X(drop_tx_full, "dropped: the port did not take a frame")                             \
   X(tx_deferred, "frames the port refused that waited for the next flush")              \
   X(tx_acks_behind, "held ACKs sent behind requests that joined them")                  \
-  X(loop_busy, "times the engine thread found an application thread running the loop") \
   X(drop_neigh, "dropped: frame queued for a neighbour that did not resolve")            \
   X(loopback, "frames to this device's own addresses, looped back (never on the wire)") \
-  X(idle_sleeps, "times the idle engine thread slept (EngineConfig::idle_wait)")         \
-  X(idle_woken, "of those, sleeps a frame, a doorbell or a watched fd ended early")     \
-  X(busy_polls, "times the idle engine thread polled on for a spinning client (keep_polling)") \
-  X(nap_woken, "times a frame ended the idle engine thread's nap early (the port's wait fd)") \
-  X(yield_stalls, "times an idle engine thread's sched_yield came back after a scheduler slice (it naps a while instead)") \
   X(drop_loopback_full, "dropped: the loopback queue was full (kLoopbackFrames)")   \
-  X(tx_bursts, "tx_bursts the port took frames from (tx_frames / tx_bursts: frames per burst)") \
-  X(off_call, "times the engine thread went off call to nap or sleep (posts meanwhile run their own turns)") \
-  X(assist_naps, "times the engine thread napped for an application thread driving the loop")  \
-  X(assist_nap_frames, "of those, naps a frame ended that the application left to the engine thread (it stopped polling)")
+  X(tx_bursts, "tx_bursts the port took frames from (tx_frames / tx_bursts: frames per burst)")
 
 UROCE_COUNTER_ENUM(EngineCtr, UROCE_ENGINE_COUNTERS)
 using EngineCounters = CounterSet<EngineCtr, kEngineCtrInfo>;
@@ -121,8 +113,6 @@ class RoceSink {
   virtual bool mcast_member(const wire::Ipv6Addr& /*mgid*/) const noexcept { return false; }
 };
 
-enum class Progress : uint8_t { Thread, Inline };
-
 struct EngineConfig {
   LocalAddrs local;               // MAC, addresses and VLAN tags of this device
   bool answer_host = true;        // answer ARP/ICMP/ND ourselves (no kernel netdev)
@@ -144,7 +134,7 @@ struct EngineConfig {
   uint64_t post_batch_gap_ns = 0;
   uint32_t doorbell_capacity = 4096;
   std::string pcap_path;          // empty: no capture
-  Progress progress = Progress::Thread;
+  ProgressKind progress = ProgressKind::Thread;
   // Ports whose ARP/ND replies reach only the kernel (an mlx5 port in flow
   // isolation): asked on every resolution attempt; returns the kernel's
   // entry, or nullopt after making the kernel resolve it.  Control path
@@ -186,75 +176,23 @@ class Engine {
   // Opens the capture file; announces our addresses.  Control path.
   drivers::Status init();
 
-  // ---- progress -------------------------------------------------------------
-  // One iteration of the loop on the calling thread, which is the loop's
-  // for its duration; returns the number of frames and events handled (0:
-  // idle).  Only one thread at a time (start() and try_progress() see to it).
-  unsigned poll();
-  // A dedicated engine thread.  on_start runs first on that thread (start
-  // returns once it has), on_exit last; e.g. registering the thread with
-  // the EAL, which run_sync cannot do (it may run its function on the
-  // calling thread).
-  void start(std::function<void()> on_start = {}, std::function<void()> on_exit = {});
-  // Inline progress's backstop: a thread that runs one iteration only when
-  // no thread has for `period_ns`.  Application threads still drive the
-  // loop from their verbs calls; a program that spins on memory between
-  // calls (ib_write_lat, RDMA-write protocols) still gets its data, one
-  // period late at most, instead of never.  Hooks as start()'s.
-  void start_backstop(uint64_t period_ns, std::function<void()> on_start = {}, std::function<void()> on_exit = {});
-  // A thread that is about to block in read(2) on an event fd (a CQ
-  // channel, the rdma_cm channel, the async fd) while inline progress is
-  // on: nobody would run the loop that produces its event, so the backstop
-  // runs it as an engine thread would (spin, yield, nap) until the last
-  // such thread leaves.  The thread blocks in the kernel, where a signal
-  // interrupts it (EINTR) as with any RDMA device; spinning in the library
-  // instead would swallow the signal (qperf's end-of-test alarm).
-  class Sleeper {
-   public:
-    explicit Sleeper(Engine& e) noexcept;
-    ~Sleeper();
-    Sleeper(const Sleeper&) = delete;
-    Sleeper& operator=(const Sleeper&) = delete;
-
-   private:
-    Engine& e_;
-  };
-  void stop();   // joins the engine thread or the backstop; flushes TX and the capture
-  // Poll once if no other thread is polling.  Inline mode: how the loop
-  // runs.  With an engine thread: an application thread assisting it.
-  // Hold: the caller will keep calling (it polls a CQ or waits for an
-  // event), so the engine thread stays off the core while such calls keep
-  // coming.  Once: a single call (a post), after which the caller may not
-  // call again for a long time (ib_write_lat spins on memory): the engine
-  // thread carries on.
-  enum class Assist : uint8_t { Hold, Once };
-  bool try_progress(Assist how = Assist::Hold);
-  // After an application thread rang a post's doorbell: a turn for it now
-  // (try_progress(Once)), or, for a post that follows the last within
-  // EngineConfig::post_batch_gap_ns while the engine thread is on call (it
-  // polls, yields, or naps for an assisting caller), none: the doorbell
-  // waits for the next turn, which the caller's next poll, the engine
-  // thread (at the latest as it ends) or the kPostBatchMax'th such post
-  // runs, so that a burst of posts leaves in one tx_burst (one system call
-  // on af_packet) instead of one each.  A lone post (a latency test's)
-  // runs its turn.
-  void post_kick() noexcept;
-  // Whether the engine thread is on call now (post_kick).  Any thread; a
-  // hint that may change at once: tests read it with the off_call counter.
-  bool on_call() const noexcept { return post_batch_.on_call.load(std::memory_order_relaxed); }
-  bool on_engine_thread() const noexcept;
-  // Whether the calling thread is inside some engine's loop iteration
-  // right now (an assisting application thread included).  No lock, no
-  // allocation, no thread-local: a signal handler may ask (the termination
-  // handler must not hold up a thread that holds an engine,
-  // verbs-shim/device.cpp).  Any thread.
-  static bool polling_here() noexcept;
+  // ---- progress (transport/progress.hpp) -------------------------------------
+  // Who runs the loop and the idle policy of the thread that does.
+  Progress& progress() noexcept { return progress_; }
+  // One turn on the calling thread (tests and tools that drive the loop
+  // themselves); the engine thread (Progress::start) and the end of it.
+  unsigned poll() { return progress_.poll(); }
+  void start(std::function<void()> on_start = {}, std::function<void()> on_exit = {}) {
+    progress_.start(std::move(on_start), std::move(on_exit));
+  }
+  void stop() { progress_.stop(); }  // joins the engine thread or the backstop
+  bool on_engine_thread() const noexcept { return progress_.on_engine_thread(); }
 
   // ---- from application threads ---------------------------------------------
   // Ask the loop to call fn(engine, ctx) soon (lock-free; false when full).
   bool ring(Doorbell d) noexcept;
   // Run `fn` inside the loop and wait for it (directly when already there).
-  void run_sync(const std::function<void()>& fn);
+  void run_sync(const std::function<void()>& fn) { progress_.run_sync(fn); }
 
   // ---- [engine] ---------------------------------------------------------------
   uint64_t now() const noexcept { return now_ns_; }  // this iteration's clock sample
@@ -322,22 +260,6 @@ class Engine {
   // returns how much it did (0: idle).  uroced's switch drains its
   // clients' rings here (daemon/switch.hpp).  Set before the loop runs.
   void set_turn_hook(std::function<unsigned()> f) { turn_hook_ = std::move(f); }
-  // [engine] With idle_wait: more fds that end the engine thread's sleep
-  // (readable), and a layer's part in deciding to sleep: `prepare` (false:
-  // work is waiting, do not sleep; it also tells its producers to wake us)
-  // and `end` after the sleep.  Set before the loop runs, or inside it.
-  void watch_fd(int fd);
-  void unwatch_fd(int fd);
-  // `keep_polling` (idle_wait): asked when the thread would sleep; true:
-  // somebody is waiting on this loop with a spinning thread of its own, so
-  // poll on (sched_yield between idle turns, so that a thread sharing the
-  // core runs) instead of sleeping, at SCHED_OTHER (busy_polls counts it).
-  struct IdleHooks {
-    std::function<bool()> prepare;
-    std::function<void()> end;
-    std::function<bool()> keep_polling;
-  };
-  void set_idle_hooks(IdleHooks h) { idle_hooks_ = std::move(h); }
 
   // ---- counters (any thread) -------------------------------------------------
   const EngineCounters& counters() const noexcept { return ctr_; }
@@ -350,29 +272,18 @@ class Engine {
   drivers::Port& port() noexcept { return port_; }
   const EngineConfig& config() const noexcept { return cfg_; }
 
+ // [engine] Nothing waits in the loopback queue or to be sent (Progress:
+  // whether the engine thread may sleep, or must wake).
+  bool nothing_queued() const noexcept { return loop_.empty() && tx_.empty(); }
+  bool nothing_to_send() const noexcept { return tx_.empty(); }
+
  private:
-  unsigned poll_once();  // the iteration itself; the caller has made its thread the loop's
-  // [engine thread] Before it gives its core away: false (and still on
-  // call) when a post left its doorbell for a turn meanwhile.
-  bool leave_call() noexcept;
+  friend class Progress;  // runs the turns
+  unsigned poll_once();   // one turn; the caller (Progress) has made its thread the loop's
   void end_turn_tx() noexcept;  // flush_tx, unless holding ACKs (EngineConfig::ack_hold_ns)
-  // A thread that runs the loop for good (the engine thread, the backstop
-  // while a Sleeper waits), after a turn: `idle_since` follows how long
-  // it has found no work, and idle_backoff gives the core away by degrees.
-  void after_turn(unsigned work, uint64_t clock, uint64_t& idle_since) noexcept;
-  // The engine thread, idle for a while, sleeps (idle_wait): see EngineConfig.
-  void wait_idle() noexcept;
-  void wake_if_needed() noexcept;  // [engine] a turn on another thread (see engine.cpp)
-  // The engine thread, idle, polls on (IdleHooks::keep_polling): true;
-  // entering and leaving that mode sets its scheduling policy.
-  bool busy_poll() noexcept;
-  void set_polling(bool on) noexcept;
   bool tx_only_acks() noexcept;
   bool requests_before_held_acks() noexcept;  // flush_tx: see engine.cpp; true when it moved the ACKs
   void flush_tx_keeping(bool keep_acks) noexcept;  // flush_tx; see engine.cpp
-  // One iteration unless another thread is running one: its work (as
-  // poll()), or -1 when busy; `clock` gets the iteration's time sample.
-  int poll_if_free(uint64_t* clock = nullptr);
   // `looped`: frames from the loopback queue (not counted as received from
   // the port, not captured).
   void handle_rx(rte_mbuf** pkts, uint16_t n, bool looped = false);
@@ -390,20 +301,6 @@ class Engine {
   bool send_built(EngineCtr ctr, const std::function<size_t(uint8_t*)>& build);
   void announce();
   unsigned drain_doorbells();
-  void idle_backoff(uint64_t clock, uint64_t idle_ns) noexcept;
-  void idle_nap() noexcept;  // [loop thread] see engine.cpp
-  // [loop thread] The nap while an application thread drives the loop;
-  // true: a frame ended it that the application left to this thread.
-  bool assist_nap(uint64_t assist_seen) noexcept;
-  void note_assist(uint64_t clock) noexcept;  // [application thread] try_progress(Hold)
-  bool assist_polls_on_ = false;  // [loop thread] the application polled through the last assist nap
-  // [loop thread] The next assist nap that the application is expected to
-  // poll through: doubles with each one it spins through
-  // (params::kAssistNapMaxNs).
-  long assist_nap_ns_ = params::kAssistNapNs;
-  // [loop thread] A nap of `ns` that a frame on the port's wait fd ends
-  // early: true when one did.
-  bool nap_on_port(long ns) noexcept;
 
   drivers::Port& port_;
   EngineConfig cfg_;
@@ -426,59 +323,8 @@ class Engine {
   boost::lockfree::queue<Doorbell, boost::lockfree::fixed_sized<true>> doorbells_;
   std::function<void(const IpAddr&, bool)> resolve_hook_;
   std::function<unsigned()> turn_hook_;
-  // idle_wait: the engine thread's sleep.  ring() bumps rung_ and, when
-  // the thread sleeps (or is about to), writes wake_fd_; the thread sets
-  // sleeping_ then compares rung_ with what it last drained (seq_cst both
-  // ways: one of the two sees the other).
-  int epoll_fd_ = -1;
-  int wake_fd_ = -1;
-  std::atomic<bool> sleeping_{false};
-  std::atomic<uint64_t> sleep_until_{0};  // when the engine thread's sleep ends
-  std::atomic<uint64_t> rung_{0};
-  uint64_t seen_rung_ = 0;  // [engine]
-  IdleHooks idle_hooks_;
-  bool polling_ = false;  // [engine thread] keep_polling holds it awake (SCHED_OTHER)
-  // [loop thread: the engine thread, or the backstop] Until when the core
-  // counts as shared with a thread that does not yield back (a yield came
-  // back after a scheduler slice; idle_backoff naps instead of yielding),
-  // and the latest such hold (0: no yield has stalled yet).
-  uint64_t core_shared_until_ = 0;
-  uint64_t core_shared_hold_ = 0;
   std::vector<std::pair<IpAddr, wire::MacAddr>> kernel_learned_;  // learned next iteration
-
-  std::mutex poll_mutex_;              // held while polling (inline mode)
-  // When an application thread last called try_progress(Hold) while the
-  // engine thread runs; the thread stays off the core
-  // params::kAssistHoldNs after it.
-  std::atomic<uint64_t> assist_ns_{0};
-  // How many such calls, with idle_wait (approximate: racing application
-  // threads may lose a count; assist_nap only asks whether the
-  // application spins).
-  std::atomic<uint64_t> assist_calls_{0};
-  std::atomic<uint64_t> last_poll_ns_{0};  // when the latest iteration began (the backstop reads it)
-  std::atomic<bool> backstop_running_{false};
-  std::thread backstop_;
-  std::atomic<unsigned> sleepers_{0};  // Sleeper objects alive
-  std::mutex backstop_mu_;             // with backstop_cv_: wakes the backstop's nap early
-  std::condition_variable backstop_cv_;
-  std::atomic<bool> running_{false};
-  // post_kick's batching, on a cache line of its own (posters write it;
-  // the engine thread's turns only read it unless posts were left).
-  // deferred: posts whose doorbells wait for the next turn (each turn
-  // takes them: drain_doorbells); end_ns: when the latest post call ended
-  // (any thread).  on_call: the engine thread runs a turn soon (it polls,
-  // yields, or naps for an assisting caller); it leaves the call before it
-  // naps or sleeps (leave_call), and a post made meanwhile runs its own
-  // turn.  seq_cst on both sides: the thread or the poster sees the other.
-  struct alignas(64) PostBatch {
-    std::atomic<uint32_t> deferred{0};
-    std::atomic<bool> on_call{false};
-    std::atomic<uint64_t> end_ns{0};
-  };
-  PostBatch post_batch_;
-  std::thread thread_;
-  std::atomic<std::thread::id> engine_thread_{};
-  size_t poller_slot_ = SIZE_MAX;  // polling_here's table (engine.cpp); SIZE_MAX: none
+  Progress progress_{*this};  // last: its threads stop before anything above goes
 };
 
 }  // namespace uroce::transport

@@ -166,7 +166,7 @@ void on_term_signal(int sig) {
   }
   const auto b = static_cast<uint8_t>(sig);
   [[maybe_unused]] const ssize_t n = ::write(g_term_pipe[1], &b, 1);
-  if (!transport::Engine::polling_here()) {
+  if (!transport::Progress::polling_here()) {
     timespec until{};
     ::clock_gettime(CLOCK_MONOTONIC, &until);
     until.tv_sec += kTermHoldSeconds;
@@ -361,7 +361,7 @@ void start_devices_locked() {
     set_str(d->dev.dev_path, sizeof d->dev.dev_path, "/sys/class/infiniband_verbs/" + dev_node_name(index));
     set_str(d->dev.ibdev_path, sizeof d->dev.ibdev_path, "/sys/class/infiniband/" + name);
     d->tdev = tdev;
-    d->inline_progress = tdev->info().progress == transport::Progress::Inline;
+    d->inline_progress = tdev->info().progress == transport::ProgressKind::Inline;
     devices().push_back(d);
   }
   if (link) link->start_events(drivers::daemon::Link::Handlers{&qp_dump_json, &daemon_gone});
@@ -425,7 +425,7 @@ void kick_post(IbvDevice* dev) noexcept { dev->tdev->post_progress(); }
 int wait_event(IbvDevice* dev, int fd, const std::function<int()>& take) noexcept {
   if (!dev->inline_progress || (fcntl(fd, F_GETFL) & O_NONBLOCK) != 0) return take();
   kick(dev);  // the event may be one iteration away
-  const transport::Engine::Sleeper asleep(dev->tdev->engine());
+  const transport::Progress::Sleeper asleep(dev->tdev->engine().progress());
   return take();
 }
 

@@ -519,7 +519,7 @@ TEST_F(EngineWire, PostKickInlineSendsEachPostAtOnce) {
   const uint64_t bursts0 = a->counters().get(EngineCtr::tx_bursts);
   for (size_t i = 0; i < posts.size(); ++i) {
     ASSERT_TRUE(a->ring({send_post_frame, &posts[i]}));
-    a->post_kick();
+    a->progress().post_kick();
     EXPECT_EQ(a->counters().get(EngineCtr::tx_frames), sent0 + i + 1) << "post " << i;
   }
   EXPECT_EQ(a->counters().get(EngineCtr::tx_bursts), bursts0 + posts.size());
@@ -555,14 +555,14 @@ TEST_F(EngineWire, PostKickBatchesABurstAndTheEngineThreadSendsItsTail) {
     std::vector<PostFrame> posts(kBurst);
     for (PostFrame& p : posts) p = {rc_frame(wire::op::RC_WRITE_ONLY, 1)};
     const uint64_t bursts0 = a->counters().get(EngineCtr::tx_bursts);
-    a->try_progress(Engine::Assist::Hold);
-    const uint64_t off0 = a->counters().get(EngineCtr::off_call);
-    const bool on_call = a->on_call();
+    a->progress().try_progress(Progress::Assist::Hold);
+    const uint64_t off0 = a->progress().counters().get(ProgressCtr::off_call);
+    const bool on_call = a->progress().on_call();
     for (PostFrame& p : posts) {
       ASSERT_TRUE(a->ring({send_post_frame, &p}));
-      a->post_kick();
+      a->progress().post_kick();
     }
-    const bool stayed = on_call && a->counters().get(EngineCtr::off_call) == off0;
+    const bool stayed = on_call && a->progress().counters().get(ProgressCtr::off_call) == off0;
     // No call into `a` from here: B's polls only, yielding (a thread that
     // spins beside the engine thread would take its core for a slice).
     received += kBurst;
@@ -586,10 +586,10 @@ TEST_F(EngineWire, PostKickBatchesABurstAndTheEngineThreadSendsItsTail) {
   // the posts it was left still leave.
   std::vector<PostFrame> posts(kBurst);
   for (PostFrame& p : posts) p = {rc_frame(wire::op::RC_WRITE_ONLY, 1)};
-  a->try_progress(Engine::Assist::Hold);
+  a->progress().try_progress(Progress::Assist::Hold);
   for (PostFrame& p : posts) {
     ASSERT_TRUE(a->ring({send_post_frame, &p}));
-    a->post_kick();
+    a->progress().post_kick();
   }
   a->stop();
   received += kBurst;
@@ -671,9 +671,9 @@ TEST_F(EngineWire, AFrameEndsTheAssistNapOfAnApplicationThatStoppedPolling) {
   constexpr int kMaxAttempts = 200;
   int taken = 0;
   for (int attempt = 0; attempt < kMaxAttempts && taken == 0; ++attempt) {
-    const uint64_t frames0 = b->counters().get(EngineCtr::assist_nap_frames);
+    const uint64_t frames0 = b->progress().counters().get(ProgressCtr::assist_nap_frames);
     const uint64_t got0 = sink.taken.load();
-    b->try_progress(Engine::Assist::Hold);  // the application's one poll
+    b->progress().try_progress(Progress::Assist::Hold);  // the application's one poll
     rte_mbuf* m = rc_frame(wire::op::RC_SEND_ONLY, 1);
     const MacAddr dst = pb->mac();
     std::memcpy(rte_pktmbuf_mtod(m, uint8_t*), dst.data(), dst.size());
@@ -683,10 +683,10 @@ TEST_F(EngineWire, AFrameEndsTheAssistNapOfAnApplicationThatStoppedPolling) {
     const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(2);
     while (sink.taken.load() == got0 && std::chrono::steady_clock::now() < end) std::this_thread::yield();
     ASSERT_EQ(sink.taken.load(), got0 + 1) << "attempt " << attempt << ": the engine thread did not deliver";
-    if (b->counters().get(EngineCtr::assist_nap_frames) > frames0) ++taken;
+    if (b->progress().counters().get(ProgressCtr::assist_nap_frames) > frames0) ++taken;
   }
   EXPECT_EQ(taken, 1) << "no frame ended an assist nap in " << kMaxAttempts << " attempts";
-  EXPECT_GE(b->counters().get(EngineCtr::assist_naps), 1u);
+  EXPECT_GE(b->progress().counters().get(ProgressCtr::assist_naps), 1u);
 }
 
 TEST_F(EngineWire, Ipv6NeighbourDiscovery) {

@@ -219,7 +219,7 @@ void build_world() {
   c.local.mac = g->port->mac();
   c.local.ips = {transport::IpAddr::v4(kIpUs)};
   c.announce = false;
-  c.progress = transport::Progress::Inline;
+  c.progress = transport::ProgressKind::Inline;
   auto dev = transport::Device::assemble(*g->port, "uroce0", std::move(c));
   if (!dev) die("device assembly");
   g->dev = std::move(*dev);

@@ -53,7 +53,7 @@ struct Node {
     c.local.mac = port->mac();
     // Link-local after the others: the GID table must still put it first.
     c.local.ips = {transport::IpAddr::v4(kIp4), transport::IpAddr::v6(kUla), transport::IpAddr::v6(kLinkLocal)};
-    c.progress = transport::Progress::Inline;
+    c.progress = transport::ProgressKind::Inline;
     c.announce = false;
     auto d = transport::Device::assemble(*port, "uroce0", std::move(c));
     EXPECT_TRUE(d) << d.error().message;

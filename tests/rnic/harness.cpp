@@ -79,7 +79,7 @@ void Harness::make_node(Node& n, size_t index, uint32_t ip4, uint8_t ip6_last, c
   c.neigh.retry_interval_ns = 10'000'000;
   c.neigh.max_requests = 50;
   c.pcap_path = pcap;
-  c.progress = transport::Progress::Inline;
+  c.progress = transport::ProgressKind::Inline;
   c.rx_burst = 128;  // the receiver keeps up with a sender's full TX batch
   auto dev = transport::Device::assemble(*n.port, "uroce" + std::to_string(index), std::move(c));
   ASSERT_TRUE(dev) << dev.error().message;

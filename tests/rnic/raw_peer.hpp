@@ -78,7 +78,7 @@ class RawPeer {
     for (uint32_t ip : extra_ips) c.local.ips.push_back(transport::IpAddr::v4(ip));
     c.answer_host = true;
     c.announce = false;  // nothing but what the test causes reaches the peer
-    c.progress = transport::Progress::Inline;
+    c.progress = transport::ProgressKind::Inline;
     c.rx_burst = 128;
     auto dev = transport::Device::assemble(*port_, "uroce0", std::move(c));
     EXPECT_TRUE(dev) << dev.error().message;

@@ -80,7 +80,7 @@ class Responder : public ::testing::Test {
     c.local.mac = dut_port_->mac();
     c.local.ips = {transport::IpAddr::v4(kDutIp4), transport::IpAddr::v6(kDutIp6)};
     c.announce = false;
-    c.progress = transport::Progress::Inline;
+    c.progress = transport::ProgressKind::Inline;
     auto dev = transport::Device::assemble(*dut_port_, "uroce0", std::move(c));
     ASSERT_TRUE(dev) << dev.error().message;
     dev_ = std::move(*dev);

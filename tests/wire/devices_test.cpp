@@ -151,7 +151,7 @@ TEST(Devices, OpenIsLazyAndIdempotent) {
   EXPECT_FALSE(info.udp4791_claimed);
   EXPECT_EQ(info.local.ips.size(), 2u);
   EXPECT_EQ(info.mtu, drivers::sim::kDefaultSimMtu);
-  EXPECT_EQ(info.progress, Progress::Thread);
+  EXPECT_EQ(info.progress, ProgressKind::Thread);
   // The engine thread runs as a registered (non-EAL) lcore, until it stops.
   // A doorbell, waited for without driving the loop: run_sync may run its
   // function on the calling thread (it assists the engine thread).
@@ -333,7 +333,7 @@ TEST(Devices, InlineProgressIsDrivenByTheCaller) {
   Device* a = devs.find("simA");
   Device* b = devs.find("simB");
   ASSERT_TRUE(a && b);
-  EXPECT_EQ(a->info().progress, Progress::Inline);
+  EXPECT_EQ(a->info().progress, ProgressKind::Inline);
   EchoPing s(*a, *b, ping_config("10.0.0.2", 30));
   PingSession& ping = s.ping;
   // The caller runs the loop: its calls find the loop free, except the

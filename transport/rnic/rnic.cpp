@@ -315,7 +315,7 @@ bool next_hop_known(transport::Engine& engine, const wire::Ipv6Addr& dgid) {
 
 int Rnic::await_neighbour(const ibv_ah_attr& attr) {
   enum class Look : uint8_t { Ready, Waiting, Failed, NoRoom };
-  const bool in_loop = transport::Engine::polling_here() || engine_.on_engine_thread();
+  const bool in_loop = transport::Progress::polling_here() || engine_.on_engine_thread();
   const uint64_t until = steady_ns() + transport::params::kPathResolveNs;
   bool asked = false;
   for (;;) {
@@ -339,7 +339,7 @@ int Rnic::await_neighbour(const ibv_ah_attr& attr) {
     if (look == Look::Failed || static_cast<int64_t>(until - steady_ns()) <= 0) return ETIMEDOUT;
     // The reply is the loop's to receive: our turn when nobody else runs
     // it (inline progress), else a short sleep while the engine thread does.
-    if (!engine_.try_progress(transport::Engine::Assist::Once))
+    if (!engine_.progress().try_progress(transport::Progress::Assist::Once))
       std::this_thread::sleep_for(std::chrono::nanoseconds(transport::params::kPathResolvePollNs));
   }
 }
@@ -1363,7 +1363,7 @@ void Rnic::ring_sq(Qp& qp) noexcept {
       qp.doorbell(engine_);
       return;
     }
-    if (!engine_.try_progress()) std::this_thread::yield();
+    if (!engine_.progress().try_progress()) std::this_thread::yield();
   }
 }
 
