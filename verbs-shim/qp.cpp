@@ -19,13 +19,9 @@ ibv_srq* rnic_handle(ibv_srq* srq) noexcept {
   return srq == nullptr ? nullptr : reinterpret_cast<ibv_srq*>(to_srq(srq)->impl);
 }
 
-// The send opcodes ibv_wr_* can build here (no TSO, no XRC).
-constexpr uint64_t kSupportedSendOps = IBV_QP_EX_WITH_RDMA_WRITE | IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM |
-                                       IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_SEND_WITH_IMM |
-                                       IBV_QP_EX_WITH_RDMA_READ | IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP |
-                                       IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD | IBV_QP_EX_WITH_SEND_WITH_INV |
-                                       IBV_QP_EX_WITH_ATOMIC_WRITE | IBV_QP_EX_WITH_BIND_MW |
-                                       IBV_QP_EX_WITH_LOCAL_INV | rnic::verbs_newer::kQpExWithFlush;
+// The send opcodes ibv_wr_* can build here: every opcode the RNIC's
+// table carries (transport/rnic/wr.hpp).
+constexpr uint64_t kSupportedSendOps = rnic::supported_qp_ex_ops();
 
 // The RNIC takes the chain; the engine is woken once.
 int post_send_chain(Qp* qp, ibv_send_wr* wr, ibv_send_wr** bad) noexcept {

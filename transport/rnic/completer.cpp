@@ -40,27 +40,6 @@ using transport::params::ack_timeout_ns;
 using transport::params::kInfiniteRnrRetry;  // (retry_cnt has no infinite value: see params.hpp)
 using transport::params::rnr_timer_ns;
 
-ibv_wc_opcode wc_opcode(ibv_wr_opcode op) noexcept {
-  if (op == verbs_newer::kWrFlush) return verbs_newer::kWcFlush;  // not an enumerator of rdma-core 44's
-  switch (op) {
-    case IBV_WR_RDMA_WRITE:
-    case IBV_WR_RDMA_WRITE_WITH_IMM: return IBV_WC_RDMA_WRITE;
-    case IBV_WR_RDMA_READ: return IBV_WC_RDMA_READ;
-    case IBV_WR_ATOMIC_CMP_AND_SWP: return IBV_WC_COMP_SWAP;
-    case IBV_WR_ATOMIC_FETCH_AND_ADD: return IBV_WC_FETCH_ADD;
-    case IBV_WR_ATOMIC_WRITE: return IBV_WC_ATOMIC_WRITE;
-    case IBV_WR_LOCAL_INV: return IBV_WC_LOCAL_INV;
-    case IBV_WR_BIND_MW: return IBV_WC_BIND_MW;
-    case IBV_WR_TSO: return IBV_WC_TSO;
-    case IBV_WR_SEND:
-    case IBV_WR_SEND_WITH_IMM:
-    case IBV_WR_SEND_WITH_INV:
-    case IBV_WR_DRIVER1:
-      break;
-  }
-  return IBV_WC_SEND;
-}
-
 enum class Step : uint8_t {
   CheckPsn,
   ImpliedAcks,
@@ -460,11 +439,12 @@ void completer_retire(Qp& qp) noexcept {
     if (signaled) {
       wc.wr_id = w.wr_id;
       wc.status = error && w.status == IBV_WC_SUCCESS ? IBV_WC_GENERAL_ERR : w.status;
-      wc.opcode = wc_opcode(w.opcode);
+      const WrInfo& op = wr_info(w.opcode);
+      wc.opcode = op.wc;
       wc.qp_num = qp.qpn().value();
       if (!error) {
         wc.byte_len = static_cast<uint32_t>(w.length);  // as rxe: the message length
-        if (w.opcode == IBV_WR_SEND_WITH_IMM || w.opcode == IBV_WR_RDMA_WRITE_WITH_IMM) {
+        if (op.wc_imm) {
           wc.wc_flags = IBV_WC_WITH_IMM;
           wc.imm_data = w.imm_data;
         }

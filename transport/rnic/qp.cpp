@@ -20,6 +20,7 @@
 
 #include "transport/rnic/rnic.hpp"
 #include "transport/rnic/verbs_newer.hpp"
+#include "transport/rnic/wr.hpp"
 
 namespace uroce::rnic {
 namespace {
@@ -35,12 +36,11 @@ namespace {
 // core's table: the send QP (INI) requests like RC and takes no responder
 // attributes; the receive QP (TGT) responds like RC and needs only a
 // timeout and a PSN to be RTS.
-enum TypeIdx : uint8_t { kRC, kUC, kUD, kGSI, kXrcIni, kXrcTgt, kNumTypes };
 
 struct Transition {
   bool valid = false;
-  std::array<int, kNumTypes> req{};
-  std::array<int, kNumTypes> opt{};
+  std::array<int, kNumQpClasses> req{};
+  std::array<int, kNumQpClasses> opt{};
 };
 
 constexpr int kStates = IBV_QPS_ERR + 1;
@@ -124,57 +124,9 @@ constexpr int kAllMaskBits = IBV_QP_STATE | IBV_QP_CUR_STATE | IBV_QP_EN_SQD_ASY
                              IBV_QP_MAX_QP_RD_ATOMIC | IBV_QP_ALT_PATH | IBV_QP_MIN_RNR_TIMER | IBV_QP_SQ_PSN |
                              IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_PATH_MIG_STATE | IBV_QP_CAP | IBV_QP_DEST_QPN;
 
-TypeIdx type_idx(const Qp& qp) noexcept {
-  if (qp.is_gsi()) return kGSI;
-  switch (qp.type()) {
-    case IBV_QPT_RC: return kRC;
-    case IBV_QPT_UC: return kUC;
-    case IBV_QPT_UD: return kUD;
-    case IBV_QPT_XRC_SEND: return kXrcIni;
-    case IBV_QPT_XRC_RECV: return kXrcTgt;
-    case IBV_QPT_RAW_PACKET:
-    case IBV_QPT_DRIVER:
-      break;
-  }
-  return kUD;  // not created (Rnic::create_qp refuses other types)
-}
+QpClass type_idx(const Qp& qp) noexcept { return qp_class(qp.type(), qp.is_gsi()); }
 
 uint32_t mtu_bytes(ibv_mtu m) noexcept { return 128u << static_cast<unsigned>(m); }  // 1: 256 ... 5: 4096
-
-// Which work request opcodes a service type takes (IBA 11.4.1.1 / table
-// 86 "Service types and operations"): UD sends only; UC no READ/atomics;
-// SEND with Invalidate RC only (IBA table 38 has no UC/UD opcode with an
-// IETH); ATOMIC WRITE RC only (IBA 1.5).  LOCAL_INV and BIND_MW (memory
-// windows, IBA 10.6.7) on the connected services, as rxe.  An XRC send QP
-// (annex A14) takes RC's SENDs, WRITEs, READs and atomics (the XRC block
-// of IBA table 38); no SEND with Invalidate (its R_Key would be checked
-// against the SRQ's PD, not the window's QP), no IBA 1.5 opcode; an XRC
-// receive QP sends nothing.
-bool opcode_ok(TypeIdx t, ibv_wr_opcode op) noexcept {
-  if (op == verbs_newer::kWrFlush) return t == kRC;  // IBA 1.5; not an enumerator of rdma-core 44's
-  switch (op) {
-    case IBV_WR_SEND:
-    case IBV_WR_SEND_WITH_IMM:
-      return t != kXrcTgt;
-    case IBV_WR_RDMA_WRITE:
-    case IBV_WR_RDMA_WRITE_WITH_IMM:
-      return t == kRC || t == kUC || t == kXrcIni;
-    case IBV_WR_RDMA_READ:
-    case IBV_WR_ATOMIC_CMP_AND_SWP:
-    case IBV_WR_ATOMIC_FETCH_AND_ADD:
-      return t == kRC || t == kXrcIni;
-    case IBV_WR_SEND_WITH_INV:
-    case IBV_WR_ATOMIC_WRITE:  // IBA 1.5: RC only
-      return t == kRC;
-    case IBV_WR_LOCAL_INV:
-    case IBV_WR_BIND_MW:
-      return t == kRC || t == kUC || t == kXrcIni;  // memory windows: QPs with a PD that send (as rxe)
-    case IBV_WR_TSO:
-    case IBV_WR_DRIVER1:
-      return false;
-  }
-  return false;
-}
 
 // Whether this process may set a controlled Q_Key (the most significant
 // bit set, IBA 10.2.5: controlled Q_Keys are for privileged consumers).
@@ -218,9 +170,6 @@ long long raw(const E& e) noexcept {
   return static_cast<long long>(v);
 }
 
-bool is_atomic(ibv_wr_opcode op) noexcept {
-  return op == IBV_WR_ATOMIC_CMP_AND_SWP || op == IBV_WR_ATOMIC_FETCH_AND_ADD;
-}
 
 }  // namespace
 
@@ -324,7 +273,7 @@ int Qp::check_modify(const ibv_qp_attr& attr, int mask) const {
   const ibv_qp_state next = (mask & IBV_QP_STATE) ? attr.qp_state : cur;
   const Transition& tr = kTable[cur][next];
   if (!tr.valid) return EINVAL;
-  const TypeIdx t = type_idx(*this);
+  const QpClass t = type_idx(*this);
   const int required = tr.req[t];
   const int optional = tr.opt[t];
   if ((mask & required) != required) return EINVAL;                    // a required attribute is missing
@@ -515,11 +464,126 @@ void Qp::query_engine(ibv_qp_attr* attr, int /*mask*/, ibv_qp_init_attr* init) c
 
 // ---- posting --------------------------------------------------------------------------------
 
+// A send WR against its row (wr.hpp) and the QP: 0 and the message's
+// length (and a FLUSH's FETH word), or the errno post_send returns and why
+// (the trace's reason).  Every check a WR meets is here, once.
+int Qp::check_send_wr(const ibv_send_wr& wr, const WrInfo& op, SendWrFacts& out) const {
+  const auto refuse = [&out](int rc, const char* why) {
+    out.why = why;
+    return rc;
+  };
+  if (!wr_allowed(op, qp_class(type_, is_gsi()))) return refuse(EINVAL, "opcode for this QP type");
+  if (!op.local && (wr.num_sge < 0 || static_cast<uint32_t>(wr.num_sge) > cap_.max_send_sge))
+    return refuse(EINVAL, "num_sge");
+  const bool inl = (wr.send_flags & IBV_SEND_INLINE) != 0;
+  if (inl && !op.inline_ok) return refuse(EINVAL, "inline with nothing to send");
+  if (op.remote == WrRemote::Bind && wr.bind_mw.mw == nullptr) return refuse(EINVAL, "BIND_MW without a window");
+  if (op.remote == WrRemote::Flush) {
+    if (const char* why = flush_refusal(wr, &out.feth); why != nullptr) return refuse(EINVAL, why);
+  }
+  out.length = 0;
+  if (!op.local)  // a bind or local invalidate carries no data (its SGE list is not read)
+    for (int i = 0; i < wr.num_sge; ++i) out.length += wr.sg_list[i].length;
+  if (op.exact_len != 0 && out.length != op.exact_len) return refuse(EINVAL, "message length of the opcode");
+  // An inline ATOMIC WRITE keeps its 8 bytes in the WQE itself, so it
+  // needs no inline room (ibv_wr_atomic_write passes them this way).
+  if (inl && op.exact_len == 0 && out.length > cap_.max_inline_data)
+    return refuse(EINVAL, "inline length above max_inline_data");
+  if (op.atomic && (wr.num_sge != 1 || wr.sg_list[0].length < kAtomicLen))
+    return refuse(EINVAL, "atomic result buffer");  // IBA 9.4.5: one 64-bit result buffer
+  out.ah = nullptr;
+  if (type_ == IBV_QPT_UD || is_gsi()) {
+    out.ah = wr.wr.ud.ah != nullptr ? Ah::from_ibv(wr.wr.ud.ah) : nullptr;
+    if (out.ah == nullptr || out.ah->pd != pd_) return refuse(EINVAL, "address handle");  // IBA 10.2.2: the QP's PD
+    if (out.length > rnic_.active_mtu_bytes()) return refuse(EINVAL, "UD message above the MTU");  // IBA 9.9
+  } else if (out.length > kMaxMsgSize) {
+    return refuse(EINVAL, "message above max_msg_sz");
+  }
+  return 0;
+}
+
+// Fills `w` from a checked WR: the remote side as its row names it, the
+// data (inline bytes copied now: the application may reuse its buffers as
+// soon as post_send returns, ibv_post_send(3)), and the WQE's state as
+// posted.  What the requester sets when it starts the WQE (PSNs, cursor)
+// it sets there.
+void Qp::fill_send_wqe(SendWqe& w, const ibv_send_wr& wr, const WrInfo& op, const SendWrFacts& f) const {
+  w.wr_id = wr.wr_id;
+  w.opcode = wr.opcode;
+  w.send_flags = wr.send_flags;
+  w.imm_data = wr.imm_data;
+  w.remote_addr = 0;
+  w.rkey = 0;
+  w.compare_add = 0;
+  w.swap = 0;
+  w.flush_len = 0;
+  w.feth = f.feth;
+  w.mw = nullptr;
+  switch (op.remote) {
+    case WrRemote::None:
+      break;
+    case WrRemote::Rdma:
+      w.remote_addr = wr.wr.rdma.remote_addr;
+      w.rkey = wr.wr.rdma.rkey;
+      break;
+    case WrRemote::Atomic:
+      w.remote_addr = wr.wr.atomic.remote_addr;
+      w.rkey = wr.wr.atomic.rkey;
+      w.compare_add = wr.wr.atomic.compare_add;
+      w.swap = wr.wr.atomic.swap;
+      break;
+    case WrRemote::Flush:
+      w.remote_addr = wr.wr.atomic.remote_addr;
+      w.rkey = wr.wr.atomic.rkey;
+      w.flush_len = static_cast<uint32_t>(wr.wr.atomic.compare_add);
+      break;
+    case WrRemote::Bind: {
+      // Checked when the requester reaches it (Rnic::bind_mw); the MR is
+      // named by its L_Key, read now from the application's ibv_mr.  The
+      // window's key index comes from its handle, read here in the
+      // poster's thread (as a provider reads the ibv_mw): the engine
+      // checks that index's window is this one before it touches it.
+      const ibv_mw_bind_info& b = wr.bind_mw.bind_info;
+      w.mw = Mw::from_ibv(wr.bind_mw.mw);
+      w.mw_index = wr.bind_mw.mw->handle >> 8;
+      w.rkey = wr.bind_mw.rkey;
+      w.bind_has_mr = b.mr != nullptr;
+      w.bind_lkey = b.mr != nullptr ? b.mr->lkey : 0;
+      w.remote_addr = b.addr;
+      w.bind_length = b.length;
+      w.bind_access = b.mw_access_flags;
+      break;
+    }
+  }
+  // Annex A14: the SRQ number goes in every request's XRCETH.
+  w.remote_srqn = type_ == IBV_QPT_XRC_SEND ? wr.qp_type.xrc.remote_srqn & Qpn::kMask : 0;
+  if (f.ah != nullptr) {
+    w.ud_path = f.ah->path;
+    w.remote_qpn = wr.wr.ud.remote_qpn & Qpn::kMask;
+    w.remote_qkey = wr.wr.ud.remote_qkey;
+  }
+  w.length = f.length;
+  w.num_sge = 0;
+  if ((wr.send_flags & IBV_SEND_INLINE) != 0) {
+    uint8_t* dst = w.inline_bytes();
+    uint64_t off = 0;
+    for (int i = 0; i < wr.num_sge; ++i) {
+      const ibv_sge& s = wr.sg_list[i];
+      if (s.length) std::memcpy(dst + off, reinterpret_cast<const void*>(s.addr), s.length);
+      off += s.length;
+    }
+  } else if (!op.local) {
+    w.num_sge = static_cast<uint32_t>(wr.num_sge);
+    for (uint32_t i = 0; i < w.num_sge; ++i) w.sge[i] = wr.sg_list[i];
+  }
+  w.state = WqeState::Posted;
+  w.status = IBV_WC_SUCCESS;
+}
+
 int Qp::post_send(const ibv_send_wr* wr, const ibv_send_wr** bad) {
   UROCE_STAMP(PostBegin);
-  const TypeIdx t = type_idx(*this);
   int rc = 0;
-  const char* why = nullptr;  // the trace's reason for a refusal
+  SendWrFacts facts;
   bool posted = false;
   {
     std::lock_guard lock(sq.post_mu);
@@ -529,187 +593,24 @@ int Qp::post_send(const ibv_send_wr* wr, const ibv_send_wr** bad) {
       // (10.3.1.6-7); RESET, INIT and RTR refuse them.
       if (!state_caps(state()).accepts_sends) {
         rc = EINVAL;
-        why = "QP state";
+        facts.why = "QP state";
         break;
       }
-      const long long opcode_raw = raw(wr->opcode);
-      if (opcode_raw < IBV_WR_RDMA_WRITE || opcode_raw > IBV_WR_ATOMIC_WRITE) {
-        rc = EINVAL;  // not an opcode at all (read before it is taken as one)
-        why = "opcode";
-        break;
-      }
-      const bool local_op = wr->opcode == IBV_WR_BIND_MW || wr->opcode == IBV_WR_LOCAL_INV;
-      if (!opcode_ok(t, wr->opcode) ||
-          (!local_op && (wr->num_sge < 0 || static_cast<uint32_t>(wr->num_sge) > cap_.max_send_sge))) {
-        rc = EINVAL;
-        why = "opcode for this QP type, or num_sge";
-        break;
-      }
-      const bool inl = (wr->send_flags & IBV_SEND_INLINE) != 0;
-      if (inl && (wr->opcode == IBV_WR_RDMA_READ || is_atomic(wr->opcode))) {
-        rc = EINVAL;  // nothing to send inline for a READ or an atomic
-        why = "inline READ or atomic";
-        break;
-      }
-      if (local_op && inl) {
-        rc = EINVAL;
-        why = "inline local operation";
-        break;
-      }
-      if (wr->opcode == IBV_WR_BIND_MW && wr->bind_mw.mw == nullptr) {
-        rc = EINVAL;
-        why = "BIND_MW without a window";
-        break;
-      }
-      const bool flush = wr->opcode == verbs_newer::kWrFlush;
-      uint32_t feth = 0;
-      if (flush) {
-        why = flush_refusal(*wr, &feth);
-        if (why != nullptr) {
-          rc = EINVAL;
-          break;
-        }
-      }
-      uint64_t length = 0;
-      if (!local_op)  // a bind or local invalidate carries no data (its SGE list is not read)
-        for (int i = 0; i < wr->num_sge; ++i) length += wr->sg_list[i].length;
-      const bool atomic_write = wr->opcode == IBV_WR_ATOMIC_WRITE;
-      if (atomic_write && length != kAtomicLen) {
-        rc = EINVAL;  // IBA 1.5: ATOMIC WRITE carries exactly 8 bytes
-        why = "ATOMIC WRITE length";
-        break;
-      }
-      // An inline ATOMIC WRITE keeps its 8 bytes in the WQE itself, so it
-      // needs no inline room (ibv_wr_atomic_write passes them this way).
-      if (inl && !atomic_write && length > cap_.max_inline_data) {
-        rc = EINVAL;
-        why = "inline length above max_inline_data";
-        break;
-      }
-      if (is_atomic(wr->opcode) && (wr->num_sge != 1 || wr->sg_list[0].length < 8)) {
-        rc = EINVAL;  // IBA 9.4.5: one 64-bit result buffer
-        why = "atomic result buffer";
-        break;
-      }
-      Ah* ah = nullptr;
-      if (t == kUD || t == kGSI) {
-        ah = wr->wr.ud.ah != nullptr ? Ah::from_ibv(wr->wr.ud.ah) : nullptr;
-        if (ah == nullptr || ah->pd != pd_) {  // IBA 10.2.2: the AH must be on the QP's PD
-          rc = EINVAL;
-          why = "address handle";
-          break;
-        }
-        if (length > rnic_.active_mtu_bytes()) {  // IBA 9.9: a UD message is one packet
-          rc = EINVAL;
-          why = "UD message above the MTU";
-          break;
-        }
-      } else if (length > kMaxMsgSize) {
-        rc = EINVAL;
-        why = "message above max_msg_sz";
-        break;
-      }
+      const WrInfo& op = wr_info(raw(wr->opcode));
+      if ((rc = check_send_wr(*wr, op, facts)) != 0) break;
       if (sq.full()) {
         rc = ENOMEM;
-        why = "send queue full";
+        facts.why = "send queue full";
         break;
       }
-      SendWqe& w = sq.next_free();
-      w.wr_id = wr->wr_id;
-      w.opcode = wr->opcode;
-      w.send_flags = wr->send_flags;
-      w.imm_data = wr->imm_data;
-      w.remote_addr = 0;
-      w.rkey = 0;
-      w.compare_add = 0;
-      w.swap = 0;
-      switch (wr->opcode) {
-        case IBV_WR_RDMA_WRITE:
-        case IBV_WR_RDMA_WRITE_WITH_IMM:
-        case IBV_WR_RDMA_READ:
-        case IBV_WR_ATOMIC_WRITE:
-          w.remote_addr = wr->wr.rdma.remote_addr;
-          w.rkey = wr->wr.rdma.rkey;
-          break;
-        case IBV_WR_ATOMIC_CMP_AND_SWP:
-        case IBV_WR_ATOMIC_FETCH_AND_ADD:
-          w.remote_addr = wr->wr.atomic.remote_addr;
-          w.rkey = wr->wr.atomic.rkey;
-          w.compare_add = wr->wr.atomic.compare_add;
-          w.swap = wr->wr.atomic.swap;
-          break;
-        case IBV_WR_SEND:
-        case IBV_WR_SEND_WITH_IMM:
-        case IBV_WR_SEND_WITH_INV:
-        case IBV_WR_LOCAL_INV:
-        case IBV_WR_BIND_MW:
-        case IBV_WR_TSO:
-        case IBV_WR_DRIVER1:
-          break;
-      }
-      if (flush) {
-        w.remote_addr = wr->wr.atomic.remote_addr;
-        w.rkey = wr->wr.atomic.rkey;
-      }
-      w.flush_len = flush ? static_cast<uint32_t>(wr->wr.atomic.compare_add) : 0;
-      w.feth = feth;
-      w.mw = nullptr;
-      if (wr->opcode == IBV_WR_BIND_MW) {
-        // Checked when the requester reaches it (Rnic::bind_mw); the MR is
-        // named by its L_Key, read now from the application's ibv_mr.
-        const ibv_mw_bind_info& b = wr->bind_mw.bind_info;
-        // The window's key index comes from its handle, read here in the
-        // poster's thread (as a provider reads the ibv_mw): the engine checks
-        // that index's window is this one before it touches the object.
-        w.mw = Mw::from_ibv(wr->bind_mw.mw);
-        w.mw_index = wr->bind_mw.mw->handle >> 8;
-        w.rkey = wr->bind_mw.rkey;
-        w.bind_has_mr = b.mr != nullptr;
-        w.bind_lkey = b.mr != nullptr ? b.mr->lkey : 0;
-        w.remote_addr = b.addr;
-        w.bind_length = b.length;
-        w.bind_access = b.mw_access_flags;
-      }
-      // Annex A14: the SRQ number goes in every request's XRCETH.
-      w.remote_srqn = t == kXrcIni ? wr->qp_type.xrc.remote_srqn & Qpn::kMask : 0;
-      if (ah != nullptr) {
-        w.ud_path = ah->path;
-        w.remote_qpn = wr->wr.ud.remote_qpn & Qpn::kMask;
-        w.remote_qkey = wr->wr.ud.remote_qkey;
-      }
-      w.length = length;
-      if (inl) {
-        // The bytes are taken now: the application may reuse its buffers
-        // as soon as post_send returns (ibv_post_send(3), IBV_SEND_INLINE).
-        uint8_t* dst = w.inline_bytes();
-        uint64_t off = 0;
-        for (int i = 0; i < wr->num_sge; ++i) {
-          const ibv_sge& s = wr->sg_list[i];
-          if (s.length) std::memcpy(dst + off, reinterpret_cast<const void*>(s.addr), s.length);
-          off += s.length;
-        }
-        w.num_sge = 0;
-      } else if (local_op) {
-        w.num_sge = 0;
-      } else {
-        w.num_sge = static_cast<uint32_t>(wr->num_sge);
-        for (uint32_t i = 0; i < w.num_sge; ++i) w.sge[i] = wr->sg_list[i];
-      }
-      w.state = WqeState::Posted;
-      w.first_psn = Psn{};
-      w.last_psn = Psn{};
-      w.sent = 0;
-      w.cursor = SgeCursor{};
-      w.read_done = 0;
-      w.atomic_orig = 0;
-      w.status = IBV_WC_SUCCESS;
+      fill_send_wqe(sq.next_free(), *wr, op, facts);
       sq.publish();
       posted = true;
     }
   }
   if (rc != 0) {
     UROCE_TRACE(TraceCat::Qp, "qp 0x%06x: post_send wr_id 0x%llx refused, errno %d (%s)", qpn_.value(),
-                static_cast<unsigned long long>(wr->wr_id), rc, why);
+                static_cast<unsigned long long>(wr->wr_id), rc, facts.why);
     if (bad != nullptr) *bad = wr;
   }
   if (posted) {

@@ -27,6 +27,7 @@
 #include "lib/util/timer_wheel.hpp"
 #include "transport/rnic/completer.hpp"
 #include "transport/rnic/objects.hpp"
+#include "transport/rnic/wr.hpp"
 #include "transport/rnic/requester.hpp"
 #include "transport/rnic/responder.hpp"
 #include "transport/rnic/ring_memory.hpp"
@@ -89,10 +90,7 @@ struct SendWqe {
 
   // A READ or an atomic: held against max_rd_atomic, acknowledged by its
   // response rather than an ACK.
-  bool rd_atomic() const noexcept {
-    return opcode == IBV_WR_RDMA_READ || opcode == IBV_WR_ATOMIC_CMP_AND_SWP ||
-           opcode == IBV_WR_ATOMIC_FETCH_AND_ADD;
-  }
+  bool rd_atomic() const noexcept { return wr_info(opcode).rd_atomic; }
   // Where IBV_SEND_INLINE bytes are kept: the slot's inline room, or for an
   // ATOMIC WRITE (which needs none) its 8 bytes in compare_add, as given.
   uint8_t* inline_bytes() noexcept {
@@ -100,7 +98,7 @@ struct SendWqe {
   }
   // A local memory operation (bind, local invalidate): carried out by the
   // requester in send-queue order, no packet, no PSN.
-  bool local_op() const noexcept { return opcode == IBV_WR_BIND_MW || opcode == IBV_WR_LOCAL_INV; }
+  bool local_op() const noexcept { return wr_info(opcode).local; }
 };
 
 // A ring of SendWqe.  Slots [head, tail) are posted and not yet completed.
@@ -305,6 +303,16 @@ class Qp {
   std::optional<Claim> claim;
 
  private:
+  // post_send's two halves (qp.cpp): what checking a WR learned, then the
+  // WQE filled from it.
+  struct SendWrFacts {
+    uint64_t length = 0;       // the message's bytes
+    uint32_t feth = 0;         // FLUSH: its FETH word
+    Ah* ah = nullptr;          // UD/GSI: the WR's address handle
+    const char* why = nullptr; // a refusal's reason (trace)
+  };
+  int check_send_wr(const ibv_send_wr& wr, const WrInfo& op, SendWrFacts& out) const;
+  void fill_send_wqe(SendWqe& w, const ibv_send_wr& wr, const WrInfo& op, const SendWrFacts& f) const;
   int check_modify(const ibv_qp_attr& attr, int mask) const;
   void query_engine(ibv_qp_attr* attr, int mask, ibv_qp_init_attr* init) const;  // [engine]
   void apply_modify(const ibv_qp_attr& attr, int mask);  // [engine]

@@ -5,7 +5,7 @@
 //     new WQE?   local checks (keys, length), READ/atomic window, fence,
 //                PSNs assigned (first_psn .. last_psn)
 //     per packet the unacknowledged-PSN window, a send budget, then one
-//                packet: opcode from kWrOps by segment, headers from the
+//                packet: opcode from its wr.hpp row by segment, headers from the
 //                opcode table, payload gathered from the SGEs into the mbuf
 //     last packet: RC waits for the completer (Sent); UC/UD are Done
 //   requester_rewind: back to comp.psn, inside the WQE that holds it
@@ -43,53 +43,6 @@ namespace {
 
 using wire::Hdr;
 
-enum class Seg : uint8_t { First, Middle, Last, Only };
-
-// The operation code (within a transport's block of IBA table 38) for each
-// ibv_wr_opcode and segment of its message.
-struct WrOps {
-  bool valid = false;
-  bool rd_atomic = false;   // READ or atomic: held against max_rd_atomic
-  bool multi = false;       // segmented by the path MTU (SEND/WRITE)
-  std::array<uint8_t, 4> code{};  // by Seg
-};
-
-constexpr std::array<WrOps, 16> make_wr_ops() {
-  namespace o = wire::op;
-  std::array<WrOps, 16> t{};
-  t[IBV_WR_SEND] = {true, false, true, {o::kSendFirst, o::kSendMiddle, o::kSendLast, o::kSendOnly}};
-  t[IBV_WR_SEND_WITH_IMM] = {true, false, true, {o::kSendFirst, o::kSendMiddle, o::kSendLastImm, o::kSendOnlyImm}};
-  t[IBV_WR_SEND_WITH_INV] = {true, false, true, {o::kSendFirst, o::kSendMiddle, o::kSendLastInv, o::kSendOnlyInv}};
-  t[IBV_WR_RDMA_WRITE] = {true, false, true, {o::kWriteFirst, o::kWriteMiddle, o::kWriteLast, o::kWriteOnly}};
-  t[IBV_WR_RDMA_WRITE_WITH_IMM] = {
-      true, false, true, {o::kWriteFirst, o::kWriteMiddle, o::kWriteLastImm, o::kWriteOnlyImm}};
-  t[IBV_WR_RDMA_READ] = {true, true, false, {o::kReadRequest, o::kReadRequest, o::kReadRequest, o::kReadRequest}};
-  t[IBV_WR_ATOMIC_CMP_AND_SWP] = {
-      true, true, false, {o::kCompareSwap, o::kCompareSwap, o::kCompareSwap, o::kCompareSwap}};
-  t[IBV_WR_ATOMIC_FETCH_AND_ADD] = {true, true, false, {o::kFetchAdd, o::kFetchAdd, o::kFetchAdd, o::kFetchAdd}};
-  // ATOMIC WRITE (IBA 1.5): one packet, RETH and the 8 bytes, answered by
-  // an ACK (as a WRITE; rxe's requester holds no read/atomic credit for it).
-  t[IBV_WR_ATOMIC_WRITE] = {true, false, false, {o::kAtomicWrite, o::kAtomicWrite, o::kAtomicWrite, o::kAtomicWrite}};
-  // FLUSH (IBA 1.5): one packet, FETH and RETH, no payload, answered by an
-  // ACK (rxe's requester holds no read/atomic credit for it either).
-  t[verbs_newer::kWrFlush] = {true, false, false, {o::kFlush, o::kFlush, o::kFlush, o::kFlush}};
-  return t;
-}
-constexpr std::array<WrOps, 16> kWrOps = make_wr_ops();
-static_assert(wire::opcode_info(wire::op::kRcBase | kWrOps[IBV_WR_SEND_WITH_IMM].code[3]).name ==
-              "RC_SEND_ONLY_WITH_IMMEDIATE");
-static_assert(wire::opcode_info(wire::op::kUcBase | kWrOps[IBV_WR_RDMA_WRITE].code[0]).name == "UC_RDMA_WRITE_FIRST");
-static_assert(!wire::opcode_info(wire::op::kUdBase | kWrOps[IBV_WR_RDMA_WRITE].code[3]).valid);
-static_assert(wire::opcode_info(wire::op::kRcBase | kWrOps[IBV_WR_ATOMIC_WRITE].code[3]).name == "RC_ATOMIC_WRITE");
-static_assert(!wire::opcode_info(wire::op::kUcBase | kWrOps[IBV_WR_ATOMIC_WRITE].code[3]).valid);
-static_assert(wire::opcode_info(wire::op::kRcBase | kWrOps[verbs_newer::kWrFlush].code[3]).name == "RC_FLUSH");
-
-const WrOps& wr_ops(ibv_wr_opcode op) noexcept {
-  static constexpr WrOps kNone{};
-  const auto i = static_cast<size_t>(op);
-  return i < kWrOps.size() ? kWrOps[i] : kNone;
-}
-
 bool is_ud(const Qp& qp) noexcept { return qp.type() == IBV_QPT_UD || qp.is_gsi(); }
 
 uint8_t transport_base(const Qp& qp) noexcept {
@@ -111,7 +64,7 @@ uint32_t pmtu(const Qp& qp) noexcept { return std::max<uint32_t>(qp.attrs().pmtu
 static_assert(uint64_t{kMaxMsgSize} / 256 < (uint64_t{1} << 23), "a READ could span 2^23 PSNs");
 uint32_t psn_count(const Qp& qp, const SendWqe& w) noexcept {
   if (is_ud(qp)) return 1;
-  if (w.opcode == IBV_WR_ATOMIC_CMP_AND_SWP || w.opcode == IBV_WR_ATOMIC_FETCH_AND_ADD) return 1;
+  if (wr_info(w.opcode).atomic) return 1;
   const uint64_t mtu = pmtu(qp);
   return static_cast<uint32_t>(std::max<uint64_t>(1, (w.length + mtu - 1) / mtu));
 }
@@ -171,20 +124,12 @@ Start start_local(Qp& qp, SendWqe& w) noexcept {
   return Start::LocalDone;
 }
 
-// A WQE the requester has not started before: checks, windows, PSNs.
+// A WQE the requester has not started before (post_send checked it
+// against its row and the QP): its L_Keys, windows, PSNs.
 Start start_wqe(Qp& qp, SendWqe& w) noexcept {
   ReqState& r = qp.req;
-  const WrOps& ops = wr_ops(w.opcode);
-  const uint8_t base = transport_base(qp);
-  if (w.local_op()) return start_local(qp, w);
-  if (!ops.valid || !wire::opcode_info(static_cast<uint8_t>(base | ops.code[3])).valid) {
-    completer_fail(qp, w, IBV_WC_LOC_QP_OP_ERR);
-    return Start::Failed;
-  }
-  if (is_ud(qp) && w.length > qp.rnic().active_mtu_bytes()) {  // IBA 9.9: a UD message is one packet
-    completer_fail(qp, w, IBV_WC_LOC_LEN_ERR);
-    return Start::Failed;
-  }
+  const WrInfo& ops = wr_info(w.opcode);
+  if (ops.local) return start_local(qp, w);
   if (!check_local_keys(qp, w)) {
     completer_fail(qp, w, IBV_WC_LOC_PROT_ERR);
     return Start::Failed;
@@ -205,6 +150,7 @@ Start start_wqe(Qp& qp, SendWqe& w) noexcept {
   w.sent = 0;
   w.cursor = SgeCursor{};
   w.read_done = 0;
+  w.atomic_orig = 0;
   w.state = WqeState::Sending;
   if (ops.rd_atomic) ++r.rd_atomic_inflight;
   r.wqe_hi = r.wqe_idx + 1;
@@ -236,7 +182,7 @@ enum class Emit : uint8_t {
 Emit emit(transport::Engine& engine, Qp& qp, SendWqe& w, Seg seg, uint64_t off, uint32_t len,
           bool ack_req) noexcept {
   ReqState& r = qp.req;
-  const WrOps& ops = wr_ops(w.opcode);
+  const WrInfo& ops = wr_info(w.opcode);
   const uint8_t opcode = static_cast<uint8_t>(transport_base(qp) | ops.code[static_cast<size_t>(seg)]);
   const wire::OpcodeInfo& info = wire::opcode_info(opcode);
   const bool ud = is_ud(qp);
@@ -273,7 +219,7 @@ Emit emit(transport::Engine& engine, Qp& qp, SendWqe& w, Seg seg, uint64_t off, 
   if (info.has(wire::kHdrAtomicEth)) {
     d.atomic_va = w.remote_addr;
     d.atomic_rkey = Rkey(w.rkey);
-    const bool cas = w.opcode == IBV_WR_ATOMIC_CMP_AND_SWP;
+    const bool cas = w.opcode == IBV_WR_ATOMIC_CMP_AND_SWP;  // IBA 9.4.5: CmpSwap's compare and swap, FetchAdd's add
     d.atomic_swap_add = cas ? w.swap : w.compare_add;
     d.atomic_compare = cas ? w.compare_add : 0;
   }
@@ -384,7 +330,7 @@ void requester_run(transport::Engine& engine, Qp& qp) noexcept {
     }
 
     // One packet of `w` at r.next_psn.
-    const WrOps& ops = wr_ops(w.opcode);
+    const WrInfo& ops = wr_info(w.opcode);
     const uint64_t psn_off = static_cast<uint32_t>(distance(r.next_psn, w.first_psn));
     Seg seg = Seg::Only;
     uint64_t off = 0;
