@@ -236,7 +236,7 @@ CmEvent& Cm::post(CmId& id, CmEventType t) {
 }
 
 void Cm::deliver() {
-  if (delivering_) return;  // a callback called us: the outer loop drains
+  if (delivering_ || held_ != 0) return;  // a callback called us (the outer loop drains), or the consumer holds them
   delivering_ = true;
   while (!events_.empty()) {
     CmEvent ev = events_.front();

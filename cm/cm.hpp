@@ -367,6 +367,15 @@ class Cm {
   Cm(const Cm&) = delete;
   Cm& operator=(const Cm&) = delete;
 
+  // [engine] Events wait while held (nested holds count): the consumer is
+  // in the middle of work of its own (an entry of the rdma_cm model) and
+  // takes the events its calls raised when that work is done, at the last
+  // release.  Destroyed ids are kept until their events are delivered.
+  void hold_events() noexcept { ++held_; }
+  void release_events() {
+    if (--held_ == 0) deliver();
+  }
+
   // ---- consumer calls: 0 or -errno (EINVAL: wrong state or argument,
   // EADDRINUSE: service ID already listened on, ENOMEM: no free ID).
   CmId* create_id(void* context = nullptr);
@@ -551,6 +560,8 @@ class Cm {
   std::map<std::pair<std::array<uint8_t, 16>, uint32_t>, CmId*> sidr_in_;  // (peer GID, request ID)
   std::deque<CmEvent> events_;
   bool delivering_ = false;
+  unsigned held_ = 0;  // hold_events
+
   // Passive ids not yet answered (ReqRcvd, MraReqSent, SidrReqRcvd).
   // Written by the CM's thread only (relaxed), read by telemetry.
   std::atomic<size_t> pending_{0};

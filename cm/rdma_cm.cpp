@@ -105,7 +105,7 @@ RdmaCm::~RdmaCm() {
       (void)d.cfg.cm->set_consumer(nullptr);
       d.engine().set_resolve_hook(nullptr);
       d.cfg.rnic->set_comm_est_hook(nullptr);
-      from_engine([&] {
+      from_engine(d, [&] {
         for (RdmaId* id : ids_) {
           d.engine().timers().cancel(id->addr_timer);
           if (id->dev == &d && id->cm_id != nullptr) d.cm->destroy_id(std::exchange(id->cm_id, nullptr));
@@ -128,12 +128,20 @@ int RdmaCm::start() {
     RdmaDev* dev = &d;
     int rc = 0;
     d.engine().run_sync([&] {
-      rc = d.cfg.cm->set_consumer([this, dev](const CmEvent& ev) { from_engine([&] { on_cm_event(*dev, ev); }); });
+      // A CM event comes inside an entry (the CM held it while the entry
+      // ran, and delivers it as the entry ends: from_engine), or from the
+      // CM's own work (a MAD, a timer), which enters the model for it.
+      rc = d.cfg.cm->set_consumer([this, dev](const CmEvent& ev) {
+        if (dev->in_entry) {
+          on_cm_event(*dev, ev);
+        } else {
+          from_engine(*dev, [&] { on_cm_event(*dev, ev); });
+        }
+      });
       if (rc != 0) return;
       d.cm = &d.cfg.cm->cm();
-      e->set_resolve_hook(
-          [this, dev](const IpAddr& ip, bool ok) { from_engine([&] { on_resolved(*dev, ip, ok); }); });
-      d.cfg.rnic->set_comm_est_hook([this, dev](rnic::Qp& qp) { from_engine([&] { on_comm_est(*dev, qp); }); });
+      e->set_resolve_hook([this, dev](const IpAddr& ip, bool ok) { raise(*dev, Resolved{ip, ok}); });
+      d.cfg.rnic->set_comm_est_hook([this, dev](rnic::Qp& qp) { raise(*dev, CommEst{&qp}); });
     });
     if (rc != 0) return rc;
   }
@@ -858,11 +866,27 @@ int RdmaCm::init_qp_attr(RdmaId* id, ibv_qp_attr* attr, int* mask) {
   return rc;
 }
 
-void RdmaCm::on_comm_est(RdmaDev& d, rnic::Qp& qp) {
+void RdmaCm::raise(RdmaDev& d, const EngineInput& in) {
+  if (d.in_entry) {
+    d.later.push_back(in);  // handled as the entry ends (from_engine)
+    return;
+  }
+  from_engine(d, [&] { handle(d, in); });
+}
+
+void RdmaCm::handle(RdmaDev& d, const EngineInput& in) {
+  if (const auto* r = std::get_if<Resolved>(&in)) {
+    on_resolved(d, r->ip, r->ok);
+  } else if (const auto* c = std::get_if<CommEst>(&in)) {
+    on_comm_est(d, c->qp);
+  }
+}
+
+void RdmaCm::on_comm_est(RdmaDev& d, const rnic::Qp* qp) {
   // IBA 12.9.6 (communication established): data on the passive side's QP
   // before the RTU stands for it (the RTU may be lost or late).
   for (RdmaId* id : d.accepting) {
-    if (id->qp == &qp && id->cm_id != nullptr) {
+    if (id->qp == qp && id->cm_id != nullptr) {
       d.cm->established(id->cm_id);
       return;
     }
@@ -872,26 +896,16 @@ void RdmaCm::on_comm_est(RdmaDev& d, rnic::Qp& qp) {
 // ---- connections -------------------------------------------------------------------------------
 
 int RdmaCm::connect(RdmaId* id, const rdma_conn_param* param) {
-  RdmaDev* d = nullptr;
-  {
-    std::lock_guard lock(mu_);
-    if (id == nullptr || ids_.count(id) == 0) return EINVAL;
-    const bool ud = id->qp_type == IBV_QPT_UD || id->ps == RDMA_PS_UDP;
-    if (!rdma_id_allows(id->state, ud ? RdmaIdInput::ConnectUd : RdmaIdInput::Connect)) return EINVAL;
+  const auto input = [](const RdmaId& i) {
+    return i.qp_type == IBV_QPT_UD || i.ps == RDMA_PS_UDP ? RdmaIdInput::ConnectUd : RdmaIdInput::Connect;
+  };
+  return with_id(id, input, [&](RdmaDev& dev, RdmaIdInput in) {
+    RdmaDev* d = &dev;
+    const bool ud = in == RdmaIdInput::ConnectUd;
     if (param == nullptr && id->qp == nullptr && !ud) return EINVAL;
-    const size_t max = ud ? kSidrReqUserDataMax : kReqUserDataMax;
-    if (param != nullptr && param->private_data_len > max) return EINVAL;
+    if (param != nullptr && param->private_data_len > (ud ? kSidrReqUserDataMax : kReqUserDataMax)) return EINVAL;
     if (param != nullptr && param->private_data_len > 0 && param->private_data == nullptr) return EINVAL;
-    d = id->dev;
-  }
-  int rc = 0;
-  on_engine(*d, [&] {
-    const bool ud = id->qp_type == IBV_QPT_UD || id->ps == RDMA_PS_UDP;
-    const RdmaIdInput in = ud ? RdmaIdInput::ConnectUd : RdmaIdInput::Connect;
-    if (id->destroyed || !rdma_id_allows(id->state, in)) {  // it may have moved since the check
-      rc = EINVAL;
-      return;
-    }
+    int rc = 0;
     const auto sip = ip_of(sa(id->src));
     const auto dip = ip_of(sa(id->dst));
     const uint16_t sport = port_of(sa(id->src));
@@ -951,26 +965,17 @@ int RdmaCm::connect(RdmaId* id, const rdma_conn_param* param) {
       rc = -d->cm->connect(id->cm_id, p);
     }
     if (rc == 0) step(*id, in);
+    return rc;
   });
-  return rc;
 }
 
 int RdmaCm::accept(RdmaId* id, const rdma_conn_param* param) {
-  RdmaDev* d = nullptr;
-  {
-    std::lock_guard lock(mu_);
-    if (id == nullptr || ids_.count(id) == 0 || !rdma_id_allows(id->state, RdmaIdInput::Accept)) return EINVAL;
+  return with_id(id, [](const RdmaId&) { return RdmaIdInput::Accept; }, [&](RdmaDev& dev, RdmaIdInput) {
+    RdmaDev* d = &dev;
     const bool ud = id->qp_type == IBV_QPT_UD;
-    if (param == nullptr && id->qp == nullptr) return EINVAL;
+    if (id->cm_id == nullptr || (param == nullptr && id->qp == nullptr)) return EINVAL;
     if (param != nullptr && param->private_data_len > (ud ? kSidrRepUserDataMax : kRepUserDataMax)) return EINVAL;
-    d = id->dev;
-  }
-  int rc = 0;
-  on_engine(*d, [&] {
-    if (id->destroyed || id->cm_id == nullptr || !rdma_id_allows(id->state, RdmaIdInput::Accept)) {
-      rc = EINVAL;
-      return;
-    }
+    int rc = 0;
     const rdma_conn_param none{};
     const rdma_conn_param& c = param != nullptr ? *param : none;
     const std::span<const uint8_t> user =
@@ -1017,7 +1022,7 @@ int RdmaCm::accept(RdmaId* id, const rdma_conn_param* param) {
           d->cm->reject(id->cm_id, RejReason::ConsumerReject);
           qp_to_error(*id);
           step(*id, RdmaIdInput::ConnectError);
-          return;
+          return rc;
         }
       }
       AcceptParams p;
@@ -1036,24 +1041,15 @@ int RdmaCm::accept(RdmaId* id, const rdma_conn_param* param) {
         if (id->qp != nullptr) d->accepting.push_back(id);
       }
     }
+    return rc;
   });
-  return rc;
 }
 
 int RdmaCm::reject(RdmaId* id, const void* pdata, uint8_t len) {
-  RdmaDev* d = nullptr;
-  {
-    std::lock_guard lock(mu_);
-    if (id == nullptr || ids_.count(id) == 0 || !rdma_id_allows(id->state, RdmaIdInput::Reject)) return EINVAL;
+  return with_id(id, [](const RdmaId&) { return RdmaIdInput::Reject; }, [&](RdmaDev& dev, RdmaIdInput) {
+    RdmaDev* d = &dev;
     if (len > (id->qp_type == IBV_QPT_UD ? kSidrRepUserDataMax : kRejUserDataMax)) return EINVAL;
-    d = id->dev;
-  }
-  int rc = 0;
-  on_engine(*d, [&] {
-    if (id->destroyed || !rdma_id_allows(id->state, RdmaIdInput::Reject)) {
-      rc = EINVAL;
-      return;
-    }
+    int rc = 0;
     const std::span<const uint8_t> user =
         len > 0 && pdata != nullptr ? std::span<const uint8_t>(static_cast<const uint8_t*>(pdata), len)
                                     : std::span<const uint8_t>{};
@@ -1066,8 +1062,8 @@ int RdmaCm::reject(RdmaId* id, const void* pdata, uint8_t len) {
       rc = -d->cm->reject(id->cm_id, RejReason::ConsumerReject, user);  // reason 28 (IBA table 109)
     }
     if (rc == 0) step(*id, RdmaIdInput::Reject);
+    return rc;
   });
-  return rc;
 }
 
 void RdmaCm::disconnect_all() {
@@ -1125,24 +1121,12 @@ int RdmaCm::disconnect(RdmaId* id) {
 }
 
 int RdmaCm::establish(RdmaId* id) {
-  RdmaDev* d = nullptr;
-  {
-    std::lock_guard lock(mu_);
-    if (id == nullptr || ids_.count(id) == 0 || id->cm_id == nullptr ||
-        !rdma_id_allows(id->state, RdmaIdInput::Establish))
-      return EINVAL;
-    d = id->dev;
-  }
-  int rc = 0;
-  on_engine(*d, [&] {
-    if (id->destroyed || id->cm_id == nullptr || !rdma_id_allows(id->state, RdmaIdInput::Establish)) {
-      rc = EINVAL;
-      return;
-    }
-    rc = -d->cm->send_rtu(id->cm_id);
-    if (rc == 0) step(*id, RdmaIdInput::Establish);
+  return with_id(id, [](const RdmaId&) { return RdmaIdInput::Establish; }, [&](RdmaDev& d, RdmaIdInput in) {
+    if (id->cm_id == nullptr) return EINVAL;
+    const int rc = -d.cm->send_rtu(id->cm_id);
+    if (rc == 0) step(*id, in);
+    return rc;
   });
-  return rc;
 }
 
 int RdmaCm::notify(RdmaId* id, ibv_event_type ev) {

@@ -35,12 +35,17 @@
 // reason (control path only; nothing here is per packet).
 //
 // Threads.  Application threads call the public functions.  Each device's
-// CM runs in its engine's loop (the MADs, its timers, a poll timer for QP 1);
+// CM runs in its engine's loop (the MADs, its timers, QP 1's completions);
 // calls reach it through Engine::run_sync.  One mutex (`mu_`) guards the
-// model's tables, taken once per entry: a consumer call's caller part, the
-// engine part on_engine runs, or from_engine for the engine's own work; it
-// is never held across run_sync, so an engine thread may take it.  An id's
-// state changes only through step() (rdma_cm_state.cpp's table).
+// model's tables, taken once per entry: a consumer call's caller part, or
+// from_engine in a device's loop (a consumer call's engine part, through
+// on_engine or with_id, or the engine's own work: a CM event, a neighbour
+// result, COMM_EST, a timer); it is never held across run_sync, so an
+// engine thread may take it.  What a device's engine raises for the model
+// inside an entry (the CM reports some events inside the call that causes
+// them) is handled when that entry's work is done, in the same entry:
+// nothing enters the model twice.  An id's state changes only through
+// step() (rdma_cm_state.cpp's table).
 #pragma once
 
 #include <infiniband/verbs.h>
@@ -52,6 +57,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
+#include <deque>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -59,6 +65,7 @@
 #include <set>
 #include <span>
 #include <string_view>
+#include <variant>
 #include <vector>
 
 #include "cm/cm.hpp"
@@ -71,6 +78,19 @@
 namespace uroce::cm {
 
 class RdmaCm;
+
+// What a device's engine raises for the rdma_cm model besides CM events:
+// a neighbour's resolution (rdma_resolve_addr) and first data on a passive
+// QP before the RTU (COMM_EST, IBA 12.9.6; the QP by address, compared,
+// never followed).
+struct Resolved {
+  transport::IpAddr ip;
+  bool ok = false;
+};
+struct CommEst {
+  const rnic::Qp* qp = nullptr;
+};
+using EngineInput = std::variant<Resolved, CommEst>;
 struct RdmaDev;
 
 // One address of a device, with its prefix (which subnet it reaches).
@@ -356,17 +376,27 @@ class RdmaCm {
   void qp_to_error(RdmaId& id);
   int modify_connected_qp(RdmaId& id);                 // INIT -> INIT -> RTR -> RTS from the CM
   int fill_attr(RdmaId& id, ibv_qp_state st, ibv_qp_attr& attr, int& mask);
-  void on_comm_est(RdmaDev& d, rnic::Qp& qp);          // [engine] first data before the RTU (IBA 12.9.6)
+  void on_comm_est(RdmaDev& d, const rnic::Qp* qp);    // [engine] first data before the RTU (IBA 12.9.6)
   // Runs f() in d's engine loop with mu_ held (never call with mu_ held:
   // the engine thread may be waiting for it).
   template <class F>
   void on_engine(RdmaDev& d, F&& f);
-  // [engine] How the engine's own work enters the model (CM events,
-  // neighbour results, COMM_EST, timers): with mu_, taken here unless this
-  // thread holds it already because the entry came out of a call on_engine
-  // made (the CM reports some events inside the call that causes them).
+  // [engine] How d's loop enters the model (a consumer call's engine part,
+  // CM events, neighbour results, COMM_EST, timers): mu_ for the entry,
+  // and what the engine raises for the model inside it handled after it
+  // (rdma_cm_internal.hpp).
   template <class F>
-  void from_engine(F&& f);
+  void from_engine(RdmaDev& d, F&& f);
+  // A consumer call's engine part on `id`: the id's device found under the
+  // lock, then in its loop `f(dev, in)` once the id still lives and its
+  // state takes the input `input(id)` names; EINVAL otherwise.  One
+  // lookup, one state check, in the loop that acts on it.
+  template <class I, class F>
+  int with_id(RdmaId* id, I&& input, F&& f);
+  // [engine] What d's engine raised for the model, entered once per input
+  // (from_engine) or, inside an entry, after it.
+  void raise(RdmaDev& d, const EngineInput& in);
+  void handle(RdmaDev& d, const EngineInput& in);  // [engine] under mu_
   // The id's state machine's driver (under mu_): `in` moves the id, traced
   // as `conn`; false, and nothing changes, when its state does not take it.
   bool step(RdmaId& id, RdmaIdInput in);
@@ -396,6 +426,10 @@ struct RdmaDev {
   // (several ids may listen on one port with different addresses).
   std::map<uint64_t, CmId*> cm_listens;
   std::multimap<std::array<uint8_t, 16>, RdmaId*> resolving;  // neighbour -> ids waiting
+  // [engine] Inside an entry of the model from this device's loop
+  // (RdmaCm::from_engine), and what the engine raised meanwhile.
+  bool in_entry = false;
+  std::deque<EngineInput> later;
   transport::Engine& engine() const { return cfg.rnic->engine(); }
 };
 

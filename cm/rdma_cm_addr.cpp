@@ -238,7 +238,7 @@ void RdmaCm::on_addr_timer(Timer& t, uint64_t /*now_ns*/) {
   RdmaId& id = t.owner_as<RdmaId>();
   RdmaDev& d = *id.dev;
   RdmaCm& m = *d.model;
-  m.from_engine([&] {
+  m.from_engine(d, [&] {
     for (auto it = d.resolving.begin(); it != d.resolving.end();) {
       it = it->second == &id ? d.resolving.erase(it) : std::next(it);
     }

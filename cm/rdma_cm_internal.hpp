@@ -7,6 +7,7 @@
 #include <sys/socket.h>
 
 #include <algorithm>
+#include <cassert>
 #include <cstdint>
 #include <cstring>
 
@@ -100,37 +101,53 @@ inline uint8_t ib_mtu(uint32_t bytes) {
 
 namespace uroce::cm {
 
-namespace detail {
-// The model whose lock this thread holds through on_engine/from_engine
-// (null: none): what lets an entry from inside such a call skip the lock.
-inline thread_local const RdmaCm* tl_mu_holder = nullptr;
-
-struct MuHolder {
-  explicit MuHolder(const RdmaCm* m) : prev(tl_mu_holder) { tl_mu_holder = m; }
-  ~MuHolder() { tl_mu_holder = prev; }
-  MuHolder(const MuHolder&) = delete;
-  MuHolder& operator=(const MuHolder&) = delete;
-  const RdmaCm* prev;
-};
-}  // namespace detail
-
 // Runs `f` on the device's engine holding the model's lock (the threading
 // rule: engine state on the engine; the lock is taken there, not held
 // while waiting).
 template <class F>
 void RdmaCm::on_engine(RdmaDev& d, F&& f) {
-  d.engine().run_sync([&] { from_engine(f); });
+  d.engine().run_sync([&] { from_engine(d, f); });
 }
 
+// [engine] One entry into the model from d's loop: the lock, then `f`;
+// what d's engine raises for the model meanwhile (CM events: the CM holds
+// them; neighbour results, COMM_EST: RdmaDev::later) waits for `f` to end
+// and is handled next, in order, still in this entry.  Nothing re-enters
+// the model: an entry never begins inside another.
 template <class F>
-void RdmaCm::from_engine(F&& f) {
-  if (detail::tl_mu_holder == this) {
-    f();
-    return;
-  }
+void RdmaCm::from_engine(RdmaDev& d, F&& f) {
+  UROCE_ASSERT_ENGINE(d.engine());
+  assert(!d.in_entry);
   std::lock_guard lock(mu_);
-  detail::MuHolder held(this);
+  d.in_entry = true;
+  if (d.cm != nullptr) d.cm->hold_events();
   f();
+  if (d.cm != nullptr) d.cm->release_events();  // the events f raised: on_cm_event, in this entry
+  while (!d.later.empty()) {
+    const EngineInput in = d.later.front();
+    d.later.pop_front();
+    if (d.cm != nullptr) d.cm->hold_events();
+    handle(d, in);
+    if (d.cm != nullptr) d.cm->release_events();
+  }
+  d.in_entry = false;
+}
+
+template <class I, class F>
+int RdmaCm::with_id(RdmaId* id, I&& input, F&& f) {
+  RdmaDev* d = nullptr;
+  {
+    std::lock_guard lock(mu_);
+    if (id == nullptr || ids_.count(id) == 0 || id->dev == nullptr) return EINVAL;
+    d = id->dev;
+  }
+  int rc = EINVAL;
+  on_engine(*d, [&] {
+    const RdmaIdInput in = input(static_cast<const RdmaId&>(*id));
+    if (id->destroyed || !rdma_id_allows(id->state, in)) return;  // it may have moved since the caller looked
+    rc = f(*d, in);
+  });
+  return rc;
 }
 
 }  // namespace uroce::cm
