@@ -52,6 +52,7 @@ DeviceCm::~DeviceCm() {
 }
 
 int DeviceCm::set_consumer(CmEventHandler handler) {
+  UROCE_ASSERT_ENGINE(engine());
   if (handler && consumer_) return EBUSY;
   consumer_ = std::move(handler);
   return 0;
@@ -60,11 +61,13 @@ int DeviceCm::set_consumer(CmEventHandler handler) {
 // [engine] Armed by on_gsi_completion: takes every completion on QP 1.
 void DeviceCm::on_poll_timer(Timer& t, uint64_t) {
   DeviceCm& self = t.owner_as<DeviceCm>();
+  UROCE_ASSERT_ENGINE(self.engine());
   self.gsi_.poll([&](const MadAddr& from, std::span<const uint8_t> mad) { self.cm_->on_mad(from, mad); });
 }
 
 // [engine] A completion on QP 1: poll it on the next turn of the loop.
 void DeviceCm::on_gsi_completion(void* self) noexcept {
+  UROCE_ASSERT_ENGINE(static_cast<DeviceCm*>(self)->engine());
   auto& me = *static_cast<DeviceCm*>(self);
   transport::Engine& e = me.engine();
   if (!me.poll_timer_.armed()) e.timers().arm(me.poll_timer_, e.now());

@@ -443,6 +443,7 @@ int RdmaCm::listen(RdmaId* id, int backlog) {
 
 // One CM listen per (device, service ID) while some id listens there.
 void RdmaCm::update_cm_listens(RdmaDev& d, rdma_port_space ps, uint16_t port) {
+  UROCE_ASSERT_ENGINE(d.engine());
   const uint64_t sid = cma_service_id(static_cast<PortSpace>(ps), port);
   bool wanted = false;
   if (auto it = ports_.find({ps, port}); it != ports_.end()) {
@@ -491,6 +492,7 @@ RdmaId* RdmaCm::listener_for(RdmaDev& d, uint64_t service_id, const std::optiona
 // ---- the CM's events ---------------------------------------------------------------------------
 
 void RdmaCm::on_cm_event(RdmaDev& d, const CmEvent& ev) {
+  UROCE_ASSERT_ENGINE(d.engine());
   if (ev.type == CmEventType::ReqReceived || ev.type == CmEventType::SidrReqReceived) {
     on_req(d, ev, ev.type == CmEventType::SidrReqReceived);
     return;
@@ -580,6 +582,7 @@ void RdmaCm::on_cm_event(RdmaDev& d, const CmEvent& ev) {
 }
 
 void RdmaCm::on_req(RdmaDev& d, const CmEvent& ev, bool sidr) {
+  UROCE_ASSERT_ENGINE(d.engine());
   RdmaId* l = listener_for(d, ev.service_id, ev.cma);
   if (l == nullptr || !ev.cma) {
     // No listener for that address (the CM listened for the service ID):
@@ -694,6 +697,7 @@ void RdmaCm::on_req(RdmaDev& d, const CmEvent& ev, bool sidr) {
 }
 
 void RdmaCm::on_rep(RdmaId& id, const CmEvent& ev) {
+  UROCE_ASSERT_ENGINE(id.dev->engine());
   RdmaDev& d = *id.dev;
   if (!rdma_id_allows(id.state, RdmaIdInput::ConnectResponse)) return;  // Connect: what a REP answers
   const RepMsg& rep = *ev.rep;
@@ -777,6 +781,7 @@ int RdmaCm::fill_attr(RdmaId& id, ibv_qp_state st, ibv_qp_attr& attr, int& mask)
 // INIT -> INIT (the CM's access flags: READ/atomic only with responder
 // resources), RTR, RTS: librdmacm's ucma_modify_qp_rtr / _rts.
 int RdmaCm::modify_connected_qp(RdmaId& id) {
+  UROCE_ASSERT_ENGINE(id.dev->engine());
   for (ibv_qp_state st : {IBV_QPS_INIT, IBV_QPS_RTR, IBV_QPS_RTS}) {
     ibv_qp_attr a{};
     int mask = 0;
@@ -867,6 +872,7 @@ int RdmaCm::init_qp_attr(RdmaId* id, ibv_qp_attr* attr, int* mask) {
 }
 
 void RdmaCm::raise(RdmaDev& d, const EngineInput& in) {
+  UROCE_ASSERT_ENGINE(d.engine());
   if (d.in_entry) {
     d.later.push_back(in);  // handled as the entry ends (from_engine)
     return;
@@ -875,6 +881,7 @@ void RdmaCm::raise(RdmaDev& d, const EngineInput& in) {
 }
 
 void RdmaCm::handle(RdmaDev& d, const EngineInput& in) {
+  UROCE_ASSERT_ENGINE(d.engine());
   if (const auto* r = std::get_if<Resolved>(&in)) {
     on_resolved(d, r->ip, r->ok);
   } else if (const auto* c = std::get_if<CommEst>(&in)) {
@@ -883,6 +890,7 @@ void RdmaCm::handle(RdmaDev& d, const EngineInput& in) {
 }
 
 void RdmaCm::on_comm_est(RdmaDev& d, const rnic::Qp* qp) {
+  UROCE_ASSERT_ENGINE(d.engine());
   // IBA 12.9.6 (communication established): data on the passive side's QP
   // before the RTU stands for it (the RTU may be lost or late).
   for (RdmaId* id : d.accepting) {

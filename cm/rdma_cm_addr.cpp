@@ -227,6 +227,7 @@ void RdmaCm::addr_done(RdmaId& id, bool ok, int status) {
 }
 
 void RdmaCm::on_resolved(RdmaDev& d, const IpAddr& ip, bool ok) {
+  UROCE_ASSERT_ENGINE(d.engine());
   auto [lo, hi] = d.resolving.equal_range(ip.bytes);
   std::vector<RdmaId*> done;
   for (auto it = lo; it != hi; ++it) done.push_back(it->second);

@@ -327,6 +327,7 @@ std::vector<Switch::QpOwned> Switch::owned_by(Attachment* at) {
 // ---- [engine] from the port ---------------------------------------------------------
 
 bool Switch::deliver(Attachment& at, const uint8_t* frame, uint32_t len) {
+  UROCE_ASSERT_ENGINE(engine_);
   if (at.ended) return false;
   if (!at.rings.rx.put(shm::RecordKind::kFrame, frame, len)) {
     at.rx_dropped.store(at.rx_dropped.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
@@ -342,6 +343,7 @@ bool Switch::deliver(Attachment& at, const uint8_t* frame, uint32_t len) {
 }
 
 void Switch::publish_rx() {
+  UROCE_ASSERT_ENGINE(engine_);
   for (Attachment* at : dirty_) {
     at->rings.rx.publish();
     at->rx_dirty = false;
@@ -419,11 +421,15 @@ void Switch::rx_burst(transport::Engine& engine, transport::RoceRx* pkts, uint16
   }
 }
 
-bool Switch::mcast_member(const wire::Ipv6Addr& mgid) const noexcept { return groups_.count(mgid) != 0; }
+bool Switch::mcast_member(const wire::Ipv6Addr& mgid) const noexcept {
+  UROCE_ASSERT_ENGINE(engine_);
+  return groups_.count(mgid) != 0;
+}
 
 // ---- [engine] from the clients ------------------------------------------------------
 
 unsigned Switch::turn() {
+  UROCE_ASSERT_ENGINE(engine_);
   unsigned work = 0;
   const uint64_t now = engine_.now();
   // Busy polling: who spins on a CQ now (client_polls moved lately).
@@ -459,6 +465,7 @@ unsigned Switch::turn() {
 }
 
 void Switch::drain_all(Attachment& at) {
+  UROCE_ASSERT_ENGINE(engine_);
   // Bounded: a client that keeps filling its ring cannot hold the caller.
   for (uint32_t i = 0; i < at.geo.tx_slots / cfg_.tx_budget + 2 && !at.ended; ++i)
     if (drain(at) == 0) break;
@@ -466,6 +473,7 @@ void Switch::drain_all(Attachment& at) {
 }
 
 unsigned Switch::drain(Attachment& at) {
+  UROCE_ASSERT_ENGINE(engine_);
   const uint32_t ready = at.rings.tx.ready();
   if (ready == 0) return 0;
   if (ready == UINT32_MAX) {
@@ -505,6 +513,7 @@ unsigned Switch::drain(Attachment& at) {
 }
 
 void Switch::from_client(Attachment& at, rte_mbuf* m) {
+  UROCE_ASSERT_ENGINE(engine_);
   uint8_t* f = rte_pktmbuf_mtod(m, uint8_t*);
   const wire::PktInfo pi = wire::parse({f, m->data_len});
   auto refuse = [&](SwitchCtr why) {
@@ -547,6 +556,7 @@ void Switch::from_client(Attachment& at, rte_mbuf* m) {
 }
 
 bool Switch::check_roce(Attachment& at, const uint8_t* f, const wire::PktInfo& pi, const IpAddr& dst) {
+  UROCE_ASSERT_ENGINE(engine_);
   if (!pi.opcode_known) {
     ctr_.inc(SwitchCtr::tx_refused_opcode);
     return false;
@@ -625,6 +635,7 @@ void Switch::unclaim(Attachment& at, uint32_t qpn) {
 }
 
 void Switch::record(Attachment& at, shm::RecordKind kind, const uint8_t* p, uint32_t len) {
+  UROCE_ASSERT_ENGINE(engine_);
   switch (kind) {
     case shm::RecordKind::kClaim: {
       shm::ClaimRecord r;
@@ -691,6 +702,7 @@ void Switch::record(Attachment& at, shm::RecordKind kind, const uint8_t* p, uint
 }
 
 void Switch::resolve_for(Attachment& at, rte_mbuf* m, const wire::PktInfo& pi) {
+  UROCE_ASSERT_ENGINE(engine_);
   const uint8_t* f = rte_pktmbuf_mtod(m, const uint8_t*);
   std::optional<IpAddr> target;
   if (pi.cls == wire::FrameClass::ARP) {
@@ -726,6 +738,7 @@ void Switch::resolve_for(Attachment& at, rte_mbuf* m, const wire::PktInfo& pi) {
 
 void Switch::answer_neigh(Attachment& at, const uint8_t* req, const wire::PktInfo& pi, const IpAddr& target,
                           const wire::MacAddr& mac) {
+  UROCE_ASSERT_ENGINE(engine_);
   // The answer the neighbour itself would give: handle_host_frame as that
   // neighbour (its MAC, its address), to the client's request.
   transport::LocalAddrs as_peer;
@@ -740,6 +753,7 @@ void Switch::answer_neigh(Attachment& at, const uint8_t* req, const wire::PktInf
 }
 
 void Switch::on_resolved(const IpAddr& ip, bool ok) {
+  UROCE_ASSERT_ENGINE(engine_);
   auto [lo, hi] = neigh_waits_.equal_range(ip.bytes);
   std::vector<NeighWait> done;
   for (auto it = lo; it != hi; ++it) done.push_back(std::move(it->second));
@@ -757,6 +771,7 @@ void Switch::on_resolved(const IpAddr& ip, bool ok) {
 }
 
 void Switch::violation(Attachment& at) {
+  UROCE_ASSERT_ENGINE(engine_);
   if (at.ended) return;
   at.ended = true;
   ctr_.inc(SwitchCtr::ring_violations);

@@ -282,6 +282,7 @@ void Engine::handle_rx(rte_mbuf** pkts, uint16_t n, bool looped) {
 }
 
 bool Engine::accept_roce(const RoceRx& pkt) noexcept {
+  UROCE_ASSERT_ENGINE(*this);
   if (!pkt.info.opcode_known) {
     drop(pkt.m, EngineCtr::drop_unknown_opcode);
     return false;
@@ -295,6 +296,7 @@ bool Engine::accept_roce(const RoceRx& pkt) noexcept {
 }
 
 void Engine::drop(rte_mbuf* m, EngineCtr why) noexcept {
+  UROCE_ASSERT_ENGINE(*this);
   ctr_.inc(why);
   rte_pktmbuf_free(m);
 }
@@ -416,6 +418,7 @@ void Engine::send_multicast(const wire::Ipv6Addr& mgid, rte_mbuf* m) noexcept {
 // [engine] Receives the frames looped back since the last turn; what they
 // cause (ACKs, responses) is looped on the following turn.
 unsigned Engine::drain_loopback() {
+  UROCE_ASSERT_ENGINE(*this);
   if (loop_.empty()) return 0;
   loop_rx_.swap(loop_);
   // In bursts of rx_burst, as from the port (roce_ holds one burst).
@@ -473,6 +476,7 @@ void Engine::flush_tx_keeping(bool keep_acks) noexcept {
 }
 
 bool Engine::drain_tx(uint64_t max_ns) noexcept {
+  UROCE_ASSERT_ENGINE(*this);
   flush_tx();
   if (!tx_stalled_) return true;
   const uint64_t until = steady_ns() + max_ns;

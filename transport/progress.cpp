@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cassert>
 #include <chrono>
 #include <ctime>
 
@@ -129,6 +130,7 @@ int Progress::poll_if_free(uint64_t* clock) {
 }
 
 void Progress::turn_begins(uint64_t now) noexcept {
+  assert(on_engine_thread());
   last_poll_ns_.store(now, std::memory_order_relaxed);
   if (wake_fd_ >= 0) seen_rung_ = rung_.load(std::memory_order_acquire);  // what is rung after this wakes us
   // The posts left for this turn (post_kick): their doorbells are rung
@@ -141,6 +143,7 @@ void Progress::turn_begins(uint64_t now) noexcept {
 }
 
 void Progress::turn_ended() noexcept {
+  assert(on_engine_thread());
   if (wake_fd_ >= 0 && std::this_thread::get_id() != thread_.get_id()) wake_if_needed();
 }
 

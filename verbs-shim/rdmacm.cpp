@@ -97,14 +97,30 @@ int result(int rc) { return rc == 0 ? 0 : fail(rc, -1); }
 // Not cached here: a child of fork() gets a model of its own (adopt_fork).
 RdmaCm* model() { return uroce_rdmacm(); }
 
+// A per-device object made once, on first use: made without the table's
+// lock held (making it waits for the device's engine, and no lock is held
+// while waiting for a loop); of two threads that made one at once, the
+// first to come back keeps its own and the other's is given back.
+template <class T, class Make, class Free>
+T* once_per_device(std::mutex& mu, std::map<ibv_context*, T*>& table, ibv_context* verbs, Make make, Free free) {
+  {
+    std::lock_guard lock(mu);
+    if (T* have = table[verbs]; have != nullptr) return have;
+  }
+  T* made = make();
+  if (made == nullptr) return nullptr;
+  std::lock_guard lock(mu);
+  T*& slot = table[verbs];
+  if (slot == nullptr) return slot = made;
+  free(made);
+  return slot;
+}
+
 // One PD per device for QPs created without one (librdmacm: cma_dev->pd).
 ibv_pd* default_pd(ibv_context* verbs) {
   static std::mutex mu;
   static std::map<ibv_context*, ibv_pd*> pds;
-  std::lock_guard lock(mu);
-  ibv_pd*& pd = pds[verbs];
-  if (pd == nullptr) pd = ibv_alloc_pd(verbs);
-  return pd;
+  return once_per_device(mu, pds, verbs, [verbs] { return ibv_alloc_pd(verbs); }, [](ibv_pd* p) { ibv_dealloc_pd(p); });
 }
 
 // One anonymous XRC domain per device for XRC receive QPs and SRQs made
@@ -112,16 +128,14 @@ ibv_pd* default_pd(ibv_context* verbs) {
 ibv_xrcd* default_xrcd(ibv_context* verbs) {
   static std::mutex mu;
   static std::map<ibv_context*, ibv_xrcd*> xrcds;
-  std::lock_guard lock(mu);
-  ibv_xrcd*& x = xrcds[verbs];
-  if (x == nullptr) {
+  const auto open = [verbs] {
     ibv_xrcd_init_attr a{};
     a.comp_mask = IBV_XRCD_INIT_ATTR_FD | IBV_XRCD_INIT_ATTR_OFLAGS;
     a.fd = -1;
     a.oflags = O_CREAT;
-    x = ibv_open_xrcd(verbs, &a);
-  }
-  return x;
+    return ibv_open_xrcd(verbs, &a);
+  };
+  return once_per_device(mu, xrcds, verbs, open, [](ibv_xrcd* x) { ibv_close_xrcd(x); });
 }
 
 socklen_t addr_len(const sockaddr* s) {
@@ -136,14 +150,16 @@ void sync_fields(Id* x) {
   // An id bound to a device has that device's PD from then on, as
   // librdmacm's ucma_get_device gives it (pyverbs' PD(cmid) reads it before
   // any QP exists); a QP made with another PD replaces it.
-  // Under the lock (id.pd is written here by whichever thread syncs);
-  // default_pd takes only its own lock, and no engine thread comes here.
+  // Its PD is had before the lock (making it waits for the engine); id.pd
+  // is written under it, by whichever thread syncs.
+  uroce::cm::RdmaId* m = x->impl;
+  ibv_context* const verbs = m->verbs;
+  ibv_pd* const pd = verbs != nullptr ? default_pd(verbs) : nullptr;
   static std::mutex mu;
   std::lock_guard lock(mu);
-  uroce::cm::RdmaId* m = x->impl;
   rdma_cm_id& id = x->id;
-  id.verbs = m->verbs;
-  if (id.pd == nullptr && id.verbs != nullptr) id.pd = default_pd(id.verbs);
+  id.verbs = verbs;
+  if (id.pd == nullptr && id.verbs != nullptr) id.pd = pd;
   id.port_num = m->verbs != nullptr ? 1 : 0;
   id.ps = m->ps;
   id.qp_type = m->qp_type;

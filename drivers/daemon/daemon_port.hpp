@@ -50,7 +50,7 @@ class DaemonPort final : public Port {
   rte_mempool* pool() const override { return pool_; }
   std::string name() const override { return name_; }
 
-  // [engine] Records (see above).
+  // Records (see above), by the thread that drives the port (the engine's).
   void claim(uint32_t qpn, const uint8_t (&remote_gid)[16], uint32_t remote_qpn);
   void unclaim(uint32_t qpn);
   void mcast(const uint8_t (&mgid)[16], bool join);

@@ -9,6 +9,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <vector>
 
 #include "lib/wire/build.hpp"
@@ -93,5 +94,19 @@ OwnedDesc random_desc(Rng& rng, const RandomSpec& spec);
 
 // build() into a fresh vector sized by frame_len(); empty when build fails.
 Bytes build_frame(const wire::PktDesc& d);
+
+// What f() returns, computed inside `engine`'s loop (Engine::run_sync):
+// how a test calls a function that runs only there (one marked [engine],
+// which asserts it).
+template <class E, class F>
+auto in_loop(E& engine, F&& f) -> decltype(f()) {
+  if constexpr (std::is_void_v<decltype(f())>) {
+    engine.run_sync([&] { f(); });
+  } else {
+    decltype(f()) r{};
+    engine.run_sync([&] { r = f(); });
+    return r;
+  }
+}
 
 }  // namespace uroce::test

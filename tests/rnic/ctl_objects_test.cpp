@@ -7,6 +7,7 @@
 
 #include <thread>
 
+#include "tests/common/test_util.hpp"
 #include "tests/rnic/ctl_fixture.hpp"
 
 namespace uroce::rnic::ctltest {
@@ -50,16 +51,16 @@ TEST_F(Ctl, RegMrRules) {
   // A key does not outlive its registration, even when its slot is reused.
   const uint32_t old_key = ro->lkey.value();
   KeyCheck why = KeyCheck::Ok;
-  EXPECT_EQ(rnic->lookup_lkey(old_key, pd, &why), ro);
+  EXPECT_EQ(test::in_loop(rnic->engine(), [&] { return rnic->lookup_lkey(old_key, pd, &why); }), ro);
   ASSERT_EQ(rnic->dereg_mr(ro), 0);
-  EXPECT_EQ(rnic->lookup_lkey(old_key, pd, &why), nullptr);
+  EXPECT_EQ(test::in_loop(rnic->engine(), [&] { return rnic->lookup_lkey(old_key, pd, &why); }), nullptr);
   EXPECT_EQ(why, KeyCheck::NoKey);
   Mr* again = reg(IBV_ACCESS_REMOTE_READ);
   ASSERT_NE(again, nullptr);
   EXPECT_EQ(again->lkey.value() >> 8, old_key >> 8);  // the same slot
   EXPECT_NE(again->lkey.value(), old_key);           // another key
-  EXPECT_EQ(rnic->lookup_lkey(old_key, pd, &why), nullptr);
-  EXPECT_EQ(rnic->check_rkey(old_key, again->iova, 8, IBV_ACCESS_REMOTE_READ, pd, &why), nullptr);
+  EXPECT_EQ(test::in_loop(rnic->engine(), [&] { return rnic->lookup_lkey(old_key, pd, &why); }), nullptr);
+  EXPECT_EQ(test::in_loop(rnic->engine(), [&] { return rnic->check_rkey(old_key, again->iova, 8, IBV_ACCESS_REMOTE_READ, pd, &why); }), nullptr);
   EXPECT_EQ(why, KeyCheck::NoKey);
   EXPECT_EQ(rnic->dereg_mr(nullptr), EINVAL);
 }
@@ -80,12 +81,12 @@ TEST_F(Ctl, ImplicitOdpMr) {
   ASSERT_NE(all, nullptr);
   const uint64_t va = reinterpret_cast<uint64_t>(g_mem.data());
   KeyCheck why = KeyCheck::Ok;
-  EXPECT_EQ(rnic->check_rkey(all->rkey.value(), va, 64, IBV_ACCESS_REMOTE_WRITE, pd, &why), g_mem.data());
-  EXPECT_EQ(rnic->check_rkey(all->rkey.value(), UINT64_MAX - 8, 8, IBV_ACCESS_REMOTE_WRITE, pd, &why),
+  EXPECT_EQ(test::in_loop(rnic->engine(), [&] { return rnic->check_rkey(all->rkey.value(), va, 64, IBV_ACCESS_REMOTE_WRITE, pd, &why); }), g_mem.data());
+  EXPECT_EQ(test::in_loop(rnic->engine(), [&] { return rnic->check_rkey(all->rkey.value(), UINT64_MAX - 8, 8, IBV_ACCESS_REMOTE_WRITE, pd, &why); }),
             reinterpret_cast<uint8_t*>(UINT64_MAX - 8));  // in bounds; the access itself is guarded
-  EXPECT_EQ(rnic->check_rkey(all->rkey.value(), UINT64_MAX - 8, 9, IBV_ACCESS_REMOTE_WRITE, pd, &why), nullptr);
+  EXPECT_EQ(test::in_loop(rnic->engine(), [&] { return rnic->check_rkey(all->rkey.value(), UINT64_MAX - 8, 9, IBV_ACCESS_REMOTE_WRITE, pd, &why); }), nullptr);
   EXPECT_EQ(why, KeyCheck::OutOfBounds);
-  EXPECT_EQ(rnic->check_rkey(all->rkey.value(), va, 8, IBV_ACCESS_REMOTE_READ, pd, &why), nullptr);
+  EXPECT_EQ(test::in_loop(rnic->engine(), [&] { return rnic->check_rkey(all->rkey.value(), va, 8, IBV_ACCESS_REMOTE_READ, pd, &why); }), nullptr);
   EXPECT_EQ(why, KeyCheck::NoAccess);  // the rights still count
   // Dropping ON_DEMAND would make it an ordinary MR over unmapped memory.
   EXPECT_NE(rnic->rereg_mr(all, IBV_REREG_MR_CHANGE_ACCESS, nullptr, nullptr, 0, IBV_ACCESS_LOCAL_WRITE), 0);
@@ -198,28 +199,28 @@ TEST_F(Ctl, CheckRkeyAccessTable) {
         {IBV_ACCESS_REMOTE_READ, c.read}, {IBV_ACCESS_REMOTE_WRITE, c.write}, {IBV_ACCESS_REMOTE_ATOMIC, c.atomic}};
     for (const auto& [need, want] : needs) {
       KeyCheck why = KeyCheck::Ok;
-      uint8_t* p = rnic->check_rkey(key, va + 8, 8, need, pd, &why);
+      uint8_t* p = test::in_loop(rnic->engine(), [&] { return rnic->check_rkey(key, va + 8, 8, need, pd, &why); });
       EXPECT_EQ(why, want) << "access " << c.access << " need " << need;
       EXPECT_EQ(p, want == KeyCheck::Ok ? g_mem.data() + 8 : nullptr);
     }
     if (c.read == KeyCheck::Ok) {
       KeyCheck why = KeyCheck::Ok;
-      EXPECT_EQ(rnic->check_rkey(key, va, 8, IBV_ACCESS_REMOTE_READ, other, &why), nullptr);
+      EXPECT_EQ(test::in_loop(rnic->engine(), [&] { return rnic->check_rkey(key, va, 8, IBV_ACCESS_REMOTE_READ, other, &why); }), nullptr);
       EXPECT_EQ(why, KeyCheck::WrongPd);
-      EXPECT_EQ(rnic->check_rkey(key, va + 250, 8, IBV_ACCESS_REMOTE_READ, pd, &why), nullptr);
+      EXPECT_EQ(test::in_loop(rnic->engine(), [&] { return rnic->check_rkey(key, va + 250, 8, IBV_ACCESS_REMOTE_READ, pd, &why); }), nullptr);
       EXPECT_EQ(why, KeyCheck::OutOfBounds);
-      EXPECT_EQ(rnic->check_rkey(key, va - 1, 8, IBV_ACCESS_REMOTE_READ, pd, &why), nullptr);
+      EXPECT_EQ(test::in_loop(rnic->engine(), [&] { return rnic->check_rkey(key, va - 1, 8, IBV_ACCESS_REMOTE_READ, pd, &why); }), nullptr);
       EXPECT_EQ(why, KeyCheck::OutOfBounds);
-      EXPECT_EQ(rnic->check_rkey(key, va, 256, IBV_ACCESS_REMOTE_READ, pd, &why), g_mem.data());
-      EXPECT_EQ(rnic->check_rkey(key ^ 0x1, va, 8, IBV_ACCESS_REMOTE_READ, pd, &why), nullptr);  // wrong key byte
+      EXPECT_EQ(test::in_loop(rnic->engine(), [&] { return rnic->check_rkey(key, va, 256, IBV_ACCESS_REMOTE_READ, pd, &why); }), g_mem.data());
+      EXPECT_EQ(test::in_loop(rnic->engine(), [&] { return rnic->check_rkey(key ^ 0x1, va, 8, IBV_ACCESS_REMOTE_READ, pd, &why); }), nullptr);  // wrong key byte
       EXPECT_EQ(why, KeyCheck::NoKey);
-      EXPECT_EQ(rnic->check_rkey(0xFFFFFF00u, va, 8, IBV_ACCESS_REMOTE_READ, pd, &why), nullptr);
+      EXPECT_EQ(test::in_loop(rnic->engine(), [&] { return rnic->check_rkey(0xFFFFFF00u, va, 8, IBV_ACCESS_REMOTE_READ, pd, &why); }), nullptr);
       EXPECT_EQ(why, KeyCheck::NoKey);
     }
     KeyCheck why = KeyCheck::Ok;
-    EXPECT_EQ(rnic->lookup_lkey(key, other, &why), nullptr);
+    EXPECT_EQ(test::in_loop(rnic->engine(), [&] { return rnic->lookup_lkey(key, other, &why); }), nullptr);
     EXPECT_EQ(why, KeyCheck::WrongPd);
-    EXPECT_EQ(rnic->lookup_lkey(key, pd, &why), mr);
+    EXPECT_EQ(test::in_loop(rnic->engine(), [&] { return rnic->lookup_lkey(key, pd, &why); }), mr);
     EXPECT_EQ(why, KeyCheck::Ok);
     ASSERT_EQ(rnic->dereg_mr(mr), 0);
   }
@@ -230,9 +231,9 @@ TEST_F(Ctl, RereqMr) {
   Mr* mr = rnic->reg_mr(pd, g_mem.data(), 256, 0x1000, IBV_ACCESS_LOCAL_WRITE, &err);
   ASSERT_NE(mr, nullptr);
   KeyCheck why;
-  EXPECT_EQ(rnic->check_rkey(mr->rkey.value(), 0x1000, 8, IBV_ACCESS_REMOTE_READ, pd, &why), nullptr);
+  EXPECT_EQ(test::in_loop(rnic->engine(), [&] { return rnic->check_rkey(mr->rkey.value(), 0x1000, 8, IBV_ACCESS_REMOTE_READ, pd, &why); }), nullptr);
   EXPECT_EQ(rnic->rereg_mr(mr, IBV_REREG_MR_CHANGE_ACCESS, nullptr, nullptr, 0, IBV_ACCESS_REMOTE_READ), 0);
-  EXPECT_NE(rnic->check_rkey(mr->rkey.value(), 0x1000, 8, IBV_ACCESS_REMOTE_READ, pd, &why), nullptr);
+  EXPECT_NE(test::in_loop(rnic->engine(), [&] { return rnic->check_rkey(mr->rkey.value(), 0x1000, 8, IBV_ACCESS_REMOTE_READ, pd, &why); }), nullptr);
   EXPECT_EQ(rnic->rereg_mr(mr, IBV_REREG_MR_CHANGE_ACCESS, nullptr, nullptr, 0, IBV_ACCESS_REMOTE_WRITE), EINVAL);
   Pd* other = rnic->alloc_pd(&err);
   EXPECT_EQ(rnic->rereg_mr(mr, IBV_REREG_MR_CHANGE_PD, other, nullptr, 0, 0), 0);
@@ -258,7 +259,7 @@ TEST_F(Ctl, CqOrderOverflowAndResize) {
   uint64_t want = 0;
   // Wrap the ring several times with uneven polls: strict FIFO.
   for (int round = 0; round < 7; ++round) {
-    for (int i = 0; i < 3 + round % 3; ++i) ASSERT_TRUE(c->push(wc_with(next++)));
+    for (int i = 0; i < 3 + round % 3; ++i) ASSERT_TRUE(test::in_loop(rnic->engine(), [&] { return c->push(wc_with(next++)); }));
     ibv_wc out[8];
     const int n = c->poll(2, out);
     ASSERT_EQ(n, 2);
@@ -270,9 +271,9 @@ TEST_F(Ctl, CqOrderOverflowAndResize) {
   EXPECT_EQ(c->poll(-1, nullptr), -EINVAL);
 
   // Exactly `cqe` entries fit; the next is dropped, counted, CQ_ERR raised once.
-  for (int i = 0; i < 5; ++i) ASSERT_TRUE(c->push(wc_with(100 + i)));
-  EXPECT_FALSE(c->push(wc_with(105)));
-  EXPECT_FALSE(c->push(wc_with(106)));
+  for (int i = 0; i < 5; ++i) ASSERT_TRUE(test::in_loop(rnic->engine(), [&] { return c->push(wc_with(100 + i)); }));
+  EXPECT_FALSE(test::in_loop(rnic->engine(), [&] { return c->push(wc_with(105)); }));
+  EXPECT_FALSE(test::in_loop(rnic->engine(), [&] { return c->push(wc_with(106)); }));
   EXPECT_TRUE(c->overflowed());
   EXPECT_EQ(rnic->counters().get(RnicCtr::cq_overflows), 2u);
   AsyncEvent ev;
@@ -286,8 +287,8 @@ TEST_F(Ctl, CqOrderOverflowAndResize) {
   EXPECT_EQ(c->resize(0), EINVAL);
   ASSERT_EQ(c->resize(9), 0);
   EXPECT_EQ(c->capacity(), 9u);
-  for (int i = 0; i < 4; ++i) ASSERT_TRUE(c->push(wc_with(105 + i)));
-  EXPECT_FALSE(c->push(wc_with(200)));
+  for (int i = 0; i < 4; ++i) ASSERT_TRUE(test::in_loop(rnic->engine(), [&] { return c->push(wc_with(105 + i)); }));
+  EXPECT_FALSE(test::in_loop(rnic->engine(), [&] { return c->push(wc_with(200)); }));
   auto all = drain(c);
   ASSERT_EQ(all.size(), 9u);
   for (size_t i = 0; i < all.size(); ++i) EXPECT_EQ(all[i].wr_id, 100 + i);
@@ -306,7 +307,7 @@ TEST_F(Ctl, CompletionChannelWakesPoll) {
   };
 
   // Not armed: a completion makes no event.
-  ASSERT_TRUE(c->push(wc_with(1)));
+  ASSERT_TRUE(test::in_loop(rnic->engine(), [&] { return c->push(wc_with(1)); }));
   EXPECT_FALSE(readable(0));
 
   // Armed: a thread blocked in poll() on the fd wakes up.
@@ -314,7 +315,7 @@ TEST_F(Ctl, CompletionChannelWakesPoll) {
   bool woke = false;
   std::thread waiter([&] { woke = readable(5000); });
   std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  ASSERT_TRUE(c->push(wc_with(2)));
+  ASSERT_TRUE(test::in_loop(rnic->engine(), [&] { return c->push(wc_with(2)); }));
   waiter.join();
   EXPECT_TRUE(woke);
   Cq* got = nullptr;
@@ -322,7 +323,7 @@ TEST_F(Ctl, CompletionChannelWakesPoll) {
   EXPECT_EQ(got, c);
   EXPECT_FALSE(readable(0));
   // One event per arming.
-  ASSERT_TRUE(c->push(wc_with(3)));
+  ASSERT_TRUE(test::in_loop(rnic->engine(), [&] { return c->push(wc_with(3)); }));
   EXPECT_FALSE(readable(0));
 
   // Non-blocking fd: EAGAIN when none.
@@ -333,15 +334,15 @@ TEST_F(Ctl, CompletionChannelWakesPoll) {
   // Solicited only: a plain completion does not wake; a solicited or an
   // unsuccessful one does.
   ASSERT_EQ(c->req_notify(true), 0);
-  ASSERT_TRUE(c->push(wc_with(4)));
+  ASSERT_TRUE(test::in_loop(rnic->engine(), [&] { return c->push(wc_with(4)); }));
   EXPECT_FALSE(readable(0));
-  ASSERT_TRUE(c->push(wc_with(5), true));
+  ASSERT_TRUE(test::in_loop(rnic->engine(), [&] { return c->push(wc_with(5), true); }));
   EXPECT_TRUE(readable(0));
   ASSERT_EQ(ch->get_event(&got), 0);
   ASSERT_EQ(c->req_notify(true), 0);
   ibv_wc bad = wc_with(6);
   bad.status = IBV_WC_REM_ACCESS_ERR;
-  ASSERT_TRUE(c->push(bad));
+  ASSERT_TRUE(test::in_loop(rnic->engine(), [&] { return c->push(bad); }));
   ASSERT_EQ(ch->get_event(&got), 0);
   EXPECT_EQ(got, c);
 
@@ -349,8 +350,8 @@ TEST_F(Ctl, CompletionChannelWakesPoll) {
   Cq* c2 = cq(16, ch);
   ASSERT_EQ(c2->req_notify(false), 0);
   ASSERT_EQ(c->req_notify(false), 0);
-  ASSERT_TRUE(c2->push(wc_with(7)));
-  ASSERT_TRUE(c->push(wc_with(8)));
+  ASSERT_TRUE(test::in_loop(rnic->engine(), [&] { return c2->push(wc_with(7)); }));
+  ASSERT_TRUE(test::in_loop(rnic->engine(), [&] { return c->push(wc_with(8)); }));
   ASSERT_EQ(ch->get_event(&got), 0);
   EXPECT_EQ(got, c2);
   ASSERT_EQ(ch->get_event(&got), 0);
@@ -359,7 +360,7 @@ TEST_F(Ctl, CompletionChannelWakesPoll) {
 
   // A destroyed CQ's undelivered event goes with it.
   ASSERT_EQ(c2->req_notify(false), 0);
-  ASSERT_TRUE(c2->push(wc_with(9)));
+  ASSERT_TRUE(test::in_loop(rnic->engine(), [&] { return c2->push(wc_with(9)); }));
   EXPECT_EQ(rnic->destroy_comp_channel(ch), EBUSY);
   ASSERT_EQ(rnic->destroy_cq(c2), 0);
   EXPECT_FALSE(readable(0));

@@ -18,6 +18,7 @@
 #include <cstring>
 #include <vector>
 
+#include "tests/common/test_util.hpp"
 #include "tests/rnic/harness.hpp"
 #include "transport/rnic/limits.hpp"
 
@@ -327,7 +328,7 @@ TEST_F(Xrc, DomainsAndTheirObjects) {
   EXPECT_EQ(err, EINVAL);
   EXPECT_EQ(rn.close_xrcd(f1), EBUSY);
   EXPECT_EQ(rn.destroy_qp(r), 0);
-  EXPECT_EQ(rn.qp_by_num(r->qpn()), r) << "one handle is left";
+  EXPECT_EQ(test::in_loop(rn.engine(), [&] { return rn.qp_by_num(r->qpn()); }), r) << "one handle is left";
   EXPECT_EQ(rn.destroy_qp(r), 0);
   EXPECT_EQ(rn.usage().qps, qps_before);
 
@@ -345,9 +346,9 @@ TEST_F(Xrc, DomainsAndTheirObjects) {
   EXPECT_EQ(rn.destroy_qp(s), 0);
 
   const uint32_t srqn = srq->number();
-  EXPECT_EQ(rn.srq_by_num(srqn), srq);
+  EXPECT_EQ(test::in_loop(rn.engine(), [&] { return rn.srq_by_num(srqn); }), srq);
   EXPECT_EQ(rn.destroy_srq(srq), 0);
-  EXPECT_EQ(rn.srq_by_num(srqn), nullptr);
+  EXPECT_EQ(test::in_loop(rn.engine(), [&] { return rn.srq_by_num(srqn); }), nullptr);
   EXPECT_EQ(rn.close_xrcd(f1), 0);
   EXPECT_EQ(rn.close_xrcd(anon), 0);
   EXPECT_EQ(rn.usage().xrcds, 0u);

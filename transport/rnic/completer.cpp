@@ -461,6 +461,7 @@ void completer_retire(Qp& qp) noexcept {
 }
 
 void completer_fail(Qp& qp, SendWqe& w, ibv_wc_status status) noexcept {
+  UROCE_ASSERT_ENGINE(qp.rnic().engine());
   transport::Engine& engine = qp.rnic().engine();
   UROCE_TRACE(TraceCat::Qp, "qp 0x%06x: send WQE wr_id 0x%llx failed, ibv_wc_status %d", qp.qpn().value(),
               static_cast<unsigned long long>(w.wr_id), static_cast<int>(status));
@@ -511,6 +512,7 @@ void completer_reset(Qp& qp, transport::Engine& engine, Psn psn) noexcept {
 }
 
 void completer_stop(Qp& qp, transport::Engine& engine) noexcept {
+  UROCE_ASSERT_ENGINE(engine);
   engine.timers().cancel(qp.comp.ack_timer);
   engine.timers().cancel(qp.comp.rnr_timer);
   qp.comp.rnr_wait = false;

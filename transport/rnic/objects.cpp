@@ -47,6 +47,7 @@ Cq::Cq(Rnic& rnic, uint32_t capacity, void* context, CompChannel* channel, RingB
 Cq::~Cq() = default;
 
 bool Cq::push(const ibv_wc& wc, bool solicited) noexcept {
+  UROCE_ASSERT_ENGINE(rnic_.engine());
   const uint32_t size = slots_;
   const uint32_t tail = tail_.load(std::memory_order_relaxed);
   const uint32_t next = tail + 1 == size ? 0 : tail + 1;
@@ -116,6 +117,7 @@ int Cq::poll(int n, ibv_wc* out, uint64_t* ts, uint64_t* wall_ns) {
 }
 
 void Cq::clean(Qpn qpn) {
+  UROCE_ASSERT_ENGINE(rnic_.engine());
   std::lock_guard lock(poll_mu_);
   const uint32_t size = slots_;
   const uint32_t head = head_.load(std::memory_order_relaxed);
@@ -328,6 +330,7 @@ int Srq::query(ibv_srq_attr* attr) const {
 }
 
 void Srq::after_pop() noexcept {
+  UROCE_ASSERT_ENGINE(rnic_.engine());
   const uint32_t limit = limit_.load(std::memory_order_acquire);
   if (limit == 0 || rq_.size() >= limit) return;
   // IBA 10.2.9.2 (SRQ limit): the event fires once, then the limit is

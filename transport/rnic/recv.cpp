@@ -121,6 +121,7 @@ void Rnic::rx_burst(transport::Engine& engine, transport::RoceRx* pkts, uint16_t
 // manager hears of it in either state (set_comm_est_hook) and takes it for
 // the RTU that may still be on its way (IBA 12.9.6).
 void Rnic::comm_est(Qp& qp) noexcept {
+  UROCE_ASSERT_ENGINE(engine_);
   qp.comm_est = true;
   if (qp.state() == IBV_QPS_RTR) {
     AsyncEvent ev;
@@ -137,6 +138,7 @@ void Rnic::comm_est(Qp& qp) noexcept {
 // checks its Q_Key and consumes its own receive WQE, so the completion has
 // src_qp and the GRH as for unicast.
 void Rnic::mcast_rx(transport::Engine& engine, transport::RoceRx& pkt) noexcept {
+  UROCE_ASSERT_ENGINE(engine);
   ctr_.inc(RnicCtr::rx_mcast_pkts);
   const uint8_t* f = rte_pktmbuf_mtod(pkt.m, const uint8_t*);
   const wire::Ipv6Addr mgid = pkt.info.l3 == wire::L3::IPv4

@@ -410,6 +410,7 @@ void requester_run(transport::Engine& engine, Qp& qp) noexcept {
 }
 
 void requester_rewind(Qp& qp) noexcept {
+  UROCE_ASSERT_ENGINE(qp.rnic().engine());
   ReqState& r = qp.req;
   const CompState& c = qp.comp;
   if (!qp.reliable()) return;
@@ -432,6 +433,7 @@ void requester_rewind(Qp& qp) noexcept {
 }
 
 void requester_shrink_window(Qp& qp, LossSignal why) noexcept {
+  UROCE_ASSERT_ENGINE(qp.rnic().engine());
   ReqState& r = qp.req;
   switch (why) {
     case LossSignal::SeqNak: r.window = std::max(kMinUnackedPsns, r.window / 2); break;
@@ -440,11 +442,13 @@ void requester_shrink_window(Qp& qp, LossSignal why) noexcept {
 }
 
 void requester_grow_window(Qp& qp, uint32_t acked_psns) noexcept {
+  UROCE_ASSERT_ENGINE(qp.rnic().engine());
   ReqState& r = qp.req;
   r.window = static_cast<uint32_t>(std::min<uint64_t>(kMaxUnackedPsns, uint64_t{r.window} + acked_psns));
 }
 
 void requester_idle(Qp& qp) noexcept {
+  UROCE_ASSERT_ENGINE(qp.rnic().engine());
   ReqState& r = qp.req;
   if (!r.active) return;
   r.active = false;

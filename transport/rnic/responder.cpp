@@ -1278,7 +1278,10 @@ void responder_reset(Qp& qp) noexcept {
   s.results_next = 0;
 }
 
-void responder_stop(Qp& qp, transport::Engine& engine) noexcept { stop_stream(engine, qp); }
+void responder_stop(Qp& qp, transport::Engine& engine) noexcept {
+  UROCE_ASSERT_ENGINE(engine);
+  stop_stream(engine, qp);
+}
 
 void responder_bind(Qp& qp) noexcept {
   qp.resp.kick.cb = on_kick;
@@ -1303,6 +1306,7 @@ void responder_flush(Qp& qp) noexcept {
 }
 
 void responder_forget_srq(Qp& qp, const Srq* srq) noexcept {
+  UROCE_ASSERT_ENGINE(qp.rnic().engine());
   RespState& s = qp.resp;
   if (s.msg_srq == srq) {
     abandon_message(s);

@@ -468,6 +468,7 @@ Mr* Rnic::reg_mr(Pd* pd, void* addr, size_t length, uint64_t iova, int access, i
 // Freed indexes are reused oldest first, so a key's slot comes back as late
 // as it can.
 bool Rnic::take_key(uint32_t* key) {
+  UROCE_ASSERT_ENGINE(engine_);
   uint32_t idx = 0;
   if (!free_keys_.empty()) {
     idx = free_keys_.front();
@@ -544,6 +545,7 @@ int Rnic::dealloc_mw(Mw* mw) {
 }
 
 Mw* Rnic::mw_by_key(uint32_t rkey) noexcept {
+  UROCE_ASSERT_ENGINE(engine_);
   const uint32_t idx = rkey >> 8;
   Mw* mw = idx < mws_.size() ? mws_[idx].get() : nullptr;
   return mw != nullptr && mw->rkey.value() == rkey ? mw : nullptr;
@@ -940,6 +942,7 @@ int Rnic::qp_rings(const ibv_qp_init_attr& init, const RingAllocator* alloc, Qp:
 }
 
 bool Rnic::qp_init_ok(Pd* pd, const ibv_qp_init_attr& init, Xrcd* xrcd) const {
+  UROCE_ASSERT_ENGINE(engine_);
   auto* scq = reinterpret_cast<Cq*>(init.send_cq);
   auto* rcq = reinterpret_cast<Cq*>(init.recv_cq);
   auto* srq = reinterpret_cast<Srq*>(init.srq);
@@ -1168,12 +1171,14 @@ int Rnic::detach_mcast(Qp* qp, const wire::Ipv6Addr& mgid) {
 }
 
 void Rnic::mcast_changed(const wire::Ipv6Addr& mgid, bool had_group) noexcept {
+  UROCE_ASSERT_ENGINE(engine_);
   if (!shared_.mcast) return;
   const bool has = mcast_.find(mgid) != nullptr;
   if (has != had_group) shared_.mcast(mgid, has);
 }
 
 void Rnic::update_claim(Qp& qp) noexcept {
+  UROCE_ASSERT_ENGINE(engine_);
   if (!shared_.claim) return;
   const ibv_qp_state s = qp.state();
   const bool holds = qp.connected() && s != IBV_QPS_RESET && s != IBV_QPS_INIT;
@@ -1229,6 +1234,7 @@ std::vector<Rnic::QpSnapshot> Rnic::qp_snapshots() {
 // ---- [engine] lookups ---------------------------------------------------------------------------
 
 Mr* Rnic::lookup_lkey(uint32_t lkey, const Pd* pd, KeyCheck* check) noexcept {
+  UROCE_ASSERT_ENGINE(engine_);
   const uint32_t idx = lkey >> 8;
   Mr* mr = idx < key_table_.size() ? key_table_[idx] : nullptr;
   KeyCheck r = KeyCheck::Ok;
@@ -1254,6 +1260,7 @@ KeyCheck mr_key_check(const Mr* mr, uint32_t rkey, int need, const Pd* pd) noexc
 
 uint8_t* Rnic::check_rkey(uint32_t rkey, uint64_t va, uint64_t len, int need, const Pd* pd, KeyCheck* check,
                           uint32_t* epoch, const Qp* qp) noexcept {
+  UROCE_ASSERT_ENGINE(engine_);
   // IBA 9.7.5.1.3 / C9-88 (memory access validation): the R_Key names a
   // valid MR of the QP's PD that grants the access, and the whole range
   // lies inside it; otherwise a remote access error, and nothing moves.
@@ -1270,6 +1277,7 @@ uint8_t* Rnic::check_rkey(uint32_t rkey, uint64_t va, uint64_t len, int need, co
 }
 
 bool Rnic::check_rkey_region(uint32_t rkey, int need, const Pd* pd, KeyCheck* check, const Qp* qp) noexcept {
+  UROCE_ASSERT_ENGINE(engine_);
   const uint32_t idx = rkey >> 8;
   const Mr* mr = idx < key_table_.size() ? key_table_[idx] : nullptr;
   if (mr == nullptr && idx < mws_.size() && mws_[idx] != nullptr) {
@@ -1284,6 +1292,7 @@ bool Rnic::check_rkey_region(uint32_t rkey, int need, const Pd* pd, KeyCheck* ch
 
 uint8_t* Rnic::check_mw_rkey(const Mw& mw, uint32_t rkey, uint64_t va, uint64_t len, int need, const Pd* pd,
                              KeyCheck* check, uint32_t* epoch, const Qp* qp) noexcept {
+  UROCE_ASSERT_ENGINE(engine_);
   // IBA 10.6.7.3 (window access validation): the key as bound now, the
   // QP's PD, a type 2 window's own QP, the window's rights and bounds, and
   // then the MR's own translation.
@@ -1310,7 +1319,10 @@ uint8_t* Rnic::check_mw_rkey(const Mw& mw, uint32_t rkey, uint64_t va, uint64_t 
   return p;
 }
 
-Qp* Rnic::qp_by_num(Qpn qpn) noexcept { return qpn.value() < qp_table_.size() ? qp_table_[qpn.value()] : nullptr; }
+Qp* Rnic::qp_by_num(Qpn qpn) noexcept {
+  UROCE_ASSERT_ENGINE(engine_);
+  return qpn.value() < qp_table_.size() ? qp_table_[qpn.value()] : nullptr;
+}
 
 // ---- async events ---------------------------------------------------------------------------------
 
@@ -1328,6 +1340,7 @@ void Rnic::raise(const AsyncEvent& event) noexcept {
 
 void Rnic::on_link_poll(Timer& t, uint64_t now_ns) {
   Rnic& rnic = t.owner_as<Rnic>();
+  UROCE_ASSERT_ENGINE(rnic.engine_);
   const bool up = rnic.engine_.port().link_up();
   if (up != rnic.link_up_) {
     // The port's state follows the link (query_port): ACTIVE when it comes

@@ -287,9 +287,12 @@ class Rnic final : public transport::RoceSink {
   // named a bound type 2 window of `qp`'s PD bound through `qp`, now
   // invalidated.
   bool remote_invalidate(Qp& qp, uint32_t rkey) noexcept;
-  Qp* qp_by_num(Qpn qpn) noexcept;
+  Qp* qp_by_num(Qpn qpn) noexcept;  // [engine]
   // [engine] The SRQ with this number (Srq::number), or nullptr.
-  Srq* srq_by_num(uint32_t srqn) noexcept { return srqn < srq_table_.size() ? srq_table_[srqn] : nullptr; }
+  Srq* srq_by_num(uint32_t srqn) noexcept {
+    UROCE_ASSERT_ENGINE(engine_);
+    return srqn < srq_table_.size() ? srq_table_[srqn] : nullptr;
+  }
 
   // ---- async events ----
   int async_fd() const noexcept { return async_.fd(); }
@@ -302,7 +305,10 @@ class Rnic final : public transport::RoceSink {
 
   // ---- the engine's RoceSink: the receive dispatcher (recv.cpp) ----
   void rx_burst(transport::Engine& engine, transport::RoceRx* pkts, uint16_t n) override;
-  bool mcast_member(const wire::Ipv6Addr& mgid) const noexcept override { return mcast_.find(mgid) != nullptr; }
+  bool mcast_member(const wire::Ipv6Addr& mgid) const noexcept override {
+    UROCE_ASSERT_ENGINE(engine_);
+    return mcast_.find(mgid) != nullptr;
+  }
   // [engine] Called on a connected QP's first request since RTR (IBA
   // 11.6.3.1, communication established), after the application's async
   // event: the connection manager's view of it (it stands for a late RTU).
