@@ -12,25 +12,6 @@ namespace {
 
 constexpr uint64_t kRecvTag = 1ull << 63;  // wr_id: receive slots have it, send slots do not
 
-// The GRH area (IBA 11.4.1.2) of a RoCEv2 UD receive: an IPv6 header fills
-// the 40 bytes; an IPv4 header occupies the last 20.  The sender's address
-// as a GID, or false when neither is there.
-bool sender_gid(const uint8_t* grh, std::array<uint8_t, 16>& gid) {
-  constexpr size_t kV4At = 20;
-  if ((grh[kV4At] >> 4) == 4) {
-    gid = {};
-    gid[10] = 0xFF;
-    gid[11] = 0xFF;
-    std::memcpy(gid.data() + 12, grh + kV4At + 12, 4);  // IPv4 source address
-    return true;
-  }
-  if ((grh[0] >> 4) == 6) {
-    std::memcpy(gid.data(), grh + 8, 16);  // IPv6 source address
-    return true;
-  }
-  return false;
-}
-
 }  // namespace
 
 GsiPort::~GsiPort() { close(); }
@@ -227,7 +208,7 @@ unsigned GsiPort::poll(const Receiver& rx) {
       MadAddr from;
       if (wc.byte_len < kGrhBytes + wire::kMadSize) {
         ctr_.inc(GsiCtr::rx_short);
-      } else if (!sender_gid(buf, from.gid)) {
+      } else if (!wire::GrhAreaC(buf).sgid(from.gid)) {  // the sender, from the GRH area (IBA 11.4.1.2)
         ctr_.inc(GsiCtr::rx_bad_grh);
       } else {
         ctr_.inc(GsiCtr::rx_mads);

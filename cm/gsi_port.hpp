@@ -16,7 +16,8 @@
 //         callback, then posts the buffer again.
 //
 // Threads: [engine] for send() and poll(): the CM that owns the port runs in
-// its engine's loop (the rdma_cm model arms a timer that calls poll()).
+// its engine's loop (DeviceCm arms a timer that calls poll() after each
+// completion on QP 1, on_completion).
 // open()/close() are control path (they create RNIC objects).
 #pragma once
 
@@ -31,6 +32,7 @@
 #include <vector>
 
 #include "cm/mad_port.hpp"
+#include "lib/wire/grh.hpp"
 #include "lib/wire/mad.hpp"
 #include "lib/util/counters.hpp"
 #include "transport/rnic/rnic.hpp"
@@ -55,7 +57,7 @@ using GsiCounters = CounterSet<GsiCtr, kGsiCtrInfo>;
 
 class GsiPort final : public MadPort {
  public:
-  static constexpr uint32_t kGrhBytes = 40;
+  static constexpr uint32_t kGrhBytes = wire::GrhArea::kSize;  // a UD receive's GRH area (lib/wire/grh.hpp)
   static constexpr uint32_t kRecvSlots = 256;
   static constexpr uint32_t kSendSlots = 256;
   static constexpr size_t kMaxBacklog = 4096;  // MADs waiting for a send slot (1 MiB at most)

@@ -40,14 +40,8 @@ constexpr size_t kNdTargetOffset = 8;             // in a neighbour solicitation
 // two VLAN tags.
 constexpr uint32_t kL2Overhead = 14 + 8;
 
-IpAddr src_ip(const uint8_t* f, const wire::PktInfo& pi) noexcept {
-  return pi.l3 == wire::L3::IPv4 ? IpAddr::v4(wire::Ipv4C(f + pi.l3_off).src())
-                                 : IpAddr::v6(wire::Ipv6C(f + pi.l3_off).src());
-}
-IpAddr dst_ip(const uint8_t* f, const wire::PktInfo& pi) noexcept {
-  return pi.l3 == wire::L3::IPv4 ? IpAddr::v4(wire::Ipv4C(f + pi.l3_off).dst())
-                                 : IpAddr::v6(wire::Ipv6C(f + pi.l3_off).dst());
-}
+IpAddr src_ip(const uint8_t* f, const wire::PktInfo& pi) noexcept { return IpAddr{wire::src_gid(f, pi)}; }
+IpAddr dst_ip(const uint8_t* f, const wire::PktInfo& pi) noexcept { return IpAddr{wire::dst_gid(f, pi)}; }
 
 }  // namespace
 
@@ -538,7 +532,8 @@ void Switch::from_client(Attachment& at, rte_mbuf* m) {
   }
   if (!engine_.config().local.owns(src_ip(f, pi))) return refuse(SwitchCtr::tx_refused_src_ip);
   const IpAddr dst = dst_ip(f, pi);
-  if (!check_roce(at, f, pi, dst)) {
+  transport::NextHop* hop = nullptr;
+  if (!check_roce(at, f, pi, dst, hop)) {
     at.tx_refused.store(at.tx_refused.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
     rte_pktmbuf_free(m);
     return;
@@ -550,12 +545,15 @@ void Switch::from_client(Attachment& at, rte_mbuf* m) {
   at.tx_frames.store(at.tx_frames.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
   if (rnic::is_multicast_gid(dst.bytes)) {
     engine_.send_multicast(dst.bytes, m);  // the wire, and a copy back to us for the group's clients
+  } else if (hop != nullptr) {
+    engine_.send_to(dst, m, *hop);  // a claimed path: its next hop as last resolved
   } else {
     engine_.send_to(dst, m);  // the wire, or back to us (a QP of this device)
   }
 }
 
-bool Switch::check_roce(Attachment& at, const uint8_t* f, const wire::PktInfo& pi, const IpAddr& dst) {
+bool Switch::check_roce(Attachment& at, const uint8_t* f, const wire::PktInfo& pi, const IpAddr& dst,
+                        transport::NextHop*& hop) {
   UROCE_ASSERT_ENGINE(engine_);
   if (!pi.opcode_known) {
     ctr_.inc(SwitchCtr::tx_refused_opcode);
@@ -611,10 +609,11 @@ bool Switch::check_roce(Attachment& at, const uint8_t* f, const wire::PktInfo& p
         return true;
       }
       const auto c = claims_.find(PathKey{dst.bytes, dq});
-      if (c == claims_.end() || c->second.first != &at) {
+      if (c == claims_.end() || c->second.at != &at) {
         ctr_.inc(SwitchCtr::tx_refused_path);
         return false;
       }
+      hop = &c->second.hop;
       return true;
     }
     case wire::Transport::RD:
@@ -628,8 +627,8 @@ bool Switch::check_roce(Attachment& at, const uint8_t* f, const wire::PktInfo& p
 void Switch::unclaim(Attachment& at, uint32_t qpn) {
   auto it = at.claims.find(qpn);
   if (it == at.claims.end()) return;
-  if (auto c = claims_.find(it->second); c != claims_.end() && c->second.first == &at) {
-    if (--c->second.second == 0) claims_.erase(c);
+  if (auto c = claims_.find(it->second); c != claims_.end() && c->second.at == &at) {
+    if (--c->second.refs == 0) claims_.erase(c);
   }
   at.claims.erase(it);
 }
@@ -650,12 +649,12 @@ void Switch::record(Attachment& at, shm::RecordKind kind, const uint8_t* p, uint
       std::copy(r.remote_gid, r.remote_gid + 16, key.gid.begin());
       key.qpn = r.remote_qpn & 0xFFFFFF;
       if (!own_addr(key.gid)) {
-        auto [c, fresh] = claims_.try_emplace(key, &at, 0);
-        if (c->second.first != &at) {  // another client's QP is connected there
+        auto [c, fresh] = claims_.try_emplace(key, Holder{&at, 0, {}});
+        if (c->second.at != &at) {  // another client's QP is connected there
           ctr_.inc(SwitchCtr::claims_refused);
           return;
         }
-        ++c->second.second;
+        ++c->second.refs;
       }
       at.claims[r.qpn] = key;
       ctr_.inc(SwitchCtr::claims);

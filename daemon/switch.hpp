@@ -199,7 +199,10 @@ class Switch final : public transport::RoceSink {
   // request of the same client (frames and requests keep their order).
   void drain_all(Attachment& at);
   void from_client(Attachment& at, rte_mbuf* m);       // one frame: check, then send
-  bool check_roce(Attachment& at, const uint8_t* f, const wire::PktInfo& pi, const transport::IpAddr& dst);
+  // Whether the client may send this RoCEv2 frame to `dst`; `hop`: the
+  // claim's cached next hop when the frame follows a claimed path.
+  bool check_roce(Attachment& at, const uint8_t* f, const wire::PktInfo& pi, const transport::IpAddr& dst,
+                  transport::NextHop*& hop);
   void record(Attachment& at, drivers::daemon::RecordKind kind, const uint8_t* p, uint32_t len);
   void resolve_for(Attachment& at, rte_mbuf* m, const wire::PktInfo& pi);
   void answer_neigh(Attachment& at, const uint8_t* req, const wire::PktInfo& pi, const transport::IpAddr& target,
@@ -224,7 +227,15 @@ class Switch final : public transport::RoceSink {
   std::vector<std::unique_ptr<Attachment>> clients_;
   std::unordered_map<ClientId, Attachment*> by_client_;
   QpnSpace<Attachment> qpns_;
-  std::unordered_map<PathKey, std::pair<Attachment*, uint32_t>, PathKeyHash> claims_;  // remote path -> holder, refs
+  // A remote path some client's QPs hold: the client, how many of its QPs,
+  // and where frames to it go (Engine::send_to's cache: no neighbour-table
+  // lookup per frame).
+  struct Holder {
+    Attachment* at = nullptr;
+    uint32_t refs = 0;
+    transport::NextHop hop;
+  };
+  std::unordered_map<PathKey, Holder, PathKeyHash> claims_;  // remote path -> its holder
   std::map<wire::Ipv6Addr, std::vector<Attachment*>> groups_;
   CmRouter router_;
   // Client resolutions waiting for the daemon's ARP/ND: the target, the

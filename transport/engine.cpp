@@ -44,6 +44,7 @@ Engine::Engine(drivers::Port& port, EngineConfig cfg)
              }),
       doorbells_(cfg_.doorbell_capacity) {
   tx_.reserve(2 * size_t{cfg_.tx_batch});  // tx_batch kept from a refused flush, then a batch
+  tx_kind_.reserve(tx_.capacity());
   loop_.reserve(params::kLoopbackFrames);
   loop_rx_.reserve(params::kLoopbackFrames);
   roce_.resize(cfg_.rx_burst);
@@ -55,6 +56,7 @@ Engine::~Engine() {
     flush_tx();
     for (rte_mbuf* m : tx_) rte_pktmbuf_free(m);  // the port took no more
     tx_.clear();
+    tx_kind_.clear();
     for (rte_mbuf* m : loop_) rte_pktmbuf_free(m);
     loop_.clear();
   });
@@ -145,24 +147,18 @@ void Engine::end_turn_tx() noexcept {
 // (ib_send_lat -e: an error status read from an unwritten wc, or a hang).
 bool Engine::requests_before_held_acks() noexcept {
   if (tx_acks_ == 0 || tx_acks_ >= tx_.size() || tx_captured_ != 0) return false;
-  for (size_t i = tx_acks_; i < tx_.size(); ++i) {
-    const rte_mbuf* m = tx_[i];
-    const wire::PktInfo pi = wire::parse({rte_pktmbuf_mtod(m, const uint8_t*), m->data_len});
-    if (pi.cls != wire::FrameClass::RoceV2) return false;
-    const wire::OpcodeInfo& op = wire::opcode_info(pi.opcode);
-    if (!op.request || op.consumes_rwqe) return false;
-  }
-  std::rotate(tx_.begin(), tx_.begin() + static_cast<std::ptrdiff_t>(tx_acks_), tx_.end());
+  for (size_t i = tx_acks_; i < tx_.size(); ++i)
+    if (tx_kind_[i] != TxKind::Request) return false;
+  const auto at = static_cast<std::ptrdiff_t>(tx_acks_);
+  std::rotate(tx_.begin(), tx_.begin() + at, tx_.end());
+  std::rotate(tx_kind_.begin(), tx_kind_.begin() + at, tx_kind_.end());
   ctr_.add(EngineCtr::tx_acks_behind, tx_acks_);
   return true;
 }
 
 bool Engine::tx_only_acks() noexcept {
-  for (; tx_acks_ < tx_.size(); ++tx_acks_) {
-    const rte_mbuf* m = tx_[tx_acks_];
-    const wire::PktInfo pi = wire::parse({rte_pktmbuf_mtod(m, const uint8_t*), m->data_len});
-    if (pi.cls != wire::FrameClass::RoceV2 || pi.opcode != wire::op::RC_ACK) return false;
-  }
+  for (; tx_acks_ < tx_.size(); ++tx_acks_)
+    if (tx_kind_[tx_acks_] != TxKind::Ack) return false;
   return true;
 }
 
@@ -192,15 +188,8 @@ bool Engine::accept_mac(const uint8_t* frame) const noexcept {
 }
 
 bool Engine::accept_roce_dst(const uint8_t* frame, const wire::PktInfo& pi) const noexcept {
-  IpAddr dst;
-  if (pi.l3 == wire::L3::IPv4) {
-    dst = IpAddr::v4(wire::Ipv4C(frame + pi.l3_off).dst());
-    if ((dst.as_v4() >> 28) == 0xE) return true;  // multicast (UD multicast groups)
-  } else {
-    dst = IpAddr::v6(wire::Ipv6C(frame + pi.l3_off).dst());
-    if (dst.bytes[0] == 0xff) return true;
-  }
-  return cfg_.local.owns(dst);
+  const IpAddr dst{wire::dst_gid(frame, pi)};
+  return wire::is_multicast_gid(dst.bytes) || cfg_.local.owns(dst);  // multicast: UD groups
 }
 
 void Engine::count_drop(const wire::PktInfo& pi) {
@@ -346,22 +335,28 @@ rte_mbuf* Engine::alloc() noexcept {
   return m;
 }
 
-void Engine::send(rte_mbuf* m) noexcept {
+void Engine::send(rte_mbuf* m, TxKind kind) noexcept {
   UROCE_ASSERT_ENGINE(*this);
   tx_.push_back(m);  // capacity reserved: 2 * tx_batch
+  tx_kind_.push_back(kind);
   if (tx_.size() >= cfg_.tx_batch) flush_tx_keeping(true);
 }
 
-bool Engine::send_to(const IpAddr& dst, rte_mbuf* m) noexcept {
+bool Engine::send_to(const IpAddr& dst, rte_mbuf* m, TxKind kind) noexcept {
+  UROCE_ASSERT_ENGINE(*this);
   if (cfg_.local.owns(dst)) {
     if (!cfg_.port_loopback) return loop_back(m);
-    send_to_mac(m, cfg_.local.mac);
+    send_to_mac(m, cfg_.local.mac, kind);
     return true;
   }
-  return neigh_.send(dst, m, now_ns_);
+  if (const wire::MacAddr* mac = neigh_.lookup(dst, now_ns_)) {  // resolved: no queue, its kind kept
+    send_to_mac(m, *mac, kind);
+    return true;
+  }
+  return neigh_.send(dst, m, now_ns_);  // queued until it resolves (or refused)
 }
 
-bool Engine::send_to(const IpAddr& dst, rte_mbuf* m, NextHop& hop) noexcept {
+bool Engine::send_to(const IpAddr& dst, rte_mbuf* m, NextHop& hop, TxKind kind) noexcept {
   UROCE_ASSERT_ENGINE(*this);
   if (hop.generation != neigh_.generation() || hop.ip != dst.bytes) {
     if (cfg_.local.owns(dst)) {  // our own addresses do not change while the engine runs
@@ -374,16 +369,16 @@ bool Engine::send_to(const IpAddr& dst, rte_mbuf* m, NextHop& hop) noexcept {
   }
   if (hop.loopback) {
     if (!cfg_.port_loopback) return loop_back(m);
-    send_to_mac(m, cfg_.local.mac);
+    send_to_mac(m, cfg_.local.mac, kind);
     return true;
   }
-  send_to_mac(m, hop.mac);
+  send_to_mac(m, hop.mac, kind);
   return true;
 }
 
-void Engine::send_to_mac(rte_mbuf* m, const wire::MacAddr& mac) noexcept {
+void Engine::send_to_mac(rte_mbuf* m, const wire::MacAddr& mac, TxKind kind) noexcept {
   wire::Eth(rte_pktmbuf_mtod(m, uint8_t*)).set_dst(mac);
-  send(m);
+  send(m, kind);
 }
 
 // Loopback (rxe's rxe_loopback, hardware's internal loopback): a frame to
@@ -471,6 +466,9 @@ void Engine::flush_tx_keeping(bool keep_acks) noexcept {
   std::copy(tx_.begin() + sent, tx_.begin() + sent + keep, tx_.begin());
   std::copy(tx_.begin() + static_cast<std::ptrdiff_t>(out), tx_.end(), tx_.begin() + keep);
   tx_.resize(keep + tail);
+  std::copy(tx_kind_.begin() + sent, tx_kind_.begin() + sent + keep, tx_kind_.begin());
+  std::copy(tx_kind_.begin() + static_cast<std::ptrdiff_t>(out), tx_kind_.end(), tx_kind_.begin() + keep);
+  tx_kind_.resize(keep + tail);
   tx_stalled_ = keep != 0;
   tx_captured_ = keep;
 }

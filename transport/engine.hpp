@@ -94,6 +94,21 @@ using EngineCounters = CounterSet<EngineCtr, kEngineCtrInfo>;
 
 class Engine;
 
+// What a frame handed to the engine is, as its sender knows from building
+// it (never found out again by parsing it): what the ACK hold
+// (EngineConfig::ack_hold_ns) and the requests that may pass held ACKs
+// (Engine::requests_before_held_acks) go by.
+enum class TxKind : uint8_t {
+  Other,    // anything else: responses, requests that complete a receive at the peer, ARP ...
+  Ack,      // an RC ACK
+  Request,  // a request that completes no receive at the peer (WRITE, READ request, atomic ...)
+};
+constexpr TxKind tx_kind(uint8_t opcode) noexcept {
+  if (opcode == wire::op::RC_ACK) return TxKind::Ack;
+  const wire::OpcodeInfo& op = wire::opcode_info(opcode);
+  return op.valid && op.request && !op.consumes_rwqe ? TxKind::Request : TxKind::Other;
+}
+
 // One received RoCEv2 packet to one of our addresses, parsed.
 struct RoceRx {
   rte_mbuf* m;
@@ -200,16 +215,17 @@ class Engine {
   TimerWheel& timers() noexcept { return wheel_; }
   NeighTable& neighbours() noexcept { return neigh_; }
   rte_mbuf* alloc() noexcept;                       // counts drop_no_mbuf on failure
-  void send(rte_mbuf* m) noexcept;                  // a complete frame
+  void send(rte_mbuf* m, TxKind kind = TxKind::Other) noexcept;  // a complete frame
   // A frame whose Ethernet destination is filled in once `dst` resolves.
   // A frame to one of the device's own addresses never reaches the wire:
   // it is received on the loop's next turn, as rxe loops back (loopback).
-  bool send_to(const IpAddr& dst, rte_mbuf* m) noexcept;
+  // `kind`: what the frame is (TxKind), as its sender knows it.
+  bool send_to(const IpAddr& dst, rte_mbuf* m, TxKind kind = TxKind::Other) noexcept;
   // send_to for a path that sends many frames (a QP's, an AH's): `hop`
   // remembers where the last frame to `dst` went — loopback, or the MAC the
   // neighbour table gave — and the next frame to the same `dst` goes there
   // without a table lookup while NeighTable::generation() is unchanged.
-  bool send_to(const IpAddr& dst, rte_mbuf* m, NextHop& hop) noexcept;
+  bool send_to(const IpAddr& dst, rte_mbuf* m, NextHop& hop, TxKind kind = TxKind::Other) noexcept;
   // A frame to multicast group `mgid` (its Ethernet destination the group's
   // MAC): to the wire, and a copy looped back when a QP of this device is
   // attached to the group (multicast loopback, as the host's IP stack gives
@@ -294,7 +310,8 @@ class Engine {
   void handle_host(rte_mbuf* m, const wire::PktInfo& pi);
   void count_drop(const wire::PktInfo& pi);
   void send_neigh_request(const IpAddr& ip);
-  void send_to_mac(rte_mbuf* m, const wire::MacAddr& mac) noexcept;  // fills the Ethernet destination, sends
+  // Fills the Ethernet destination, sends.
+  void send_to_mac(rte_mbuf* m, const wire::MacAddr& mac, TxKind kind = TxKind::Other) noexcept;
   // Control path (ARP/ND we originate): allocate a buffer, let `build(out)`
   // write a frame and return its length, count it under `ctr`, queue it.
   // False when no buffer could be had.
@@ -312,6 +329,7 @@ class Engine {
   drivers::Capture capture_;
   RoceSink* sink_ = nullptr;
   std::vector<rte_mbuf*> tx_;
+  std::vector<TxKind> tx_kind_; // each queued frame's kind, in step with tx_
   size_t tx_acks_ = 0;          // leading frames of tx_ known to be ACKs
   bool tx_stalled_ = false;     // see tx_stalled()
   uint64_t tx_gen_ = 0;         // see tx_generation()

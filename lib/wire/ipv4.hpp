@@ -37,6 +37,8 @@ class Ipv4T : public ByteView<Byte> {
   uint16_t checksum() const noexcept { return load_be<uint16_t>(this->p_ + 10); }
   uint32_t src() const noexcept { return load_be<uint32_t>(this->p_ + 12); }
   uint32_t dst() const noexcept { return load_be<uint32_t>(this->p_ + 16); }
+  const Byte* src_bytes() const noexcept { return this->p_ + 12; }  // network order
+  const Byte* dst_bytes() const noexcept { return this->p_ + 16; }
 
   void set_version_ihl(uint8_t ihl_words) noexcept requires ByteView<Byte>::kWritable {
     this->p_[0] = static_cast<uint8_t>(0x40 | (ihl_words & 0x0F));

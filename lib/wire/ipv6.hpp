@@ -20,6 +20,20 @@ inline constexpr bool is_ipv4_mapped(const Ipv6Addr& a) noexcept {
   return true;
 }
 
+// An IPv4 address (4 bytes in network order) as its IPv4-mapped GID.
+inline Ipv6Addr ipv4_mapped(const uint8_t* v4) noexcept {
+  Ipv6Addr a{};
+  std::memcpy(a.data(), kIpv4MappedPrefix.data(), kIpv4MappedPrefix.size());
+  std::memcpy(a.data() + kIpv4MappedPrefix.size(), v4, 4);
+  return a;
+}
+
+// A multicast GID: IPv4-mapped 224.0.0.0/4 (RoCEv2 over IPv4, A17.4.5.1),
+// or IPv6 ff00::/8.
+inline constexpr bool is_multicast_gid(const Ipv6Addr& a) noexcept {
+  return is_ipv4_mapped(a) ? (a[12] >> 4) == 0xE : a[0] == 0xFF;
+}
+
 template <class Byte>
 class Ipv6T : public ByteView<Byte> {
  public:

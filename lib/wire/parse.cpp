@@ -214,4 +214,14 @@ bool verify_icrc(const uint8_t* frame, const PktInfo& info) noexcept {
   return compute_icrc(frame, info) == load_icrc(frame + info.icrc_off);
 }
 
+Ipv6Addr src_gid(const uint8_t* frame, const PktInfo& pi) noexcept {
+  const uint8_t* l3 = frame + pi.l3_off;
+  return pi.l3 == L3::IPv4 ? ipv4_mapped(Ipv4C(l3).src_bytes()) : Ipv6C(l3).src();
+}
+
+Ipv6Addr dst_gid(const uint8_t* frame, const PktInfo& pi) noexcept {
+  const uint8_t* l3 = frame + pi.l3_off;
+  return pi.l3 == L3::IPv4 ? ipv4_mapped(Ipv4C(l3).dst_bytes()) : Ipv6C(l3).dst();
+}
+
 }  // namespace uroce::wire

@@ -10,6 +10,7 @@
 #include <string_view>
 
 #include "lib/wire/eth.hpp"
+#include "lib/wire/ipv6.hpp"
 #include "lib/wire/opcode.hpp"
 #include "lib/wire/types.hpp"
 
@@ -107,6 +108,12 @@ struct PktInfo {
 
 // Parse `frame` in one pass.  Never reads past `frame.size()`.
 PktInfo parse(std::span<const uint8_t> frame) noexcept;
+
+// A parsed IP frame's source and destination addresses as GIDs (on
+// RoCEv2 the GRH's SGID and DGID are the IP addresses, IPv4 ones mapped,
+// IBA A17.4).  `pi.l3` must be IPv4 or IPv6.
+Ipv6Addr src_gid(const uint8_t* frame, const PktInfo& pi) noexcept;
+Ipv6Addr dst_gid(const uint8_t* frame, const PktInfo& pi) noexcept;
 
 // Recompute the ICRC of a parsed RoCEv2 packet and compare it with the one
 // it carries.

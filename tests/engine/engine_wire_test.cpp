@@ -12,6 +12,7 @@
 #include <cstring>
 #include <functional>
 #include <map>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <random>
@@ -24,6 +25,7 @@
 #include "lib/wire/build.hpp"
 #include "lib/wire/icmp.hpp"
 #include "lib/wire/ipv4.hpp"
+#include "lib/util/log.hpp"
 #include "transport/engine.hpp"
 #include "transport/params.hpp"
 
@@ -158,6 +160,13 @@ struct EngineWire : ::testing::Test {
     return frame(out.data(), out.size(), pa->pool());
   }
 
+  // A frame to `ip` with the kind its opcode gives it (TxKind), as the
+  // transport's senders say it (rnic/tx.hpp).  [engine]
+  static bool send_kind(Engine& e, const IpAddr& ip, rte_mbuf* m) {
+    const wire::PktInfo pi = wire::parse({rte_pktmbuf_mtod(m, const uint8_t*), m->data_len});
+    return e.send_to(ip, m, pi.is_roce() ? tx_kind(pi.opcode) : TxKind::Other);
+  }
+
   // The neighbour table is the engine's (DESIGN.md "Threads: the rule"):
   // the test reaches it through run_sync.
   static void resolve(Engine& e, const IpAddr& ip) {
@@ -233,7 +242,7 @@ TEST_F(EngineWire, AcksWaitForTheNextFrameUpToTheHold) {
   auto ack = roce_frame(wire::op::RC_ACK, 0x11, MacAddr{}, kIpB);
   auto send = roce_frame(wire::op::RC_WRITE_ONLY, 0x11, MacAddr{}, kIpB);
   const uint64_t sent0 = a->counters().get(EngineCtr::tx_frames);
-  a->run_sync([&] { EXPECT_TRUE(a->send_to(IpAddr::v4(kIpB), frame(ack.data(), ack.size(), pa->pool()))); });
+  a->run_sync([&] { EXPECT_TRUE(send_kind(*a, IpAddr::v4(kIpB), frame(ack.data(), ack.size(), pa->pool()))); });
   for (int i = 0; i < 100; ++i) {
     // A turn that holds frames is not idle: an engine thread that took
     // it for one would nap, and the ACKs would wait out the nap.
@@ -243,14 +252,14 @@ TEST_F(EngineWire, AcksWaitForTheNextFrameUpToTheHold) {
   EXPECT_EQ(sink_b.frames.size(), 0u) << "an ACK alone is held";
   EXPECT_EQ(a->counters().get(EngineCtr::tx_frames), sent0);
 
-  a->run_sync([&] { EXPECT_TRUE(a->send_to(IpAddr::v4(kIpB), frame(send.data(), send.size(), pa->pool()))); });
+  a->run_sync([&] { EXPECT_TRUE(send_kind(*a, IpAddr::v4(kIpB), frame(send.data(), send.size(), pa->pool()))); });
   EXPECT_EQ(a->counters().get(EngineCtr::tx_frames), sent0 + 2) << "the WRITE's turn sends both in one burst";
   ASSERT_TRUE(run_until([&] { return sink_b.frames.size() == 2; }));
   EXPECT_EQ(wire::parse(sink_b.frames[0]).opcode, wire::op::RC_WRITE_ONLY) << "the request first";
   EXPECT_EQ(wire::parse(sink_b.frames[1]).opcode, wire::op::RC_ACK) << "the held ACK behind it";
 
   // Nothing follows: the ACK leaves when its hold is over.
-  a->run_sync([&] { EXPECT_TRUE(a->send_to(IpAddr::v4(kIpB), frame(ack.data(), ack.size(), pa->pool()))); });
+  a->run_sync([&] { EXPECT_TRUE(send_kind(*a, IpAddr::v4(kIpB), frame(ack.data(), ack.size(), pa->pool()))); });
   ASSERT_TRUE(run_until([&] { return sink_b.frames.size() == 3; })) << "held past ack_hold_ns";
 }
 
@@ -309,7 +318,7 @@ TEST_F(EngineWire, FramesAFullPortRefusesWaitInOrder) {
   // Each run_sync is one turn of the loop, which ends in a flush.
   scarce.room = 0;  // the ring is full
   a->run_sync([&] {
-    for (uint32_t i = 0; i < 3; ++i) EXPECT_TRUE(a->send_to(IpAddr::v4(kIpB), numbered(i)));
+    for (uint32_t i = 0; i < 3; ++i) EXPECT_TRUE(send_kind(*a, IpAddr::v4(kIpB), numbered(i)));
   });
   EXPECT_EQ(ctr(EngineCtr::tx_frames), sent0);
   EXPECT_EQ(ctr(EngineCtr::tx_deferred), 3u) << "three refused at the turn's flush, kept";
@@ -318,7 +327,7 @@ TEST_F(EngineWire, FramesAFullPortRefusesWaitInOrder) {
 
   // Three more: six wait for a ring of tx_batch (4); the two newest go.
   a->run_sync([&] {
-    for (uint32_t i = 3; i < 6; ++i) EXPECT_TRUE(a->send_to(IpAddr::v4(kIpB), numbered(i)));
+    for (uint32_t i = 3; i < 6; ++i) EXPECT_TRUE(send_kind(*a, IpAddr::v4(kIpB), numbered(i)));
   });
   EXPECT_EQ(ctr(EngineCtr::drop_tx_full), 2u);
   EXPECT_TRUE(a->tx_stalled());
@@ -355,7 +364,7 @@ TEST_F(EngineWire, DrainTxWaitsForTheKeptFramesOrItsTime) {
 
   scarce.room = 0;
   a->run_sync([&] {
-    for (int i = 0; i < 3; ++i) EXPECT_TRUE(a->send_to(IpAddr::v4(kIpB), frame(f.data(), f.size(), pa->pool())));
+    for (int i = 0; i < 3; ++i) EXPECT_TRUE(send_kind(*a, IpAddr::v4(kIpB), frame(f.data(), f.size(), pa->pool())));
   });
   ASSERT_TRUE(a->tx_stalled());
 
@@ -411,11 +420,11 @@ TEST_F(EngineWire, HeldAcksLeaveBehindRequestsNotResponses) {
   using V = std::vector<std::pair<uint8_t, uint32_t>>;
 
   // Each run_sync is one turn.  An ACK alone is held.
-  a->run_sync([&] { EXPECT_TRUE(a->send_to(IpAddr::v4(kIpB), rc_frame(wire::op::RC_ACK, 100))); });
+  a->run_sync([&] { EXPECT_TRUE(send_kind(*a, IpAddr::v4(kIpB), rc_frame(wire::op::RC_ACK, 100))); });
   a->run_sync([] {});
   EXPECT_EQ(ctr(EngineCtr::tx_frames), sent0) << "the ACK waits for company";
   // A request joins it: the request leaves first.
-  a->run_sync([&] { EXPECT_TRUE(a->send_to(IpAddr::v4(kIpB), rc_frame(wire::op::RC_WRITE_ONLY, 7))); });
+  a->run_sync([&] { EXPECT_TRUE(send_kind(*a, IpAddr::v4(kIpB), rc_frame(wire::op::RC_WRITE_ONLY, 7))); });
   EXPECT_EQ(ctr(EngineCtr::tx_frames), sent0 + 2);
   EXPECT_EQ(ctr(EngineCtr::tx_acks_behind), 1u);
   ASSERT_TRUE(run_until([&] { return sink_b.frames.size() == 2; }));
@@ -424,8 +433,8 @@ TEST_F(EngineWire, HeldAcksLeaveBehindRequestsNotResponses) {
   // A READ response joins a held ACK: both answer the peer's requests, in
   // PSN order; nothing moves.
   sink_b.frames.clear();
-  a->run_sync([&] { EXPECT_TRUE(a->send_to(IpAddr::v4(kIpB), rc_frame(wire::op::RC_ACK, 101))); });
-  a->run_sync([&] { EXPECT_TRUE(a->send_to(IpAddr::v4(kIpB), rc_frame(wire::op::RC_READ_RESPONSE_ONLY, 102))); });
+  a->run_sync([&] { EXPECT_TRUE(send_kind(*a, IpAddr::v4(kIpB), rc_frame(wire::op::RC_ACK, 101))); });
+  a->run_sync([&] { EXPECT_TRUE(send_kind(*a, IpAddr::v4(kIpB), rc_frame(wire::op::RC_READ_RESPONSE_ONLY, 102))); });
   ASSERT_TRUE(run_until([&] { return sink_b.frames.size() == 2; }));
   EXPECT_EQ(opcodes(), (V{{wire::op::RC_ACK, 101}, {wire::op::RC_READ_RESPONSE_ONLY, 102}}));
 
@@ -435,20 +444,20 @@ TEST_F(EngineWire, HeldAcksLeaveBehindRequestsNotResponses) {
   for (const uint8_t op : {wire::op::RC_SEND_ONLY, wire::op::RC_SEND_ONLY_IMM,
                            wire::op::RC_WRITE_ONLY_IMM, wire::op::UD_SEND_ONLY}) {
     sink_b.frames.clear();
-    a->run_sync([&] { EXPECT_TRUE(a->send_to(IpAddr::v4(kIpB), rc_frame(wire::op::RC_ACK, 110))); });
+    a->run_sync([&] { EXPECT_TRUE(send_kind(*a, IpAddr::v4(kIpB), rc_frame(wire::op::RC_ACK, 110))); });
     a->run_sync([] {});
     EXPECT_TRUE(sink_b.frames.empty()) << "the ACK is held";
-    a->run_sync([&] { EXPECT_TRUE(a->send_to(IpAddr::v4(kIpB), rc_frame(op, 9))); });
+    a->run_sync([&] { EXPECT_TRUE(send_kind(*a, IpAddr::v4(kIpB), rc_frame(op, 9))); });
     ASSERT_TRUE(run_until([&] { return sink_b.frames.size() == 2; }));
     EXPECT_EQ(opcodes(), (V{{wire::op::RC_ACK, 110}, {op, 9}})) << wire::opcode_info(op).name;
   }
   // A held ACK (PSN `ack`), then one turn of two frames: the three as they left.
   auto ack_then_two = [&](uint32_t ack, std::pair<uint8_t, uint32_t> x, std::pair<uint8_t, uint32_t> y) {
     sink_b.frames.clear();
-    a->run_sync([&] { EXPECT_TRUE(a->send_to(IpAddr::v4(kIpB), rc_frame(wire::op::RC_ACK, ack))); });
+    a->run_sync([&] { EXPECT_TRUE(send_kind(*a, IpAddr::v4(kIpB), rc_frame(wire::op::RC_ACK, ack))); });
     a->run_sync([&] {
-      EXPECT_TRUE(a->send_to(IpAddr::v4(kIpB), rc_frame(x.first, x.second)));
-      EXPECT_TRUE(a->send_to(IpAddr::v4(kIpB), rc_frame(y.first, y.second)));
+      EXPECT_TRUE(send_kind(*a, IpAddr::v4(kIpB), rc_frame(x.first, x.second)));
+      EXPECT_TRUE(send_kind(*a, IpAddr::v4(kIpB), rc_frame(y.first, y.second)));
     });
     EXPECT_TRUE(run_until([&] { return sink_b.frames.size() == 3; }));
     return opcodes();
@@ -477,14 +486,14 @@ TEST_F(EngineWire, HeldAcksLeaveBehindTheWholeTurnOfRequests) {
   ASSERT_TRUE(a->init());
   resolve(*a, IpAddr::v4(kIpB));
   ASSERT_TRUE(run_until([&] { return mac_of(*a, IpAddr::v4(kIpB)).has_value(); }));
-  a->run_sync([&] { EXPECT_TRUE(a->send_to(IpAddr::v4(kIpB), rc_frame(wire::op::RC_ACK, 100))); });
+  a->run_sync([&] { EXPECT_TRUE(send_kind(*a, IpAddr::v4(kIpB), rc_frame(wire::op::RC_ACK, 100))); });
   a->run_sync([] {});
   const uint64_t sent0 = a->counters().get(EngineCtr::tx_frames);
   // One turn, seven packets of one message: two full batches go mid-turn.
   a->run_sync([&] {
-    EXPECT_TRUE(a->send_to(IpAddr::v4(kIpB), rc_frame(wire::op::RC_WRITE_FIRST, 10)));
-    for (uint32_t i = 11; i < 16; ++i) EXPECT_TRUE(a->send_to(IpAddr::v4(kIpB), rc_frame(wire::op::RC_WRITE_MIDDLE, i)));
-    EXPECT_TRUE(a->send_to(IpAddr::v4(kIpB), rc_frame(wire::op::RC_WRITE_LAST, 16)));
+    EXPECT_TRUE(send_kind(*a, IpAddr::v4(kIpB), rc_frame(wire::op::RC_WRITE_FIRST, 10)));
+    for (uint32_t i = 11; i < 16; ++i) EXPECT_TRUE(send_kind(*a, IpAddr::v4(kIpB), rc_frame(wire::op::RC_WRITE_MIDDLE, i)));
+    EXPECT_TRUE(send_kind(*a, IpAddr::v4(kIpB), rc_frame(wire::op::RC_WRITE_LAST, 16)));
   });
   EXPECT_EQ(a->counters().get(EngineCtr::tx_frames), sent0 + 8) << "all of it left within the turn";
   ASSERT_TRUE(run_until([&] { return sink_b.frames.size() == 8; }));
@@ -687,6 +696,54 @@ TEST_F(EngineWire, AFrameEndsTheAssistNapOfAnApplicationThatStoppedPolling) {
   }
   EXPECT_EQ(taken, 1) << "no frame ended an assist nap in " << kMaxAttempts << " attempts";
   EXPECT_GE(b->progress().counters().get(ProgressCtr::assist_naps), 1u);
+}
+
+// Progress: an idle engine thread goes through its modes in order — Poll,
+// then Yield past kIdleSpinNs, then Nap past kIdleYieldNs — with one trace
+// line per change (UROCE_TRACE=progress) and a counter per mode; a frame
+// brings it back to Poll; stopped, it says so.
+TEST_F(EngineWire, ProgressModesAreTracedAndCounted) {
+  std::mutex mu;
+  std::vector<std::string> lines;
+  set_trace_hook([&](TraceCat c, std::string_view line) {
+    if (c != TraceCat::Progress) return;
+    std::lock_guard lock(mu);
+    lines.emplace_back(line);
+  });
+  ASSERT_TRUE(trace_apply("progress"));
+  auto seen = [&](std::string_view what) {
+    std::lock_guard lock(mu);
+    return std::any_of(lines.begin(), lines.end(), [&](const std::string& l) { return l.find(what) != std::string::npos; });
+  };
+  EXPECT_EQ(a->progress().mode(), Progress::Mode::Stopped);
+  a->start();
+  // Idle: past kIdleYieldNs (2 ms) the thread naps.
+  const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  while (!seen("-> Nap") && std::chrono::steady_clock::now() < end) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  EXPECT_TRUE(seen("Poll -> Yield")) << "the spin ends in yields";
+  EXPECT_TRUE(seen("Yield -> Nap")) << "the yields end in naps";
+  EXPECT_EQ(a->progress().mode(), Progress::Mode::Nap);
+  const uint64_t naps = a->progress().counters().get(ProgressCtr::mode_nap);
+  EXPECT_GE(naps, 1u);
+  EXPECT_GE(a->progress().counters().get(ProgressCtr::mode_yield), 1u);
+  // A frame (B's ARP request for A) brings it back to Poll: the engine
+  // thread's own turn finds work.
+  resolve(*b, IpAddr::v4(kIpA));
+  const auto end2 = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  while (!seen("Nap -> Poll") && std::chrono::steady_clock::now() < end2) {
+    b->poll();
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  EXPECT_TRUE(seen("Nap -> Poll"));
+  a->stop();
+  EXPECT_EQ(a->progress().mode(), Progress::Mode::Stopped);
+  ASSERT_TRUE(trace_apply("progress=off"));
+  set_trace_hook({});
+  // The trace names each mode, the counters the same.
+  std::string all;
+  a->for_each_counter([&](std::string_view name, std::string_view, uint64_t) { all += std::string(name) + " "; });
+  for (const char* c : {"mode_poll", "mode_yield", "mode_nap", "mode_assist", "mode_sleep", "loop_busy", "off_call"})
+    EXPECT_NE(all.find(c), std::string::npos) << c;
 }
 
 TEST_F(EngineWire, Ipv6NeighbourDiscovery) {

@@ -54,15 +54,8 @@ std::optional<uint32_t> echo_reply_rest(const uint8_t* f, const wire::PktInfo& p
   return wire::IcmpC(f + pi.l4_off).rest();
 }
 
-IpAddr ip_src(const uint8_t* f, const wire::PktInfo& pi) {
-  if (pi.l3 == wire::L3::IPv4) return IpAddr::v4(wire::Ipv4C(f + pi.l3_off).src());
-  return IpAddr::v6(wire::Ipv6C(f + pi.l3_off).src());
-}
-
-IpAddr ip_dst(const uint8_t* f, const wire::PktInfo& pi) {
-  if (pi.l3 == wire::L3::IPv4) return IpAddr::v4(wire::Ipv4C(f + pi.l3_off).dst());
-  return IpAddr::v6(wire::Ipv6C(f + pi.l3_off).dst());
-}
+IpAddr ip_src(const uint8_t* f, const wire::PktInfo& pi) { return IpAddr{wire::src_gid(f, pi)}; }
+IpAddr ip_dst(const uint8_t* f, const wire::PktInfo& pi) { return IpAddr{wire::dst_gid(f, pi)}; }
 
 void set_len(rte_mbuf* m, size_t len) {
   m->data_len = static_cast<uint16_t>(len);

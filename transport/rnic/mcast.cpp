@@ -8,17 +8,6 @@
 
 namespace uroce::rnic {
 
-namespace {
-constexpr uint8_t kIpv4McastTop = 0xE0;  // 224.0.0.0/4: the top four bits 1110
-constexpr uint8_t kIpv4McastMask = 0xF0;
-constexpr uint8_t kIpv6McastByte = 0xFF;  // ff00::/8
-}  // namespace
-
-bool is_multicast_gid(const wire::Ipv6Addr& gid) noexcept {
-  if (wire::is_ipv4_mapped(gid)) return (gid[12] & kIpv4McastMask) == kIpv4McastTop;
-  return gid[0] == kIpv6McastByte;
-}
-
 std::optional<wire::MacAddr> multicast_mac(const wire::Ipv6Addr& gid) noexcept {
   if (!is_multicast_gid(gid)) return std::nullopt;
   if (wire::is_ipv4_mapped(gid))  // RFC 1112 6.4: 01:00:5e, then the group's low 23 bits

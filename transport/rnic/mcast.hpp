@@ -35,7 +35,7 @@ inline constexpr uint32_t kMulticastQpn = 0xFFFFFF;
 
 // IPv4 224.0.0.0/4 mapped (::ffff:224.x.y.z) or IPv6 ff00::/8 (Linux's
 // rdma_is_multicast_addr).
-bool is_multicast_gid(const wire::Ipv6Addr& gid) noexcept;
+using wire::is_multicast_gid;
 // The Ethernet group address of a multicast GID; nullopt for a unicast one.
 std::optional<wire::MacAddr> multicast_mac(const wire::Ipv6Addr& gid) noexcept;
 

@@ -35,23 +35,14 @@ namespace {
 
 constexpr uint16_t kPkeyBaseMask = 0x7FFF;    // the match ignores the membership bit (10.9.3)
 
-bool same_addr(const uint8_t* ip, bool ipv4, const wire::Ipv6Addr& gid) noexcept {
-  if (ipv4) return wire::is_ipv4_mapped(gid) && std::memcmp(ip, gid.data() + 12, 4) == 0;
-  return std::memcmp(ip, gid.data(), 16) == 0;
-}
-
 // A connected QP takes packets only from its path, as rxe's check_addr
 // does: the source address (on RoCEv2 the GRH's SGID is the IP source,
 // IBA A17.4) is the path's destination, and the destination is our GID
 // the path starts from.  nullopt: it comes from the path; else why not.
 std::optional<RnicCtr> off_path(const Qp& qp, const uint8_t* frame, const wire::PktInfo& pi) noexcept {
   const AhAttr& path = qp.attrs().path;
-  const uint8_t* l3 = frame + pi.l3_off;
-  const bool v4 = pi.l3 == wire::L3::IPv4;
-  const uint8_t* src = v4 ? l3 + 12 : l3 + 8;   // IPv4 / IPv6 source address
-  const uint8_t* dst = v4 ? l3 + 16 : l3 + 24;  // destination
-  if (!same_addr(src, v4, path.dgid)) return RnicCtr::drop_src_addr;
-  if (!same_addr(dst, v4, path.sgid)) return RnicCtr::drop_dst_addr;
+  if (wire::src_gid(frame, pi) != path.dgid) return RnicCtr::drop_src_addr;
+  if (wire::dst_gid(frame, pi) != path.sgid) return RnicCtr::drop_dst_addr;
   return std::nullopt;
 }
 
@@ -141,9 +132,7 @@ void Rnic::mcast_rx(transport::Engine& engine, transport::RoceRx& pkt) noexcept 
   UROCE_ASSERT_ENGINE(engine);
   ctr_.inc(RnicCtr::rx_mcast_pkts);
   const uint8_t* f = rte_pktmbuf_mtod(pkt.m, const uint8_t*);
-  const wire::Ipv6Addr mgid = pkt.info.l3 == wire::L3::IPv4
-                                  ? transport::IpAddr::v4(wire::Ipv4C(f + pkt.info.l3_off).dst()).bytes
-                                  : wire::Ipv6C(f + pkt.info.l3_off).dst();
+  const wire::Ipv6Addr mgid = wire::dst_gid(f, pkt.info);
   const McastGroup* g = mcast_.find(mgid);
   if (g == nullptr) {
     ctr_.inc(RnicCtr::drop_mcast_no_group);
@@ -165,9 +154,7 @@ void Rnic::mcast_rx(transport::Engine& engine, transport::RoceRx& pkt) noexcept 
   // A message this device sent to a group it is in loops back to it (IBA
   // 10.5: every member gets a copy); the sending QP itself does not when it
   // was created with IBV_QP_CREATE_BLOCK_SELF_MCAST_LB.
-  const transport::IpAddr src = pkt.info.l3 == wire::L3::IPv4
-                                    ? transport::IpAddr::v4(wire::Ipv4C(f + pkt.info.l3_off).src())
-                                    : transport::IpAddr{wire::Ipv6C(f + pkt.info.l3_off).src()};
+  const transport::IpAddr src{wire::src_gid(f, pkt.info)};
   const bool ours = engine.config().local.owns(src);
   const uint32_t src_qp = wire::DethC(f + pkt.info.ext_off(wire::kHdrDeth)).src_qp().value();
   auto blocked = [&](const Qp* qp) { return ours && qp->block_self_mcast_lb && qp->qpn().value() == src_qp; };

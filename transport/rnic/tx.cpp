@@ -26,13 +26,13 @@ void tx_fill_path(const transport::Engine& engine, const AhAttr& path, uint16_t 
   d.pkey = kDefaultPkey;              // the one P_Key we hold (index 0)
 }
 
-bool tx_out(transport::Engine& engine, const AhAttr& path, rte_mbuf* m) noexcept {
+bool tx_out(transport::Engine& engine, const AhAttr& path, rte_mbuf* m, transport::TxKind kind) noexcept {
   if (const auto mac = multicast_mac(path.dgid)) {
     wire::Eth(rte_pktmbuf_mtod(m, uint8_t*)).set_dst(*mac);
     engine.send_multicast(path.dgid, m);
     return true;
   }
-  return engine.send_to(transport::IpAddr::v6(path.dgid), m, path.next_hop);
+  return engine.send_to(transport::IpAddr::v6(path.dgid), m, path.next_hop, kind);
 }
 
 }  // namespace uroce::rnic

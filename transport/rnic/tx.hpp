@@ -32,28 +32,16 @@ enum class TxResult : uint8_t {
 // Hand a finished frame to the engine: towards `path.dgid`'s neighbour, or
 // for a multicast GID straight to the group's MAC (mcast.hpp: no
 // neighbour resolution).  False as Engine::send_to.
-bool tx_out(transport::Engine& engine, const AhAttr& path, rte_mbuf* m) noexcept;
+// `kind`: what the frame is (transport::tx_kind of its opcode).
+bool tx_out(transport::Engine& engine, const AhAttr& path, rte_mbuf* m,
+            transport::TxKind kind = transport::TxKind::Other) noexcept;
 
-// Allocate, write headers for `payload_len` bytes, let `copy(uint8_t* dst)`
-// write the payload (it returns false when it cannot: the frame is then
-// dropped unsent), finish (pad, ICRC) and send towards `path.dgid`.
-// False when no buffer (the engine counts drop_no_mbuf), the frame would
-// not fit one, or the copy failed.
-template <class CopyFn>
-bool tx_send_mbuf(transport::Engine& engine, rte_mbuf* m, const AhAttr& path, const wire::PktDesc& d,
-                  size_t payload_len, CopyFn&& copy) noexcept;
-
-template <class CopyFn>
-bool tx_send(transport::Engine& engine, const AhAttr& path, const wire::PktDesc& d, size_t payload_len,
-             CopyFn&& copy) noexcept {
-  rte_mbuf* m = engine.alloc();
-  if (m == nullptr) return false;
-  return tx_send_mbuf(engine, m, path, d, payload_len, copy);
-}
-
-// tx_send with the buffer already taken from engine.alloc() (consumed
-// here), for a sender that must tell "no buffer: try again later" from
-// "sent, or lost on the way" (and why: the requester counts each reason).
+// Write headers for `payload_len` bytes into `m` (taken from
+// engine.alloc(), consumed here), let `copy(uint8_t* dst)` write the
+// payload (false when it cannot: the frame is then dropped unsent), finish
+// (pad, ICRC) and send towards `path.dgid`: what became of it, so that a
+// sender can tell "sent, or lost on the way" apart, and why (the requester
+// counts each reason).
 template <class CopyFn>
 TxResult tx_frame(transport::Engine& engine, rte_mbuf* m, const AhAttr& path, const wire::PktDesc& d,
                   size_t payload_len, CopyFn&& copy) noexcept {
@@ -70,17 +58,16 @@ TxResult tx_frame(transport::Engine& engine, rte_mbuf* m, const AhAttr& path, co
   UROCE_STAMP(Built);
   transport::Engine::set_frame_len(m, wire::finish(frame, d, payload_len));
   UROCE_STAMP(Sealed);
-  return tx_out(engine, path, m) ? TxResult::Sent : TxResult::NoNeighbour;
+  return tx_out(engine, path, m, transport::tx_kind(d.opcode)) ? TxResult::Sent : TxResult::NoNeighbour;
 }
 
-template <class CopyFn>
-bool tx_send_mbuf(transport::Engine& engine, rte_mbuf* m, const AhAttr& path, const wire::PktDesc& d,
-                  size_t payload_len, CopyFn&& copy) noexcept {
-  return tx_frame(engine, m, path, d, payload_len, copy) == TxResult::Sent;
-}
-
+// A frame with no payload (an ACK, a NAK, an atomic ACK's headers only):
+// false when no buffer (the engine counts drop_no_mbuf) or it was lost on
+// the way.
 inline bool tx_send(transport::Engine& engine, const AhAttr& path, const wire::PktDesc& d) noexcept {
-  return tx_send(engine, path, d, 0, [](uint8_t*) { return true; });
+  rte_mbuf* m = engine.alloc();
+  if (m == nullptr) return false;
+  return tx_frame(engine, m, path, d, 0, [](uint8_t*) { return true; }) == TxResult::Sent;
 }
 
 }  // namespace uroce::rnic
