@@ -15,16 +15,13 @@
 #include <new>
 #include <vector>
 
+#include "verbs-shim/process.hpp"
 #include "verbs-shim/shim.hpp"
 
 namespace uroce::shim {
 namespace {
 
-std::mutex g_contexts_mu;
-std::vector<Context*>& contexts() {
-  static auto* v = new std::vector<Context*>;  // never destroyed: contexts may close during exit
-  return *v;
-}
+std::vector<Context*>& contexts() { return process().contexts; }  // under process().contexts_mu
 
 bool same_file(int a, int b) noexcept {
   struct stat sa{}, sb{};
@@ -34,7 +31,7 @@ bool same_file(int a, int b) noexcept {
 }  // namespace
 
 void remember_context(Context* c) noexcept {
-  std::lock_guard lock(g_contexts_mu);
+  std::lock_guard lock(process().contexts_mu);
   try {
     contexts().push_back(c);
   } catch (...) {
@@ -43,7 +40,7 @@ void remember_context(Context* c) noexcept {
 }
 
 void forget_context(Context* c) noexcept {
-  std::lock_guard lock(g_contexts_mu);
+  std::lock_guard lock(process().contexts_mu);
   auto& v = contexts();
   for (auto it = v.begin(); it != v.end(); ++it) {
     if (*it == c) {
@@ -64,7 +61,7 @@ UROCE_EXPORT ibv_context* ibv_import_device(int cmd_fd) noexcept {
   if (cmd_fd < 0) return fail(EINVAL, static_cast<ibv_context*>(nullptr));
   IbvDevice* dev = nullptr;
   {
-    std::lock_guard lock(g_contexts_mu);
+    std::lock_guard lock(process().contexts_mu);
     for (Context* c : contexts()) {
       if (same_file(c->vctx.context.cmd_fd, cmd_fd)) {
         dev = c->dev;

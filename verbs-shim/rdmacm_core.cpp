@@ -14,6 +14,7 @@
 #include "drivers/daemon/link.hpp"
 #include "lib/util/log.hpp"
 #include "transport/device.hpp"
+#include "verbs-shim/process.hpp"
 #include "verbs-shim/shim.hpp"
 
 namespace uroce::shim {
@@ -45,39 +46,35 @@ using namespace uroce;
 // that never uses librdmacm runs no CM, as before.
 // UROCE_CM_RESPONSE_TIMEOUT (0..31, 4.096 us * 2^t) and UROCE_CM_RETRIES
 // (0..15) override Linux's 20 and 15.
-namespace {
-std::atomic<cm::RdmaCm*> g_model{nullptr};  // set once the model runs
-std::mutex g_model_mu;                       // starting it
-bool g_model_tried = false;                  // under g_model_mu: started, or failed to
-}  // namespace
 
 void shim::rdmacm_forget_after_fork() noexcept {
   // The child's one thread: the lock may have been held by a thread it
   // does not have.
-  new (&g_model_mu) std::mutex;
-  g_model.store(nullptr);
-  g_model_tried = false;
+  shim::ProcessState& p = shim::process();
+  new (&p.rdmacm_mu) std::mutex;
+  p.rdmacm.store(nullptr);
+  p.rdmacm_tried = false;
 }
 
 void shim::rdmacm_at_exit() noexcept {
-  if (cm::RdmaCm* m = g_model.load()) m->disconnect_all();
+  if (cm::RdmaCm* m = shim::process().rdmacm.load()) m->disconnect_all();
 }
 
 void shim::rdmacm_device_removed(const rnic::Rnic* rnic) noexcept {
-  if (cm::RdmaCm* m = g_model.load()) m->device_removed(rnic);
+  if (cm::RdmaCm* m = shim::process().rdmacm.load()) m->device_removed(rnic);
 }
 
 size_t shim::rdmacm_disconnects_pending() noexcept {
-  cm::RdmaCm* m = g_model.load();
+  cm::RdmaCm* m = shim::process().rdmacm.load();
   return m != nullptr ? m->disconnects_pending() : 0;
 }
 
 UROCE_EXPORT cm::RdmaCm* uroce_rdmacm() noexcept {
   shim::adopt_fork();  // a child of fork() gets a model of its own
-  if (cm::RdmaCm* m = g_model.load(std::memory_order_acquire)) return m;
-  std::lock_guard lock(g_model_mu);
-  if (g_model_tried) return g_model.load();
-  g_model_tried = true;
+  if (cm::RdmaCm* m = shim::process().rdmacm.load(std::memory_order_acquire)) return m;
+  std::lock_guard lock(shim::process().rdmacm_mu);
+  if (shim::process().rdmacm_tried) return shim::process().rdmacm.load();
+  shim::process().rdmacm_tried = true;
   [] {
     int n = 0;
     ibv_device** list = ibv_get_device_list(&n);  // starts the devices
@@ -141,7 +138,7 @@ UROCE_EXPORT cm::RdmaCm* uroce_rdmacm() noexcept {
       log_line(LogType::Shim, LogLevel::Error, "the connection manager did not start: %s", std::strerror(rc));
       return;  // leaked on purpose: half-started engines may still refer to it
     }
-    g_model.store(m, std::memory_order_release);
+    shim::process().rdmacm.store(m, std::memory_order_release);
   }();
-  return g_model.load();
+  return shim::process().rdmacm.load();
 }
