@@ -38,7 +38,6 @@
 
 #include "cm/mad_port.hpp"
 #include "cm/msg.hpp"
-#include "cm/rdma_cm_compat.hpp"
 #include "lib/util/counters.hpp"
 #include "lib/util/timer_wheel.hpp"
 #include "lib/wire/types.hpp"
@@ -298,7 +297,6 @@ struct CmEvent {
   CmId* listen_id = nullptr;             // ReqReceived, SidrReqReceived
   const ReqMsg* req = nullptr;           // ReqReceived: the REQ (valid while the id lives)
   const RepMsg* rep = nullptr;           // RepReceived
-  std::optional<CmaHdr> cma;             // ReqReceived/SidrReqReceived on an rdma_cm service ID
   uint16_t reason = 0;                   // RejReceived (RejReason)
   uint8_t message_rejected = 0;          // RejReceived (CmMsgRef)
   uint8_t service_timeout = 0;           // MraReceived

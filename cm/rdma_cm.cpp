@@ -583,8 +583,12 @@ void RdmaCm::on_cm_event(RdmaDev& d, const CmEvent& ev) {
 
 void RdmaCm::on_req(RdmaDev& d, const CmEvent& ev, bool sidr) {
   UROCE_ASSERT_ENGINE(d.engine());
-  RdmaId* l = listener_for(d, ev.service_id, ev.cma);
-  if (l == nullptr || !ev.cma) {
+  // rdma_cm's own header at the head of the private data (cma_hdr.hpp):
+  // the model's to read, not the IB CM's.
+  const std::optional<CmaHdr> cma =
+      is_cma_service_id(ev.service_id) ? read_cma_hdr(ev.private_data()) : std::nullopt;
+  RdmaId* l = listener_for(d, ev.service_id, cma);
+  if (l == nullptr || !cma) {
     // No listener for that address (the CM listened for the service ID):
     // as Linux, a REJ "invalid service ID" / SIDR_REP "unsupported".
     if (sidr) {
@@ -632,7 +636,7 @@ void RdmaCm::on_req(RdmaDev& d, const CmEvent& ev, bool sidr) {
   id->ack_timeout = l->ack_timeout;
   id->qkey = l->qkey;
   ev.id->context = id;
-  const CmaHdr& h = *ev.cma;
+  const CmaHdr& h = *cma;
   const uint16_t lport = port_of(sa(l->src));
   IpAddr our, peer;
   if (h.ip_version == 4) {
@@ -663,7 +667,7 @@ void RdmaCm::on_req(RdmaDev& d, const CmEvent& ev, bool sidr) {
     id->responder_resources = r.initiator_depth;
     id->initiator_depth = r.responder_resources;
   } else {
-    p.mtu = ib_mtu(d.cfg.rnic->active_mtu_bytes());
+    p.mtu = rnic::ib_mtu_for(d.cfg.rnic->active_mtu_bytes());
   }
   id->route_valid = true;
   // The PSN our REP will carry, known now: an application that brings its

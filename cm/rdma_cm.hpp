@@ -69,6 +69,7 @@
 #include <vector>
 
 #include "cm/cm.hpp"
+#include "cm/cma_hdr.hpp"
 #include "cm/device_cm.hpp"
 #include "cm/gsi_port.hpp"
 #include "transport/event_queue.hpp"

@@ -270,7 +270,7 @@ int RdmaCm::resolve_route(RdmaId* id, int /*timeout_ms*/) {
   CmPath p;
   p.local_gid = sip->bytes;
   p.remote_gid = dip->bytes;
-  p.mtu = ib_mtu(r.active_mtu_bytes());
+  p.mtu = rnic::ib_mtu_for(r.active_mtu_bytes());
   p.traffic_class = id->tos;
   p.hop_limit = 64;
   if (id->ack_timeout) p.local_ack_timeout = *id->ack_timeout;

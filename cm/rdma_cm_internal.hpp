@@ -88,14 +88,6 @@ inline void set_sockaddr(sockaddr_storage& ss, const IpAddr& ip, uint16_t port_h
 
 inline const sockaddr* sa(const sockaddr_storage& ss) { return reinterpret_cast<const sockaddr*>(&ss); }
 
-// The IB MTU enum for a byte count (the largest that fits).
-inline uint8_t ib_mtu(uint32_t bytes) {
-  if (bytes >= 4096) return IBV_MTU_4096;
-  if (bytes >= 2048) return IBV_MTU_2048;
-  if (bytes >= 1024) return IBV_MTU_1024;
-  if (bytes >= 512) return IBV_MTU_512;
-  return IBV_MTU_256;
-}
 
 }  // namespace uroce::cm::detail
 

@@ -1,6 +1,6 @@
 #include "daemon/cm_router.hpp"
 
-#include "cm/rdma_cm_compat.hpp"
+#include "cm/cma_hdr.hpp"
 
 namespace uroce::daemon {
 

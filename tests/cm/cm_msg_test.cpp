@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "cm/msg.hpp"
-#include "cm/rdma_cm_compat.hpp"
+#include "cm/cma_hdr.hpp"
 #include "lib/wire/pkt.hpp"
 #include "tests/vectors/pcap_file.hpp"
 

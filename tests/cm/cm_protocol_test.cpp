@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "cm/cm.hpp"
-#include "cm/rdma_cm_compat.hpp"
+#include "cm/cma_hdr.hpp"
 #include "lib/util/log.hpp"
 #include "tests/cm/loop_port.hpp"
 
@@ -221,11 +221,12 @@ TEST_F(CmPair, ConnectTransferAttrsAndDisconnect) {
   EXPECT_EQ(rq.req->local_qpn, 0x15u);
   EXPECT_EQ(rq.req->starting_psn, 0x64a8b2u);
   EXPECT_EQ(rq.req->local_ca_guid, kGuidA);
-  ASSERT_TRUE(rq.cma.has_value());
-  EXPECT_EQ(rq.cma->ip_version, 4);
-  EXPECT_EQ(rq.cma->port, 0x91f1);
-  EXPECT_EQ(rq.cma->src_ipv4(), kIpA);
-  EXPECT_EQ(rq.cma->dst_ipv4(), kIpB);
+  const std::optional<CmaHdr> cma = read_cma_hdr(rq.private_data());
+  ASSERT_TRUE(cma.has_value());
+  EXPECT_EQ(cma->ip_version, 4);
+  EXPECT_EQ(cma->port, 0x91f1);
+  EXPECT_EQ(cma->src_ipv4(), kIpA);
+  EXPECT_EQ(cma->dst_ipv4(), kIpB);
   EXPECT_EQ(rq.pdata_len, 92);
   EXPECT_EQ(text(rq.private_data().subspan(kCmaHdrSize), 12), "hello from A");
   EXPECT_NE(rq.listen_id, nullptr);
@@ -936,8 +937,9 @@ TEST_F(CmPair, SidrResolve) {
   run(kTimeoutNs + kMs);
   const CmEvent* rq = last(1, CmEventType::SidrReqReceived);
   ASSERT_NE(rq, nullptr);
-  ASSERT_TRUE(rq->cma.has_value());
-  EXPECT_EQ(rq->cma->port, 0xcf0b);
+  const std::optional<CmaHdr> cma = read_cma_hdr(rq->private_data());
+  ASSERT_TRUE(cma.has_value());
+  EXPECT_EQ(cma->port, 0xcf0b);
   EXPECT_EQ(text(rq->private_data().subspan(kCmaHdrSize), 12), "who is there");
   EXPECT_EQ(n_events(1, CmEventType::SidrReqReceived), 1u);  // the repeat is answered, not reported
   const CmEvent* rp = last(0, CmEventType::SidrRepReceived);

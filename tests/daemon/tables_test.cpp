@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "cm/msg.hpp"
-#include "cm/rdma_cm_compat.hpp"
+#include "cm/cma_hdr.hpp"
 #include "daemon/cm_router.hpp"
 #include "daemon/port_space.hpp"
 #include "daemon/qpn_space.hpp"

@@ -23,7 +23,7 @@
 #include <vector>
 
 #include "cm/cm.hpp"
-#include "cm/rdma_cm_compat.hpp"
+#include "cm/cma_hdr.hpp"
 
 namespace {
 

@@ -51,16 +51,16 @@ TEST_F(Ctl, RegMrRules) {
   // A key does not outlive its registration, even when its slot is reused.
   const uint32_t old_key = ro->lkey.value();
   KeyCheck why = KeyCheck::Ok;
-  EXPECT_EQ(test::in_loop(rnic->engine(), [&] { return rnic->lookup_lkey(old_key, pd, &why); }), ro);
+  EXPECT_EQ(test::in_loop(rnic->engine(), [&] { return rnic->lookup_lkey(Lkey(old_key), pd, &why); }), ro);
   ASSERT_EQ(rnic->dereg_mr(ro), 0);
-  EXPECT_EQ(test::in_loop(rnic->engine(), [&] { return rnic->lookup_lkey(old_key, pd, &why); }), nullptr);
+  EXPECT_EQ(test::in_loop(rnic->engine(), [&] { return rnic->lookup_lkey(Lkey(old_key), pd, &why); }), nullptr);
   EXPECT_EQ(why, KeyCheck::NoKey);
   Mr* again = reg(IBV_ACCESS_REMOTE_READ);
   ASSERT_NE(again, nullptr);
   EXPECT_EQ(again->lkey.value() >> 8, old_key >> 8);  // the same slot
   EXPECT_NE(again->lkey.value(), old_key);           // another key
-  EXPECT_EQ(test::in_loop(rnic->engine(), [&] { return rnic->lookup_lkey(old_key, pd, &why); }), nullptr);
-  EXPECT_EQ(test::in_loop(rnic->engine(), [&] { return rnic->check_rkey(old_key, again->iova, 8, IBV_ACCESS_REMOTE_READ, pd, &why); }), nullptr);
+  EXPECT_EQ(test::in_loop(rnic->engine(), [&] { return rnic->lookup_lkey(Lkey(old_key), pd, &why); }), nullptr);
+  EXPECT_EQ(test::in_loop(rnic->engine(), [&] { return rnic->check_rkey(Rkey(old_key), again->iova, 8, IBV_ACCESS_REMOTE_READ, pd, &why); }), nullptr);
   EXPECT_EQ(why, KeyCheck::NoKey);
   EXPECT_EQ(rnic->dereg_mr(nullptr), EINVAL);
 }
@@ -81,12 +81,12 @@ TEST_F(Ctl, ImplicitOdpMr) {
   ASSERT_NE(all, nullptr);
   const uint64_t va = reinterpret_cast<uint64_t>(g_mem.data());
   KeyCheck why = KeyCheck::Ok;
-  EXPECT_EQ(test::in_loop(rnic->engine(), [&] { return rnic->check_rkey(all->rkey.value(), va, 64, IBV_ACCESS_REMOTE_WRITE, pd, &why); }), g_mem.data());
-  EXPECT_EQ(test::in_loop(rnic->engine(), [&] { return rnic->check_rkey(all->rkey.value(), UINT64_MAX - 8, 8, IBV_ACCESS_REMOTE_WRITE, pd, &why); }),
+  EXPECT_EQ(test::in_loop(rnic->engine(), [&] { return rnic->check_rkey(Rkey(all->rkey.value()), va, 64, IBV_ACCESS_REMOTE_WRITE, pd, &why); }), g_mem.data());
+  EXPECT_EQ(test::in_loop(rnic->engine(), [&] { return rnic->check_rkey(Rkey(all->rkey.value()), UINT64_MAX - 8, 8, IBV_ACCESS_REMOTE_WRITE, pd, &why); }),
             reinterpret_cast<uint8_t*>(UINT64_MAX - 8));  // in bounds; the access itself is guarded
-  EXPECT_EQ(test::in_loop(rnic->engine(), [&] { return rnic->check_rkey(all->rkey.value(), UINT64_MAX - 8, 9, IBV_ACCESS_REMOTE_WRITE, pd, &why); }), nullptr);
+  EXPECT_EQ(test::in_loop(rnic->engine(), [&] { return rnic->check_rkey(Rkey(all->rkey.value()), UINT64_MAX - 8, 9, IBV_ACCESS_REMOTE_WRITE, pd, &why); }), nullptr);
   EXPECT_EQ(why, KeyCheck::OutOfBounds);
-  EXPECT_EQ(test::in_loop(rnic->engine(), [&] { return rnic->check_rkey(all->rkey.value(), va, 8, IBV_ACCESS_REMOTE_READ, pd, &why); }), nullptr);
+  EXPECT_EQ(test::in_loop(rnic->engine(), [&] { return rnic->check_rkey(Rkey(all->rkey.value()), va, 8, IBV_ACCESS_REMOTE_READ, pd, &why); }), nullptr);
   EXPECT_EQ(why, KeyCheck::NoAccess);  // the rights still count
   // Dropping ON_DEMAND would make it an ordinary MR over unmapped memory.
   EXPECT_NE(rnic->rereg_mr(all, IBV_REREG_MR_CHANGE_ACCESS, nullptr, nullptr, 0, IBV_ACCESS_LOCAL_WRITE), 0);
@@ -199,28 +199,28 @@ TEST_F(Ctl, CheckRkeyAccessTable) {
         {IBV_ACCESS_REMOTE_READ, c.read}, {IBV_ACCESS_REMOTE_WRITE, c.write}, {IBV_ACCESS_REMOTE_ATOMIC, c.atomic}};
     for (const auto& [need, want] : needs) {
       KeyCheck why = KeyCheck::Ok;
-      uint8_t* p = test::in_loop(rnic->engine(), [&] { return rnic->check_rkey(key, va + 8, 8, need, pd, &why); });
+      uint8_t* p = test::in_loop(rnic->engine(), [&] { return rnic->check_rkey(Rkey(key), va + 8, 8, need, pd, &why); });
       EXPECT_EQ(why, want) << "access " << c.access << " need " << need;
       EXPECT_EQ(p, want == KeyCheck::Ok ? g_mem.data() + 8 : nullptr);
     }
     if (c.read == KeyCheck::Ok) {
       KeyCheck why = KeyCheck::Ok;
-      EXPECT_EQ(test::in_loop(rnic->engine(), [&] { return rnic->check_rkey(key, va, 8, IBV_ACCESS_REMOTE_READ, other, &why); }), nullptr);
+      EXPECT_EQ(test::in_loop(rnic->engine(), [&] { return rnic->check_rkey(Rkey(key), va, 8, IBV_ACCESS_REMOTE_READ, other, &why); }), nullptr);
       EXPECT_EQ(why, KeyCheck::WrongPd);
-      EXPECT_EQ(test::in_loop(rnic->engine(), [&] { return rnic->check_rkey(key, va + 250, 8, IBV_ACCESS_REMOTE_READ, pd, &why); }), nullptr);
+      EXPECT_EQ(test::in_loop(rnic->engine(), [&] { return rnic->check_rkey(Rkey(key), va + 250, 8, IBV_ACCESS_REMOTE_READ, pd, &why); }), nullptr);
       EXPECT_EQ(why, KeyCheck::OutOfBounds);
-      EXPECT_EQ(test::in_loop(rnic->engine(), [&] { return rnic->check_rkey(key, va - 1, 8, IBV_ACCESS_REMOTE_READ, pd, &why); }), nullptr);
+      EXPECT_EQ(test::in_loop(rnic->engine(), [&] { return rnic->check_rkey(Rkey(key), va - 1, 8, IBV_ACCESS_REMOTE_READ, pd, &why); }), nullptr);
       EXPECT_EQ(why, KeyCheck::OutOfBounds);
-      EXPECT_EQ(test::in_loop(rnic->engine(), [&] { return rnic->check_rkey(key, va, 256, IBV_ACCESS_REMOTE_READ, pd, &why); }), g_mem.data());
-      EXPECT_EQ(test::in_loop(rnic->engine(), [&] { return rnic->check_rkey(key ^ 0x1, va, 8, IBV_ACCESS_REMOTE_READ, pd, &why); }), nullptr);  // wrong key byte
+      EXPECT_EQ(test::in_loop(rnic->engine(), [&] { return rnic->check_rkey(Rkey(key), va, 256, IBV_ACCESS_REMOTE_READ, pd, &why); }), g_mem.data());
+      EXPECT_EQ(test::in_loop(rnic->engine(), [&] { return rnic->check_rkey(Rkey(key ^ 0x1), va, 8, IBV_ACCESS_REMOTE_READ, pd, &why); }), nullptr);  // wrong key byte
       EXPECT_EQ(why, KeyCheck::NoKey);
-      EXPECT_EQ(test::in_loop(rnic->engine(), [&] { return rnic->check_rkey(0xFFFFFF00u, va, 8, IBV_ACCESS_REMOTE_READ, pd, &why); }), nullptr);
+      EXPECT_EQ(test::in_loop(rnic->engine(), [&] { return rnic->check_rkey(Rkey(0xFFFFFF00u), va, 8, IBV_ACCESS_REMOTE_READ, pd, &why); }), nullptr);
       EXPECT_EQ(why, KeyCheck::NoKey);
     }
     KeyCheck why = KeyCheck::Ok;
-    EXPECT_EQ(test::in_loop(rnic->engine(), [&] { return rnic->lookup_lkey(key, other, &why); }), nullptr);
+    EXPECT_EQ(test::in_loop(rnic->engine(), [&] { return rnic->lookup_lkey(Lkey(key), other, &why); }), nullptr);
     EXPECT_EQ(why, KeyCheck::WrongPd);
-    EXPECT_EQ(test::in_loop(rnic->engine(), [&] { return rnic->lookup_lkey(key, pd, &why); }), mr);
+    EXPECT_EQ(test::in_loop(rnic->engine(), [&] { return rnic->lookup_lkey(Lkey(key), pd, &why); }), mr);
     EXPECT_EQ(why, KeyCheck::Ok);
     ASSERT_EQ(rnic->dereg_mr(mr), 0);
   }
@@ -231,9 +231,9 @@ TEST_F(Ctl, RereqMr) {
   Mr* mr = rnic->reg_mr(pd, g_mem.data(), 256, 0x1000, IBV_ACCESS_LOCAL_WRITE, &err);
   ASSERT_NE(mr, nullptr);
   KeyCheck why;
-  EXPECT_EQ(test::in_loop(rnic->engine(), [&] { return rnic->check_rkey(mr->rkey.value(), 0x1000, 8, IBV_ACCESS_REMOTE_READ, pd, &why); }), nullptr);
+  EXPECT_EQ(test::in_loop(rnic->engine(), [&] { return rnic->check_rkey(Rkey(mr->rkey.value()), 0x1000, 8, IBV_ACCESS_REMOTE_READ, pd, &why); }), nullptr);
   EXPECT_EQ(rnic->rereg_mr(mr, IBV_REREG_MR_CHANGE_ACCESS, nullptr, nullptr, 0, IBV_ACCESS_REMOTE_READ), 0);
-  EXPECT_NE(test::in_loop(rnic->engine(), [&] { return rnic->check_rkey(mr->rkey.value(), 0x1000, 8, IBV_ACCESS_REMOTE_READ, pd, &why); }), nullptr);
+  EXPECT_NE(test::in_loop(rnic->engine(), [&] { return rnic->check_rkey(Rkey(mr->rkey.value()), 0x1000, 8, IBV_ACCESS_REMOTE_READ, pd, &why); }), nullptr);
   EXPECT_EQ(rnic->rereg_mr(mr, IBV_REREG_MR_CHANGE_ACCESS, nullptr, nullptr, 0, IBV_ACCESS_REMOTE_WRITE), EINVAL);
   Pd* other = rnic->alloc_pd(&err);
   EXPECT_EQ(rnic->rereg_mr(mr, IBV_REREG_MR_CHANGE_PD, other, nullptr, 0, 0), 0);

@@ -131,7 +131,7 @@ TEST_F(Post, SendLimits) {
   const SendWqe& first = q->sq.slot(0);
   EXPECT_EQ(first.opcode, IBV_WR_RDMA_WRITE);
   EXPECT_EQ(first.remote_addr, 0x1000u);
-  EXPECT_EQ(first.rkey, 0x1234u);
+  EXPECT_EQ(first.rkey, Rkey(0x1234));
   EXPECT_EQ(first.length, 8u);
   EXPECT_EQ(first.num_sge, 1u);
 }
@@ -178,7 +178,7 @@ TEST_F(Post, UdAddressHandleAndLength) {
   EXPECT_EQ(post(q, w2), EINVAL);  // one packet at most
   ASSERT_EQ(post(q, w), 0);
   const SendWqe& e = q->sq.slot(0);
-  EXPECT_EQ(e.remote_qpn, 0x1234u);
+  EXPECT_EQ(e.remote_qpn, Qpn(0x1234));
   EXPECT_EQ(e.remote_qkey, 0x11111111u);
   EXPECT_EQ(e.ud_path.dgid, kPeerUla);
   EXPECT_FALSE(e.ud_path.ipv4);

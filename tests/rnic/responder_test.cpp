@@ -382,7 +382,7 @@ TEST_F(Responder, SendWithInvalidateOfARegisteredMrIsRefused) {
   EXPECT_EQ(ctr(RnicCtr::inv_rkey_refused), 1u);
   EXPECT_EQ(ctr(RnicCtr::rem_inv_req_naks), 1u);
   KeyCheck why{};
-  EXPECT_NE(test::in_loop(rnic().engine(), [&] { return rnic().check_rkey(target.rkey(), target.addr(), 64, IBV_ACCESS_REMOTE_WRITE, pd_, &why); }), nullptr)
+  EXPECT_NE(test::in_loop(rnic().engine(), [&] { return rnic().check_rkey(Rkey(target.rkey()), target.addr(), 64, IBV_ACCESS_REMOTE_WRITE, pd_, &why); }), nullptr)
       << "the MR must stay valid";
 }
 

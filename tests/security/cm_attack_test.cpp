@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "cm/cm.hpp"
-#include "cm/rdma_cm_compat.hpp"
+#include "cm/cma_hdr.hpp"
 #include "tests/cm/loop_port.hpp"
 
 namespace uroce::test {

@@ -70,10 +70,8 @@ std::string addresses_text(const transport::DeviceInfo& info) {
   return s.empty() ? "no address" : s;
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
-  CLI::App app{"uroced: the shared uroce RoCEv2 device for every RDMA program on this host.", "uroced"};
+// The command line.
+struct Options {
   std::string socket = drivers::daemon::socket_path();
   std::string config_file;
   std::string mode_text = "0666";
@@ -81,15 +79,69 @@ int main(int argc, char** argv) {
   uint32_t max_clients = 1024;
   bool no_realtime = false;
   bool no_busy_poll = false;
-  app.add_option("--socket", socket, "the Unix socket clients connect to (default: UROCE_SOCKET, else " +
-                                         std::string(drivers::daemon::kDefaultSocket) + ")");
-  app.add_option("--config", config_file, "the configuration file (default: UROCE_CONFIG, else /etc/uroce.toml)");
-  app.add_option("--socket-mode", mode_text, "the socket's permissions, octal (default 0666: every local user)");
-  app.add_option("--socket-group", group_name, "the socket's group (with --socket-mode 0660: only its members)");
-  app.add_option("--max-clients", max_clients, "processes served at once (default 1024)");
-  app.add_flag("--no-realtime", no_realtime,
+};
+
+// The socket's mode and group, from the options: false (with a message)
+// when either is not one.
+bool socket_access(const Options& o, daemon::ServerConfig& scfg) {
+  char* end = nullptr;
+  const unsigned long mode = std::strtoul(o.mode_text.c_str(), &end, 8);
+  if (end == o.mode_text.c_str() || *end != '\0' || mode > 0777) {
+    fmt::print(stderr, "uroced: --socket-mode {}: not an octal mode\n", o.mode_text);
+    return false;
+  }
+  scfg.socket_mode = static_cast<mode_t>(mode);
+  if (!o.group_name.empty()) {
+    const struct group* g = ::getgrnam(o.group_name.c_str());
+    if (g == nullptr) {
+      fmt::print(stderr, "uroced: --socket-group {}: no such group\n", o.group_name);
+      return false;
+    }
+    scfg.socket_group = g->gr_gid;
+  }
+  return true;
+}
+
+// Every configured device, opened as the daemon runs them, with its switch.
+// False (with a message) when one does not start.
+bool open_devices(transport::Devices& devs, const std::vector<std::string>& names, const Options& o,
+                  daemon::PortSpace& ports, std::unique_ptr<daemon::Server>& server,
+                  std::vector<std::unique_ptr<daemon::Switch>>& switches, std::vector<daemon::DeviceEntry>& entries) {
+  for (const std::string& name : names) {
+    transport::OpenOptions oo;
+    oo.idle_wait = true;  // the daemon sleeps when nothing happens, and wakes at once
+    oo.realtime_priority = o.no_realtime ? 0 : kRealtimePriority;
+    oo.hold_acks = false;  // the clients' RNICs coalesce their ACKs; the daemon only carries frames
+    auto d = devs.open(name, oo);
+    if (!d) {
+      fmt::print(stderr, "uroced: device {} did not start: {}\n", name, d.error().message);
+      return false;
+    }
+    auto* cm = (*d)->client<cm::DeviceCm>();
+    daemon::Switch::Config swcfg;
+    swcfg.busy_poll = !o.no_busy_poll;
+    switches.push_back(std::make_unique<daemon::Switch>(**d, ports, *cm, swcfg, [&server](daemon::ClientId c) {
+      if (server) server->report_violation(c);
+    }));
+    entries.push_back({*d, switches.back().get()});
+  }
+  return true;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"uroced: the shared uroce RoCEv2 device for every RDMA program on this host.", "uroced"};
+  Options o;
+  app.add_option("--socket", o.socket, "the Unix socket clients connect to (default: UROCE_SOCKET, else " +
+                                           std::string(drivers::daemon::kDefaultSocket) + ")");
+  app.add_option("--config", o.config_file, "the configuration file (default: UROCE_CONFIG, else /etc/uroce.toml)");
+  app.add_option("--socket-mode", o.mode_text, "the socket's permissions, octal (default 0666: every local user)");
+  app.add_option("--socket-group", o.group_name, "the socket's group (with --socket-mode 0660: only its members)");
+  app.add_option("--max-clients", o.max_clients, "processes served at once (default 1024)");
+  app.add_flag("--no-realtime", o.no_realtime,
                "run the engine threads at SCHED_OTHER (default: SCHED_FIFO 1, as they sleep when idle)");
-  app.add_flag("--no-busy-poll", no_busy_poll,
+  app.add_flag("--no-busy-poll", o.no_busy_poll,
                "sleep whenever idle, even while a client spins on a completion queue (default: poll for it)");
   try {
     app.parse(argc, argv);
@@ -97,24 +149,10 @@ int main(int argc, char** argv) {
     return app.exit(e) == 0 ? kExitOk : kExitUsage;
   }
   daemon::ServerConfig scfg;
-  scfg.socket_path = socket;
-  scfg.max_clients = max_clients;
-  char* end = nullptr;
-  const unsigned long mode = std::strtoul(mode_text.c_str(), &end, 8);
-  if (end == mode_text.c_str() || *end != '\0' || mode > 0777) {
-    fmt::print(stderr, "uroced: --socket-mode {}: not an octal mode\n", mode_text);
-    return kExitUsage;
-  }
-  scfg.socket_mode = static_cast<mode_t>(mode);
-  if (!group_name.empty()) {
-    const struct group* g = ::getgrnam(group_name.c_str());
-    if (g == nullptr) {
-      fmt::print(stderr, "uroced: --socket-group {}: no such group\n", group_name);
-      return kExitUsage;
-    }
-    scfg.socket_group = g->gr_gid;
-  }
-  if (!config_file.empty()) ::setenv("UROCE_CONFIG", config_file.c_str(), 1);
+  scfg.socket_path = o.socket;
+  scfg.max_clients = o.max_clients;
+  if (!socket_access(o, scfg)) return kExitUsage;
+  if (!o.config_file.empty()) ::setenv("UROCE_CONFIG", o.config_file.c_str(), 1);
   // The daemon serves; it is never a client of another daemon.
   ::unsetenv(std::string(drivers::daemon::kEnvSocket).c_str());
 
@@ -150,30 +188,11 @@ int main(int argc, char** argv) {
     return kExitUsage;
   }
 
-  const bool realtime = !no_realtime;
   daemon::PortSpace ports;
   std::vector<std::unique_ptr<daemon::Switch>> switches;
   std::vector<daemon::DeviceEntry> entries;
   std::unique_ptr<daemon::Server> server;
-  for (const std::string& name : *names) {
-    transport::OpenOptions oo;
-    oo.idle_wait = true;  // the daemon sleeps when nothing happens, and wakes at once
-    oo.realtime_priority = realtime ? kRealtimePriority : 0;
-    oo.hold_acks = false;  // the clients' RNICs coalesce their ACKs; the daemon only carries frames
-    auto d = devs.open(name, oo);
-    if (!d) {
-      fmt::print(stderr, "uroced: device {} did not start: {}\n", name, d.error().message);
-      return kExitFailed;
-    }
-    auto* cm = (*d)->client<cm::DeviceCm>();
-    daemon::Switch::Config swcfg;
-    swcfg.busy_poll = !no_busy_poll;
-    switches.push_back(std::make_unique<daemon::Switch>(**d, ports, *cm, swcfg,
-                                                        [&server](daemon::ClientId c) {
-                                                          if (server) server->report_violation(c);
-                                                        }));
-    entries.push_back({*d, switches.back().get()});
-  }
+  if (!open_devices(devs, *names, o, ports, server, switches, entries)) return kExitFailed;
   // The daemon's own lines (clients coming and going) at INFO, after the
   // EAL set every level.
   log_set_level(LogType::Daemon, LogLevel::Info);
@@ -197,7 +216,7 @@ int main(int argc, char** argv) {
     fmt::print("uroced: {} on {} ({}, MTU {}, link {})\n", info.name, info.port, addresses_text(info), info.mtu,
                e.dev->port().link_up() ? "up" : "down");
   }
-  fmt::print("uroced: ready: {} device(s); clients connect to {}\n", entries.size(), socket);
+  fmt::print("uroced: ready: {} device(s); clients connect to {}\n", entries.size(), o.socket);
   std::fflush(stdout);
   sd_notify(0, "READY=1\nSTATUS=serving RDMA programs");
 

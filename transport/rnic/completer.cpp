@@ -56,11 +56,6 @@ enum class Step : uint8_t {
   Done,
 };
 
-[[maybe_unused]] constexpr std::array<std::string_view, 13> kStepName = {
-    "check_psn", "implied_acks", "dispatch", "ack", "read_resp", "atomic_ack", "rnr_nak",
-    "seq_nak",   "error_nak",    "retry",    "error", "drop",     "done",
-};
-
 struct Ctx {
   transport::Engine& engine;
   Qp& qp;
@@ -70,8 +65,6 @@ struct Ctx {
   SendWqe* w = nullptr;  // the oldest WQE not yet completed (it holds `psn`)
   ibv_wc_status status = IBV_WC_SUCCESS;
 };
-
-bool before(uint32_t a, uint32_t b) noexcept { return static_cast<int32_t>(a - b) < 0; }
 
 // A READ response's bytes or an atomic's original value into the WQE's
 // SGEs (which check_local_keys found writable when the WQE started; they
@@ -87,8 +80,8 @@ wire::AethC aeth(const Ctx& x) noexcept { return wire::AethC(x.frame + x.info.ex
 // The oldest started WQE not yet completed, or nullptr.
 SendWqe* oldest(Qp& qp) noexcept {
   CompState& c = qp.comp;
-  if (before(c.wqe_idx, qp.sq.head())) c.wqe_idx = qp.sq.head();
-  if (!before(c.wqe_idx, qp.req.wqe_hi)) return nullptr;
+  if (sq_before(c.wqe_idx, qp.sq.head())) c.wqe_idx = qp.sq.head();
+  if (!sq_before(c.wqe_idx, qp.req.wqe_hi)) return nullptr;
   return &qp.sq.slot(c.wqe_idx);
 }
 

@@ -513,7 +513,7 @@ void Qp::fill_send_wqe(SendWqe& w, const ibv_send_wr& wr, const WrInfo& op, cons
   w.send_flags = wr.send_flags;
   w.imm_data = wr.imm_data;
   w.remote_addr = 0;
-  w.rkey = 0;
+  w.rkey = Rkey{};
   w.compare_add = 0;
   w.swap = 0;
   w.flush_len = 0;
@@ -524,17 +524,17 @@ void Qp::fill_send_wqe(SendWqe& w, const ibv_send_wr& wr, const WrInfo& op, cons
       break;
     case WrRemote::Rdma:
       w.remote_addr = wr.wr.rdma.remote_addr;
-      w.rkey = wr.wr.rdma.rkey;
+      w.rkey = Rkey(wr.wr.rdma.rkey);
       break;
     case WrRemote::Atomic:
       w.remote_addr = wr.wr.atomic.remote_addr;
-      w.rkey = wr.wr.atomic.rkey;
+      w.rkey = Rkey(wr.wr.atomic.rkey);
       w.compare_add = wr.wr.atomic.compare_add;
       w.swap = wr.wr.atomic.swap;
       break;
     case WrRemote::Flush:
       w.remote_addr = wr.wr.atomic.remote_addr;
-      w.rkey = wr.wr.atomic.rkey;
+      w.rkey = Rkey(wr.wr.atomic.rkey);
       w.flush_len = static_cast<uint32_t>(wr.wr.atomic.compare_add);
       break;
     case WrRemote::Bind: {
@@ -546,7 +546,7 @@ void Qp::fill_send_wqe(SendWqe& w, const ibv_send_wr& wr, const WrInfo& op, cons
       const ibv_mw_bind_info& b = wr.bind_mw.bind_info;
       w.mw = Mw::from_ibv(wr.bind_mw.mw);
       w.mw_index = wr.bind_mw.mw->handle >> 8;
-      w.rkey = wr.bind_mw.rkey;
+      w.rkey = Rkey(wr.bind_mw.rkey);
       w.bind_has_mr = b.mr != nullptr;
       w.bind_lkey = b.mr != nullptr ? b.mr->lkey : 0;
       w.remote_addr = b.addr;
@@ -559,7 +559,7 @@ void Qp::fill_send_wqe(SendWqe& w, const ibv_send_wr& wr, const WrInfo& op, cons
   w.remote_srqn = type_ == IBV_QPT_XRC_SEND ? wr.qp_type.xrc.remote_srqn & Qpn::kMask : 0;
   if (f.ah != nullptr) {
     w.ud_path = f.ah->path;
-    w.remote_qpn = wr.wr.ud.remote_qpn & Qpn::kMask;
+    w.remote_qpn = Qpn(wr.wr.ud.remote_qpn & Qpn::kMask);
     w.remote_qkey = wr.wr.ud.remote_qkey;
   }
   w.length = f.length;

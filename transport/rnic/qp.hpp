@@ -52,11 +52,11 @@ struct SendWqe {
   uint32_t send_flags = 0;          // IBV_SEND_*
   uint32_t imm_data = 0;            // network order, as in ibv_send_wr (also invalidate_rkey)
   uint64_t remote_addr = 0;         // RDMA / atomic
-  uint32_t rkey = 0;
+  Rkey rkey{};                      // RDMA / atomic / FLUSH: the remote key; BIND_MW: the new one
   uint64_t compare_add = 0;         // atomic; an inline ATOMIC WRITE's 8 bytes
   uint64_t swap = 0;
   AhAttr ud_path{};                 // UD: copied from the AH at post time
-  uint32_t remote_qpn = 0;          // UD
+  Qpn remote_qpn{};                 // UD
   uint32_t remote_qkey = 0;         // UD
   uint32_t remote_srqn = 0;         // XRC send QP: the SRQ its XRCETH names (wr.qp_type.xrc.remote_srqn)
   uint32_t num_sge = 0;
@@ -101,6 +101,9 @@ struct SendWqe {
   bool local_op() const noexcept { return wr_info(opcode).local; }
 };
 
+// Free-running SQ indexes (SendQueue): `a` comes before `b`.
+constexpr bool sq_before(uint32_t a, uint32_t b) noexcept { return static_cast<int32_t>(a - b) < 0; }
+
 // A ring of SendWqe.  Slots [head, tail) are posted and not yet completed.
 // Producer: application threads under post_mu (tail_, release).  Consumer:
 // the engine: the requester walks from `req.wqe_idx`; the completer retires
@@ -114,6 +117,7 @@ class SendQueue {
   uint32_t capacity() const noexcept { return capacity_; }
   bool full() const noexcept;
   SendWqe& slot(uint32_t idx) noexcept { return ring_[idx % ring_.size()]; }
+  const SendWqe& slot(uint32_t idx) const noexcept { return ring_[idx % ring_.size()]; }
   // Application, under post_mu: the slot to fill, then publish().
   SendWqe& next_free() noexcept { return slot(tail_.load(std::memory_order_relaxed)); }
   void publish() noexcept { tail_.store(tail_.load(std::memory_order_relaxed) + 1, std::memory_order_release); }

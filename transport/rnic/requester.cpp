@@ -51,9 +51,6 @@ uint8_t transport_base(const Qp& qp) noexcept {
   return qp.type() == IBV_QPT_UC ? wire::op::kUcBase : wire::op::kRcBase;
 }
 
-// Free-running SQ indexes: a before b.
-bool before(uint32_t a, uint32_t b) noexcept { return static_cast<int32_t>(a - b) < 0; }
-
 uint32_t pmtu(const Qp& qp) noexcept { return std::max<uint32_t>(qp.attrs().pmtu_bytes, 256); }
 
 // PSNs a WQE consumes: one per packet; a READ one per response packet
@@ -79,7 +76,7 @@ bool check_local_keys(Qp& qp, const SendWqe& w) noexcept {
     const ibv_sge& s = w.sge[i];
     if (s.length == 0) continue;
     KeyCheck why{};
-    Mr* mr = qp.rnic().lookup_lkey(s.lkey, qp.pd(), &why);
+    Mr* mr = qp.rnic().lookup_lkey(Lkey(s.lkey), qp.pd(), &why);
     if (mr == nullptr || mr->translate(s.addr, s.length) == nullptr) return false;
     if ((mr->access & need) != need) return false;
   }
@@ -111,7 +108,7 @@ Start start_local(Qp& qp, SendWqe& w) noexcept {
   }
   r.fence_wait = false;
   const ibv_wc_status st = w.opcode == IBV_WR_BIND_MW ? qp.rnic().bind_mw(qp, w)
-                                                       : qp.rnic().local_invalidate(qp, w.imm_data);
+                                                       : qp.rnic().local_invalidate(qp, Rkey(w.imm_data));
   if (st != IBV_WC_SUCCESS) {
     completer_fail(qp, w, st);
     return Start::Failed;
@@ -198,7 +195,7 @@ Emit emit(transport::Engine& engine, Qp& qp, SendWqe& w, Seg seg, uint64_t off, 
   d.psn = r.next_psn;
   d.ack_req = ack_req;
   d.se = info.last && (w.send_flags & IBV_SEND_SOLICITED) != 0;
-  d.dest_qp = Qpn(ud ? w.remote_qpn : qp.attrs().dest_qp_num);
+  d.dest_qp = ud ? w.remote_qpn : Qpn(qp.attrs().dest_qp_num);
   if (qp.is_gsi()) d.pkey = kDefaultPkey;  // GSI MADs go with the default P_Key (IBA chapter 13)
   if (info.has(wire::kHdrDeth)) {
     // C10-15: a Q_Key with the high bit set means "use the QP's own".
@@ -209,7 +206,7 @@ Emit emit(transport::Engine& engine, Qp& qp, SendWqe& w, Seg seg, uint64_t off, 
   if (info.has(wire::kHdrXrceth)) d.xrceth_srq = w.remote_srqn;  // every XRC request names its SRQ (A14)
   if (info.has(wire::kHdrReth)) {
     d.reth_va = w.remote_addr + off;
-    d.reth_rkey = Rkey(w.rkey);
+    d.reth_rkey = w.rkey;
     d.reth_len = static_cast<uint32_t>(w.length - off);  // WRITE: the whole message; READ: what remains
   }
   if (info.has(wire::kHdrFeth)) {  // FLUSH: its range's length, not a payload's
@@ -218,7 +215,7 @@ Emit emit(transport::Engine& engine, Qp& qp, SendWqe& w, Seg seg, uint64_t off, 
   }
   if (info.has(wire::kHdrAtomicEth)) {
     d.atomic_va = w.remote_addr;
-    d.atomic_rkey = Rkey(w.rkey);
+    d.atomic_rkey = w.rkey;
     const bool cas = w.opcode == IBV_WR_ATOMIC_CMP_AND_SWP;  // IBA 9.4.5: CmpSwap's compare and swap, FetchAdd's add
     d.atomic_swap_add = cas ? w.swap : w.compare_add;
     d.atomic_compare = cas ? w.compare_add : 0;
@@ -269,6 +266,104 @@ uint32_t send_window(const Qp& qp) noexcept {
   return std::min(qp.req.window, std::max(kMinSharePsns, kMaxUnackedPsns / n));
 }
 
+namespace {
+
+// The next packet of `w`, at r.next_psn: its segment, its payload's
+// message offset (SEND/WRITE) or the offset of what a READ still asks
+// for, and its payload length.
+struct NextPkt {
+  Seg seg = Seg::Only;
+  uint64_t off = 0;
+  uint32_t len = 0;
+  bool last() const noexcept { return seg == Seg::Only || seg == Seg::Last; }
+};
+
+NextPkt next_packet(const Qp& qp, const SendWqe& w, const WrInfo& ops) noexcept {
+  const uint32_t mtu = pmtu(qp);
+  NextPkt p;
+  if (ops.multi && !is_ud(qp)) {
+    p.off = w.sent;
+    p.len = static_cast<uint32_t>(std::min<uint64_t>(mtu, w.length - p.off));
+    const bool first = p.off == 0;
+    const bool last = p.off + p.len == w.length;
+    p.seg = first ? (last ? Seg::Only : Seg::First) : (last ? Seg::Last : Seg::Middle);
+  } else if (w.opcode == IBV_WR_RDMA_READ) {
+    const uint64_t psn_off = static_cast<uint32_t>(distance(qp.req.next_psn, w.first_psn));
+    p.off = std::min<uint64_t>(psn_off * mtu, w.length);  // a re-request asks only for the rest
+  } else {
+    p.len = static_cast<uint32_t>(w.length);  // UD: the whole message in one packet
+  }
+  return p;
+}
+
+// The BTH AckReq bit (IBA 9.2, the BTH's A bit: the requester's choice; a
+// responder may acknowledge only what asks, as rxe does, 9.7.5.1.1).  It
+// goes on:
+// - a message's last packet when an ACK is due for it: the WQE is signaled
+//   (its CQE waits for the ACK) or a READ/atomic, or no message follows it
+//   at once (it is the last the SQ holds now, the next WQE is a bind or
+//   local invalidate, which sends nothing, or the SQ is draining: SQD
+//   starts no later message).  A message that another follows leaves the
+//   ask to that one: a burst of unsignaled messages costs the peer one ACK,
+//   not one per message.  Every other way out of requester_run's loop comes
+//   back (budget, full ring, no mbuf: kick_soon; Start::Wait: on a READ or
+//   atomic response) or rewinds (the SQD break);
+// - at least every kMaxPktsPerAckReq packets;
+// - the packet that fills the send window (`window_full`: a smaller window
+//   would wait for the timer), or the one more a shrunk window lets go
+//   (`solicit`);
+// - the first packet a go-back-N resends: the oldest PSN, whose
+//   acknowledgement is progress (retry_cnt restored, the window growing
+//   again) even when a later packet of the resent window is lost too;
+//   otherwise only the window's last packet asked, and its loss cost
+//   another ACK timeout and another of retry_cnt however much arrived.
+bool ack_req_needed(const Qp& qp, const SendWqe& w, const WrInfo& ops, bool last_pkt, bool window_full,
+                    bool solicit) noexcept {
+  const ReqState& r = qp.req;
+  const uint32_t next = r.wqe_idx + 1;
+  const bool message_follows =
+      next != qp.sq.tail() && !qp.sq.slot(next).local_op() && qp.state() != IBV_QPS_SQD;
+  const bool ack_due = last_pkt && (ops.rd_atomic || qp.sq_sig_all() || (w.send_flags & IBV_SEND_SIGNALED) != 0 ||
+                                    !message_follows);
+  return ack_due || window_full || solicit || r.ackreq_next || r.pkts_since_ackreq + 1 >= kMaxPktsPerAckReq;
+}
+
+// What starting the WQE at r.wqe_idx (or passing it) leaves requester_run to do.
+enum class Next : uint8_t { Send, Again, Stop, Failed };
+
+Next reach_wqe(Qp& qp, SendWqe& w, ibv_qp_state st, bool& done_local) noexcept {
+  ReqState& r = qp.req;
+  if (!sq_before(r.wqe_idx, r.wqe_hi)) {
+    if (st == IBV_QPS_SQD) {  // SQ drain: no new message (IBA 10.3.1.4)
+      // The drain ends on an ACK.  The QP went to SQD between our runs,
+      // after a message that left its AckReq to the next one: resend what
+      // is unacknowledged (a go-back-N; the responder acknowledges the
+      // duplicates), asking on its first and last packets.
+      if (qp.reliable() && r.pkts_since_ackreq != 0 && distance(r.psn_hi, qp.comp.psn) > 0) {
+        requester_rewind(qp);
+        return Next::Again;
+      }
+      return Next::Stop;
+    }
+    switch (start_wqe(qp, w)) {
+      case Start::Go: return Next::Send;
+      case Start::Wait: return Next::Stop;
+      case Start::Failed: return Next::Failed;
+      case Start::LocalDone:
+        ++r.wqe_idx;
+        done_local = true;
+        return Next::Again;
+    }
+  }
+  if (w.local_op()) {
+    ++r.wqe_idx;  // done when first reached; a retransmission passes over it
+    return Next::Again;
+  }
+  return Next::Send;
+}
+
+}  // namespace
+
 void requester_run(transport::Engine& engine, Qp& qp) noexcept {
   UROCE_ASSERT_ENGINE(engine);
   const ibv_qp_state st = qp.state();
@@ -278,37 +373,15 @@ void requester_run(transport::Engine& engine, Qp& qp) noexcept {
   if (c.rnr_wait) return;  // the RNR timer restarts us
   if (r.wqe_idx != qp.sq.tail()) UROCE_STAMP(Picked);
   const bool rc = qp.reliable();
-  const uint32_t mtu = pmtu(qp);
   uint32_t budget = kReqBudget;
   bool done_unreliable = false;
-
   bool done_local = false;
   while (r.wqe_idx != qp.sq.tail()) {
     SendWqe& w = qp.sq.slot(r.wqe_idx);
-    if (!before(r.wqe_idx, r.wqe_hi)) {
-      if (st == IBV_QPS_SQD) {  // SQ drain: no new message (IBA 10.3.1.4)
-        // The drain ends on an ACK.  The QP went to SQD between our runs,
-        // after a message that left its AckReq to the next one: resend what
-        // is unacknowledged (a go-back-N; the responder acknowledges the
-        // duplicates), asking on its first and last packets.
-        if (rc && r.pkts_since_ackreq != 0 && distance(r.psn_hi, c.psn) > 0) {
-          requester_rewind(qp);
-          continue;
-        }
-        break;
-      }
-      const Start s = start_wqe(qp, w);
-      if (s == Start::Failed) return;
-      if (s == Start::Wait) break;
-      if (s == Start::LocalDone) {
-        ++r.wqe_idx;
-        done_local = true;
-        continue;
-      }
-    } else if (w.local_op()) {
-      ++r.wqe_idx;  // done when first reached; a retransmission passes over it
-      continue;
-    }
+    const Next n = reach_wqe(qp, w, st, done_local);
+    if (n == Next::Failed) return;
+    if (n == Next::Stop) break;
+    if (n == Next::Again) continue;
     if (budget == 0) {
       kick_soon(engine, qp, 0);  // next poll iteration: let RX and other QPs run
       break;
@@ -328,59 +401,16 @@ void requester_run(transport::Engine& engine, Qp& qp) noexcept {
       if (r.pkts_since_ackreq == 0) break;
       solicit = true;
     }
-
-    // One packet of `w` at r.next_psn.
     const WrInfo& ops = wr_info(w.opcode);
-    const uint64_t psn_off = static_cast<uint32_t>(distance(r.next_psn, w.first_psn));
-    Seg seg = Seg::Only;
-    uint64_t off = 0;
-    uint32_t len = 0;
-    if (ops.multi && !is_ud(qp)) {
-      off = w.sent;
-      len = static_cast<uint32_t>(std::min<uint64_t>(mtu, w.length - off));
-      const bool first = off == 0;
-      const bool last = off + len == w.length;
-      seg = first ? (last ? Seg::Only : Seg::First) : (last ? Seg::Last : Seg::Middle);
-    } else if (w.opcode == IBV_WR_RDMA_READ) {
-      off = std::min<uint64_t>(psn_off * mtu, w.length);  // a re-request asks only for the rest
-    } else {
-      len = static_cast<uint32_t>(w.length);  // UD: the whole message in one packet
-    }
-    const bool last_pkt = seg == Seg::Only || seg == Seg::Last;
+    const NextPkt p = next_packet(qp, w, ops);
     if (rc && !r.active) {  // its first packet outstanding: it takes its share from now
       r.active = true;
       qp.rnic().sender_active(true);
       win = send_window(qp);
     }
-    // The BTH AckReq bit (IBA 9.2, the BTH's A bit: the requester's
-    // choice; a responder may acknowledge only what asks, as rxe does,
-    // 9.7.5.1.1).  It goes on:
-    // - a message's last packet when an ACK is due for it: the WQE is
-    //   signaled (its CQE waits for the ACK) or a READ/atomic, or no
-    //   message follows it at once (it is the last the SQ holds now, the
-    //   next WQE is a bind or local invalidate, which sends nothing, or
-    //   the SQ is draining: SQD starts no later message).  A message that
-    //   another follows leaves the ask to that one: a burst of unsignaled
-    //   messages costs the peer one ACK, not one per message.  Every other
-    //   way out of this loop comes back (budget, full ring, no mbuf:
-    //   kick_soon; Start::Wait: on a READ or atomic response) or rewinds
-    //   (the SQD break above);
-    // - at least every kMaxPktsPerAckReq packets;
-    // - the packet that fills the send window (a smaller window would wait
-    //   for the timer);
-    // - the first packet a go-back-N resends: the oldest PSN, whose
-    //   acknowledgement is progress (retry_cnt restored, the window growing
-    //   again) even when a later packet of the resent window is lost too;
-    //   otherwise only the window's last packet asked, and its loss cost
-    //   another ACK timeout and another of retry_cnt however much arrived.
     const bool window_full = rc && distance(r.next_psn + 1, c.psn) >= static_cast<int32_t>(win);
-    const uint32_t next = r.wqe_idx + 1;
-    const bool message_follows = next != qp.sq.tail() && !qp.sq.slot(next).local_op() && st != IBV_QPS_SQD;
-    const bool ack_due = last_pkt && (ops.rd_atomic || qp.sq_sig_all() || (w.send_flags & IBV_SEND_SIGNALED) != 0 ||
-                                      !message_follows);
-    const bool ack_req = rc && (ack_due || window_full || solicit || r.ackreq_next ||
-                                r.pkts_since_ackreq + 1 >= kMaxPktsPerAckReq);
-    const Emit e = emit(engine, qp, w, seg, off, len, ack_req);
+    const bool ack_req = rc && ack_req_needed(qp, w, ops, p.last(), window_full, solicit);
+    const Emit e = emit(engine, qp, w, p.seg, p.off, p.len, ack_req);
     if (e == Emit::Failed) return;
     if (e == Emit::NoMbuf) {
       kick_soon(engine, qp, kNoBufferRetryNs);
@@ -390,19 +420,18 @@ void requester_run(transport::Engine& engine, Qp& qp) noexcept {
     r.ackreq_next = false;
     --budget;
     if (ops.multi && !is_ud(qp)) {
-      w.sent = off + len;
+      w.sent = p.off + p.len;
       r.next_psn += 1;
     } else {
       r.next_psn = w.last_psn + 1;
     }
     if (distance(r.next_psn, r.psn_hi) > 0) r.psn_hi = r.next_psn;
-    if (last_pkt) {
+    if (p.last()) {
       w.state = rc ? WqeState::Sent : WqeState::Done;
       done_unreliable = done_unreliable || !rc;
       ++r.wqe_idx;
     }
   }
-
   if (done_unreliable || done_local) completer_retire(qp);
   if (rc && distance(r.psn_hi, c.psn) > 0 && !c.ack_timer.armed()) {
     if (const uint64_t t = ack_timeout_ns(qp.attrs().timeout); t != 0) engine.timers().arm(c.ack_timer, engine.now() + t);
@@ -419,11 +448,11 @@ void requester_rewind(Qp& qp) noexcept {
   r.pkts_since_ackreq = 0;
   r.ackreq_next = true;
   uint32_t idx = c.wqe_idx;
-  if (before(idx, qp.sq.head())) idx = qp.sq.head();
+  if (sq_before(idx, qp.sq.head())) idx = qp.sq.head();
   // The WQE that holds comp.psn: the first started one not wholly acknowledged.
-  while (before(idx, r.wqe_hi) && distance(qp.sq.slot(idx).last_psn, c.psn) < 0) ++idx;
+  while (sq_before(idx, r.wqe_hi) && distance(qp.sq.slot(idx).last_psn, c.psn) < 0) ++idx;
   r.wqe_idx = idx;
-  for (uint32_t i = idx; before(i, r.wqe_hi); ++i) {
+  for (uint32_t i = idx; sq_before(i, r.wqe_hi); ++i) {
     SendWqe& w = qp.sq.slot(i);
     const int32_t in = i == idx ? std::max(0, distance(c.psn, w.first_psn)) : 0;
     if (w.local_op()) continue;  // carried out once, when first reached

@@ -27,6 +27,7 @@
 #include "lib/util/stamps.hpp"
 #include "lib/wire/bth.hpp"
 #include "lib/wire/ext.hpp"
+#include "lib/wire/grh.hpp"
 #include "lib/wire/icrc.hpp"
 #include "lib/wire/ipv4.hpp"
 #include "lib/wire/ipv6.hpp"
@@ -39,167 +40,11 @@
 #include "transport/rnic/tx.hpp"
 #include "transport/rnic/verbs_newer.hpp"
 
+#include "transport/rnic/responder_internal.hpp"
+
 namespace uroce::rnic {
-namespace {
+namespace resp {
 
-using transport::params::kNoBufferRetryNs;
-using transport::params::kRespBacklog;
-using transport::params::kRespBudget;
-using wire::AckType;
-using wire::NakCode;
-using wire::OpcodeInfo;
-using wire::Operation;
-using wire::Transport;
-
-// The GRH area at the head of a UD receive buffer (IBA 11.4.1.2): the
-// 40-byte IPv6 header, or for IPv4 20 zero bytes and the 20-byte IPv4
-// header, as rxe and mlx5 fill it for RoCEv2.
-constexpr uint32_t kGrhBytes = 40;
-constexpr uint32_t kIpv4GrhPad = 20;
-constexpr uint64_t kMaxDmaLen = uint64_t{1} << 31;  // IBA 9.4.3: a message is at most 2^31 bytes
-
-constexpr uint8_t ack_syndrome() noexcept {
-  return wire::make_syndrome(AckType::Ack, wire::kAethCreditInvalid);  // "unlimited credits", as rxe
-}
-constexpr uint8_t nak_syndrome(NakCode c) noexcept {
-  return wire::make_syndrome(AckType::Nak, static_cast<uint8_t>(c));
-}
-
-// ---- the packet's way through the responder -------------------------------------
-
-enum class Step : uint8_t {
-  CheckQp,
-  CheckPsn,
-  CheckSrq,
-  CheckOpSeq,
-  CheckAccess,
-  CheckResource,
-  CheckLength,
-  CheckRkey,
-  Execute,
-  ReadReply,
-  AtomicReply,
-  Complete,
-  Acknowledge,
-  Duplicate,
-  NakPsnSeq,
-  Rnr,
-  Fault,
-  Done,
-};
-
-[[maybe_unused]] constexpr std::array<std::string_view, 18> kStepName = {
-    "CHECK_QP", "CHECK_PSN", "CHECK_SRQ", "CHECK_OP_SEQ", "CHECK_ACCESS", "CHECK_RESOURCE", "CHECK_LENGTH",
-    "CHECK_RKEY", "EXECUTE", "READ_REPLY", "ATOMIC_REPLY", "COMPLETE", "ACKNOWLEDGE",
-    "DUPLICATE", "NAK_PSN_SEQ", "RNR", "FAULT", "DONE",
-};
-static_assert(kStepName.size() == static_cast<size_t>(Step::Done) + 1);
-
-// What went wrong with a request (IBA 9.7.5.2: class C errors for RC;
-// UC and UD drop the message, 9.8.3 / 9.9.3).
-enum class Fault : uint8_t {
-  OpSeq,         // MIDDLE/LAST without FIRST, or a new message mid-message (9.7.5.2.2)
-  NotEnabled,    // READ/WRITE/atomic the QP's access flags do not allow (rxe: invalid request)
-  Length,        // payload vs MTU / RETH length (9.7.5.2.2, C9-89)
-  NoRdResource,  // READ/atomic with max_dest_rd_atomic 0 (9.7.5.2.2)
-  Misaligned,    // atomic VA not 8-byte aligned (C9-92)
-  RemoteAccess,  // R_Key, bounds, rights, PD (9.7.5.1.3, C9-88)
-  RecvProt,      // a receive SGE failed its L_Key check (9.7.5.2.4: remote operational error)
-  RecvLength,    // the message is longer than the receive WQE (9.7.5.2.2)
-  Invalidate,    // SEND with Invalidate naming a key that cannot be invalidated (class J, as rxe)
-  XrcSrq,        // XRC: the XRCETH names no XRC SRQ of the QP's domain, or another than its message's (A14)
-};
-
-struct FaultRule {
-  NakCode nak;
-  RnicCtr nak_ctr;
-  ibv_wc_status wqe_status;  // of a receive WQE the message holds
-  ibv_event_type event;      // affiliated async event (IBA 11.6.3.1) when the RC QP goes to ERR
-  RnicCtr drop_ctr;          // UC/UD
-};
-
-constexpr std::array<FaultRule, 10> kFaultRules = {{
-    {NakCode::InvalidRequest, RnicCtr::rem_inv_req_naks, IBV_WC_REM_INV_REQ_ERR, IBV_EVENT_QP_REQ_ERR,
-     RnicCtr::drop_bad_opcode_seq},
-    {NakCode::InvalidRequest, RnicCtr::rem_inv_req_naks, IBV_WC_REM_INV_REQ_ERR, IBV_EVENT_QP_REQ_ERR,
-     RnicCtr::drop_uc_access},
-    {NakCode::InvalidRequest, RnicCtr::rem_inv_req_naks, IBV_WC_REM_INV_REQ_ERR, IBV_EVENT_QP_REQ_ERR,
-     RnicCtr::drop_bad_length},
-    {NakCode::InvalidRequest, RnicCtr::rem_inv_req_naks, IBV_WC_REM_INV_REQ_ERR, IBV_EVENT_QP_REQ_ERR,
-     RnicCtr::drop_bad_transport},
-    {NakCode::InvalidRequest, RnicCtr::rem_inv_req_naks, IBV_WC_REM_INV_REQ_ERR, IBV_EVENT_QP_REQ_ERR,
-     RnicCtr::drop_bad_transport},
-    {NakCode::RemoteAccessError, RnicCtr::rem_access_naks, IBV_WC_REM_ACCESS_ERR, IBV_EVENT_QP_ACCESS_ERR,
-     RnicCtr::drop_uc_access},
-    {NakCode::RemoteOperationalError, RnicCtr::rem_op_naks, IBV_WC_LOC_PROT_ERR, IBV_EVENT_QP_ACCESS_ERR,
-     RnicCtr::drop_recv_prot},
-    {NakCode::InvalidRequest, RnicCtr::rem_inv_req_naks, IBV_WC_LOC_LEN_ERR, IBV_EVENT_QP_REQ_ERR,
-     RnicCtr::drop_ud_too_long},
-    {NakCode::InvalidRequest, RnicCtr::rem_inv_req_naks, IBV_WC_REM_INV_REQ_ERR, IBV_EVENT_QP_REQ_ERR,
-     RnicCtr::drop_bad_transport},  // IETH opcodes exist for RC only: UC/UD never get here
-    {NakCode::InvalidRequest, RnicCtr::rem_inv_req_naks, IBV_WC_REM_INV_REQ_ERR, IBV_EVENT_QP_REQ_ERR,
-     RnicCtr::drop_bad_transport},  // XRC is reliable: never dropped
-}};
-static_assert(kFaultRules.size() == static_cast<size_t>(Fault::XrcSrq) + 1);
-
-constexpr const FaultRule& rule(Fault f) noexcept { return kFaultRules[static_cast<size_t>(f)]; }
-
-// One request packet and what the checks found out about it.
-struct Rx {
-  transport::Engine& engine;
-  Qp& qp;
-  RespState& s;
-  Rnic& rnic;
-  RnicCounters& ctr;
-  const uint8_t* frame;
-  const wire::PktInfo& pi;
-  const OpcodeInfo& op;
-  Psn psn;
-  const uint8_t* payload;
-  uint32_t len;               // payload bytes
-  Fault fault = Fault::OpSeq;
-  RecvWqe* wqe = nullptr;     // the receive WQE this packet fills or completes
-  uint8_t* target = nullptr;  // READ / atomic: the host address
-  uint64_t va = 0;            // READ / atomic: from the RETH / AtomicETH
-  uint32_t dma_len = 0;
-  uint32_t rkey = 0;
-  uint32_t epoch = 0;         // READ: the MR's epoch when the request was checked
-  // Where the request goes: the SRQ that gives its receive WQE (the QP's,
-  // or an XRC request's by its XRCETH, found by check_qp and checked by
-  // check_srq) and the PD its keys are checked against (the QP's; XRC: that
-  // SRQ's, nullptr while there is none).
-  Srq* srq = nullptr;
-  const Pd* pd = nullptr;
-
-  wire::BthC bth() const noexcept { return wire::BthC(frame + pi.bth_off); }
-  template <class View>
-  View ext(wire::Hdr h) const noexcept { return View(frame + pi.ext_off(h)); }
-  bool rc() const noexcept { return qp.reliable(); }  // RC and XRC: ACK/NAK, class C errors
-  bool ud() const noexcept { return qp.type() == IBV_QPT_UD; }
-  uint32_t mtu() const noexcept { return qp.attrs().pmtu_bytes; }
-};
-
-// ---- what the responder does with each operation ------------------------------
-// One row per Operation, so that the steps ask the table instead of
-// switching over operations (rxe's opcode masks, STYLE 3): whether this
-// responder carries it out, and its handlers for the steps that differ.
-// The right it needs and whether it holds a result slot are the opcode
-// table's (OpcodeInfo::right, ::rd_atomic).  The table is after the
-// handlers (make_op_rows).
-struct OpRow {
-  bool executes = false;             // a request this responder carries out
-  Step (*rkey)(Rx&) = nullptr;       // the R_Key checks; nullptr: no remote memory
-  Step (*exec)(Rx&) = nullptr;       // carry it out
-  Step (*dup)(Rx&) = nullptr;        // a duplicate of it (9.7.5.1.4)
-};
-const OpRow& op_row(Operation op) noexcept;
-
-// The verbs access bits of an opcode table right.
-constexpr int ibv_rights(uint8_t right) noexcept {
-  return ((right & wire::kRightWrite) != 0 ? IBV_ACCESS_REMOTE_WRITE : 0) |
-         ((right & wire::kRightRead) != 0 ? IBV_ACCESS_REMOTE_READ : 0) |
-         ((right & wire::kRightAtomic) != 0 ? IBV_ACCESS_REMOTE_ATOMIC : 0);
-}
 
 // The access bits a FLUSH needs of its QP and of the MR its R_Key names:
 // one per placement type it asks for (rxe: IB_ACCESS_FLUSH_GLOBAL /
@@ -286,7 +131,7 @@ void send_atomic_ack(Rx& r, Psn psn, uint64_t orig) noexcept {
 // the path MTU (IBA 9.7.5.1.6-7).  `first`: the response starts a message
 // (FIRST/ONLY); a replay from the middle of one continues it with
 // MIDDLE/LAST, as rxe sends it.  AETH on FIRST/LAST/ONLY (C9-28).
-void stream_start(Qp& qp, const Pd* pd, uint32_t rkey, uint32_t epoch, uint64_t va, uint32_t len, Psn psn,
+void stream_start(Qp& qp, const Pd* pd, Rkey rkey, uint32_t epoch, uint64_t va, uint32_t len, Psn psn,
                   bool first) noexcept {
   RespState::ReadStream& st = qp.resp.stream;
   st.active = true;
@@ -509,319 +354,9 @@ bool scatter(Rx& r, const RecvWqe& w, uint64_t at, const uint8_t* src, uint32_t 
 void abandon_message(RespState& s) noexcept {
   s.in_message = false;
   s.recv_offset = 0;
-  s.write_rkey = 0;
+  s.write_rkey = Rkey{};
   s.write_va = 0;
   s.write_resid = 0;
-}
-
-// ---- the checks --------------------------------------------------------------------
-
-Transport transport_of(ibv_qp_type t) noexcept {
-  switch (t) {
-    case IBV_QPT_RC: return Transport::RC;
-    case IBV_QPT_UC: return Transport::UC;
-    case IBV_QPT_UD: return Transport::UD;
-    case IBV_QPT_XRC_RECV: return Transport::XRC;
-    case IBV_QPT_RAW_PACKET:
-    case IBV_QPT_XRC_SEND:  // requests only: nothing to respond to
-    case IBV_QPT_DRIVER:
-      return Transport::None;
-  }
-  return Transport::None;
-}
-
-// The request's transport is the QP's, and a UD/GSI Q_Key matches
-// (10.2.5, C10-15).  The QP's state, path and P_Key were checked by the
-// receive dispatcher (recv.cpp).  An XRC request's SRQ is looked up here
-// (a duplicate needs its PD too) and judged after the PSN (check_srq).
-Step check_qp(Rx& r) noexcept {
-  if (!r.op.request || r.op.transport != transport_of(r.qp.type())) {
-    r.ctr.inc(RnicCtr::drop_bad_transport);
-    return Step::Done;
-  }
-  if (r.op.has(wire::kHdrXrceth)) {
-    Srq* srq = r.rnic.srq_by_num(r.ext<wire::XrcEthC>(wire::kHdrXrceth).number());
-    const bool in_domain = srq != nullptr && srq->xrcd() != nullptr && srq->xrcd() == r.qp.xrcd();
-    r.srq = in_domain ? srq : nullptr;
-    r.pd = in_domain ? srq->pd() : nullptr;
-  }
-  if (r.op.has(wire::kHdrDeth)) {
-    const Qkey want(r.qp.is_gsi() ? kGsiQkey : r.qp.attrs().qkey);  // GSI: 0x80010000 (IBA 13.4.6.1)
-    if (r.ext<wire::DethC>(wire::kHdrDeth).qkey() != want) {
-      r.ctr.inc(RnicCtr::drop_qkey);
-      return Step::Done;
-    }
-  }
-  return Step::CheckPsn;
-}
-
-// IBA 9.7.4.1.1-3 (RC): the expected PSN executes; one within the previous
-// half of the PSN space is a duplicate; a later one is a sequence error,
-// NAKed once per gap (C9-114).  UC (9.8.3.1): a gap drops the rest of the
-// message; the next FIRST/ONLY resynchronises.  UD has no sequence.
-Step check_psn(Rx& r) noexcept {
-  RespState& s = r.s;
-  switch (r.op.transport) {
-    case Transport::RC:
-    case Transport::XRC: {
-      const int32_t d = distance(r.psn, s.epsn);
-      if (d > 0) {
-        r.ctr.inc(RnicCtr::drop_psn_out_of_seq);
-        if (s.nak_sent) return Step::Done;
-        s.nak_sent = true;
-        return Step::NakPsnSeq;
-      }
-      if (d < 0) {
-        r.ctr.inc(RnicCtr::dup_requests);
-        return Step::Duplicate;
-      }
-      s.nak_sent = false;
-      return r.op.transport == Transport::XRC ? Step::CheckSrq : Step::CheckOpSeq;
-    }
-    case Transport::UC:
-      if (s.uc_drop || r.psn != s.epsn) {
-        if (r.op.first) {
-          s.uc_drop = false;
-          abandon_message(s);
-          s.epsn = r.psn;
-          return Step::CheckOpSeq;
-        }
-        s.uc_drop = true;
-        abandon_message(s);
-        r.ctr.inc(RnicCtr::drop_uc_gap);
-        return Step::Done;
-      }
-      return Step::CheckOpSeq;
-    case Transport::UD:
-      return Step::CheckOpSeq;
-    case Transport::RD:
-    case Transport::CNP:
-    case Transport::None:
-      break;
-  }
-  r.ctr.inc(RnicCtr::drop_bad_transport);
-  return Step::Done;
-}
-
-// Annex A14: the SRQ an XRC request names must be an XRC SRQ of the
-// receive QP's domain (check_qp found it), and every packet of a message
-// must name the SRQ its first packet named.  Its PD is what the request's
-// R_Keys are checked against, its CQ where the receive completes.  Anything
-// else is an invalid request (class C: NAK, the QP to ERR).
-Step check_srq(Rx& r) noexcept {
-  const bool continues = !r.op.first && r.s.in_message;
-  if (r.srq == nullptr || (continues && r.srq != r.s.msg_srq)) {
-    r.ctr.inc(RnicCtr::xrc_srq_refused);
-    r.fault = Fault::XrcSrq;
-    return Step::Fault;
-  }
-  if (r.op.first) r.s.msg_srq = r.srq;
-  return Step::CheckOpSeq;
-}
-
-// The opcode sequence within a message (IBA 9.7.5.2.2 / 9.8.3.2): the
-// opcode table says which opcodes may follow the message's last one.
-Step check_op_seq(Rx& r) noexcept {
-  RespState& s = r.s;
-  if (s.in_message ? wire::opcode_info(s.msg_opcode).may_follow(r.pi.opcode) : r.op.first) {
-    return Step::CheckAccess;
-  }
-  if (r.op.transport == Transport::UC && r.op.first) {
-    // 9.8.3.2: a new FIRST/ONLY ends the unfinished message; it starts anew.
-    abandon_message(s);
-    r.ctr.inc(RnicCtr::drop_bad_opcode_seq);
-    return Step::CheckAccess;
-  }
-  r.fault = Fault::OpSeq;
-  return Step::Fault;
-}
-
-// The QP's own remote access enables (ibv_modify_qp IBV_QP_ACCESS_FLAGS),
-// by the opcode table's right (a FLUSH's by its FETH, as rxe's
-// check_qp_attr_access); an operation this responder does not carry out,
-// or a FLUSH it cannot parse, is refused the same way, as rxe refuses what
-// it does not enable.
-Step check_access(Rx& r) noexcept {
-  const OpRow& row = op_row(r.op.op);
-  int need = ibv_rights(r.op.right);
-  if ((r.op.right & wire::kRightFlush) != 0) need = flush_rights(r.ext<wire::FethC>(wire::kHdrFeth).word());
-  if (!row.executes || need < 0 || (r.qp.attrs().qp_access_flags & need) != need) {
-    r.fault = Fault::NotEnabled;
-    return Step::Fault;
-  }
-  return Step::CheckResource;
-}
-
-// READ/atomic result slots; the receive WQE of a SEND (at FIRST/ONLY) or
-// of a WRITE_WITH_IMM (at the packet carrying the immediate, before any
-// byte of it is written, so that the RNR retry writes nothing twice).
-Step check_resource(Rx& r) noexcept {
-  if (r.op.rd_atomic) {
-    if (r.s.results.empty()) {
-      r.fault = Fault::NoRdResource;
-      return Step::Fault;
-    }
-    return Step::CheckLength;
-  }
-  if (!r.op.consumes_rwqe) return Step::CheckLength;
-  r.wqe = r.op.first || r.op.op == Operation::Write ? take_wqe(r) : current_wqe(r);
-  return r.wqe != nullptr ? Step::CheckLength : Step::Rnr;
-}
-
-// Payload length against the path MTU (IBA 9.7.5.2.2 / C9-89: FIRST and
-// MIDDLE carry exactly one MTU, LAST 1..MTU, ONLY up to one MTU) and the
-// DMA length limit.  UD: one packet up to the port MTU, checked by the
-// receive buffer instead.
-Step check_length(Rx& r) noexcept {
-  if (!r.ud()) {
-    const uint32_t mtu = r.mtu();
-    bool ok;
-    if (r.op.only()) {
-      ok = r.len <= mtu;
-    } else if (r.op.last) {
-      ok = r.len > 0 && r.len <= mtu;
-    } else {
-      ok = r.len == mtu;
-    }
-    if (!ok) {
-      r.fault = Fault::Length;
-      return Step::Fault;
-    }
-  }
-  if (r.op.has(wire::kHdrReth) && r.ext<wire::RethC>(wire::kHdrReth).dma_len() > kMaxDmaLen) {
-    r.fault = Fault::Length;
-    return Step::Fault;
-  }
-  return Step::CheckRkey;
-}
-
-// R_Key checks over the whole remote range (IBA 9.7.5.1.3, C9-88:
-// key, PD, rights, bounds; 64-bit wrap included); atomics 8-byte aligned
-// (C9-92).  A zero-length READ/WRITE needs no key (9.4.4, 9.4.5).  The
-// operation's own handler does it (op_row).
-Step check_rkey(Rx& r) noexcept {
-  const OpRow& row = op_row(r.op.op);
-  return row.rkey != nullptr ? row.rkey(r) : Step::Execute;
-}
-
-Step rkey_write(Rx& r) noexcept {
-  RespState& s = r.s;
-  KeyCheck check = KeyCheck::Ok;
-  if (r.op.has(wire::kHdrReth)) {
-    // The message's first packet: the whole range is checked now (C9-88),
-    // and what the rest of the message needs is kept.
-    const wire::RethC reth = r.ext<wire::RethC>(wire::kHdrReth);
-    s.write_len = reth.dma_len();
-    s.write_resid = reth.dma_len();
-    s.write_rkey = reth.rkey().value();
-    s.write_va = reth.va();
-    if (reth.dma_len() != 0 && r.rnic.check_rkey(s.write_rkey, s.write_va, reth.dma_len(), IBV_ACCESS_REMOTE_WRITE,
-                                                 r.pd, &check, &s.write_epoch, &r.qp) == nullptr) {
-      r.fault = Fault::RemoteAccess;
-      return Step::Fault;
-    }
-  }
-  // The payload must fit what the RETH announced: the message's last
-  // packet brings exactly the rest (C9-89).
-  const bool fits = r.op.last ? r.len == s.write_resid : r.len < s.write_resid;
-  if (!fits) {
-    r.fault = Fault::Length;
-    return Step::Fault;
-  }
-  // Every packet: the key as it is now, over this packet's bytes, in the
-  // registration the message began under.
-  if (r.len != 0) {
-    uint32_t epoch = 0;
-    r.target =
-        r.rnic.check_rkey(s.write_rkey, s.write_va, r.len, IBV_ACCESS_REMOTE_WRITE, r.pd, &check, &epoch, &r.qp);
-    if (r.target == nullptr || epoch != s.write_epoch) {
-      r.fault = Fault::RemoteAccess;
-      return Step::Fault;
-    }
-  }
-  return Step::Execute;
-}
-
-Step rkey_read(Rx& r) noexcept {
-  const wire::RethC reth = r.ext<wire::RethC>(wire::kHdrReth);
-  r.va = reth.va();
-  r.dma_len = reth.dma_len();
-  r.rkey = reth.rkey().value();
-  if (r.dma_len != 0) {
-    KeyCheck check = KeyCheck::Ok;
-    r.target = r.rnic.check_rkey(r.rkey, r.va, r.dma_len, IBV_ACCESS_REMOTE_READ, r.pd, &check, &r.epoch, &r.qp);
-    if (r.target == nullptr) {
-      r.fault = Fault::RemoteAccess;
-      return Step::Fault;
-    }
-  }
-  return Step::Execute;
-}
-
-// The 8-byte word at r.va under r.rkey with the right `need` (atomics and
-// ATOMIC WRITE): aligned on the wire (C9-92) and in memory (an MR whose
-// iova and address differ in alignment), inside the key's range.
-Step rkey_word(Rx& r, int need) noexcept {
-  r.dma_len = kAtomicLen;
-  if ((r.va & (kAtomicLen - 1)) != 0) {
-    r.fault = Fault::Misaligned;
-    return Step::Fault;
-  }
-  KeyCheck check = KeyCheck::Ok;
-  r.target = r.rnic.check_rkey(r.rkey, r.va, kAtomicLen, need, r.pd, &check, nullptr, &r.qp);
-  if (r.target == nullptr) {
-    r.fault = Fault::RemoteAccess;
-    return Step::Fault;
-  }
-  if ((reinterpret_cast<uintptr_t>(r.target) & (kAtomicLen - 1)) != 0) {
-    r.fault = Fault::Misaligned;
-    return Step::Fault;
-  }
-  return Step::Execute;
-}
-
-Step rkey_atomic(Rx& r) noexcept {
-  const wire::AtomicEthC aeth = r.ext<wire::AtomicEthC>(wire::kHdrAtomicEth);
-  r.va = aeth.va();
-  r.rkey = aeth.rkey().value();
-  return rkey_word(r, IBV_ACCESS_REMOTE_ATOMIC);
-}
-
-// ATOMIC WRITE (IBA 1.5; rxe's rules): one packet whose RETH and payload
-// both say 8 bytes, at an 8-byte aligned address, under the write right.
-Step rkey_atomic_write(Rx& r) noexcept {
-  const wire::RethC reth = r.ext<wire::RethC>(wire::kHdrReth);
-  r.va = reth.va();
-  r.rkey = reth.rkey().value();
-  if (reth.dma_len() != kAtomicLen || r.len != kAtomicLen) {
-    r.fault = Fault::Length;
-    return Step::Fault;
-  }
-  return rkey_word(r, IBV_ACCESS_REMOTE_WRITE);
-}
-
-// FLUSH (IBA 1.5; rxe's rules): the R_Key must grant the placement types'
-// flush rights; at the RANGE level the range lies inside it (as a READ's,
-// C9-88; a zero-length range still needs a valid key), at the MR level the
-// RETH's address and length are not read and the whole region is meant.
-// A memory window never grants a flush right (bind_mw refuses them), so
-// only an MR's R_Key passes.
-Step rkey_flush(Rx& r) noexcept {
-  const wire::RethC reth = r.ext<wire::RethC>(wire::kHdrReth);
-  const uint32_t feth = r.ext<wire::FethC>(wire::kHdrFeth).word();
-  r.rkey = reth.rkey().value();
-  KeyCheck check = KeyCheck::Ok;
-  const int need = flush_rights(feth);  // valid: check_access passed it
-  if (wire::feth_level(feth) == wire::kFethMr) {
-    r.rnic.check_rkey_region(r.rkey, need, r.pd, &check, &r.qp);
-  } else {
-    r.rnic.check_rkey(r.rkey, reth.va(), reth.dma_len(), need, r.pd, &check, nullptr, &r.qp);
-  }
-  if (check != KeyCheck::Ok) {
-    r.fault = Fault::RemoteAccess;
-    return Step::Fault;
-  }
-  return Step::Execute;
 }
 
 // ---- execution ---------------------------------------------------------------------
@@ -835,13 +370,8 @@ Step execute_send(Rx& r) noexcept {
       r.fault = Fault::RecvLength;
       return Step::Fault;
     }
-    std::array<uint8_t, kGrhBytes> grh{};
-    const uint8_t* ip = r.frame + r.pi.l3_off;
-    if (r.pi.l3 == wire::L3::IPv4) {
-      std::memcpy(grh.data() + kIpv4GrhPad, ip, wire::Ipv4::kMinSize);
-    } else {
-      std::memcpy(grh.data(), ip, wire::Ipv6::kSize);
-    }
+    std::array<uint8_t, kGrhBytes> grh;
+    wire::GrhArea(grh.data()).fill(r.frame, r.pi);
     if (!scatter(r, w, 0, grh.data(), kGrhBytes)) {
       r.fault = Fault::RecvProt;
       return Step::Fault;
@@ -939,7 +469,7 @@ Step complete(Rx& r) noexcept {
     // completes with REM_INV_REQ_ERR, the QP goes to ERR and the named key
     // stays valid; rxe ACKs the packet before its QP errs, we NAK it
     // invalid request (class C/J) so the requester learns why.
-    if (!r.rnic.remote_invalidate(r.qp, r.ext<wire::IethC>(wire::kHdrIeth).rkey().value())) {
+    if (!r.rnic.remote_invalidate(r.qp, r.ext<wire::IethC>(wire::kHdrIeth).rkey())) {
       r.ctr.inc(RnicCtr::inv_rkey_refused);
       r.fault = Fault::Invalidate;
       return Step::Fault;
@@ -1041,7 +571,7 @@ Step dup_read(Rx& r) noexcept {
   const wire::RethC reth = r.ext<wire::RethC>(wire::kHdrReth);
   const uint64_t va = reth.va();
   const uint32_t len = reth.dma_len();
-  const bool subset = res != nullptr && reth.rkey().value() == res->rkey && va >= res->va && len <= res->len &&
+  const bool subset = res != nullptr && reth.rkey() == res->rkey && va >= res->va && len <= res->len &&
                       va - res->va <= res->len - len;
   if (!subset) {
     r.ctr.inc(RnicCtr::drop_dup_unknown);
@@ -1145,9 +675,10 @@ Step fault(Rx& r) noexcept {
   return Step::Done;
 }
 
-}  // namespace
 
-namespace {
+
+
+
 
 // One request through the checks and its execution.  Consumes the mbuf.
 void process(transport::Engine& engine, Qp& qp, transport::RoceRx& pkt) noexcept {
@@ -1239,7 +770,9 @@ void on_kick(Timer& t, uint64_t) noexcept {
   resume(qp.rnic().engine(), qp);
 }
 
-}  // namespace
+}  // namespace resp
+
+using namespace resp;
 
 void responder_rx(transport::Engine& engine, Qp& qp, transport::RoceRx& pkt) noexcept {
   UROCE_ASSERT_ENGINE(engine);

@@ -33,7 +33,7 @@ struct RdAtomicResult {
   uint64_t atomic_orig = 0;
   uint64_t va = 0;       // READ: the request's address, length, rkey
   uint32_t len = 0;
-  uint32_t rkey = 0;
+  Rkey rkey{};
   bool valid = false;
 };
 
@@ -48,7 +48,7 @@ struct RespState {
   // again for every packet (the MR may be deregistered or re-registered
   // mid-message: then the rest fails, IBA 9.7.5.1.3), never a pointer kept
   // from the first packet.
-  uint32_t write_rkey = 0;
+  Rkey write_rkey{};
   uint64_t write_va = 0;
   uint32_t write_epoch = 0;        // the MR's epoch at the message's first packet
   uint64_t write_resid = 0;
@@ -85,7 +85,7 @@ struct RespState {
   struct ReadStream {
     bool active = false;
     bool first = false;       // the next packet starts the response (FIRST/ONLY)
-    uint32_t rkey = 0;        // re-checked every burst: the MR may go meanwhile
+    Rkey rkey{};              // re-checked every burst: the MR may go meanwhile
     uint32_t epoch = 0;       // ... or be re-registered (Mr::epoch)
     const Pd* pd = nullptr;   // the PD it is checked against (XRC: the SRQ's)
     uint64_t va = 0;          // next byte to send

@@ -107,6 +107,15 @@ struct AsyncEvent {
   void* context = nullptr;
 };
 
+// The IB MTU enum for a byte count: the largest that fits.
+constexpr ibv_mtu ib_mtu_for(uint32_t bytes) noexcept {
+  if (bytes >= 4096) return IBV_MTU_4096;
+  if (bytes >= 2048) return IBV_MTU_2048;
+  if (bytes >= 1024) return IBV_MTU_1024;
+  if (bytes >= 512) return IBV_MTU_512;
+  return IBV_MTU_256;
+}
+
 // [engine] Frames to `dgid` need no neighbour resolution on `engine`'s
 // device: it is one of the device's addresses (loopback), a multicast GID
 // (its group's MAC), or a neighbour already known (a Stale one is
@@ -263,7 +272,7 @@ class Rnic final : public transport::RoceSink {
 
   // ---- [engine] lookups ----
   // The MR for a local key with this PD; `check` why not.
-  Mr* lookup_lkey(uint32_t lkey, const Pd* pd, KeyCheck* check) noexcept;
+  Mr* lookup_lkey(Lkey lkey, const Pd* pd, KeyCheck* check) noexcept;
   // The host address for a remote access [va, va+len) under `rkey` with
   // every bit of `need` (IBV_ACCESS_REMOTE_*) granted and the QP's PD;
   // nullptr and `check` when refused (IBA 9.7.5.1.3 / C9-88).  `epoch`
@@ -271,22 +280,22 @@ class Rnic final : public transport::RoceSink {
   // compares it on each one.
   // The R_Key may name a memory window: then also its binding, and (type 2)
   // `qp` must be the QP that bound it.
-  uint8_t* check_rkey(uint32_t rkey, uint64_t va, uint64_t len, int need, const Pd* pd, KeyCheck* check,
+  uint8_t* check_rkey(Rkey rkey, uint64_t va, uint64_t len, int need, const Pd* pd, KeyCheck* check,
                       uint32_t* epoch = nullptr, const Qp* qp = nullptr) noexcept;
   // [engine] The same checks for a whole region (a FLUSH at the MR level,
   // IBA 1.5): the key, PD, QP and rights, no range.  False and `check`
   // when refused.
-  bool check_rkey_region(uint32_t rkey, int need, const Pd* pd, KeyCheck* check, const Qp* qp) noexcept;
+  bool check_rkey_region(Rkey rkey, int need, const Pd* pd, KeyCheck* check, const Qp* qp) noexcept;
   // [engine] The local memory operations a send queue carries (IBA 10.6.7,
   // 10.6.6): bind a window as `w` says, or invalidate the window `rkey`
   // names.  IBV_WC_SUCCESS, or the status the WQE completes with (the QP
   // then goes to ERR).
   ibv_wc_status bind_mw(Qp& qp, const SendWqe& w) noexcept;
-  ibv_wc_status local_invalidate(Qp& qp, uint32_t rkey) noexcept;
+  ibv_wc_status local_invalidate(Qp& qp, Rkey rkey) noexcept;
   // [engine] A SEND with Invalidate's R_Key (IBA 10.6.7.2.6): true when it
   // named a bound type 2 window of `qp`'s PD bound through `qp`, now
   // invalidated.
-  bool remote_invalidate(Qp& qp, uint32_t rkey) noexcept;
+  bool remote_invalidate(Qp& qp, Rkey rkey) noexcept;
   Qp* qp_by_num(Qpn qpn) noexcept;  // [engine]
   // [engine] The SRQ with this number (Srq::number), or nullptr.
   Srq* srq_by_num(uint32_t srqn) noexcept {
@@ -407,8 +416,8 @@ class Rnic final : public transport::RoceSink {
   // (caps above the device's), ENOMEM.
   static int qp_rings(const ibv_qp_init_attr& init, const RingAllocator* alloc, Qp::Rings* rings);
   bool take_key(uint32_t* key);  // [engine] a new MR/MW key; false when none is left
-  Mw* mw_by_key(uint32_t rkey) noexcept;
-  uint8_t* check_mw_rkey(const Mw& mw, uint32_t rkey, uint64_t va, uint64_t len, int need, const Pd* pd,
+  Mw* mw_by_key(Rkey rkey) noexcept;
+  uint8_t* check_mw_rkey(const Mw& mw, Rkey rkey, uint64_t va, uint64_t len, int need, const Pd* pd,
                          KeyCheck* check, uint32_t* epoch, const Qp* qp) noexcept;
   // 0, or the errno reg_mr/rereg_mr give for memory not mapped as `access` needs.
   static int check_memory(const void* addr, uint64_t length, int access);

@@ -38,7 +38,7 @@ bool walk(Rnic& rnic, const Pd* pd, std::span<const ibv_sge> sges, uint64_t at, 
     }
     const uint64_t n = std::min<uint64_t>(len, s.length - c.off);
     KeyCheck why{};
-    Mr* mr = rnic.lookup_lkey(s.lkey, pd, &why);
+    Mr* mr = rnic.lookup_lkey(Lkey(s.lkey), pd, &why);
     uint8_t* host = mr != nullptr && (mr->access & need) == need ? mr->translate(s.addr + c.off, n) : nullptr;
     if (host == nullptr || !move(host, n)) {
       if (cursor != nullptr) *cursor = start;
