@@ -40,6 +40,7 @@ const std::map<std::string, std::string, std::less<>>& counter_help() {
   static const auto table = [] {
     std::map<std::string, std::string, std::less<>> m;
     for (const CounterInfo& c : transport::kEngineCtrInfo) m.emplace(c.name, c.help);
+    for (const CounterInfo& c : transport::kProgressCtrInfo) m.emplace(c.name, c.help);
     for (const CounterInfo& c : rnic::kRnicCtrInfo) m.emplace(c.name, c.help);
     for (const CounterInfo& c : cm::kCmCtrInfo) m.emplace(c.name, c.help);
     for (const CounterInfo& c : cm::kGsiCtrInfo) m.emplace(c.name, c.help);
