@@ -7,7 +7,11 @@
 // queues the event, then gives its count, so a reader that got a count
 // finds an event — unless the event was removed meanwhile (remove_if: its
 // CQ or id went away): take() then waits again on a blocking fd and
-// returns EAGAIN on a non-blocking one.  The fd is the application's to
+// returns EAGAIN on a non-blocking one.  remove_if takes the removed
+// events' counts back, so that poll(2) on the fd says what the queue
+// holds (as the kernel's event files do once an object is destroyed); on
+// a blocking fd it makes the fd non-blocking for those reads, and a
+// take() that meets EAGAIN in that window waits again.  The fd is the application's to
 // poll(2), epoll or make O_NONBLOCK (fcntl), as with the kernel's
 // channels: take() blocks unless it is non-blocking.
 //
@@ -21,9 +25,11 @@
 
 #include <fcntl.h>
 #include <poll.h>
+#include <sched.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <cstddef>
 #include <cstdint>
@@ -71,9 +77,13 @@ class EventQueue {
   // test with an alarm that must get its thread out of ibv_get_cq_event).
   int take(T* out) {
     for (;;) {
-      if (const int rc = take_count()) return rc;
+      if (const int rc = take_count()) {
+        if (rc != EAGAIN || !borrowed_nonblocking()) return rc;
+        sched_yield();  // remove_if's reads: wait for the fd to block again
+        continue;
+      }
       if (pop(out)) return 0;
-      if (nonblocking()) return EAGAIN;  // its event was removed
+      if (nonblocking() && !borrowed_nonblocking()) return EAGAIN;  // its event was removed
     }
   }
 
@@ -119,10 +129,23 @@ class EventQueue {
       q_.resize(w);
       if (head_ == q_.size()) q_.clear(), head_ = 0;
     }
-    if (!nonblocking()) return dropped;
+    if (dropped == 0) return dropped;
+    // Non-blocking reads whatever the application chose (a reader may have
+    // taken a removed event's count already: then there is one less).
+    std::lock_guard flags_lock(flags_mu_);
+    const int flags = ::fcntl(fd_, F_GETFL);
+    const bool borrow = flags >= 0 && (flags & O_NONBLOCK) == 0;
+    if (borrow) {
+      borrowing_.store(true, std::memory_order_release);
+      ::fcntl(fd_, F_SETFL, flags | O_NONBLOCK);
+    }
     for (size_t i = 0; i < dropped; ++i) {
       uint64_t v = 0;
       if (::read(fd_, &v, sizeof v) != static_cast<ssize_t>(sizeof v)) break;
+    }
+    if (borrow) {
+      ::fcntl(fd_, F_SETFL, flags);
+      borrowing_.store(false, std::memory_order_release);
     }
     return dropped;
   }
@@ -138,8 +161,12 @@ class EventQueue {
     head_ = 0;
   }
 
+  bool borrowed_nonblocking() const noexcept { return borrowing_.load(std::memory_order_acquire); }
+
   int fd_ = -1;
   std::mutex mu_;
+  std::mutex flags_mu_;              // one remove_if at a time changes the fd's flags
+  std::atomic<bool> borrowing_{false};  // remove_if made a blocking fd non-blocking
   std::vector<T> q_;
   size_t head_ = 0;  // the oldest event still queued
 };

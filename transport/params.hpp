@@ -194,6 +194,25 @@ constexpr uint64_t ack_timeout_ns(uint8_t timeout) noexcept { return kAckTimeout
 // The RNR NAK timer for a 5-bit code.
 constexpr uint64_t rnr_timer_ns(uint8_t code) noexcept { return kRnrTimerNs[code & 0x1F]; }
 
+// Adaptive retransmission, as ConnectX runs it by default: the local ACK
+// timer starts from what the QP's own round trips say, and the programmed
+// timeout (ack_timeout_ns) is its ceiling.  RTO = SRTT + 4 RTTVAR (RFC
+// 6298's estimator over the ACKs of packets that asked for one and were
+// sent once: Karn's rule), at least kRtoMinNs, kRtoMinNs before the first
+// sample, doubled by each timeout in a row (kRtoMaxBackoff doublings at
+// most) and reset by any progress.  Each timeout still takes one of
+// retry_cnt.  A QP programmed with `timeout` 0 (the IBA's infinite) has
+// no ceiling but the doubling's and never runs out of retries: what was
+// lost is sent again, and a vanished peer is waited for, as the IBA
+// says (rxe, with no adaptive timer, sends nothing again).  kRtoMinNs is the
+// floor a loaded 2-core host's scheduler allows without spurious timeouts
+// (a descheduled engine thread misses its turn for a few milliseconds);
+// with it, retry_cnt 5 at timeout 18 (1.07 s programmed) ends in
+// RETRY_EXC_ERR after ~1 s instead of 6.4 s, and a lost packet at the tail
+// of a burst costs 16 ms, not the programmed timeout.
+inline constexpr uint64_t kRtoMinNs = 16'000'000;
+inline constexpr unsigned kRtoMaxBackoff = 12;
+
 // retry_cnt / rnr_retry: rnr_retry 7 retries for ever (the IBA gives the
 // RNR Retry Count that one special value); the transport Retry Count has
 // none: retry_cnt 7 is seven retries, as ConnectX counts them (only rxe

@@ -150,6 +150,7 @@ void start_devices_locked() {
     set_str(d->dev.ibdev_path, sizeof d->dev.ibdev_path, "/sys/class/infiniband/" + name);
     d->tdev = tdev;
     d->inline_progress = tdev->info().progress == transport::ProgressKind::Inline;
+    tdev->rnic().set_async_sink(&route_async_event, d);
     devices().push_back(d);
   }
   if (link) link->start_events(drivers::daemon::Link::Handlers{&qp_dump_json, &daemon_gone});
@@ -309,7 +310,15 @@ ibv_context* shim::open_context(IbvDevice* dev, int cmd_fd) noexcept {
     delete c;
     return fail(e, static_cast<ibv_context*>(nullptr));
   }
-  ctx.async_fd = dev->rnic().async_fd();
+  c->async = new (std::nothrow) transport::EventQueue<rnic::AsyncEvent>();
+  if (c->async == nullptr || !c->async->valid()) {
+    delete c->async;
+    ::close(ctx.cmd_fd);
+    close_context_objects(&ctx);
+    delete c;
+    return fail(ENOMEM, static_cast<ibv_context*>(nullptr));
+  }
+  ctx.async_fd = c->async->fd();
   ctx.num_comp_vectors = kNumCompVectors;
   pthread_mutex_init(&ctx.mutex, nullptr);
   ctx.abi_compat = __VERBS_ABI_IS_EXTENDED;
@@ -338,7 +347,8 @@ UROCE_EXPORT int ibv_close_device(ibv_context* context) noexcept {
   close_context_objects(context);
   pthread_mutex_destroy(&context->mutex);
   if (context->cmd_fd >= 0) ::close(context->cmd_fd);
-  delete c;  // the async fd is the device's, shared by its contexts
+  delete c->async;
+  delete c;
   return 0;
 }
 
@@ -460,7 +470,8 @@ UROCE_EXPORT int ibv_get_async_event(ibv_context* context, ibv_async_event* even
   if (context == nullptr || event == nullptr) return fail(EINVAL, -1);
   IbvDevice* dev = ctx_dev(context);
   rnic::AsyncEvent ev;
-  const int rc = wait_event(dev, context->async_fd, [&] { return dev->rnic().get_async_event(&ev); });
+  auto* q = to_ctx(context)->async;
+  const int rc = wait_event(dev, context->async_fd, [&] { return q->take(&ev); });
   if (rc != 0) return fail(rc, -1);
   std::memset(event, 0, sizeof *event);
   event->event_type = ev.type;

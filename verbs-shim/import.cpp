@@ -50,6 +50,37 @@ void forget_context(Context* c) noexcept {
   }
 }
 
+// The engine's thread (Rnic::raise): a QP's, CQ's or SRQ's event to the
+// context that made it (its shim object, alive while the RNIC's is); a
+// port's or the device's to every context open on the device.  The
+// contexts' list lock is a leaf: held for the pushes only.
+void route_async_event(void* arg, const rnic::AsyncEvent& ev) noexcept {
+  Context* owner = nullptr;
+  if (ev.qp != nullptr) {
+    owner = static_cast<Qp*>(ev.context)->ctx;
+  } else if (ev.cq != nullptr) {
+    owner = static_cast<Cq*>(ev.context)->ctx;
+  } else if (ev.srq != nullptr) {
+    owner = static_cast<Srq*>(ev.context)->ctx;
+  }
+  try {
+    if (owner != nullptr) {
+      owner->async->push(ev);
+      return;
+    }
+    const auto* dev = static_cast<const IbvDevice*>(arg);
+    std::lock_guard lock(process().contexts_mu);
+    for (Context* c : contexts())
+      if (c->dev == dev) c->async->push(ev);
+  } catch (...) {
+    // No memory for the event: it is lost, as a full kernel event queue loses it.
+  }
+}
+
+void drop_async_events(Context* ctx, const void* obj) noexcept {
+  if (ctx != nullptr && ctx->async != nullptr) ctx->async->remove_if([obj](const rnic::AsyncEvent& e) { return e.context == obj; });
+}
+
 }  // namespace uroce::shim
 
 using namespace uroce;

@@ -8,7 +8,7 @@
 #include <cstring>
 #include <mutex>
 #include <new>
-#include <unordered_set>
+#include <unordered_map>
 #include <vector>
 
 #include "lib/util/log.hpp"
@@ -182,19 +182,49 @@ int query_rt_values_op(ibv_context*, ibv_values_ex* values) noexcept {
 
 // ---- what a context owns -------------------------------------------------------------
 
+// Every object a context made, by kind, with the handle it was given: the
+// uverbs idr of the kernel, where a verb on an object names it by handle
+// and a handle the context does not hold is ENOENT.
 struct ContextObjects {
   std::mutex mu;
-  std::array<std::unordered_set<void*>, static_cast<size_t>(Owned::kCount)> sets;
+  std::array<std::unordered_map<void*, uint32_t>, static_cast<size_t>(Owned::kCount)> sets;
+  uint32_t next_handle = 1;  // for the kinds whose handle is the context's to give (CQ, SRQ, AH)
 };
 
 ContextObjects* new_context_objects() noexcept { return new (std::nothrow) ContextObjects{}; }
+
+namespace {
+// The handle field of an object's ABI structure, or null for the kinds that
+// have none (channels, thread domains, XRC domains).
+uint32_t* handle_field(Owned kind, void* obj) noexcept {
+  switch (kind) {
+    case Owned::Pd:
+    case Owned::ParentDomain:
+    case Owned::ImportedPd: return &static_cast<ibv_pd*>(obj)->handle;
+    case Owned::Mr:
+    case Owned::ImportedMr: return &static_cast<ibv_mr*>(obj)->handle;
+    case Owned::Mw: return &static_cast<ibv_mw*>(obj)->handle;
+    case Owned::Cq: return &static_cast<ibv_cq*>(obj)->handle;
+    case Owned::Srq: return &static_cast<ibv_srq*>(obj)->handle;
+    case Owned::Qp: return &static_cast<ibv_qp*>(obj)->handle;
+    case Owned::Ah: return &static_cast<ibv_ah*>(obj)->handle;
+    case Owned::Xrcd:
+    case Owned::Channel:
+    case Owned::Td:
+    case Owned::kCount: break;
+  }
+  return nullptr;
+}
+}  // namespace
 
 void own(ibv_context* ctx, Owned kind, void* obj) noexcept {
   ContextObjects* o = to_ctx(ctx)->objects;
   if (o == nullptr || obj == nullptr) return;
   try {
     std::lock_guard lock(o->mu);
-    o->sets[static_cast<size_t>(kind)].insert(obj);
+    uint32_t* h = handle_field(kind, obj);
+    if (h != nullptr && *h == 0) *h = o->next_handle++;  // a kind whose handle is the context's to give
+    o->sets[static_cast<size_t>(kind)][obj] = h != nullptr ? *h : 0;
   } catch (...) {
     // No memory for the record: the object works, only close_device will not free it.
   }
@@ -206,6 +236,25 @@ void disown(ibv_context* ctx, Owned kind, void* obj) noexcept {
   std::lock_guard lock(o->mu);
   o->sets[static_cast<size_t>(kind)].erase(obj);
 }
+
+namespace {
+int find_handle(ibv_context* ctx, Owned kind, void* obj, bool take) noexcept {
+  if (ctx == nullptr || obj == nullptr) return EINVAL;
+  ContextObjects* o = to_ctx(ctx)->objects;
+  if (o == nullptr) return ENOENT;
+  std::lock_guard lock(o->mu);
+  auto& set = o->sets[static_cast<size_t>(kind)];
+  const auto it = set.find(obj);
+  if (it == set.end()) return ENOENT;
+  const uint32_t* h = handle_field(kind, obj);
+  if (h != nullptr && *h != it->second) return ENOENT;
+  if (take) set.erase(it);
+  return 0;
+}
+}  // namespace
+
+int check_handle(ibv_context* ctx, Owned kind, void* obj) noexcept { return find_handle(ctx, kind, obj, false); }
+int take_handle(ibv_context* ctx, Owned kind, void* obj) noexcept { return find_handle(ctx, kind, obj, true); }
 
 namespace {
 
@@ -239,7 +288,7 @@ void close_context_objects(ibv_context* ctx) noexcept {
     {
       std::lock_guard lock(o->mu);
       try {
-        left.assign(o->sets[k].begin(), o->sets[k].end());
+        for (const auto& [obj, handle] : o->sets[k]) left.push_back(obj);
       } catch (...) {
         continue;
       }
@@ -284,16 +333,22 @@ UROCE_EXPORT ibv_pd* ibv_alloc_pd(ibv_context* context) noexcept {
   return &pd->base;
 }
 
+// The destroy verbs return an errno and leave it in errno too, as
+// libibverbs' commands do (the failed write(2) or ioctl(2) set it).
 UROCE_EXPORT int ibv_dealloc_pd(ibv_pd* ibpd) noexcept {
-  if (ibpd == nullptr) return EINVAL;
+  if (ibpd == nullptr) return fail(EINVAL, EINVAL);
   Pd* pd = to_pd(ibpd);
-  if (pd->parent) return dealloc_parent_domain(pd);
+  if (const int rc = check_handle(ibpd->context, pd_kind(pd), ibpd); rc != 0) return fail(rc, rc);
+  if (pd->parent) {
+    const int rc = dealloc_parent_domain(pd);
+    return rc == 0 ? 0 : fail(rc, rc);
+  }
   if (pd->imported) {  // the handle only (import.cpp): the PD is its own context's
     ibv_unimport_pd(ibpd);
     return 0;
   }
   const int rc = rnic_of(ibpd->context).dealloc_pd(pd->impl);
-  if (rc != 0) return rc;
+  if (rc != 0) return fail(rc, rc);
   disown(ibpd->context, Owned::Pd, ibpd);
   delete pd;
   return 0;
@@ -304,6 +359,7 @@ UROCE_EXPORT int ibv_dealloc_pd(ibv_pd* ibpd) noexcept {
 UROCE_EXPORT ibv_mr* ibv_reg_mr_iova2(ibv_pd* ibpd, void* addr, size_t length, uint64_t iova,
                                       unsigned int access) noexcept {
   if (ibpd == nullptr) return fail(EINVAL, static_cast<ibv_mr*>(nullptr));
+  if (const int rc = check_pd(ibpd->context, ibpd); rc != 0) return fail(rc, static_cast<ibv_mr*>(nullptr));
   auto* mr = new (std::nothrow) Mr{};
   if (mr == nullptr) return fail(ENOMEM, static_cast<ibv_mr*>(nullptr));
   int err = 0;
@@ -329,6 +385,7 @@ UROCE_EXPORT ibv_mr* ibv_reg_mr_iova2(ibv_pd* ibpd, void* addr, size_t length, u
 
 ibv_mw* shim::alloc_mw_op(ibv_pd* ibpd, ibv_mw_type type) noexcept {
   if (ibpd == nullptr) return fail(EINVAL, static_cast<ibv_mw*>(nullptr));
+  if (const int rc = check_pd(ibpd->context, ibpd); rc != 0) return fail(rc, static_cast<ibv_mw*>(nullptr));
   int err = 0;
   rnic::Mw* mw = rnic_of(ibpd->context).alloc_mw(to_pd(ibpd)->impl, type, &err);
   if (mw == nullptr) return fail(err, static_cast<ibv_mw*>(nullptr));
@@ -338,12 +395,17 @@ ibv_mw* shim::alloc_mw_op(ibv_pd* ibpd, ibv_mw_type type) noexcept {
   return &mw->ibv;
 }
 
+// The window is the RNIC's object, as an AH (ibv_destroy_ah).
 int shim::dealloc_mw_op(ibv_mw* ibmw) noexcept {
-  if (ibmw == nullptr) return EINVAL;
+  if (ibmw == nullptr) return fail(EINVAL, EINVAL);
   ibv_context* context = ibmw->context;
+  if (const int rc = take_handle(context, Owned::Mw, ibmw); rc != 0) return fail(rc, rc);
   const int rc = rnic_of(context).dealloc_mw(rnic::Mw::from_ibv(ibmw));
-  if (rc == 0) disown(context, Owned::Mw, ibmw);
-  return rc;
+  if (rc != 0) {
+    own(context, Owned::Mw, ibmw);
+    return fail(rc, rc);
+  }
+  return 0;
 }
 
 // ibv_bind_mw(3), type 1: a BIND_MW work request on `qp` with the next key
@@ -411,14 +473,16 @@ UROCE_EXPORT int ibv_rereg_mr(ibv_mr* ibmr, int flags, ibv_pd* ibpd, void* addr,
 }
 
 UROCE_EXPORT int ibv_dereg_mr(ibv_mr* ibmr) noexcept {
-  if (ibmr == nullptr) return EINVAL;
+  if (ibmr == nullptr) return fail(EINVAL, EINVAL);
   Mr* mr = to_mr(ibmr);
+  if (const int rc = check_handle(ibmr->context, mr->imported ? Owned::ImportedMr : Owned::Mr, ibmr); rc != 0)
+    return fail(rc, rc);
   if (mr->imported) {  // the handle only (import.cpp): the MR is its own context's
     ibv_unimport_mr(ibmr);
     return 0;
   }
   const int rc = rnic_of(ibmr->context).dereg_mr(mr->impl);
-  if (rc != 0) return rc;
+  if (rc != 0) return fail(rc, rc);
   disown(ibmr->context, Owned::Mr, ibmr);
   delete mr;
   return 0;
@@ -479,12 +543,14 @@ UROCE_EXPORT int ibv_resize_cq(ibv_cq* ibcq, int cqe) noexcept {
 }
 
 UROCE_EXPORT int ibv_destroy_cq(ibv_cq* ibcq) noexcept {
-  if (ibcq == nullptr) return EINVAL;
+  if (ibcq == nullptr) return fail(EINVAL, EINVAL);
+  if (const int rc = check_handle(ibcq->context, Owned::Cq, ibcq); rc != 0) return fail(rc, rc);
   Cq* cq = to_cq(ibcq);
   ibv_comp_channel* channel = ibcq->channel;
   ibv_context* context = ibcq->context;
   const int rc = rnic_of(context).destroy_cq(cq->impl);
-  if (rc != 0) return rc;
+  if (rc != 0) return fail(rc, rc);
+  drop_async_events(cq->ctx, cq);
   if (channel != nullptr) {
     pthread_mutex_lock(&context->mutex);
     --channel->refcnt;
@@ -528,6 +594,7 @@ UROCE_EXPORT ibv_srq* ibv_create_srq(ibv_pd* ibpd, ibv_srq_init_attr* init) noex
 
 ibv_srq* shim::make_srq(ibv_pd* ibpd, ibv_srq_init_attr* init, const rnic::Rnic::XrcSrq* xrc) noexcept {
   if (ibpd == nullptr || init == nullptr) return fail(EINVAL, static_cast<ibv_srq*>(nullptr));
+  if (const int rc = check_pd(ibpd->context, ibpd); rc != 0) return fail(rc, static_cast<ibv_srq*>(nullptr));
   auto* srq = new (std::nothrow) Srq{};
   if (srq == nullptr) return fail(ENOMEM, static_cast<ibv_srq*>(nullptr));
   ibv_srq_init_attr ours = *init;
@@ -591,10 +658,12 @@ UROCE_EXPORT int ibv_query_srq(ibv_srq* ibsrq, ibv_srq_attr* attr) noexcept {
 }
 
 UROCE_EXPORT int ibv_destroy_srq(ibv_srq* ibsrq) noexcept {
-  if (ibsrq == nullptr) return EINVAL;
+  if (ibsrq == nullptr) return fail(EINVAL, EINVAL);
+  if (const int rc = check_handle(ibsrq->context, Owned::Srq, ibsrq); rc != 0) return fail(rc, rc);
   Srq* srq = to_srq(ibsrq);
   const int rc = rnic_of(ibsrq->context).destroy_srq(srq->impl);
-  if (rc != 0) return rc;
+  if (rc != 0) return fail(rc, rc);
+  drop_async_events(srq->ctx, srq);
   disown(ibsrq->context, Owned::Srq, ibsrq);
   release_domain(ibsrq->pd);
   pthread_cond_destroy(&ibsrq->cond);
@@ -607,6 +676,7 @@ UROCE_EXPORT int ibv_destroy_srq(ibv_srq* ibsrq) noexcept {
 
 UROCE_EXPORT ibv_ah* ibv_create_ah(ibv_pd* ibpd, ibv_ah_attr* attr) noexcept {
   if (ibpd == nullptr || attr == nullptr) return fail(EINVAL, static_cast<ibv_ah*>(nullptr));
+  if (const int rc = check_pd(ibpd->context, ibpd); rc != 0) return fail(rc, static_cast<ibv_ah*>(nullptr));
   int err = 0;
   rnic::Ah* ah = rnic_of(ibpd->context).create_ah(to_pd(ibpd)->impl, *attr, &err);
   if (ah == nullptr) return fail(err, static_cast<ibv_ah*>(nullptr));
@@ -616,12 +686,19 @@ UROCE_EXPORT ibv_ah* ibv_create_ah(ibv_pd* ibpd, ibv_ah_attr* attr) noexcept {
   return &ah->ibv;
 }
 
+// The AH is the RNIC's object (no shim wrapper): its record goes first
+// (take_handle), so that an AH another thread makes at the freed address
+// keeps its own.
 UROCE_EXPORT int ibv_destroy_ah(ibv_ah* ah) noexcept {
-  if (ah == nullptr) return EINVAL;
+  if (ah == nullptr) return fail(EINVAL, EINVAL);
   ibv_context* context = ah->context;
+  if (const int rc = take_handle(context, Owned::Ah, ah); rc != 0) return fail(rc, rc);
   const int rc = rnic_of(context).destroy_ah(rnic::Ah::from_ibv(ah));
-  if (rc == 0) disown(context, Owned::Ah, ah);
-  return rc;
+  if (rc != 0) {
+    own(context, Owned::Ah, ah);
+    return fail(rc, rc);
+  }
+  return 0;
 }
 
 // The address of the sender of a UD completion, from the 40-byte GRH area

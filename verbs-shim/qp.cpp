@@ -239,6 +239,13 @@ void install_wr_ops(Qp* qp) noexcept {
 // Creates the QP (both ibv_create_qp and ibv_create_qp_ex).
 ibv_qp* make_qp(ibv_pd* ibpd, ibv_qp_init_attr* init, uint64_t send_ops) noexcept {
   if (ibpd == nullptr || init == nullptr) return fail(EINVAL, static_cast<ibv_qp*>(nullptr));
+  // The objects it names, each one of this context's under its handle.
+  ibv_context* ctx = ibpd->context;
+  const bool named_ok = check_pd(ctx, ibpd) == 0 &&
+                        (init->send_cq == nullptr || check_handle(ctx, Owned::Cq, init->send_cq) == 0) &&
+                        (init->recv_cq == nullptr || check_handle(ctx, Owned::Cq, init->recv_cq) == 0) &&
+                        (init->srq == nullptr || check_handle(ctx, Owned::Srq, init->srq) == 0);
+  if (!named_ok) return fail(EINVAL, static_cast<ibv_qp*>(nullptr));
   auto* qp = new (std::nothrow) Qp{};
   if (qp == nullptr) return fail(ENOMEM, static_cast<ibv_qp*>(nullptr));
   if (send_ops != 0) {
@@ -366,6 +373,7 @@ UROCE_EXPORT ibv_qp_ex* ibv_qp_to_qp_ex(ibv_qp* ibqp) noexcept {
 
 UROCE_EXPORT int ibv_modify_qp(ibv_qp* ibqp, ibv_qp_attr* attr, int mask) noexcept {
   if (ibqp == nullptr || attr == nullptr) return EINVAL;
+  if (const int rc = check_handle(ibqp->context, Owned::Qp, ibqp); rc != 0) return rc;
   const int rc = to_qp(ibqp)->impl->modify(*attr, mask);
   if (rc == 0 && (mask & IBV_QP_STATE) != 0) ibqp->state = attr->qp_state;
   return rc;
@@ -373,6 +381,7 @@ UROCE_EXPORT int ibv_modify_qp(ibv_qp* ibqp, ibv_qp_attr* attr, int mask) noexce
 
 UROCE_EXPORT int ibv_query_qp(ibv_qp* ibqp, ibv_qp_attr* attr, int mask, ibv_qp_init_attr* init) noexcept {
   if (ibqp == nullptr || attr == nullptr || init == nullptr) return EINVAL;
+  if (const int rc = check_handle(ibqp->context, Owned::Qp, ibqp); rc != 0) return rc;
   const int rc = to_qp(ibqp)->impl->query(attr, mask, init);
   if (rc != 0) return rc;
   // The RNIC knows its own objects; the application knows these.
@@ -386,11 +395,13 @@ UROCE_EXPORT int ibv_query_qp(ibv_qp* ibqp, ibv_qp_attr* attr, int mask, ibv_qp_
 }
 
 UROCE_EXPORT int ibv_destroy_qp(ibv_qp* ibqp) noexcept {
-  if (ibqp == nullptr) return EINVAL;
+  if (ibqp == nullptr) return fail(EINVAL, EINVAL);
+  if (const int rc = check_handle(ibqp->context, Owned::Qp, ibqp); rc != 0) return fail(rc, rc);
   Qp* qp = to_qp(ibqp);
   void* other = ibqp->qp_type == IBV_QPT_XRC_RECV ? forget_xrc_handle(qp) : nullptr;
   const int rc = rnic_of(ibqp->context).destroy_qp(qp->impl, other);
-  if (rc != 0) return rc;
+  if (rc != 0) return fail(rc, rc);
+  drop_async_events(qp->ctx, qp);
   disown(ibqp->context, Owned::Qp, ibqp);
   release_domain(ibqp->pd);
   pthread_cond_destroy(&ibqp->cond);

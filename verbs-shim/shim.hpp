@@ -59,7 +59,16 @@ struct Context {
   verbs_context vctx;
   IbvDevice* dev = nullptr;
   ContextObjects* objects = nullptr;  // what ibv_close_device frees
+  // Its async events (ibv_get_async_event; async_fd is this queue's): its
+  // own objects' and the device's, never another context's.
+  transport::EventQueue<rnic::AsyncEvent>* async = nullptr;
 };
+// The RNIC's async event sink (Rnic::set_async_sink): an event goes to the
+// queue of the context that owns its QP, CQ or SRQ, a port's or the
+// device's to every context open on the device.  `arg` is the IbvDevice.
+void route_async_event(void* arg, const rnic::AsyncEvent& ev) noexcept;
+// The events of `obj` (a Qp*, Cq* or Srq* of ours) not yet read go with it.
+void drop_async_events(Context* ctx, const void* obj) noexcept;
 
 // Records `obj` (the ABI pointer handed out) as made on `ctx`, or forgets
 // it when destroyed.  ibv_close_device destroys whatever is still recorded,
@@ -68,6 +77,19 @@ struct Context {
 // still admits RDMA into memory the program may reuse.
 void own(ibv_context* ctx, Owned kind, void* obj) noexcept;
 void disown(ibv_context* ctx, Owned kind, void* obj) noexcept;
+// Whether `obj` is an object of `kind` that `ctx` made and still holds,
+// under the handle it was given (its ABI structure's `handle`): 0, or
+// ENOENT as the kernel's uverbs answers a handle its file does not hold
+// (EINVAL for a null one).  Every verb that names an object checks it
+// before it acts, so that a stale or garbled handle is an error, never a
+// use of freed memory (a kind without a handle field is checked by
+// address alone).
+int check_handle(ibv_context* ctx, Owned kind, void* obj) noexcept;
+// check_handle, and the record goes at once (under the same lock): for an
+// object the RNIC frees itself, whose address a concurrent create may
+// reuse before a disown after the free could run.  own() puts it back if
+// the destroy then fails.
+int take_handle(ibv_context* ctx, Owned kind, void* obj) noexcept;
 ContextObjects* new_context_objects() noexcept;
 // Destroys what is still recorded, then the record.
 void close_context_objects(ibv_context* ctx) noexcept;
@@ -79,6 +101,11 @@ struct Td {
   ibv_td base;
   std::atomic<uint32_t> users{0};  // parent domains that name it
 };
+
+struct Pd;
+// The kind a PD handle is owned as: a plain PD, a parent domain, or
+// another context's PD imported.
+Owned pd_kind(const Pd* pd) noexcept;
 
 struct Pd {
   ibv_pd base;
@@ -94,6 +121,17 @@ struct Pd {
   std::atomic<uint32_t> users{0};  // parent domain: the QPs, CQs and SRQs made with it
   const rnic::RingAllocator* ring_allocator() const noexcept { return has_alloc ? &alloc : nullptr; }
 };
+inline Owned pd_kind(const Pd* pd) noexcept {
+  return pd->parent ? Owned::ParentDomain : pd->imported ? Owned::ImportedPd : Owned::Pd;
+}
+// `pd` as the parent of a new object on `ctx`: 0, or EINVAL when it is
+// not a PD that context holds under its handle (the kernel's lookup of
+// the PD handle a create command names).
+inline int check_pd(ibv_context* ctx, ibv_pd* pd) noexcept {
+  if (pd == nullptr) return EINVAL;
+  return check_handle(ctx, pd_kind(reinterpret_cast<const Pd*>(pd)), pd) == 0 ? 0 : EINVAL;
+}
+
 // A queue made with `pd` holds it when it is a parent domain, whose
 // allocator frees the queue's rings; dealloc_pd is EBUSY until it lets go.
 void hold_domain(ibv_pd* pd) noexcept;

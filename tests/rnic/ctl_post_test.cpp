@@ -24,23 +24,35 @@ struct Post : Ctl {
     const int rc = q->post_send(&w, bad ? bad : &b);
     return rc;
   }
+  // The status a WR just taken will complete with unexecuted
+  // (IBV_WC_SUCCESS: it runs).
+  static ibv_wc_status last_post_error(const Qp* q) { return q->sq.slot(q->sq.tail() - 1).post_error; }
 };
 
-TEST_F(Post, SendRefusedBeforeRts) {
+// A send posted before RTS is taken (0, as ConnectX) and dropped: it
+// never enters the send queue and never completes; one counter says so.
+TEST_F(Post, SendDroppedBeforeRts) {
   Qp* q = qp(IBV_QPT_RC);
   ibv_sge s = sge(8);
   ibv_send_wr w = wr(IBV_WR_SEND, &s, 1);
   const ibv_send_wr* bad = nullptr;
-  EXPECT_EQ(post(q, w, &bad), EINVAL);  // RESET
-  EXPECT_EQ(bad, &w);
+  EXPECT_EQ(post(q, w, &bad), 0);  // RESET
+  EXPECT_EQ(bad, nullptr);
   ASSERT_EQ(to_init(q), 0);
-  EXPECT_EQ(post(q, w), EINVAL);
+  EXPECT_EQ(post(q, w), 0);
   ASSERT_EQ(to_rtr(q), 0);
-  EXPECT_EQ(post(q, w), EINVAL);
+  EXPECT_EQ(post(q, w), 0);
   EXPECT_EQ(q->sq.tail(), 0u);
+  EXPECT_EQ(rnic->counters().get(RnicCtr::post_send_not_ready), 3u);
+  // What the verbs refuse in any state is still refused.
+  ibv_send_wr odd = w;
+  uroce::testing::set_raw(odd.opcode, 99u);
+  EXPECT_EQ(post(q, odd, &bad), EINVAL);
+  EXPECT_EQ(bad, &odd);
   ASSERT_EQ(to_rts(q), 0);
   EXPECT_EQ(post(q, w), 0);
   EXPECT_EQ(q->sq.tail(), 1u);
+  EXPECT_EQ(rnic->counters().get(RnicCtr::post_send_not_ready), 3u);
 }
 
 TEST_F(Post, OpcodesPerType) {
@@ -54,31 +66,48 @@ TEST_F(Post, OpcodesPerType) {
   Ah* ah = rnic->create_ah(pd, ah_attr(), &err);
   ASSERT_NE(ah, nullptr);
   ibv_sge s = sge(8);
+  // What a post of each opcode does on each QP type: runs (Run), is
+  // taken and completes with IBV_WC_LOC_QP_OP_ERR unexecuted (Op: an
+  // operation the QP's transport does not have, IBA 11.4.1.1 and table
+  // 86; ConnectX takes it so), or is refused with EINVAL (Inval: no
+  // opcode at all, or a WR the verbs themselves call malformed).
+  enum Fate { Run, Op, Inval };
   struct Case {
     unsigned op;  // as the application wrote it (99: no opcode at all)
-    int rc, uc, ud;
+    Fate rc, uc, ud;
   };
   const Case cases[] = {
-      {IBV_WR_SEND, 0, 0, 0},
-      {IBV_WR_SEND_WITH_IMM, 0, 0, 0},
-      {IBV_WR_RDMA_WRITE, 0, 0, EINVAL},
-      {IBV_WR_RDMA_WRITE_WITH_IMM, 0, 0, EINVAL},
-      {IBV_WR_RDMA_READ, 0, EINVAL, EINVAL},
-      {IBV_WR_ATOMIC_CMP_AND_SWP, 0, EINVAL, EINVAL},
-      {IBV_WR_ATOMIC_FETCH_AND_ADD, 0, EINVAL, EINVAL},
-      {IBV_WR_LOCAL_INV, 0, 0, EINVAL},   // memory windows: connected QPs (fails later: no such key)
-      {IBV_WR_BIND_MW, EINVAL, EINVAL, EINVAL},  // no window named (bind_mw.mw NULL)
-      {99, EINVAL, EINVAL, EINVAL},
+      {IBV_WR_SEND, Run, Run, Run},
+      {IBV_WR_SEND_WITH_IMM, Run, Run, Run},
+      {IBV_WR_RDMA_WRITE, Run, Run, Op},
+      {IBV_WR_RDMA_WRITE_WITH_IMM, Run, Run, Op},
+      {IBV_WR_RDMA_READ, Run, Op, Op},
+      {IBV_WR_ATOMIC_CMP_AND_SWP, Run, Op, Op},
+      {IBV_WR_ATOMIC_FETCH_AND_ADD, Run, Op, Op},
+      {IBV_WR_LOCAL_INV, Run, Run, Op},        // memory windows: connected QPs (fails later: no such key)
+      {IBV_WR_BIND_MW, Inval, Inval, Inval},  // no window named (bind_mw.mw NULL)
+      {99, Inval, Inval, Inval},
+  };
+  const auto check = [&](Qp* q, ibv_send_wr& w, Fate f, const char* type, unsigned op) {
+    const uint32_t before = q->sq.tail();
+    const int got = post(q, w);
+    if (f == Inval) {
+      EXPECT_EQ(got, EINVAL) << type << " opcode " << op;
+      EXPECT_EQ(q->sq.tail(), before) << type << " opcode " << op;
+      return;
+    }
+    ASSERT_EQ(got, 0) << type << " opcode " << op;
+    EXPECT_EQ(last_post_error(q), f == Run ? IBV_WC_SUCCESS : IBV_WC_LOC_QP_OP_ERR) << type << " opcode " << op;
   };
   for (const Case& c : cases) {
     ibv_send_wr w = wr(IBV_WR_SEND, &s, 1);
     uroce::testing::set_raw(w.opcode, c.op);
-    EXPECT_EQ(post(rc, w), c.rc) << "RC opcode " << c.op;
-    EXPECT_EQ(post(uc, w), c.uc) << "UC opcode " << c.op;
+    check(rc, w, c.rc, "RC", c.op);
+    check(uc, w, c.uc, "UC", c.op);
     w.wr.ud.ah = &ah->ibv;
     w.wr.ud.remote_qpn = 0x99;
     w.wr.ud.remote_qkey = 0x11111111;
-    EXPECT_EQ(post(ud, w), c.ud) << "UD opcode " << c.op;
+    check(ud, w, c.ud, "UD", c.op);
   }
 }
 
@@ -99,13 +128,6 @@ TEST_F(Post, SendLimits) {
   w = wr(IBV_WR_RDMA_READ, &in, 1);
   w.send_flags |= IBV_SEND_INLINE;
   EXPECT_EQ(post(q, w), EINVAL);  // nothing to inline in a READ
-
-  ibv_sge four = sge(4);
-  w = wr(IBV_WR_ATOMIC_FETCH_AND_ADD, &four, 1);
-  EXPECT_EQ(post(q, w), EINVAL);  // an atomic needs 8 bytes
-  ibv_sge two[2] = {sge(8), sge(8, 8)};
-  w = wr(IBV_WR_ATOMIC_CMP_AND_SWP, two, 2);
-  EXPECT_EQ(post(q, w), EINVAL);  // and one SGE
 
   ibv_sge huge{reinterpret_cast<uint64_t>(buf.data()), 0x80000000u, 1};
   ibv_sge more = sge(1);
@@ -134,6 +156,24 @@ TEST_F(Post, SendLimits) {
   EXPECT_EQ(first.rkey, Rkey(0x1234));
   EXPECT_EQ(first.length, 8u);
   EXPECT_EQ(first.num_sge, 1u);
+  EXPECT_EQ(first.post_error, IBV_WC_SUCCESS);
+
+  // An atomic needs an 8-byte buffer (IBA 9.4.5): another length is
+  // taken and completes with a local length error, unexecuted.
+  Qp* a = qp(IBV_QPT_RC);
+  ready(a);
+  ibv_sge four = sge(4);
+  w = wr(IBV_WR_ATOMIC_FETCH_AND_ADD, &four, 1);
+  ASSERT_EQ(post(a, w), 0);
+  EXPECT_EQ(last_post_error(a), IBV_WC_LOC_LEN_ERR);
+  ibv_sge two[2] = {sge(8), sge(8, 8)};
+  w = wr(IBV_WR_ATOMIC_CMP_AND_SWP, two, 2);
+  ASSERT_EQ(post(a, w), 0);
+  EXPECT_EQ(last_post_error(a), IBV_WC_LOC_LEN_ERR);
+  ibv_sge eight = sge(8);
+  w = wr(IBV_WR_ATOMIC_CMP_AND_SWP, &eight, 1);
+  ASSERT_EQ(post(a, w), 0);
+  EXPECT_EQ(last_post_error(a), IBV_WC_SUCCESS);
 }
 
 TEST_F(Post, InlineBytesAreCopied) {
@@ -163,28 +203,38 @@ TEST_F(Post, UdAddressHandleAndLength) {
   Ah* foreign = rnic->create_ah(other, ah_attr(), &err);
   ASSERT_NE(foreign, nullptr);
 
+  // What the verbs allow to post but the QP cannot carry out is taken
+  // and completes in error, unexecuted (ConnectX's behaviour): an AH of
+  // another PD (IBA 10.2.2), a message longer than one packet (IBA 9.9).
+  // No AH at all is a malformed WR: EINVAL.
   ibv_sge s = sge(4096);  // the port's MTU (4096 on a 9000-byte sim port)
   ibv_send_wr w = wr(IBV_WR_SEND, &s, 1, 5);
   w.wr.ud.ah = &foreign->ibv;
-  EXPECT_EQ(post(q, w), EINVAL);  // an AH of another PD
+  ASSERT_EQ(post(q, w), 0);
+  EXPECT_EQ(last_post_error(q), IBV_WC_LOC_QP_OP_ERR);
   w.wr.ud.ah = nullptr;
-  EXPECT_EQ(post(q, w), EINVAL);
+  const ibv_send_wr* bad = nullptr;
+  EXPECT_EQ(post(q, w, &bad), EINVAL);
+  EXPECT_EQ(bad, &w);
   w.wr.ud.ah = &ah->ibv;
   w.wr.ud.remote_qpn = 0x1234;
   w.wr.ud.remote_qkey = 0x11111111;
   ibv_sge too_long = sge(4097);
   ibv_send_wr w2 = w;
   w2.sg_list = &too_long;
-  EXPECT_EQ(post(q, w2), EINVAL);  // one packet at most
+  ASSERT_EQ(post(q, w2), 0);
+  EXPECT_EQ(last_post_error(q), IBV_WC_LOC_LEN_ERR);
   ASSERT_EQ(post(q, w), 0);
-  const SendWqe& e = q->sq.slot(0);
+  EXPECT_EQ(last_post_error(q), IBV_WC_SUCCESS);
+  const uint32_t at = q->sq.tail() - 1;
+  const SendWqe& e = q->sq.slot(at);
   EXPECT_EQ(e.remote_qpn, Qpn(0x1234));
   EXPECT_EQ(e.remote_qkey, 0x11111111u);
   EXPECT_EQ(e.ud_path.dgid, kPeerUla);
   EXPECT_FALSE(e.ud_path.ipv4);
   // The path is the WQE's own: destroying the AH now is fine.
   EXPECT_EQ(rnic->destroy_ah(ah), 0);
-  EXPECT_EQ(q->sq.slot(0).ud_path.dgid, kPeerUla);
+  EXPECT_EQ(q->sq.slot(at).ud_path.dgid, kPeerUla);
 }
 
 TEST_F(Post, RecvErrnos) {
@@ -195,18 +245,21 @@ TEST_F(Post, RecvErrnos) {
   w.sg_list = s;
   w.num_sge = 1;
   const ibv_recv_wr* bad = nullptr;
-  EXPECT_EQ(q->post_recv(&w, &bad), EINVAL);  // RESET
-  EXPECT_EQ(bad, &w);
+  // RESET takes receives (as ConnectX and rxe; they wait for RTR).
+  EXPECT_EQ(q->post_recv(&w, &bad), 0);
+  EXPECT_EQ(q->rq.size(), 1u);
   ASSERT_EQ(to_init(q), 0);
+  EXPECT_EQ(q->rq.size(), 1u) << "kept across RESET -> INIT";
   w.num_sge = 3;
   EXPECT_EQ(q->post_recv(&w, &bad), EINVAL);  // num_sge > max_recv_sge
+  EXPECT_EQ(bad, &w);
   w.num_sge = 2;
-  std::vector<ibv_recv_wr> chain(9, w);
+  std::vector<ibv_recv_wr> chain(8, w);
   for (size_t i = 0; i + 1 < chain.size(); ++i) chain[i].next = &chain[i + 1];
-  EXPECT_EQ(q->post_recv(chain.data(), &bad), ENOMEM);  // INIT takes receives; the ninth does not fit
-  EXPECT_EQ(bad, &chain[8]);
+  EXPECT_EQ(q->post_recv(chain.data(), &bad), ENOMEM);  // INIT takes receives; the eighth does not fit
+  EXPECT_EQ(bad, &chain[7]);
   EXPECT_EQ(q->rq.size(), 8u);
-  EXPECT_EQ(q->rq.front()->total_len, 16u);
+  EXPECT_EQ(q->rq.front()->total_len, 8u);
 
   int err = 0;
   ibv_srq_init_attr si{};

@@ -222,6 +222,100 @@ TEST(PeerGone, RetryExceededThenFlush) {
   EXPECT_EQ(first_diff(b.bytes(0, b.len), b_before), -1);
 }
 
+// ---- adaptive retransmission --------------------------------------------------------------
+
+// The local ACK timer follows the QP's measured round trips (RTO = SRTT +
+// 4 RTTVAR, params::kRtoMinNs at least) with the programmed `timeout` as
+// its ceiling, doubled by each timeout in a row (completer_rto): a packet
+// lost at the tail of a burst is sent again after about kRtoMinNs, not
+// after the programmed second.  Each timeout still takes one of retry_cnt.
+TEST(AdaptiveRetransmission, TailLossCostsTheEstimateNotTheProgrammedTimeout) {
+  Harness h;
+  ConnOpts o;
+  o.timeout = 18;  // 4.096 us << 18 = 1.07 s
+  Pair p = h.pair(IBV_QPT_RC, o);
+  ASSERT_NE(p.qa, nullptr);
+  Buffer a = h.buffer(h.a(), 4096, kRemoteAll);
+  Buffer b = h.buffer(h.b(), 4096, kRemoteAll);
+  ibv_sge s = a.sge(0, 64);
+  for (uint64_t i = 0; i < 16; ++i) {  // round-trip samples
+    ibv_send_wr w = rdma_wr(IBV_WR_RDMA_WRITE, i, {&s, 1}, b.addr(), b.rkey());
+    ASSERT_EQ(post_send(p.qa, w), 0);
+    ASSERT_EQ(h.wait_wc(p.scq_a).status, IBV_WC_SUCCESS);
+  }
+  // The one request of the next message is lost on its way.
+  h.wire().set_link_up(*h.b().port, false);
+  ibv_send_wr w = rdma_wr(IBV_WR_RDMA_WRITE, 99, {&s, 1}, b.addr(), b.rkey());
+  const auto t0 = Clock::now();
+  ASSERT_EQ(post_send(p.qa, w), 0);
+  ASSERT_TRUE(h.run_until([&] { return h.a().rnic->counters().get(RnicCtr::req_pkts) >= 17; }));
+  h.wire().set_link_up(*h.b().port, true);
+  const ibv_wc wc = h.wait_wc(p.scq_a, std::chrono::seconds(5));
+  const auto elapsed = Clock::now() - t0;
+  EXPECT_EQ(wc.wr_id, 99u);
+  EXPECT_EQ(wc.status, IBV_WC_SUCCESS) << wc_status_name(wc.status);
+  EXPECT_EQ(h.a().rnic->counters().get(RnicCtr::ack_timeouts), 1u);
+  const auto programmed = std::chrono::nanoseconds(transport::params::ack_timeout_ns(o.timeout));
+  EXPECT_LT(elapsed, programmed / 2) << "the retransmission waited for the programmed timeout";
+  EXPECT_GE(elapsed, std::chrono::nanoseconds(transport::params::kRtoMinNs)) << "faster than the floor";
+}
+
+// A peer that vanished: the timeouts double from the estimate up to the
+// programmed ceiling, so retry_cnt 5 at timeout 18 (1.07 s) ends in
+// RETRY_EXC_ERR after 16+32+...+512 ms (about 1 s) rather than 6.4 s.
+// With `timeout` 0 (the IBA's infinite) the QP resends with the same
+// backoff and never gives up: the peer that comes back gets the message.
+// With adaptive retransmission off, the programmed timeout is the timer.
+TEST(AdaptiveRetransmission, VanishedPeerBackoffUnderTheCeiling) {
+  for (const uint8_t timeout : {uint8_t{18}, uint8_t{0}}) {
+    Harness h;
+    ConnOpts o;
+    o.timeout = timeout;
+    o.retry_cnt = 5;
+    Pair p = h.pair(IBV_QPT_RC, o);
+    ASSERT_NE(p.qa, nullptr);
+    Buffer a = h.buffer(h.a(), 4096, kRemoteAll);
+    Buffer b = h.buffer(h.b(), 4096, kRemoteAll);
+    h.wire().set_link_up(*h.b().port, false);
+    ibv_sge s = a.sge(0, 64);
+    ibv_send_wr w = rdma_wr(IBV_WR_RDMA_WRITE, 7, {&s, 1}, b.addr(), b.rkey());
+    const auto t0 = Clock::now();
+    ASSERT_EQ(post_send(p.qa, w), 0);
+    const auto floor = std::chrono::nanoseconds(transport::params::kRtoMinNs);
+    if (timeout == 0) {
+      EXPECT_TRUE(h.collect_for(p.scq_a, std::chrono::milliseconds(1500)).empty()) << "infinite gave up";
+      EXPECT_GE(h.a().rnic->counters().get(RnicCtr::ack_timeouts), 6u);
+      EXPECT_EQ(p.qa->state(), IBV_QPS_RTS);
+      h.wire().set_link_up(*h.b().port, true);
+      const ibv_wc wc = h.wait_wc(p.scq_a, std::chrono::seconds(10));
+      EXPECT_EQ(wc.status, IBV_WC_SUCCESS) << wc_status_name(wc.status);
+      continue;
+    }
+    const ibv_wc wc = h.wait_wc(p.scq_a, std::chrono::seconds(10));
+    const auto elapsed = Clock::now() - t0;
+    EXPECT_EQ(wc.status, IBV_WC_RETRY_EXC_ERR) << wc_status_name(wc.status);
+    EXPECT_EQ(h.a().rnic->counters().get(RnicCtr::ack_timeouts), 6u);
+    EXPECT_GE(elapsed, floor * 63) << "the timeouts did not double";
+    EXPECT_LT(elapsed, std::chrono::milliseconds(3000));
+  }
+  Harness h;
+  h.a().rnic->set_adaptive_retransmission(false);
+  ConnOpts o;
+  o.timeout = 15;  // 134 ms
+  o.retry_cnt = 2;
+  Pair p = h.pair(IBV_QPT_RC, o);
+  ASSERT_NE(p.qa, nullptr);
+  Buffer a = h.buffer(h.a(), 4096, kRemoteAll);
+  Buffer b = h.buffer(h.b(), 4096, kRemoteAll);
+  h.wire().set_link_up(*h.b().port, false);
+  ibv_sge s = a.sge(0, 64);
+  ibv_send_wr w = rdma_wr(IBV_WR_RDMA_WRITE, 7, {&s, 1}, b.addr(), b.rkey());
+  const auto t0 = Clock::now();
+  ASSERT_EQ(post_send(p.qa, w), 0);
+  EXPECT_EQ(h.wait_wc(p.scq_a, std::chrono::seconds(10)).status, IBV_WC_RETRY_EXC_ERR);
+  EXPECT_GE(Clock::now() - t0, std::chrono::nanoseconds(transport::params::ack_timeout_ns(o.timeout)) * 3);
+}
+
 // ---- remote access ------------------------------------------------------------------------
 
 enum class Bad {
@@ -627,13 +721,15 @@ TEST(Srq, EmptySrqIsRnr) {
 
 // ---- SEND with Invalidate ---------------------------------------------------------------
 
-// IBV_WR_SEND_WITH_INV is taken on RC (refused on UC/UD: IBA table 38 has
-// no IETH opcode for them).  The peer's MR comes from ibv_reg_mr, which
-// cannot be invalidated remotely (rxe_invalidate_mr refuses any MR but a
-// fast-register one or a memory window; e2e_mw_test.cpp has those):
-// both ends complete with REM_INV_REQ_ERR, the receiver's QP goes to ERR,
-// and the MR named stays valid (its memory still takes a WRITE from a new
-// connection).
+// IBV_WR_SEND_WITH_INV runs on RC (UC/UD have no IETH opcode, IBA table
+// 38: the send queue takes such a WR and completes it with a local QP
+// operation error, nothing sent).  The peer's MR comes from ibv_reg_mr,
+// which cannot be invalidated remotely (rxe_invalidate_mr refuses any MR
+// but a fast-register one or a memory window; e2e_mw_test.cpp has those):
+// a class J error (IBA 9.9.6.3): the receive completes with
+// REM_INV_REQ_ERR and the receiver's QP goes to ERR with no NAK, so the
+// requester learns of it only by running out of retries; the MR named
+// stays valid (its memory still takes a WRITE from a new connection).
 TEST(SendWithInvalidate, RegisteredMrCannotBeInvalidated) {
   Harness h;
   Pair p = h.pair(IBV_QPT_RC);
@@ -648,14 +744,15 @@ TEST(SendWithInvalidate, RegisteredMrCannotBeInvalidated) {
   ibv_send_wr wr = send_wr(IBV_WR_SEND_WITH_INV, 9, {&s, 1});
   wr.invalidate_rkey = named.rkey();
   ASSERT_EQ(post_send(p.qa, wr), 0);
-  const ibv_wc sw = h.wait_wc(p.scq_a);
-  EXPECT_EQ(sw.wr_id, 9u);
-  EXPECT_EQ(sw.status, IBV_WC_REM_INV_REQ_ERR) << wc_status_name(sw.status);
   const ibv_wc rw = h.wait_wc(p.rcq_b);
   EXPECT_EQ(rw.wr_id, 1u);
   EXPECT_EQ(rw.status, IBV_WC_REM_INV_REQ_ERR) << wc_status_name(rw.status);
   EXPECT_EQ(p.qb->state(), IBV_QPS_ERR);
   EXPECT_EQ(h.b().rnic->counters().get(RnicCtr::inv_rkey_refused), 1u);
+  const ibv_wc sw = h.wait_wc(p.scq_a, std::chrono::seconds(10));
+  EXPECT_EQ(sw.wr_id, 9u);
+  EXPECT_EQ(sw.status, IBV_WC_RETRY_EXC_ERR) << wc_status_name(sw.status);
+  EXPECT_EQ(h.b().rnic->counters().get(RnicCtr::rem_inv_req_naks), 0u) << "no NAK for a class J error";
 
   // The named MR is still valid: a WRITE through a fresh pair lands.
   Pair q = h.pair(IBV_QPT_RC);
@@ -666,12 +763,17 @@ TEST(SendWithInvalidate, RegisteredMrCannotBeInvalidated) {
   EXPECT_EQ(h.wait_wc(q.scq_a).status, IBV_WC_SUCCESS);
   EXPECT_EQ(first_diff(named.bytes(0, 64), src.bytes(0, 64)), -1);
 
-  // UC takes no SEND with Invalidate.
+  // UC has no SEND with Invalidate: taken, completed in error, not sent.
   Pair u = h.pair(IBV_QPT_UC);
   ASSERT_NE(u.qa, nullptr);
   ibv_send_wr uw = send_wr(IBV_WR_SEND_WITH_INV, 3, {&s, 1});
   uw.invalidate_rkey = named.rkey();
-  EXPECT_EQ(post_send(u.qa, uw), EINVAL);
+  const uint64_t sent = h.a().rnic->counters().get(RnicCtr::req_pkts);
+  ASSERT_EQ(post_send(u.qa, uw), 0);
+  const ibv_wc uwc = h.wait_wc(u.scq_a);
+  EXPECT_EQ(uwc.wr_id, 3u);
+  EXPECT_EQ(uwc.status, IBV_WC_LOC_QP_OP_ERR) << wc_status_name(uwc.status);
+  EXPECT_EQ(h.a().rnic->counters().get(RnicCtr::req_pkts), sent);
 }
 
 // What the device reports matches what it does: memory windows of type 1

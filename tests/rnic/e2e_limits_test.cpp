@@ -215,10 +215,6 @@ TEST_F(Limits, PostSendChecks) {
   bad = nullptr;
   EXPECT_EQ(p.qa->post_send(&odd, &bad), EINVAL);
   EXPECT_EQ(bad, &odd);
-  // Atomic with an SGE that is not 8 bytes: EINVAL.
-  ibv_sge four = a.sge(0, 4);
-  ibv_send_wr at = atomic_wr(IBV_WR_ATOMIC_FETCH_AND_ADD, 4, &four, b.addr(), b.rkey(), 1, 0);
-  EXPECT_EQ(post_send(p.qa, at), EINVAL);
   // A message longer than max_msg_sz: EINVAL (never touches the memory).
   ibv_port_attr pa{};
   ASSERT_EQ(h.a().rnic->query_port(kPortNum, &pa), 0);
@@ -250,6 +246,20 @@ TEST_F(Limits, PostSendChecks) {
   ibv_send_wr again = rdma_wr(IBV_WR_RDMA_WRITE, 999, {&one, 1}, b.addr(), b.rkey());
   EXPECT_EQ(post_send(p.qa, again), 0);
   EXPECT_EQ(h.wait_wc(p.scq_a).wr_id, 999u);
+
+  // An atomic whose SGE is not 8 bytes: the verbs allow the post, the
+  // WR completes with a local length error and nothing reaches the peer
+  // (IBA 9.4.5; ConnectX and rxe alike).
+  ibv_sge four = a.sge(0, 4);
+  ibv_send_wr at = atomic_wr(IBV_WR_ATOMIC_FETCH_AND_ADD, 4, &four, b.addr(), b.rkey(), 1, 0);
+  at.send_flags = IBV_SEND_SIGNALED;
+  const uint64_t requests = h.a().rnic->counters().get(RnicCtr::req_pkts);
+  EXPECT_EQ(post_send(p.qa, at), 0);
+  const ibv_wc wc = h.wait_wc(p.scq_a);
+  EXPECT_EQ(wc.wr_id, 4u);
+  EXPECT_EQ(wc.status, IBV_WC_LOC_LEN_ERR) << wc_status_name(wc.status);
+  EXPECT_EQ(h.a().rnic->counters().get(RnicCtr::req_pkts), requests) << "nothing sent";
+  EXPECT_EQ(p.qa->state(), IBV_QPS_ERR);
 }
 
 TEST_F(Limits, PostRecvChecks) {
@@ -292,8 +302,9 @@ TEST_F(Limits, PostRecvChecks) {
   EXPECT_EQ(post_srq_recv(s, 1, many), EINVAL);
 }
 
-// In RESET (and INIT for sends) posting is refused or the WR is never
-// sent; modify refuses illegal transitions with EINVAL.
+// A send posted in RESET, INIT or RTR is taken and dropped: it is never
+// sent and never completes (as ConnectX; IBA 10.8.2 leaves it to the
+// device); modify refuses illegal transitions with EINVAL.
 TEST_F(Limits, StateMachine) {
   Cq* c = h.cq(n(), 64);
   Qp* q = h.qp(n(), IBV_QPT_RC, c, c);
@@ -308,9 +319,13 @@ TEST_F(Limits, StateMachine) {
   Buffer a = h.buffer(n(), 64, kRemoteAll);
   ibv_sge s = a.sge(0, 8);
   ibv_send_wr wr = send_wr(IBV_WR_SEND, 1, {&s, 1});
-  EXPECT_NE(post_send(q, wr), 0) << "post_send in RESET";
+  EXPECT_EQ(post_send(q, wr), 0) << "post_send in RESET";
+  EXPECT_EQ(n().rnic->counters().get(RnicCtr::post_send_not_ready), 1u);
+  const uint64_t requests = n().rnic->counters().get(RnicCtr::req_pkts);
   ConnOpts o;
   ASSERT_EQ(h.to_rts(q, h.a(), h.b(), Qpn(0x77), 1, 1, o), 0);
+  EXPECT_TRUE(h.collect_for(c, std::chrono::milliseconds(20)).empty()) << "dropped, no completion";
+  EXPECT_EQ(n().rnic->counters().get(RnicCtr::req_pkts), requests) << "never sent";
   at = {};
   at.qp_state = IBV_QPS_RTR;
   EXPECT_EQ(q->modify(at, IBV_QP_STATE), EINVAL) << "RTS -> RTR";

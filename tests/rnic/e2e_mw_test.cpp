@@ -150,6 +150,34 @@ TEST_F(MwFixture, Type2IsBoundToItsQpAndInvalidated) {
   EXPECT_EQ(h.b().rnic->dealloc_mw(mw), 0);
 }
 
+// A type 2 window covers some memory or is invalid: a zero-length bind
+// is a bind error (ConnectX), and only the QP it was bound through
+// invalidates it locally (another QP's LOCAL_INV is a memory window
+// error and leaves it bound).
+TEST_F(MwFixture, Type2ZeroLengthBindAndAnotherQpsInvalidate) {
+  Mw* mw = alloc(IBV_MW_TYPE_2);
+  ASSERT_NE(mw, nullptr);
+  EXPECT_EQ(bind(p.qb, p.scq_b, mw, inc_rkey(mw->ibv.rkey), 0, 0, IBV_ACCESS_REMOTE_READ), IBV_WC_MW_BIND_ERR);
+  EXPECT_FALSE(mw->bound);
+  p = h.pair(IBV_QPT_RC);
+  const uint32_t k = inc_rkey(mw->ibv.rkey);
+  ASSERT_EQ(bind(p.qb, p.scq_b, mw, k, 0, 64, IBV_ACCESS_REMOTE_READ), IBV_WC_SUCCESS);
+  Pair other = h.pair(IBV_QPT_RC);
+  ibv_send_wr inv{};
+  inv.wr_id = 8;
+  inv.opcode = IBV_WR_LOCAL_INV;
+  inv.send_flags = IBV_SEND_SIGNALED;
+  inv.invalidate_rkey = mw->ibv.rkey;
+  ASSERT_EQ(post_send(other.qb, inv), 0);
+  EXPECT_EQ(h.wait_wc(other.scq_b).status, IBV_WC_MW_BIND_ERR);
+  EXPECT_TRUE(mw->bound);
+  EXPECT_EQ(rdma(IBV_WR_RDMA_READ, mw->ibv.rkey, 0, 64), IBV_WC_SUCCESS) << "still bound";
+  ASSERT_EQ(post_send(p.qb, inv), 0);
+  EXPECT_EQ(h.wait_wc(p.scq_b).status, IBV_WC_SUCCESS);
+  EXPECT_FALSE(mw->bound);
+  EXPECT_EQ(h.b().rnic->dealloc_mw(mw), 0);
+}
+
 TEST_F(MwFixture, SendWithInvalidateFromThePeer) {
   Mw* mw = alloc(IBV_MW_TYPE_2);
   ASSERT_NE(mw, nullptr);
@@ -182,7 +210,10 @@ TEST_F(MwFixture, SendWithInvalidateFromThePeer) {
   ASSERT_EQ(post_recv(other.qb, 5, {&r2, 1}), 0);
   wr.invalidate_rkey = k2;
   ASSERT_EQ(post_send(other.qa, wr), 0);
-  EXPECT_EQ(h.wait_wc(other.scq_a).status, IBV_WC_REM_INV_REQ_ERR);
+  // Class J (IBA 9.9.6.3): the receive completes in error, no NAK; the
+  // sender runs out of retries.
+  EXPECT_EQ(h.wait_wc(other.rcq_b).status, IBV_WC_REM_INV_REQ_ERR);
+  EXPECT_EQ(h.wait_wc(other.scq_a, std::chrono::seconds(10)).status, IBV_WC_RETRY_EXC_ERR);
   EXPECT_EQ(rdma(IBV_WR_RDMA_READ, k2, 0, 64), IBV_WC_SUCCESS) << "still bound";
   EXPECT_EQ(h.b().rnic->dealloc_mw(mw), 0);
 }
@@ -232,7 +263,6 @@ TEST_F(MwFixture, BindRules) {
       {"remote write over an MR without local write", mw, ro.mr, ro.addr(), 64, IBV_ACCESS_REMOTE_WRITE, 1},
       {"past the MR", mw, win.mr, win.addr(4000), 200, IBV_ACCESS_REMOTE_READ, 1},
       {"a window of another PD", other_pd, win.mr, win.addr(), 64, IBV_ACCESS_REMOTE_READ, 1},
-      {"a key of another index", mw, win.mr, win.addr(), 64, IBV_ACCESS_REMOTE_READ, 0x100},
       {"a length without an MR", mw, nullptr, 0, 64, IBV_ACCESS_REMOTE_READ, 1},
       {"unknown access bits", mw, win.mr, win.addr(), 64, 1u << 20, 1},
   };
@@ -245,6 +275,29 @@ TEST_F(MwFixture, BindRules) {
     EXPECT_EQ(wc.status, IBV_WC_MW_BIND_ERR) << c.what;
     EXPECT_EQ(q.qb->state(), IBV_QPS_ERR) << c.what;
     EXPECT_FALSE(c.mw->bound) << c.what;
+  }
+  // The consumer owns only the key's low byte (IBA 10.6.7.2.1): a key
+  // naming another index binds with the window's own index, and the
+  // window's ibv_mw shows the key it got.
+  {
+    Pair q = h.pair(IBV_QPT_RC);
+    const uint32_t asked = inc_rkey(mw->rkey.value()) + 0x100;
+    ibv_send_wr wr = bind_wr(9, mw, asked, win.mr, win.addr(), 64, IBV_ACCESS_REMOTE_READ, &abi_mr);
+    ASSERT_EQ(post_send(q.qb, wr), 0);
+    EXPECT_EQ(h.wait_wc(q.scq_b).status, IBV_WC_SUCCESS);
+    EXPECT_TRUE(mw->bound);
+    EXPECT_EQ(mw->ibv.rkey >> 8, mw->ibv.handle >> 8) << "the index is the window's";
+    EXPECT_EQ(mw->ibv.rkey & 0xFFu, asked & 0xFFu) << "the key byte is the consumer's";
+    EXPECT_EQ(mw->rkey.value(), mw->ibv.rkey);
+    EXPECT_EQ(rdma(IBV_WR_RDMA_READ, mw->ibv.rkey, 0, 64, q.qa, q.scq_a), IBV_WC_SUCCESS);
+    ibv_send_wr inv{};
+    inv.wr_id = 10;
+    inv.opcode = IBV_WR_LOCAL_INV;
+    inv.send_flags = IBV_SEND_SIGNALED;
+    inv.invalidate_rkey = mw->ibv.rkey;
+    ASSERT_EQ(post_send(q.qb, inv), 0);
+    EXPECT_EQ(h.wait_wc(q.scq_b).status, IBV_WC_SUCCESS);
+    EXPECT_FALSE(mw->bound);
   }
   // A window object that is not this device's (here: a copy claiming a
   // live window's index) is refused without being used.

@@ -309,21 +309,31 @@ TEST(Atomics, AtomicWrite) {
   std::memcpy(&got, target.data() + 16, 8);
   EXPECT_EQ(got, 0xA1A2A3A4A5A6A7A8ull);
   for (size_t i : {0, 24, 32}) EXPECT_EQ(target.data()[i], 0) << "byte " << i << " untouched";
-  // Not 8 bytes: refused at post.
-  ibv_sge nine = src.sge(0, 9);
-  wr = rdma_wr(IBV_WR_ATOMIC_WRITE, 3, {&nine, 1}, target.addr(8), target.rkey());
-  EXPECT_EQ(post_send(p.qa, wr), EINVAL);
   // Misaligned: the responder refuses it and stores nothing.
   wr = rdma_wr(IBV_WR_ATOMIC_WRITE, 4, {&s, 1}, target.addr(36), target.rkey());
   ASSERT_EQ(post_send(p.qa, wr), 0);
   wc = h.wait_wc(p.scq_a);
   EXPECT_EQ(wc.status, IBV_WC_REM_INV_REQ_ERR) << wc_status_name(wc.status);
   for (size_t i = 32; i < 48; ++i) EXPECT_EQ(target.data()[i], 0) << "byte " << i;
-  // UC has no ATOMIC WRITE.
+  // Not 8 bytes: the send queue takes it, and it completes with a local
+  // length error, nothing sent (as ConnectX).
+  Pair p2 = h.pair(IBV_QPT_RC);
+  ASSERT_NE(p2.qa, nullptr);
+  ibv_sge nine = src.sge(0, 9);
+  wr = rdma_wr(IBV_WR_ATOMIC_WRITE, 3, {&nine, 1}, target.addr(8), target.rkey(), IBV_SEND_SIGNALED);
+  ASSERT_EQ(post_send(p2.qa, wr), 0);
+  wc = h.wait_wc(p2.scq_a);
+  EXPECT_EQ(wc.wr_id, 3u);
+  EXPECT_EQ(wc.status, IBV_WC_LOC_LEN_ERR) << wc_status_name(wc.status);
+  EXPECT_EQ(std::memcmp(target.data() + 8, &v1, 8), 0) << "the first value stays";
+  // UC has no ATOMIC WRITE: taken, completed with a local QP operation error.
   Pair u = h.pair(IBV_QPT_UC);
   ASSERT_NE(u.qa, nullptr);
-  wr = rdma_wr(IBV_WR_ATOMIC_WRITE, 5, {&s, 1}, target.addr(8), target.rkey());
-  EXPECT_EQ(post_send(u.qa, wr), EINVAL);
+  wr = rdma_wr(IBV_WR_ATOMIC_WRITE, 5, {&s, 1}, target.addr(8), target.rkey(), IBV_SEND_SIGNALED);
+  ASSERT_EQ(post_send(u.qa, wr), 0);
+  wc = h.wait_wc(u.scq_a);
+  EXPECT_EQ(wc.wr_id, 5u);
+  EXPECT_EQ(wc.status, IBV_WC_LOC_QP_OP_ERR) << wc_status_name(wc.status);
 }
 
 // FLUSH (IBA 1.5) end to end, as ibv_wr_flush posts it (wr.atomic: the
@@ -388,7 +398,10 @@ TEST(Flush, AfterAWriteAtBothLevels) {
   Pair u = h.pair(IBV_QPT_UC);
   ASSERT_NE(u.qa, nullptr);
   f = flush_wr(5, target.addr(0), target.rkey(), 8, v::kFlushGlobal, v::kFlushRange);
-  EXPECT_EQ(post_send(u.qa, f), EINVAL) << "UC has no FLUSH";
+  ASSERT_EQ(post_send(u.qa, f), 0) << "UC has no FLUSH: taken, and it completes in error";
+  const ibv_wc uwc = h.wait_wc(u.scq_a);
+  EXPECT_EQ(uwc.wr_id, 5u);
+  EXPECT_EQ(uwc.status, IBV_WC_LOC_QP_OP_ERR) << wc_status_name(uwc.status);
   EXPECT_EQ(h.b().rnic->counters().get(RnicCtr::flushes_executed), 2u);
 }
 

@@ -333,16 +333,24 @@ TEST_F(Xrc, DomainsAndTheirObjects) {
   EXPECT_EQ(rn.usage().qps, qps_before);
 
   // XRC send QPs: a PD and a send CQ; no receive side, no IBA 1.5 opcodes,
-  // no SEND with Invalidate.
+  // no SEND with Invalidate (taken, completed with a local QP operation
+  // error that moves the QP to ERR, so the next one is flushed).
   Cq* scq = h.cq(h.b());
   Qp* s = send_qp(h.b(), scq);
   EXPECT_EQ(s->cap().max_recv_wr, 0u);
   ASSERT_EQ(h.to_rts(s, h.b(), h.a(), Qpn(0x98), 0, 0, ConnOpts{}), 0);
   EXPECT_EQ(post_recv(s, 1, {&sge, 1}), EINVAL);
   for (const ibv_wr_opcode op : {IBV_WR_SEND_WITH_INV, IBV_WR_ATOMIC_WRITE}) {
-    ibv_send_wr wr = send_wr(op, 1, {&ssge, 1});
-    EXPECT_EQ(post_send(s, wr), EINVAL) << op;
+    ibv_send_wr wr = send_wr(op, op, {&ssge, 1});
+    EXPECT_EQ(post_send(s, wr), 0) << op;
   }
+  const std::vector<ibv_wc> wcs = h.wait_wcs(scq, 2);
+  ASSERT_EQ(wcs.size(), 2u);
+  EXPECT_EQ(wcs[0].wr_id, uint64_t{IBV_WR_SEND_WITH_INV});
+  EXPECT_EQ(wcs[0].status, IBV_WC_LOC_QP_OP_ERR) << wc_status_name(wcs[0].status);
+  EXPECT_EQ(wcs[1].wr_id, uint64_t{IBV_WR_ATOMIC_WRITE});
+  EXPECT_EQ(wcs[1].status, IBV_WC_WR_FLUSH_ERR) << wc_status_name(wcs[1].status);
+  EXPECT_EQ(s->state(), IBV_QPS_ERR);
   EXPECT_EQ(rn.destroy_qp(s), 0);
 
   const uint32_t srqn = srq->number();

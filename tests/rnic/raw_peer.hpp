@@ -86,6 +86,10 @@ class RawPeer {
     dev_ = std::move(*dev);
     engine_ = &dev_->engine();
     rnic_ = &dev_->rnic();
+    // The IBA's own timers: a test here drives each response by hand, and
+    // adaptive retransmission (its own tests turn it on) would resend
+    // before a slow machine gets there.
+    rnic_->set_adaptive_retransmission(false);
     engine_->neighbours().add_static(transport::IpAddr::v4(kIpB), peer_->mac());
     int err = 0;
     pd_ = rnic_->alloc_pd(&err);

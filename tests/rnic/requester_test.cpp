@@ -305,15 +305,22 @@ TEST_F(Requester, BadLkeyFailsWithLocalProtectionError) {
   EXPECT_EQ(q->state(), IBV_QPS_ERR);
   EXPECT_TRUE(p.take().empty());
 
-  // A READ into memory without local write is refused the same way.
+  // A READ into memory without local write goes out (its buffer is written
+  // only when the response comes, as on an RNIC), and its response then
+  // fails with the local protection error, the memory unwritten.
   make(IBV_QPT_RC, 0x90);
   Buffer ro = p.buffer(64, 0);
   ibv_sge s = ro.sge(0, 64);
   post(rdma_wr(IBV_WR_RDMA_READ, 3, {&s, 1}, kRaddr, kRkey));
+  auto req = p.wait_frames(1);
+  ASSERT_EQ(req.size(), 1u);
+  EXPECT_EQ(req[0].opcode(), wire::op::RC_READ_REQUEST);
+  const std::vector<uint8_t> data(64, 0x77);
+  p.inject(p.read_resp(wire::op::RC_READ_RESPONSE_ONLY, Qpn(q->qpn()), Psn(0x90), data));
   auto w2 = p.wait_wcs(scq, 1);
   ASSERT_EQ(w2.size(), 1u);
   EXPECT_EQ(w2[0].status, IBV_WC_LOC_PROT_ERR) << wc_status_name(w2[0].status);
-  EXPECT_TRUE(p.take().empty());
+  EXPECT_EQ(ro.data()[0], 0) << "nothing written";
 }
 
 TEST_F(Requester, SqdStopsAtAMessageBoundary) {

@@ -360,9 +360,9 @@ TEST_F(Responder, SendScattersIntoSeveralSges) {
 // SEND with Invalidate naming an MR: the data lands, but an MR from
 // ibv_reg_mr cannot be invalidated remotely (rxe_invalidate_mr refuses it;
 // only type 2 memory windows can, e2e_mw_test.cpp): the
-// receive completes with REM_INV_REQ_ERR, the request is NAKed invalid
-// request, the QP goes to ERR, and a registered MR named by the IETH stays
-// valid.
+// receive completes with REM_INV_REQ_ERR, the QP goes to ERR with no NAK
+// (IBA 9.9.6.3 class J: the requester hears nothing), and a registered MR
+// named by the IETH stays valid.
 TEST_F(Responder, SendWithInvalidateOfARegisteredMrIsRefused) {
   Qp* q = make_qp(IBV_QPT_RC);
   ASSERT_NE(q, nullptr);
@@ -373,14 +373,14 @@ TEST_F(Responder, SendWithInvalidateOfARegisteredMrIsRefused) {
   auto d = send(q, op::RC_SEND_ONLY_INV, kRqPsn, pattern(32, 2), true);
   d.ieth_rkey = Rkey(target.rkey());
   inject(d);
-  expect_ack(nak(NakCode::InvalidRequest), kRqPsn);
+  EXPECT_TRUE(responses().empty()) << "class J: no NAK";
   auto wcs = cqes();
   ASSERT_GE(wcs.size(), 1u);
   EXPECT_EQ(wcs[0].wr_id, 1u);
   EXPECT_EQ(wcs[0].status, IBV_WC_REM_INV_REQ_ERR) << wc_status_name(wcs[0].status);
   EXPECT_EQ(q->state(), IBV_QPS_ERR);
   EXPECT_EQ(ctr(RnicCtr::inv_rkey_refused), 1u);
-  EXPECT_EQ(ctr(RnicCtr::rem_inv_req_naks), 1u);
+  EXPECT_EQ(ctr(RnicCtr::rem_inv_req_naks), 0u);
   KeyCheck why{};
   EXPECT_NE(test::in_loop(rnic().engine(), [&] { return rnic().check_rkey(Rkey(target.rkey()), target.addr(), 64, IBV_ACCESS_REMOTE_WRITE, pd_, &why); }), nullptr)
       << "the MR must stay valid";
@@ -396,7 +396,7 @@ TEST_F(Responder, SendWithInvalidateOfAnUnknownKeyIsRefused) {
   auto d = send(q, op::RC_SEND_ONLY_INV, kRqPsn, pattern(32, 2), true);
   d.ieth_rkey = Rkey(0x1234);
   inject(d);
-  expect_ack(nak(NakCode::InvalidRequest), kRqPsn);
+  EXPECT_TRUE(responses().empty()) << "class J: no NAK";
   auto wcs = cqes();
   ASSERT_GE(wcs.size(), 1u);
   EXPECT_EQ(wcs[0].status, IBV_WC_REM_INV_REQ_ERR) << wc_status_name(wcs[0].status);
@@ -803,6 +803,42 @@ TEST_F(Responder, WriteWithImmediateWaitsForAReceiveAndWritesOnce) {
   EXPECT_EQ(be32toh(wcs[0].imm_data), 0x01020304u);
 }
 
+// A WRITE with immediate refused at its R_Key takes the receive WQE it
+// would have completed and completes it with a local access error (the
+// responder's view, as ConnectX), besides the NAK: the receiving
+// application learns of it before the flush of the rest.
+TEST_F(Responder, RefusedWriteWithImmediateCompletesItsReceiveInError) {
+  Qp* q = make_qp(IBV_QPT_RC);
+  ASSERT_NE(q, nullptr);
+  Buffer mem = buffer(64, kRemoteAll, 0x5A);
+  ASSERT_EQ(post_recv(q, 1, {}), 0);
+  ASSERT_EQ(post_recv(q, 2, {}), 0);
+  auto w = write(q, op::RC_WRITE_ONLY_IMM, kRqPsn, mem.addr(), 0xDEADBEEF, 8, std::vector<uint8_t>(8, 0xFF), true);
+  w.imm = 0xBADDCAFE;
+  inject(w);
+  expect_ack(nak(NakCode::RemoteAccessError), kRqPsn);
+  auto wcs = cqes();
+  ASSERT_EQ(wcs.size(), 2u);
+  EXPECT_EQ(wcs[0].wr_id, 1u);
+  EXPECT_EQ(wcs[0].status, IBV_WC_LOC_ACCESS_ERR) << wc_status_name(wcs[0].status);
+  EXPECT_EQ(wcs[1].wr_id, 2u);
+  EXPECT_EQ(wcs[1].status, IBV_WC_WR_FLUSH_ERR) << wc_status_name(wcs[1].status);
+  EXPECT_EQ(q->state(), IBV_QPS_ERR);
+  for (size_t i = 0; i < 64; ++i) ASSERT_EQ(mem.data()[i], 0x5A) << i;
+
+  // Refused at the FIRST packet of a longer WRITE (which does not say
+  // whether an immediate follows): the same.
+  Qp* q2 = make_qp(IBV_QPT_RC);
+  ASSERT_NE(q2, nullptr);
+  ASSERT_EQ(post_recv(q2, 3, {}), 0);
+  inject(write(q2, op::RC_WRITE_FIRST, kRqPsn, mem.addr(), 0xDEADBEEF, 4096, std::vector<uint8_t>(1024, 0xFF)));
+  expect_ack(nak(NakCode::RemoteAccessError), kRqPsn);
+  wcs = cqes();
+  ASSERT_EQ(wcs.size(), 1u);
+  EXPECT_EQ(wcs[0].wr_id, 3u);
+  EXPECT_EQ(wcs[0].status, IBV_WC_LOC_ACCESS_ERR) << wc_status_name(wcs[0].status);
+}
+
 TEST_F(Responder, WritePayloadLongerThanRethIsInvalidRequest) {
   Qp* q = make_qp(IBV_QPT_RC);
   ASSERT_NE(q, nullptr);
@@ -955,16 +991,24 @@ TEST_P(ResponderUd, GrhSrcQpAndQkey) {
   EXPECT_EQ(first_diff(buf.bytes(40, 100), data), -1);
   EXPECT_EQ(buf.data()[140], 0xEE);
 
-  // 100 bytes + the GRH area do not fit 100 bytes: LOC_LEN_ERR, dropped.
+  // 100 bytes + the GRH area do not fit 100 bytes: the message is dropped
+  // (IBA class D) and the receive WQE stays for the next one, unwritten.
   inject(ud(kUdQkey));
-  wcs = cqes();
-  ASSERT_EQ(wcs.size(), 1u);
-  EXPECT_EQ(wcs[0].wr_id, 2u);
-  EXPECT_EQ(wcs[0].status, IBV_WC_LOC_LEN_ERR);
+  EXPECT_TRUE(cqes().empty());
   EXPECT_EQ(ctr(RnicCtr::drop_ud_too_long), 1u);
   EXPECT_EQ(buf.data()[256 + 40], 0xEE);
   EXPECT_EQ(q->state(), IBV_QPS_RTS);
   EXPECT_TRUE(responses().empty());
+  // The next message that fits takes that WQE.
+  auto small = send(q, op::UD_SEND_ONLY, 0x34, pattern(50, 16));
+  small.deth_qkey = Qkey(kUdQkey);
+  small.deth_src_qp = Qpn(0x55);
+  inject(small);
+  wcs = cqes();
+  ASSERT_EQ(wcs.size(), 1u);
+  EXPECT_EQ(wcs[0].wr_id, 2u);
+  EXPECT_EQ(wcs[0].status, IBV_WC_SUCCESS);
+  EXPECT_EQ(wcs[0].byte_len, 90u);
 }
 
 INSTANTIATE_TEST_SUITE_P(Ip, ResponderUd, ::testing::Values(false, true),

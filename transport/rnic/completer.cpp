@@ -321,6 +321,13 @@ void after(transport::Engine& engine, Qp& qp, Psn before_psn) {
   const int32_t acked = distance(c.psn, before_psn);  // PSNs this packet acknowledged
   const bool progress = acked > 0;
   if (progress) {
+    // The packet being timed is acknowledged: a round-trip sample (Karn:
+    // a go-back-N since stopped the timing).
+    if (r.rtt_timing && distance(c.psn, r.rtt_psn) > 0) {
+      r.rtt_timing = false;
+      completer_rtt_sample(qp, engine.now() - r.rtt_sent_ns);
+    }
+    c.backoff = 0;
     requester_grow_window(qp, static_cast<uint32_t>(acked));
     if (c.psn != c.retry_psn) c.retry_started = false;  // past where the go-back-N began
     c.retry_left = qp.attrs().retry_cnt;
@@ -333,7 +340,7 @@ void after(transport::Engine& engine, Qp& qp, Psn before_psn) {
   if (all_acked || c.rnr_wait) {
     engine.timers().cancel(c.ack_timer);
   } else if (progress) {
-    if (const uint64_t t = ack_timeout_ns(qp.attrs().timeout); t != 0) engine.timers().arm(c.ack_timer, engine.now() + t);
+    completer_arm_ack_timer(engine, qp);
   }
   completer_retire(qp);
   requester_run(engine, qp);
@@ -390,15 +397,20 @@ void on_ack_timeout(Timer& t, uint64_t) {
   qp.rnic().counters().inc(RnicCtr::ack_timeouts);
   UROCE_TRACE(TraceCat::Qp, "qp 0x%06x: ACK timeout at PSN 0x%06x (retry_cnt left %u)", qp.qpn().value(),
               c.psn.value(), c.retry_left);
-  if (c.retry_left == 0) {
+  // `timeout` 0 is the IBA's infinite (9.7.6.1.3): without adaptive
+  // retransmission no timer runs at all (as rxe); with it, what was lost
+  // is sent again, and the QP never gives up.
+  const bool infinite = qp.attrs().timeout == 0;
+  if (c.retry_left == 0 && !infinite) {
     qp.rnic().counters().inc(RnicCtr::retry_exceeded);
     completer_fail(qp, *w, IBV_WC_RETRY_EXC_ERR);
     return;
   }
-  --c.retry_left;
+  if (!infinite) --c.retry_left;
   c.retry_started = true;
   c.retry_psn = c.psn;
   c.retry_seen_any = false;
+  if (c.backoff < transport::params::kRtoMaxBackoff) ++c.backoff;
   requester_shrink_window(qp, LossSignal::AckTimeout);
   requester_rewind(qp);
   requester_run(engine, qp);  // re-arms the timer
@@ -494,9 +506,38 @@ void completer_bind(Qp& qp) noexcept {
   qp.comp.rnr_timer.owner = &qp;
 }
 
+uint64_t completer_rto(const Qp& qp) noexcept {
+  using transport::params::kRtoMinNs;
+  if (!qp.rnic().adaptive_retransmission()) return ack_timeout_ns(qp.attrs().timeout);
+  const CompState& c = qp.comp;
+  const uint64_t base = c.srtt_ns == 0 ? kRtoMinNs : std::max(kRtoMinNs, c.srtt_ns + 4 * c.rttvar_ns);
+  const uint64_t rto = base << c.backoff;  // kRtoMaxBackoff keeps this far from overflowing
+  const uint64_t ceiling = ack_timeout_ns(qp.attrs().timeout);  // 0: infinite, no ceiling
+  return ceiling == 0 ? rto : std::min(rto, ceiling);
+}
+
+void completer_arm_ack_timer(transport::Engine& engine, Qp& qp) noexcept {
+  if (const uint64_t t = completer_rto(qp); t != 0) engine.timers().arm(qp.comp.ack_timer, engine.now() + t);
+}
+
+void completer_rtt_sample(Qp& qp, uint64_t ns) noexcept {
+  CompState& c = qp.comp;
+  if (c.srtt_ns == 0) {  // RFC 6298 2.2
+    c.srtt_ns = std::max<uint64_t>(ns, 1);
+    c.rttvar_ns = ns / 2;
+    return;
+  }
+  const uint64_t err = ns > c.srtt_ns ? ns - c.srtt_ns : c.srtt_ns - ns;  // 2.3: beta 1/4, alpha 1/8
+  c.rttvar_ns = (3 * c.rttvar_ns + err) / 4;
+  c.srtt_ns = std::max<uint64_t>((7 * c.srtt_ns + ns) / 8, 1);
+}
+
 void completer_reset(Qp& qp, transport::Engine& engine, Psn psn) noexcept {
   CompState& c = qp.comp;
   completer_stop(qp, engine);
+  c.srtt_ns = 0;
+  c.rttvar_ns = 0;
+  c.backoff = 0;
   c.psn = psn;
   c.wqe_idx = qp.sq.head();
   c.retry_left = qp.attrs().retry_cnt;

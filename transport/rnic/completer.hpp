@@ -36,6 +36,11 @@ struct CompState {
   Psn retry_psn{};                //   NAKs for the same PSN do not start another (as rxe)
   bool retry_seen_any = false;    // responses since that go-back-N began, and the
   Psn retry_seen_hi{};            //   highest PSN among them (see completer.cpp, retry)
+  // Adaptive retransmission (params::kRtoMinNs): the round-trip estimate
+  // (0: no sample yet) and the timeouts in a row since the last progress.
+  uint64_t srtt_ns = 0;
+  uint64_t rttvar_ns = 0;
+  uint8_t backoff = 0;
 };
 
 // [engine] A response packet for this QP.  Consumes the mbuf.
@@ -58,6 +63,18 @@ void completer_flush(Qp& qp) noexcept;
 // (re)start its state at `psn` with the QP's retry counts.
 void completer_bind(Qp& qp) noexcept;
 void completer_reset(Qp& qp, transport::Engine& engine, Psn psn) noexcept;
+// [engine] The local ACK timer to arm now (adaptive retransmission,
+// params::kRtoMinNs): the round-trip estimate's RTO, doubled per timeout
+// in a row, within the programmed timeout; with adaptive retransmission
+// off (Rnic::set_adaptive_retransmission), the programmed timeout itself
+// (0: none, `timeout` 0 being infinite).
+uint64_t completer_rto(const Qp& qp) noexcept;
+// [engine] Arms the local ACK timer at completer_rto from now (none when 0).
+void completer_arm_ack_timer(transport::Engine& engine, Qp& qp) noexcept;
+// [engine] A round-trip sample: the ACK of a packet sent once came `ns`
+// after it left.
+void completer_rtt_sample(Qp& qp, uint64_t ns) noexcept;
+
 // [engine] Stop its timers (QP to ERR, or being destroyed).
 void completer_stop(Qp& qp, transport::Engine& engine) noexcept;
 

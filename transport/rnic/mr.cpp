@@ -231,6 +231,10 @@ ibv_wc_status Rnic::bind_mw(Qp& qp, const SendWqe& w) noexcept {
   } else if (w.bind_length != 0) {
     return IBV_WC_MW_BIND_ERR;  // a length with no MR to take it from
   }
+  // A type 2 window is bound to some memory or not at all: a zero-length
+  // bind is refused (ConnectX; invalidation is how it is unbound), where
+  // a type 1 window's zero-length bind unbinds it (IBA 10.6.7.2.1).
+  if (mw->type == IBV_MW_TYPE_2 && w.bind_length == 0) return IBV_WC_MW_BIND_ERR;
   unbind(*mw);
   if (mr != nullptr) ++mr->mw_binds;
   mw->mr = mr;
@@ -248,9 +252,11 @@ ibv_wc_status Rnic::local_invalidate(Qp& qp, Rkey rkey) noexcept {
   UROCE_ASSERT_ENGINE(engine_);
   // IBA 10.6.7.2.5: only a bound type 2 window (this device has no
   // fast-registered MRs) of the QP's PD; else, as rxe, a local QP
-  // operation error.
+  // operation error.  A window bound through another QP (type 2B is the
+  // QP's) is a memory window error, as on ConnectX.
   Mw* mw = mw_by_key(rkey);
   if (mw == nullptr || mw->type != IBV_MW_TYPE_2 || !mw->bound || mw->pd != qp.pd()) return IBV_WC_LOC_QP_OP_ERR;
+  if (mw->qp != &qp) return IBV_WC_MW_BIND_ERR;
   unbind(*mw);
   return IBV_WC_SUCCESS;
 }

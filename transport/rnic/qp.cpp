@@ -466,13 +466,26 @@ void Qp::query_engine(ibv_qp_attr* attr, int /*mask*/, ibv_qp_init_attr* init) c
 
 // A send WR against its row (wr.hpp) and the QP: 0 and the message's
 // length (and a FLUSH's FETH word), or the errno post_send returns and why
-// (the trace's reason).  Every check a WR meets is here, once.
+// (the trace's reason).  Every check a WR meets is here, once.  As on an
+// RNIC, the post refuses only what does not fit the send queue's slot (an
+// opcode that is none, num_sge or inline bytes past the caps, a bind with
+// no window, a FLUSH it cannot encode, a length past max_msg_sz); a WR the
+// queue can hold but the QP cannot carry out — an opcode its service type
+// does not offer, a UD message longer than the path MTU or with an AH of
+// another PD, an atomic whose result buffer is not 8 bytes — is accepted
+// and completes in error when the requester reaches it (`post_error`:
+// IBV_WC_LOC_QP_OP_ERR, IBV_WC_LOC_LEN_ERR), as ConnectX completes it.
 int Qp::check_send_wr(const ibv_send_wr& wr, const WrInfo& op, SendWrFacts& out) const {
   const auto refuse = [&out](int rc, const char* why) {
     out.why = why;
     return rc;
   };
-  if (!wr_allowed(op, qp_class(type_, is_gsi()))) return refuse(EINVAL, "opcode for this QP type");
+  out.post_error = IBV_WC_SUCCESS;
+  const auto doom = [&out](ibv_wc_status st) {
+    if (out.post_error == IBV_WC_SUCCESS) out.post_error = st;
+  };
+  if (!op.valid) return refuse(EINVAL, "opcode");
+  if (!wr_allowed(op, qp_class(type_, is_gsi()))) doom(IBV_WC_LOC_QP_OP_ERR);  // IBA 11.4.1.1, table 86
   if (!op.local && (wr.num_sge < 0 || static_cast<uint32_t>(wr.num_sge) > cap_.max_send_sge))
     return refuse(EINVAL, "num_sge");
   const bool inl = (wr.send_flags & IBV_SEND_INLINE) != 0;
@@ -484,18 +497,18 @@ int Qp::check_send_wr(const ibv_send_wr& wr, const WrInfo& op, SendWrFacts& out)
   out.length = 0;
   if (!op.local)  // a bind or local invalidate carries no data (its SGE list is not read)
     for (int i = 0; i < wr.num_sge; ++i) out.length += wr.sg_list[i].length;
-  if (op.exact_len != 0 && out.length != op.exact_len) return refuse(EINVAL, "message length of the opcode");
+  if (op.exact_len != 0 && out.length != op.exact_len) doom(IBV_WC_LOC_LEN_ERR);
   // An inline ATOMIC WRITE keeps its 8 bytes in the WQE itself, so it
   // needs no inline room (ibv_wr_atomic_write passes them this way).
   if (inl && op.exact_len == 0 && out.length > cap_.max_inline_data)
     return refuse(EINVAL, "inline length above max_inline_data");
-  if (op.atomic && (wr.num_sge != 1 || wr.sg_list[0].length < kAtomicLen))
-    return refuse(EINVAL, "atomic result buffer");  // IBA 9.4.5: one 64-bit result buffer
+  if (op.atomic && out.length != kAtomicLen) doom(IBV_WC_LOC_LEN_ERR);  // IBA 9.4.5: a 64-bit result buffer
   out.ah = nullptr;
   if (type_ == IBV_QPT_UD || is_gsi()) {
     out.ah = wr.wr.ud.ah != nullptr ? Ah::from_ibv(wr.wr.ud.ah) : nullptr;
-    if (out.ah == nullptr || out.ah->pd != pd_) return refuse(EINVAL, "address handle");  // IBA 10.2.2: the QP's PD
-    if (out.length > rnic_.active_mtu_bytes()) return refuse(EINVAL, "UD message above the MTU");  // IBA 9.9
+    if (out.ah == nullptr) return refuse(EINVAL, "address handle");
+    if (out.ah->pd != pd_) doom(IBV_WC_LOC_QP_OP_ERR);  // IBA 10.2.2: an AH of the QP's PD
+    if (out.length > rnic_.active_mtu_bytes()) doom(IBV_WC_LOC_LEN_ERR);  // IBA 9.9: one packet
   } else if (out.length > kMaxMsgSize) {
     return refuse(EINVAL, "message above max_msg_sz");
   }
@@ -543,10 +556,15 @@ void Qp::fill_send_wqe(SendWqe& w, const ibv_send_wr& wr, const WrInfo& op, cons
       // window's key index comes from its handle, read here in the
       // poster's thread (as a provider reads the ibv_mw): the engine
       // checks that index's window is this one before it touches it.
+      // The new R_Key: the window's own index (its upper 24 bits) and the
+      // key byte the consumer asks for (IBA 10.6.7.2.1: the consumer owns
+      // only the key's low 8 bits; ibv_inc_rkey(3)).  A type 2 window's
+      // ibv_mw shows it from now on, as providers write it at post time.
       const ibv_mw_bind_info& b = wr.bind_mw.bind_info;
       w.mw = Mw::from_ibv(wr.bind_mw.mw);
       w.mw_index = wr.bind_mw.mw->handle >> 8;
-      w.rkey = Rkey(wr.bind_mw.rkey);
+      w.rkey = Rkey((w.mw_index << 8) | (wr.bind_mw.rkey & 0xFFu));
+      if (wr.bind_mw.mw->type == IBV_MW_TYPE_2) wr.bind_mw.mw->rkey = w.rkey.value();
       w.bind_has_mr = b.mr != nullptr;
       w.bind_lkey = b.mr != nullptr ? b.mr->lkey : 0;
       w.remote_addr = b.addr;
@@ -578,6 +596,7 @@ void Qp::fill_send_wqe(SendWqe& w, const ibv_send_wr& wr, const WrInfo& op, cons
   }
   w.state = WqeState::Posted;
   w.status = IBV_WC_SUCCESS;
+  w.post_error = f.post_error;
 }
 
 int Qp::post_send(const ibv_send_wr* wr, const ibv_send_wr** bad) {
@@ -588,16 +607,18 @@ int Qp::post_send(const ibv_send_wr* wr, const ibv_send_wr** bad) {
   {
     std::lock_guard lock(sq.post_mu);
     for (; wr != nullptr; wr = wr->next) {
-      // IBA 10.3.1 (table of states): work requests are accepted in RTS and SQD
-      // (SQD queues them), and in SQE/ERR where they complete flushed
-      // (10.3.1.6-7); RESET, INIT and RTR refuse them.
-      if (!state_caps(state()).accepts_sends) {
-        rc = EINVAL;
-        facts.why = "QP state";
-        break;
-      }
       const WrInfo& op = wr_info(raw(wr->opcode));
       if ((rc = check_send_wr(*wr, op, facts)) != 0) break;
+      // IBA 10.3.1 (table of states): work requests are carried out in RTS
+      // and SQD (SQD queues them), and in SQE/ERR complete flushed
+      // (10.3.1.6-7).  C10-96 has RESET, INIT and RTR refuse them; as most
+      // RNICs (ConnectX) they are taken and dropped unexecuted instead, with
+      // no completion (the send queue of a QP not yet ready to send is
+      // reset when it becomes so).
+      if (!state_caps(state()).accepts_sends) {
+        rnic_.counters().inc(RnicCtr::post_send_not_ready);
+        continue;
+      }
       if (sq.full()) {
         rc = ENOMEM;
         facts.why = "send queue full";
@@ -628,10 +649,11 @@ int Qp::post_recv(const ibv_recv_wr* wr, const ibv_recv_wr** bad) {
     std::lock_guard lock(rq.post_mu);
     for (; wr != nullptr; wr = wr->next) {
       // ibv_post_recv(3): a QP on an SRQ takes no receives of its own, nor
-      // does an XRC QP (its domain's SRQs do); RESET refuses them (IBA
-      // 10.3.1.1); ERR flushes them (10.3.1.7).
+      // does an XRC QP (its domain's SRQs do); ERR flushes them (10.3.1.7).
+      // In RESET they are taken and kept, as ConnectX takes them (IBA
+      // 10.3.1.1 lets a QP in RESET refuse them; rxe does).
       const ibv_qp_state st = state();
-      if (srq_ != nullptr || recv_cq_ == nullptr || st == IBV_QPS_RESET || st == IBV_QPS_UNKNOWN) {
+      if (srq_ != nullptr || recv_cq_ == nullptr || st == IBV_QPS_UNKNOWN) {
         rc = EINVAL;
         break;
       }

@@ -87,6 +87,9 @@ struct SendWqe {
   uint64_t read_done = 0;           // READ response bytes placed (completer)
   uint64_t atomic_orig = 0;         // the atomic ACK's original value
   ibv_wc_status status = IBV_WC_SUCCESS;
+  // Taken at post time although the QP cannot carry it out (Qp::post_send):
+  // the requester completes it with this status when it reaches it.
+  ibv_wc_status post_error = IBV_WC_SUCCESS;
 
   // A READ or an atomic: held against max_rd_atomic, acknowledged by its
   // response rather than an ACK.
@@ -313,6 +316,7 @@ class Qp {
     uint64_t length = 0;       // the message's bytes
     uint32_t feth = 0;         // FLUSH: its FETH word
     Ah* ah = nullptr;          // UD/GSI: the WR's address handle
+    ibv_wc_status post_error = IBV_WC_SUCCESS;  // accepted, but completes with this (SendWqe::post_error)
     const char* why = nullptr; // a refusal's reason (trace)
   };
   int check_send_wr(const ibv_send_wr& wr, const WrInfo& op, SendWrFacts& out) const;

@@ -30,7 +30,6 @@
 
 namespace uroce::rnic {
 
-using transport::params::ack_timeout_ns;
 using transport::params::kMaxPktsPerAckReq;
 using transport::params::kMaxUnackedPsns;
 using transport::params::kMinSharePsns;
@@ -66,19 +65,20 @@ uint32_t psn_count(const Qp& qp, const SendWqe& w) noexcept {
   return static_cast<uint32_t>(std::max<uint64_t>(1, (w.length + mtu - 1) / mtu));
 }
 
-// Every SGE's L_Key once per WQE (the local access checks of IBA 10.6):
-// the MR exists, belongs to the QP's PD, covers the SGE, and
-// grants local write where the WQE writes (READ and atomic results).
+// Every SGE's L_Key once per WQE whose data goes out (the local access
+// checks of IBA 10.6): the MR exists, belongs to the QP's PD and covers the
+// SGE.  A READ's or an atomic's buffers are written only when the response
+// comes (the completer's scatter checks them then: LOC_PROT_ERR), as an
+// RNIC checks them only when it writes: the request goes out, and a remote
+// error, if any, is the one the WQE completes with.
 bool check_local_keys(Qp& qp, const SendWqe& w) noexcept {
-  if ((w.send_flags & IBV_SEND_INLINE) != 0) return true;
-  const int need = w.rd_atomic() ? IBV_ACCESS_LOCAL_WRITE : 0;
+  if ((w.send_flags & IBV_SEND_INLINE) != 0 || w.rd_atomic()) return true;
   for (uint32_t i = 0; i < w.num_sge; ++i) {
     const ibv_sge& s = w.sge[i];
     if (s.length == 0) continue;
     KeyCheck why{};
     Mr* mr = qp.rnic().lookup_lkey(Lkey(s.lkey), qp.pd(), &why);
     if (mr == nullptr || mr->translate(s.addr, s.length) == nullptr) return false;
-    if ((mr->access & need) != need) return false;
   }
   return true;
 }
@@ -126,6 +126,10 @@ Start start_local(Qp& qp, SendWqe& w) noexcept {
 Start start_wqe(Qp& qp, SendWqe& w) noexcept {
   ReqState& r = qp.req;
   const WrInfo& ops = wr_info(w.opcode);
+  if (w.post_error != IBV_WC_SUCCESS) {  // taken by post_send, but not one this QP can carry out
+    completer_fail(qp, w, w.post_error);
+    return Start::Failed;
+  }
   if (ops.local) return start_local(qp, w);
   if (!check_local_keys(qp, w)) {
     completer_fail(qp, w, IBV_WC_LOC_PROT_ERR);
@@ -417,6 +421,11 @@ void requester_run(transport::Engine& engine, Qp& qp) noexcept {
       break;
     }
     if (rc) r.pkts_since_ackreq = ack_req ? 0 : r.pkts_since_ackreq + 1;
+    if (rc && ack_req && !r.rtt_timing && distance(r.next_psn, r.psn_hi) >= 0) {  // sent for the first time
+      r.rtt_timing = true;
+      r.rtt_psn = r.next_psn;
+      r.rtt_sent_ns = engine.now();
+    }
     r.ackreq_next = false;
     --budget;
     if (ops.multi && !is_ud(qp)) {
@@ -433,9 +442,7 @@ void requester_run(transport::Engine& engine, Qp& qp) noexcept {
     }
   }
   if (done_unreliable || done_local) completer_retire(qp);
-  if (rc && distance(r.psn_hi, c.psn) > 0 && !c.ack_timer.armed()) {
-    if (const uint64_t t = ack_timeout_ns(qp.attrs().timeout); t != 0) engine.timers().arm(c.ack_timer, engine.now() + t);
-  }
+  if (rc && distance(r.psn_hi, c.psn) > 0 && !c.ack_timer.armed()) completer_arm_ack_timer(engine, qp);
 }
 
 void requester_rewind(Qp& qp) noexcept {
@@ -447,6 +454,7 @@ void requester_rewind(Qp& qp) noexcept {
   r.next_psn = c.psn;
   r.pkts_since_ackreq = 0;
   r.ackreq_next = true;
+  r.rtt_timing = false;  // Karn: what is sent again times no round trip
   uint32_t idx = c.wqe_idx;
   if (sq_before(idx, qp.sq.head())) idx = qp.sq.head();
   // The WQE that holds comp.psn: the first started one not wholly acknowledged.
@@ -499,6 +507,7 @@ void sender_reset(Qp& qp, transport::Engine& engine) noexcept {
   r.psn_hi = psn;
   r.wqe_hi = head;
   r.window = kMaxUnackedPsns;
+  r.rtt_timing = false;
   completer_reset(qp, engine, psn);
 }
 

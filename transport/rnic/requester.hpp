@@ -29,6 +29,11 @@ struct ReqState {
   Psn psn_hi{};                   // one past the highest PSN ever sent (responses up to it are not ghosts)
   uint32_t wqe_hi = 0;            // one past the highest SQ index ever started (go-back-N resends below it)
   uint32_t window = transport::params::kMaxUnackedPsns;  // unacknowledged PSNs allowed now (kMin..kMaxUnackedPsns)
+  // The packet whose ACK times a round trip (adaptive retransmission): one
+  // at a time, one that asked for an ACK and is sent for the first time.
+  bool rtt_timing = false;
+  Psn rtt_psn{};
+  uint64_t rtt_sent_ns = 0;
   Timer kick{};                   // run again soon: after a send budget or a missing mbuf
 };
 

@@ -467,8 +467,7 @@ Step complete(Rx& r) noexcept {
     // (this device has no fast-registered MRs; an MR from ibv_reg_mr never
     // can, as rxe_invalidate_mr refuses it).  Otherwise the receive
     // completes with REM_INV_REQ_ERR, the QP goes to ERR and the named key
-    // stays valid; rxe ACKs the packet before its QP errs, we NAK it
-    // invalid request (class C/J) so the requester learns why.
+    // stays valid, and the requester gets no NAK (class J, fault()).
     if (!r.rnic.remote_invalidate(r.qp, r.ext<wire::IethC>(wire::kHdrIeth).rkey())) {
       r.ctr.inc(RnicCtr::inv_rkey_refused);
       r.fault = Fault::Invalidate;
@@ -652,11 +651,25 @@ Step fault(Rx& r) noexcept {
   RecvWqe* w = r.wqe != nullptr ? r.wqe : (s.in_message && wire::opcode_info(s.msg_opcode).op == Operation::Send
                                                ? current_wqe(r)
                                                : nullptr);
+  // RC: a WRITE refused at its R_Key completes the receive WQE at the
+  // head of the QP's own receive queue in error (a WRITE with immediate
+  // would have completed it; the FIRST packet of a longer one does not
+  // say whether it has one), so that the receiving application learns of
+  // it before the flush, as from a ConnectX responder.  A shared
+  // receive queue gives up a WQE only to a message that takes one.
+  if (w == nullptr && r.rc() && r.fault == Fault::RemoteAccess && r.op.op == Operation::Write &&
+      (r.op.consumes_rwqe || r.srq == nullptr))
+    w = take_wqe(r);
   UROCE_TRACE(TraceCat::Qp, "qp 0x%06x: request PSN 0x%06x refused (%s)", r.qp.qpn().value(),
               r.psn.value(), kRnicCtrInfo[static_cast<size_t>(r.rc() ? f.nak_ctr : f.drop_ctr)].name.data());
   if (r.rc()) {
-    send_ack(r, r.psn, nak_syndrome(f.nak));
-    r.ctr.inc(f.nak_ctr);
+    // IBA 9.9.6.3, class J: a SEND with Invalidate whose R_Key cannot be
+    // invalidated completes its receive in error and moves the QP to ERR,
+    // with no NAK: the requester hears nothing of it.
+    if (r.fault != Fault::Invalidate) {  // counted as inv_rkey_refused
+      send_ack(r, r.psn, nak_syndrome(f.nak));
+      r.ctr.inc(f.nak_ctr);
+    }
     if (w != nullptr) complete_recv(r, *w, f.wqe_status, 0);
     abandon_message(s);
     raise_qp_event(r.qp, f.event);
@@ -664,7 +677,12 @@ Step fault(Rx& r) noexcept {
     return Step::Done;
   }
   r.ctr.inc(f.drop_ctr);
-  const bool buffer_fault = r.fault == Fault::RecvProt || r.fault == Fault::RecvLength;
+  // UC/UD (class D, IBA 9.8.3 / 9.9.3): the message is dropped; a receive
+  // buffer it could not be written into completes in error (UC) — a UD
+  // message longer than its receive buffer is dropped and leaves the WQE
+  // for the next one, as ConnectX does.
+  const bool buffer_fault =
+      r.fault == Fault::RecvProt || (r.fault == Fault::RecvLength && r.op.transport != Transport::UD);
   if (w != nullptr && buffer_fault) {
     complete_recv(r, *w, f.wqe_status, 0);
   } else if (w != nullptr) {

@@ -106,7 +106,10 @@ constexpr std::array<FaultRule, static_cast<size_t>(Fault::XrcSrq) + 1> make_fau
   at(Fault::Length).drop_ctr = RnicCtr::drop_bad_length;
   at(Fault::NoRdResource) = kInvalid;  // READ/atomic opcodes exist for RC only: UC/UD never get here
   at(Fault::Misaligned) = kInvalid;    // likewise
-  at(Fault::RemoteAccess) = {NakCode::RemoteAccessError, RnicCtr::rem_access_naks, IBV_WC_REM_ACCESS_ERR,
+  // A receive WQE the message consumes (a WRITE with immediate) completes
+  // with a local access error: the responder's own view of the access it
+  // refused (ConnectX's; the requester gets REM_ACCESS_ERR from the NAK).
+  at(Fault::RemoteAccess) = {NakCode::RemoteAccessError, RnicCtr::rem_access_naks, IBV_WC_LOC_ACCESS_ERR,
                              IBV_EVENT_QP_ACCESS_ERR, RnicCtr::drop_uc_access};
   at(Fault::RecvProt) = {NakCode::RemoteOperationalError, RnicCtr::rem_op_naks, IBV_WC_LOC_PROT_ERR,
                          IBV_EVENT_QP_ACCESS_ERR, RnicCtr::drop_recv_prot};

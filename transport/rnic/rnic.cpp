@@ -863,6 +863,10 @@ void Rnic::raise(const AsyncEvent& event) noexcept {
   } else if (ev.srq != nullptr) {
     ev.context = ev.srq->context();
   }
+  if (async_sink_ != nullptr) {
+    async_sink_(async_sink_arg_, ev);
+    return;
+  }
   async_.push(ev);
 }
 

@@ -39,6 +39,7 @@ namespace uroce::rnic {
 // One counter per transport event and drop reason (the engine's own
 // counters cover the frames: addresses, unknown QPNs, opcodes, ICRCs).
 #define UROCE_RNIC_COUNTERS(X)                                                              \
+  X(post_send_not_ready, "send work requests posted in RESET, INIT or RTR: taken and dropped unexecuted, no completion (as ConnectX)") \
   X(req_pkts, "request packets sent")                                                       \
   X(req_retrans_pkts, "request packets sent again (go-back-N)")                             \
   X(resp_pkts, "response packets sent (ACK, NAK, READ response, atomic ACK)")               \
@@ -75,7 +76,7 @@ namespace uroce::rnic {
   X(rem_access_naks, "remote access error NAKs sent")                                       \
   X(rem_inv_req_naks, "invalid request NAKs sent")                                          \
   X(rem_op_naks, "remote operational error NAKs sent")                                      \
-  X(inv_rkey_refused, "SEND with Invalidate naming a key that cannot be invalidated (NAKed)") \
+  X(inv_rkey_refused, "SEND with Invalidate naming a key that cannot be invalidated (class J: the receive completes in error, no NAK)") \
   X(mw_remote_invalidated, "memory windows invalidated by a peer's SEND with Invalidate") \
   X(flushes_executed, "FLUSH requests carried out (IBA 1.5, global visibility)")            \
   X(xrc_srq_refused, "XRC requests naming no XRC SRQ of the QP's domain (NAKed, A14)")      \
@@ -304,6 +305,21 @@ class Rnic final : public transport::RoceSink {
   }
 
   // ---- async events ----
+  // Where the events go instead of the device's own queue (the drop-in:
+  // each to the queue of the context that owns its object, and an event of
+  // the port or the device to every context, as the kernel gives each
+  // uverbs file its own).  Called on the thread that raised the event (the
+  // engine's, in practice); must not block.  Set before any object exists.
+  using AsyncSink = void (*)(void* arg, const AsyncEvent& ev) noexcept;
+  // Adaptive retransmission (on by default; params::kRtoMinNs): off, the
+  // local ACK timer is the programmed timeout exactly (IBA 9.7.6.1.3).
+  // Control path, before traffic.
+  void set_adaptive_retransmission(bool on) noexcept { adaptive_rto_ = on; }
+  bool adaptive_retransmission() const noexcept { return adaptive_rto_; }
+  void set_async_sink(AsyncSink sink, void* arg) noexcept {
+    async_sink_ = sink;
+    async_sink_arg_ = arg;
+  }
   int async_fd() const noexcept { return async_.fd(); }
   void raise(const AsyncEvent& ev) noexcept;   // any thread
   int get_async_event(AsyncEvent* ev);          // blocks unless async_fd is O_NONBLOCK (EAGAIN)
@@ -422,7 +438,10 @@ class Rnic final : public transport::RoceSink {
   // 0, or the errno reg_mr/rereg_mr give for memory not mapped as `access` needs.
   static int check_memory(const void* addr, uint64_t length, int access);
   uint32_t next_pd_ = 1;
-  transport::EventQueue<AsyncEvent> async_;  // ibv_get_async_event(3)
+  transport::EventQueue<AsyncEvent> async_;  // ibv_get_async_event(3), without a sink
+  bool adaptive_rto_ = true;
+  AsyncSink async_sink_ = nullptr;
+  void* async_sink_arg_ = nullptr;
   // [engine] The port's link as last reported: a timer samples it every
   // kLinkPollNs and raises IBV_EVENT_PORT_ACTIVE / IBV_EVENT_PORT_ERR on a
   // change (IBA 11.6.3.3, unaffiliated port events).
