@@ -40,6 +40,7 @@ namespace fs = std::filesystem;
 constexpr std::string_view kProgramName = "uroce";
 constexpr std::string_view kPrefixStem = "uroce-";
 constexpr std::string_view kTelemetrySocket = "dpdk_telemetry.v2";
+constexpr std::string_view kQuietTelemetry = "--log-level=lib.telemetry:error";
 constexpr const char* kProcMounts = "/proc/mounts";
 constexpr const char* kProcMeminfo = "/proc/meminfo";
 constexpr const char* kSysHugepages = "/sys/kernel/mm/hugepages";
@@ -230,6 +231,13 @@ std::vector<std::string> eal_args(const EalOptions& o, const HostInfo& host) {
   for (const auto& dev : o.pci) a.insert(a.end(), {"-a", dev});
   if (!o.telemetry) a.emplace_back("--no-telemetry");
   if (!o.log_level.empty()) a.push_back("--log-level=" + o.log_level);
+  // Telemetry's start-up note ("No legacy callbacks, legacy socket not
+  // created") is a warning about an interface uroce never uses: at the
+  // default levels the stack prints nothing on a program's stderr, as a
+  // kernel provider would.  At info or debug it shows; `extra` overrides.
+  if (o.log_level.empty() || o.log_level == "warning" || o.log_level == "error") {
+    a.emplace_back(kQuietTelemetry);
+  }
   a.insert(a.end(), {"-l", std::to_string(o.core.value_or(host.lowest_cpu.value_or(0)))});
   for (const auto& v : o.vdevs) a.push_back("--vdev=" + v);
   a.insert(a.end(), o.extra.begin(), o.extra.end());

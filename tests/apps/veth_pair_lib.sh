@@ -15,8 +15,8 @@
 #                             DEVARGS_A/DEVARGS_B (skips when they cannot be
 #                             made)
 #   fail NAME WHY LOG...      a FAIL line and each log's tail, without
-#                             TELEMETRY lines or lines matching
-#                             FAIL_LOG_DROP (a regex; none by default)
+#                             lines matching FAIL_LOG_DROP (a regex; none
+#                             by default)
 #   run_pair NAME PORT SECS   SERVER_CMD in NS_B, then, once it listens on
 #                             TCP PORT (its out-of-band exchange), or with
 #                             PAIR_LISTEN=cm once it called rdma_listen
@@ -69,7 +69,7 @@ fail() {  # NAME WHY LOG...
   echo "FAIL $name: $why"
   for f in "$@"; do
     echo "  -- ${f##*/}"
-    grep -v TELEMETRY "$f" | { if [ -n "$FAIL_LOG_DROP" ]; then grep -vE "$FAIL_LOG_DROP"; else cat; fi; } |
+    { if [ -n "$FAIL_LOG_DROP" ]; then grep -vE "$FAIL_LOG_DROP" "$f"; else cat "$f"; fi; } |
       tail -15 | sed 's/^/    /'
   done
   failed=$((failed + 1))

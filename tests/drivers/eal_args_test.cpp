@@ -20,13 +20,14 @@ bool has(const Args& a, const std::string& s) { return std::find(a.begin(), a.en
 TEST(EalArgs, NoHugepagesMeansNoHugeNoShconfAndMemory) {
   const Args a = eal_args(EalOptions{}, no_hugepages());
   const Args expected{"uroce", "--no-huge", "--no-shconf", "-m", "256", "--file-prefix=uroce-4242",
-                      "--no-pci", "--log-level=warning", "-l", "3"};
+                      "--no-pci", "--log-level=warning", "--log-level=lib.telemetry:error", "-l", "3"};
   EXPECT_EQ(a, expected);
 }
 
 TEST(EalArgs, HugepagesMeanInMemory) {
   const Args a = eal_args(EalOptions{}, with_hugepages());
-  const Args expected{"uroce", "--in-memory", "--file-prefix=uroce-7", "--no-pci", "--log-level=warning", "-l", "0"};
+  const Args expected{"uroce", "--in-memory", "--file-prefix=uroce-7", "--no-pci", "--log-level=warning",
+                      "--log-level=lib.telemetry:error", "-l", "0"};
   EXPECT_EQ(a, expected);
 }
 
@@ -62,6 +63,15 @@ TEST(EalArgs, EveryOption) {
 TEST(EalArgs, TelemetryOnByDefault) {
   const Args a = eal_args(EalOptions{}, no_hugepages());
   EXPECT_FALSE(has(a, "--no-telemetry"));
+}
+
+// At the default levels nothing of the stack reaches a program's stderr:
+// telemetry's warning about its legacy socket stays quiet; asked for info
+// or debug, it is printed like everything else.
+TEST(EalArgs, TelemetryNoteQuietUnlessAskedFor) {
+  EXPECT_TRUE(has(eal_args(EalOptions{.log_level = "error"}, no_hugepages()), "--log-level=lib.telemetry:error"));
+  EXPECT_FALSE(has(eal_args(EalOptions{.log_level = "info"}, no_hugepages()), "--log-level=lib.telemetry:error"));
+  EXPECT_FALSE(has(eal_args(EalOptions{.log_level = "debug"}, no_hugepages()), "--log-level=lib.telemetry:error"));
 }
 
 TEST(EalArgs, CoreFallsBackToZeroWithoutAffinity) {

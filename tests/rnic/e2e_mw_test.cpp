@@ -178,6 +178,24 @@ TEST_F(MwFixture, Type2ZeroLengthBindAndAnotherQpsInvalidate) {
   EXPECT_EQ(h.b().rnic->dealloc_mw(mw), 0);
 }
 
+// The bind names its window as an RNIC's WQE does, by the window's R_Key
+// (its index): ibv_mw.handle is the kernel's and a program that garbles it
+// (rdma-unit-test's MwGeneralTest.BindInvalidMw) still binds, as on ConnectX.
+TEST_F(MwFixture, BindFindsTheWindowByItsKeyNotItsHandle) {
+  for (const ibv_mw_type type : {IBV_MW_TYPE_1, IBV_MW_TYPE_2}) {
+    p = h.pair(IBV_QPT_RC);
+    Mw* mw = alloc(type);
+    ASSERT_NE(mw, nullptr);
+    const uint32_t handle = mw->ibv.handle;
+    mw->ibv.handle ^= 0xDEADBEEF;
+    const uint32_t k = inc_rkey(mw->ibv.rkey);
+    ASSERT_EQ(bind(p.qb, p.scq_b, mw, k, 0, 64, IBV_ACCESS_REMOTE_READ), IBV_WC_SUCCESS) << type;
+    EXPECT_EQ(rdma(IBV_WR_RDMA_READ, k, 0, 64), IBV_WC_SUCCESS) << type;
+    mw->ibv.handle = handle;
+    EXPECT_EQ(h.b().rnic->dealloc_mw(mw), 0);
+  }
+}
+
 TEST_F(MwFixture, SendWithInvalidateFromThePeer) {
   Mw* mw = alloc(IBV_MW_TYPE_2);
   ASSERT_NE(mw, nullptr);

@@ -553,16 +553,18 @@ void Qp::fill_send_wqe(SendWqe& w, const ibv_send_wr& wr, const WrInfo& op, cons
     case WrRemote::Bind: {
       // Checked when the requester reaches it (Rnic::bind_mw); the MR is
       // named by its L_Key, read now from the application's ibv_mr.  The
-      // window's key index comes from its handle, read here in the
-      // poster's thread (as a provider reads the ibv_mw): the engine
-      // checks that index's window is this one before it touches it.
+      // window's key index comes from its current R_Key (its upper 24
+      // bits, which no bind changes), read here in the poster's thread as
+      // an RNIC's provider writes it into the WQE; the handle is the
+      // kernel's and plays no part in the data path.  The engine checks
+      // that index's window is this one before it touches it.
       // The new R_Key: the window's own index (its upper 24 bits) and the
       // key byte the consumer asks for (IBA 10.6.7.2.1: the consumer owns
       // only the key's low 8 bits; ibv_inc_rkey(3)).  A type 2 window's
       // ibv_mw shows it from now on, as providers write it at post time.
       const ibv_mw_bind_info& b = wr.bind_mw.bind_info;
       w.mw = Mw::from_ibv(wr.bind_mw.mw);
-      w.mw_index = wr.bind_mw.mw->handle >> 8;
+      w.mw_index = wr.bind_mw.mw->rkey >> 8;
       w.rkey = Rkey((w.mw_index << 8) | (wr.bind_mw.rkey & 0xFFu));
       if (wr.bind_mw.mw->type == IBV_MW_TYPE_2) wr.bind_mw.mw->rkey = w.rkey.value();
       w.bind_has_mr = b.mr != nullptr;

@@ -67,7 +67,7 @@ struct SendWqe {
   // the binding: the MR by its L_Key (read from the ibv_mr at post time),
   // `remote_addr` and `bind_length` in the MR, `bind_access`.
   Mw* mw = nullptr;
-  uint32_t mw_index = 0;            // its key index, from ibv_mw.handle (Rnic::bind_mw checks it)
+  uint32_t mw_index = 0;            // its key index, from ibv_mw.rkey (Rnic::bind_mw checks it)
   bool bind_has_mr = false;
   uint32_t bind_lkey = 0;
   uint64_t bind_length = 0;
