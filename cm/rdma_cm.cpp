@@ -46,6 +46,18 @@ void set_pdata(RdmaEvent& ev, std::span<const uint8_t> src, size_t offset) {
   ev.pdata_len = static_cast<uint8_t>(n);
 }
 
+// The connection parameters a REQ or a REP carries to the consumer
+// (rdma_conn_param): the same fields in both messages.
+template <class Msg>
+void set_conn(RdmaEvent& out, const Msg& m) {
+  out.conn.responder_resources = m.responder_resources;
+  out.conn.initiator_depth = m.initiator_depth;
+  out.conn.flow_control = m.end_to_end_flow_control;
+  out.conn.rnr_retry_count = m.rnr_retry_count;
+  out.conn.srq = m.srq;
+  out.conn.qp_num = m.local_qpn;
+}
+
 // Capped by what the device does (librdmacm: 0xFF means "the maximum").
 uint8_t rd_atomic(uint8_t asked, const rnic::Rnic& r) {
   const auto max = static_cast<uint8_t>(std::min(r.device_attr().max_qp_rd_atom, 255));
@@ -689,13 +701,8 @@ void RdmaCm::on_req(RdmaDev& d, const CmEvent& ev, bool sidr) {
   } else {
     const ReqMsg& r = *ev.req;
     set_pdata(out, r.private_data, kCmaHdrSize);
-    out.conn.responder_resources = r.responder_resources;
-    out.conn.initiator_depth = r.initiator_depth;
-    out.conn.flow_control = r.end_to_end_flow_control;
-    out.conn.retry_count = r.retry_count;
-    out.conn.rnr_retry_count = r.rnr_retry_count;
-    out.conn.srq = r.srq;
-    out.conn.qp_num = r.local_qpn;
+    set_conn(out, r);
+    out.conn.retry_count = r.retry_count;  // a REQ's only
   }
   queue_event(id, out);
 }
@@ -706,12 +713,7 @@ void RdmaCm::on_rep(RdmaId& id, const CmEvent& ev) {
   if (!rdma_id_allows(id.state, RdmaIdInput::ConnectResponse)) return;  // Connect: what a REP answers
   const RepMsg& rep = *ev.rep;
   RdmaEvent out;
-  out.conn.responder_resources = rep.responder_resources;
-  out.conn.initiator_depth = rep.initiator_depth;
-  out.conn.flow_control = rep.end_to_end_flow_control;
-  out.conn.rnr_retry_count = rep.rnr_retry_count;
-  out.conn.srq = rep.srq;
-  out.conn.qp_num = rep.local_qpn;
+  set_conn(out, rep);
   set_pdata(out, rep.private_data, 0);
   id.responder_resources = id.cm_id->responder_resources;
   id.initiator_depth = id.cm_id->initiator_depth;

@@ -308,13 +308,14 @@ size_t build_echo_request(uint8_t* out, const LocalAddrs& local, const MacAddr& 
   const bool v4 = dst.is_v4();
   const size_t l3 = write_l2(out, local, dst_mac, v4 ? kEtherTypeIpv4 : kEtherTypeIpv6);
   const size_t msg_len = Icmp::kSize + data.size();
+  // The echo request itself, the same in ICMP and ICMPv6 but for its type.
+  uint8_t* msg = out + l3 + (v4 ? Ipv4::kMinSize : Ipv6::kSize);
+  Icmp icmp(msg);
+  icmp.set_type(v4 ? kIcmpEchoRequest : kIcmp6EchoRequest);
+  icmp.set_code(0);
+  icmp.set_rest((uint32_t{id} << 16) | seq);
+  std::memcpy(msg + Icmp::kSize, data.data(), data.size());
   if (v4) {
-    uint8_t* msg = out + l3 + Ipv4::kMinSize;
-    Icmp icmp(msg);
-    icmp.set_type(kIcmpEchoRequest);
-    icmp.set_code(0);
-    icmp.set_rest((uint32_t{id} << 16) | seq);
-    std::memcpy(msg + Icmp::kSize, data.data(), data.size());
     icmp.set_checksum(0);
     icmp.set_checksum(icmp4_checksum(msg, msg_len));
     Ipv4 ip(out + l3);
@@ -330,12 +331,6 @@ size_t build_echo_request(uint8_t* out, const LocalAddrs& local, const MacAddr& 
     ip.update_checksum();
     return pad_min(out, l3 + Ipv4::kMinSize + msg_len);
   }
-  uint8_t* msg = out + l3 + Ipv6::kSize;
-  Icmp icmp(msg);
-  icmp.set_type(kIcmp6EchoRequest);
-  icmp.set_code(0);
-  icmp.set_rest((uint32_t{id} << 16) | seq);
-  std::memcpy(msg + Icmp::kSize, data.data(), data.size());
   return write_icmp6(out, l3, src.bytes, dst.bytes, kDefaultTtl, msg_len);
 }
 

@@ -28,6 +28,7 @@
 
 #include "drivers/daemon/link.hpp"
 #include "drivers/daemon/msg_socket.hpp"
+#include "drivers/devnode.hpp"
 #include "lib/util/devnode.hpp"
 #include "lib/util/log.hpp"
 #include "lib/util/quiet_threads.hpp"
@@ -154,6 +155,14 @@ void start_devices_locked() {
     devices().push_back(d);
   }
   if (link) link->start_events(drivers::daemon::Link::Handlers{&qp_dump_json, &daemon_gone});
+  // UCX lists a verbs device only when its dev_name node exists
+  // (lib/util/devnode.hpp): made here when this process may, so that no
+  // one has to run `uroce devnode`; a process that may not goes without
+  // (the package's tmpfiles rule makes them at boot, uroced at its start).
+  if (!devices().empty() && drivers::may_make_dev_nodes()) {
+    const drivers::DevNodeReport r = drivers::make_dev_nodes(kDevNodeDir, static_cast<unsigned>(devices().size()));
+    for (const std::string& e : r.errors) log_line(LogType::Shim, LogLevel::Info, "device node: %s", e.c_str());
+  }
 }
 
 bool valid_port(uint32_t port) noexcept { return port == rnic::kPortNum; }

@@ -663,11 +663,7 @@ UROCE_EXPORT int ibv_destroy_srq(ibv_srq* ibsrq) noexcept {
   Srq* srq = to_srq(ibsrq);
   const int rc = rnic_of(ibsrq->context).destroy_srq(srq->impl);
   if (rc != 0) return fail(rc, rc);
-  drop_async_events(srq->ctx, srq);
-  disown(ibsrq->context, Owned::Srq, ibsrq);
-  release_domain(ibsrq->pd);
-  pthread_cond_destroy(&ibsrq->cond);
-  pthread_mutex_destroy(&ibsrq->mutex);
+  forget_destroyed(ibsrq, Owned::Srq, srq);
   delete srq;
   return 0;
 }

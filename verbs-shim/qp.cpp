@@ -401,11 +401,7 @@ UROCE_EXPORT int ibv_destroy_qp(ibv_qp* ibqp) noexcept {
   void* other = ibqp->qp_type == IBV_QPT_XRC_RECV ? forget_xrc_handle(qp) : nullptr;
   const int rc = rnic_of(ibqp->context).destroy_qp(qp->impl, other);
   if (rc != 0) return fail(rc, rc);
-  drop_async_events(qp->ctx, qp);
-  disown(ibqp->context, Owned::Qp, ibqp);
-  release_domain(ibqp->pd);
-  pthread_cond_destroy(&ibqp->cond);
-  pthread_mutex_destroy(&ibqp->mutex);
+  forget_destroyed(ibqp, Owned::Qp, qp);
   delete qp->batch;
   delete qp;
   return 0;

@@ -137,6 +137,18 @@ inline int check_pd(ibv_context* ctx, ibv_pd* pd) noexcept {
 void hold_domain(ibv_pd* pd) noexcept;
 void release_domain(ibv_pd* pd) noexcept;
 
+// What goes with a QP or SRQ the device destroyed: its async events not
+// yet read, its handle, its parent domain's reference, the ABI's
+// condition variable.  The caller then frees its wrapper.
+template <class Ibv, class Wrapper>
+void forget_destroyed(Ibv* ib, Owned kind, Wrapper* w) noexcept {
+  drop_async_events(w->ctx, w);
+  disown(ib->context, kind, ib);
+  release_domain(ib->pd);
+  pthread_cond_destroy(&ib->cond);
+  pthread_mutex_destroy(&ib->mutex);
+}
+
 struct Mr {
   ibv_mr base;
   rnic::Mr* impl = nullptr;

@@ -5,8 +5,9 @@
 # UCT tests on each transport and UCP tests with UCX_TLS=rc (rc_verbs, with
 # ud_verbs for wire-up) and UCX_TLS=ud_verbs.
 # UCX lists a verbs device only when /dev/infiniband/<dev_name> is a
-# character device it may open (lib/util/devnode.hpp): the test makes those
-# nodes with `uroce devnode` when they are missing and removes what it made.
+# character device it may open (lib/util/devnode.hpp): nobody makes it by
+# hand here. The test removes uroce's nodes if some are there, so that the
+# drop-in (root) must make them itself, and puts back what it found.
 #
 #   ucx_apps_test.sh SHIM_BUILD_DIR SCRIPTS_DIR
 #
@@ -26,13 +27,12 @@ command -v ucx_perftest >/dev/null && command -v ucx_info >/dev/null ||
 
 veth_pair_init ux ucx
 FAIL_LOG_DROP='^[|+]'  # ucx_perftest's table
-MADE_NODES=0
-veth_pair_cleanup_extra() { [ $MADE_NODES -eq 0 ] || "$UROCE" devnode --count 1 --remove; }
-
-if [ ! -c /dev/infiniband/uroce-uverbs0 ]; then
-  "$UROCE" devnode --count 1 >/dev/null || { echo "FAIL: uroce devnode"; failed=1; exit 1; }
-  MADE_NODES=1
-fi
+HAD_NODES=0
+[ -c /dev/infiniband/uroce-uverbs0 ] && HAD_NODES=1
+veth_pair_cleanup_extra() {
+  if [ $HAD_NODES -eq 1 ]; then "$UROCE" devnode >/dev/null; else "$UROCE" devnode --remove; fi
+}
+"$UROCE" devnode --remove || { echo "FAIL: uroce devnode --remove"; failed=1; exit 1; }
 
 veth_pair_up
 
@@ -44,7 +44,7 @@ for tl in rc_verbs ud_verbs; do
   grep -A1 -E "Transport: $tl\$" "$TMP/ucx_info.log" | grep -q "Device: uroce0:1" || missing="$missing $tl"
 done
 if [ $rc -eq 0 ] && [ -z "$missing" ]; then
-  echo "PASS ucx_info: rc_verbs and ud_verbs on uroce0:1"
+  echo "PASS ucx_info: rc_verbs and ud_verbs on uroce0:1, no device node made by hand"
 else
   fail ucx_info "exit $rc, missing:$missing" "$TMP/ucx_info.log"
 fi

@@ -32,6 +32,8 @@
 #include "daemon/server.hpp"
 #include "daemon/switch.hpp"
 #include "drivers/daemon/msg_socket.hpp"
+#include "drivers/devnode.hpp"
+#include "lib/util/devnode.hpp"
 #include "lib/util/log.hpp"
 #include "transport/device.hpp"
 
@@ -193,6 +195,12 @@ int main(int argc, char** argv) {
   std::vector<daemon::DeviceEntry> entries;
   std::unique_ptr<daemon::Server> server;
   if (!open_devices(devs, *names, o, ports, server, switches, entries)) return kExitFailed;
+  // The nodes UCX looks for, one per device the clients see (drivers/devnode.hpp).
+  if (drivers::may_make_dev_nodes()) {
+    for (const std::string& e : drivers::make_dev_nodes(kDevNodeDir, static_cast<unsigned>(names->size())).errors) {
+      fmt::print(stderr, "uroced: device node: {}\n", e);
+    }
+  }
   // The daemon's own lines (clients coming and going) at INFO, after the
   // EAL set every level.
   log_set_level(LogType::Daemon, LogLevel::Info);

@@ -89,15 +89,8 @@ Mr* Rnic::reg_mr(Pd* pd, void* addr, size_t length, uint64_t iova, int access, i
   mr->access = access;
   // The engine's part: the PD, a key, the tables.
   return control([&]() -> Mr* {
-    if (pd == nullptr || !owns(pds_, pd)) {
-      set_err(err, EINVAL);
-      return nullptr;
-    }
     uint32_t key = 0;
-    if (!take_key(&key)) {
-      set_err(err, ENOMEM);
-      return nullptr;
-    }
+    if (!key_for(pd, &key, err)) return nullptr;
     const uint32_t idx = key >> 8;
     mr->pd = pd;  // lkey == rkey
     mr->lkey = Lkey(key);
@@ -137,19 +130,29 @@ bool Rnic::take_key(uint32_t* key) {
   return true;
 }
 
+bool Rnic::key_for(const Pd* pd, uint32_t* key, int* err) {
+  UROCE_ASSERT_ENGINE(engine_);
+  if (pd == nullptr || !owns(pds_, pd)) {
+    set_err(err, EINVAL);
+    return false;
+  }
+  if (!take_key(key)) {
+    set_err(err, ENOMEM);
+    return false;
+  }
+  return true;
+}
+
 // ---- memory windows --------------------------------------------------------------------
 
 Mw* Rnic::alloc_mw(Pd* pd, ibv_mw_type type, int* err) {
   return control([&]() -> Mw* {
-    if (pd == nullptr || !owns(pds_, pd) || (type != IBV_MW_TYPE_1 && type != IBV_MW_TYPE_2)) {
+    if (type != IBV_MW_TYPE_1 && type != IBV_MW_TYPE_2) {
       set_err(err, EINVAL);
       return nullptr;
     }
     uint32_t key = 0;
-    if (!take_key(&key)) {
-      set_err(err, ENOMEM);
-      return nullptr;
-    }
+    if (!key_for(pd, &key, err)) return nullptr;
     const uint32_t idx = key >> 8;
     if (mws_.size() <= idx) mws_.resize(std::max<size_t>(idx + 1, mws_.size() * 2));
     auto mw = std::make_unique<Mw>();

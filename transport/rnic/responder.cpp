@@ -367,24 +367,16 @@ Step execute_send(Rx& r) noexcept {
   RespState& s = r.s;
   if (r.op.transport == Transport::UD) {
     if (uint64_t{kGrhBytes} + r.len > w.total_len) {
-      r.fault = Fault::RecvLength;
-      return Step::Fault;
+      return fault(r, Fault::RecvLength);
     }
     std::array<uint8_t, kGrhBytes> grh;
     wire::GrhArea(grh.data()).fill(r.frame, r.pi);
-    if (!scatter(r, w, 0, grh.data(), kGrhBytes)) {
-      r.fault = Fault::RecvProt;
-      return Step::Fault;
-    }
+    if (!scatter(r, w, 0, grh.data(), kGrhBytes)) return fault(r, Fault::RecvProt);
     s.recv_offset = kGrhBytes;
   } else if (s.recv_offset + r.len > w.total_len) {
-    r.fault = Fault::RecvLength;
-    return Step::Fault;
+    return fault(r, Fault::RecvLength);
   }
-  if (!scatter(r, w, s.recv_offset, r.payload, r.len)) {
-    r.fault = Fault::RecvProt;
-    return Step::Fault;
-  }
+  if (!scatter(r, w, s.recv_offset, r.payload, r.len)) return fault(r, Fault::RecvProt);
   UROCE_STAMP(Placed);
   s.recv_offset += r.len;
   return Step::Complete;
@@ -416,8 +408,7 @@ Step exec_send(Rx& r) noexcept {
 Step exec_write(Rx& r) noexcept {
   if (r.len != 0) {
     if (!memory::copy(r.target, r.payload, r.len)) {  // unmapped since registration (memory.hpp)
-      r.fault = Fault::RemoteAccess;
-      return Step::Fault;
+      return fault(r, Fault::RemoteAccess);
     }
     r.s.write_va += r.len;
     r.s.write_resid -= r.len;
@@ -432,10 +423,7 @@ Step exec_write(Rx& r) noexcept {
 Step exec_atomic_write(Rx& r) noexcept {
   uint64_t value = 0;
   std::memcpy(&value, r.payload, sizeof value);
-  if (!memory::store64(reinterpret_cast<uint64_t*>(r.target), value)) {
-    r.fault = Fault::RemoteAccess;
-    return Step::Fault;
-  }
+  if (!memory::store64(reinterpret_cast<uint64_t*>(r.target), value)) return fault(r, Fault::RemoteAccess);
   UROCE_STAMP(Placed);
   return advance(r);
 }
@@ -470,8 +458,7 @@ Step complete(Rx& r) noexcept {
     // stays valid, and the requester gets no NAK (class J, fault()).
     if (!r.rnic.remote_invalidate(r.qp, r.ext<wire::IethC>(wire::kHdrIeth).rkey())) {
       r.ctr.inc(RnicCtr::inv_rkey_refused);
-      r.fault = Fault::Invalidate;
-      return Step::Fault;
+      return fault(r, Fault::Invalidate);
     }
     r.ctr.inc(RnicCtr::mw_remote_invalidated);
   }
@@ -523,10 +510,7 @@ Step atomic_reply(Rx& r) noexcept {
   uint64_t orig = 0;
   const bool ok = r.op.op == Operation::CompareSwap ? memory::cas64(word, a.compare(), a.swap_add(), &orig)
                                                     : memory::fetch_add64(word, a.swap_add(), &orig);
-  if (!ok) {
-    r.fault = Fault::RemoteAccess;
-    return Step::Fault;
-  }
+  if (!ok) return fault(r, Fault::RemoteAccess);
   RdAtomicResult& res = next_result(s);
   res = RdAtomicResult{r.psn, r.psn, true, orig, r.va, static_cast<uint32_t>(kAtomicLen), r.rkey, true};
   ++s.msn;

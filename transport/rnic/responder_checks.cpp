@@ -108,8 +108,7 @@ Step check_srq(Rx& r) noexcept {
   const bool continues = !r.op.first && r.s.in_message;
   if (r.srq == nullptr || (continues && r.srq != r.s.msg_srq)) {
     r.ctr.inc(RnicCtr::xrc_srq_refused);
-    r.fault = Fault::XrcSrq;
-    return Step::Fault;
+    return fault(r, Fault::XrcSrq);
   }
   if (r.op.first) r.s.msg_srq = r.srq;
   return Step::CheckOpSeq;
@@ -128,8 +127,7 @@ Step check_op_seq(Rx& r) noexcept {
     r.ctr.inc(RnicCtr::drop_bad_opcode_seq);
     return Step::CheckAccess;
   }
-  r.fault = Fault::OpSeq;
-  return Step::Fault;
+  return fault(r, Fault::OpSeq);
 }
 
 // The QP's own remote access enables (ibv_modify_qp IBV_QP_ACCESS_FLAGS),
@@ -141,10 +139,7 @@ Step check_access(Rx& r) noexcept {
   const OpRow& row = op_row(r.op.op);
   int need = ibv_rights(r.op.right);
   if ((r.op.right & wire::kRightFlush) != 0) need = flush_rights(r.ext<wire::FethC>(wire::kHdrFeth).word());
-  if (!row.executes || need < 0 || (r.qp.attrs().qp_access_flags & need) != need) {
-    r.fault = Fault::NotEnabled;
-    return Step::Fault;
-  }
+  if (!row.executes || need < 0 || (r.qp.attrs().qp_access_flags & need) != need) return fault(r, Fault::NotEnabled);
   return Step::CheckResource;
 }
 
@@ -153,10 +148,7 @@ Step check_access(Rx& r) noexcept {
 // byte of it is written, so that the RNR retry writes nothing twice).
 Step check_resource(Rx& r) noexcept {
   if (r.op.rd_atomic) {
-    if (r.s.results.empty()) {
-      r.fault = Fault::NoRdResource;
-      return Step::Fault;
-    }
+    if (r.s.results.empty()) return fault(r, Fault::NoRdResource);
     return Step::CheckLength;
   }
   if (!r.op.consumes_rwqe) return Step::CheckLength;
@@ -179,15 +171,9 @@ Step check_length(Rx& r) noexcept {
     } else {
       ok = r.len == mtu;
     }
-    if (!ok) {
-      r.fault = Fault::Length;
-      return Step::Fault;
-    }
+    if (!ok) return fault(r, Fault::Length);
   }
-  if (r.op.has(wire::kHdrReth) && r.ext<wire::RethC>(wire::kHdrReth).dma_len() > kMaxDmaLen) {
-    r.fault = Fault::Length;
-    return Step::Fault;
-  }
+  if (r.op.has(wire::kHdrReth) && r.ext<wire::RethC>(wire::kHdrReth).dma_len() > kMaxDmaLen) return fault(r, Fault::Length);
   return Step::CheckRkey;
 }
 
@@ -212,28 +198,19 @@ Step rkey_write(Rx& r) noexcept {
     s.write_rkey = reth.rkey();
     s.write_va = reth.va();
     if (reth.dma_len() != 0 && r.rnic.check_rkey(s.write_rkey, s.write_va, reth.dma_len(), IBV_ACCESS_REMOTE_WRITE,
-                                                 r.pd, &check, &s.write_epoch, &r.qp) == nullptr) {
-      r.fault = Fault::RemoteAccess;
-      return Step::Fault;
-    }
+                                                 r.pd, &check, &s.write_epoch, &r.qp) == nullptr) return fault(r, Fault::RemoteAccess);
   }
   // The payload must fit what the RETH announced: the message's last
   // packet brings exactly the rest (C9-89).
   const bool fits = r.op.last ? r.len == s.write_resid : r.len < s.write_resid;
-  if (!fits) {
-    r.fault = Fault::Length;
-    return Step::Fault;
-  }
+  if (!fits) return fault(r, Fault::Length);
   // Every packet: the key as it is now, over this packet's bytes, in the
   // registration the message began under.
   if (r.len != 0) {
     uint32_t epoch = 0;
     r.target =
         r.rnic.check_rkey(s.write_rkey, s.write_va, r.len, IBV_ACCESS_REMOTE_WRITE, r.pd, &check, &epoch, &r.qp);
-    if (r.target == nullptr || epoch != s.write_epoch) {
-      r.fault = Fault::RemoteAccess;
-      return Step::Fault;
-    }
+    if (r.target == nullptr || epoch != s.write_epoch) return fault(r, Fault::RemoteAccess);
   }
   return Step::Execute;
 }
@@ -246,10 +223,7 @@ Step rkey_read(Rx& r) noexcept {
   if (r.dma_len != 0) {
     KeyCheck check = KeyCheck::Ok;
     r.target = r.rnic.check_rkey(r.rkey, r.va, r.dma_len, IBV_ACCESS_REMOTE_READ, r.pd, &check, &r.epoch, &r.qp);
-    if (r.target == nullptr) {
-      r.fault = Fault::RemoteAccess;
-      return Step::Fault;
-    }
+    if (r.target == nullptr) return fault(r, Fault::RemoteAccess);
   }
   return Step::Execute;
 }
@@ -259,20 +233,11 @@ Step rkey_read(Rx& r) noexcept {
 // iova and address differ in alignment), inside the key's range.
 Step rkey_word(Rx& r, int need) noexcept {
   r.dma_len = kAtomicLen;
-  if ((r.va & (kAtomicLen - 1)) != 0) {
-    r.fault = Fault::Misaligned;
-    return Step::Fault;
-  }
+  if ((r.va & (kAtomicLen - 1)) != 0) return fault(r, Fault::Misaligned);
   KeyCheck check = KeyCheck::Ok;
   r.target = r.rnic.check_rkey(r.rkey, r.va, kAtomicLen, need, r.pd, &check, nullptr, &r.qp);
-  if (r.target == nullptr) {
-    r.fault = Fault::RemoteAccess;
-    return Step::Fault;
-  }
-  if ((reinterpret_cast<uintptr_t>(r.target) & (kAtomicLen - 1)) != 0) {
-    r.fault = Fault::Misaligned;
-    return Step::Fault;
-  }
+  if (r.target == nullptr) return fault(r, Fault::RemoteAccess);
+  if ((reinterpret_cast<uintptr_t>(r.target) & (kAtomicLen - 1)) != 0) return fault(r, Fault::Misaligned);
   return Step::Execute;
 }
 
@@ -289,10 +254,7 @@ Step rkey_atomic_write(Rx& r) noexcept {
   const wire::RethC reth = r.ext<wire::RethC>(wire::kHdrReth);
   r.va = reth.va();
   r.rkey = reth.rkey();
-  if (reth.dma_len() != kAtomicLen || r.len != kAtomicLen) {
-    r.fault = Fault::Length;
-    return Step::Fault;
-  }
+  if (reth.dma_len() != kAtomicLen || r.len != kAtomicLen) return fault(r, Fault::Length);
   return rkey_word(r, IBV_ACCESS_REMOTE_WRITE);
 }
 
@@ -313,10 +275,7 @@ Step rkey_flush(Rx& r) noexcept {
   } else {
     r.rnic.check_rkey(r.rkey, reth.va(), reth.dma_len(), need, r.pd, &check, nullptr, &r.qp);
   }
-  if (check != KeyCheck::Ok) {
-    r.fault = Fault::RemoteAccess;
-    return Step::Fault;
-  }
+  if (check != KeyCheck::Ok) return fault(r, Fault::RemoteAccess);
   return Step::Execute;
 }
 

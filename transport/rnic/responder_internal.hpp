@@ -159,6 +159,12 @@ struct Rx {
   uint32_t mtu() const noexcept { return qp.attrs().pmtu_bytes; }
 };
 
+// A check that fails: the fault it found, and the step that handles it.
+inline Step fault(Rx& r, Fault f) noexcept {
+  r.fault = f;
+  return Step::Fault;
+}
+
 // ---- what the responder does with each operation ------------------------------
 // One row per Operation, so that the steps ask the table instead of
 // switching over operations (rxe's opcode masks, STYLE 3): whether this

@@ -432,6 +432,9 @@ class Rnic final : public transport::RoceSink {
   // (caps above the device's), ENOMEM.
   static int qp_rings(const ibv_qp_init_attr& init, const RingAllocator* alloc, Qp::Rings* rings);
   bool take_key(uint32_t* key);  // [engine] a new MR/MW key; false when none is left
+  // [engine] what an MR and a window begin with: the PD is one of this
+  // device's (else EINVAL) and a new key (else ENOMEM), errno in *err.
+  bool key_for(const Pd* pd, uint32_t* key, int* err);
   Mw* mw_by_key(Rkey rkey) noexcept;
   uint8_t* check_mw_rkey(const Mw& mw, Rkey rkey, uint64_t va, uint64_t len, int need, const Pd* pd,
                          KeyCheck* check, uint32_t* epoch, const Qp* qp) noexcept;
