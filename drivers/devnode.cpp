@@ -18,9 +18,14 @@ constexpr mode_t kNodeMode = 0666;  // as rdma-core's udev rules open uverbs nod
 constexpr mode_t kDirMode = 0755;
 constexpr const char* kNull = "/dev/null";
 
-bool null_device(dev_t* out) {
+// /dev/null's device number, the one every node of ours carries; when
+// there is none, the report says so.
+bool null_device(dev_t* out, DevNodeReport& r) {
   struct stat st {};
-  if (::stat(kNull, &st) != 0 || !S_ISCHR(st.st_mode)) return false;
+  if (::stat(kNull, &st) != 0 || !S_ISCHR(st.st_mode)) {
+    r.errors.push_back(std::string(kNull) + " is not a character device");
+    return false;
+  }
   *out = st.st_rdev;
   return true;
 }
@@ -34,10 +39,7 @@ std::string why(const char* what, const std::string& path) {
 DevNodeReport make_dev_nodes(const std::string& dir, unsigned count) {
   DevNodeReport r;
   dev_t null_dev = 0;
-  if (!null_device(&null_dev)) {
-    r.errors.push_back(std::string(kNull) + " is not a character device");
-    return r;
-  }
+  if (!null_device(&null_dev, r)) return r;
   if (::mkdir(dir.c_str(), kDirMode) != 0 && errno != EEXIST) {
     r.errors.push_back(why("mkdir", dir));
     return r;
@@ -63,10 +65,7 @@ DevNodeReport make_dev_nodes(const std::string& dir, unsigned count) {
 DevNodeReport remove_dev_nodes(const std::string& dir, unsigned count) {
   DevNodeReport r;
   dev_t null_dev = 0;
-  if (!null_device(&null_dev)) {
-    r.errors.push_back(std::string(kNull) + " is not a character device");
-    return r;
-  }
+  if (!null_device(&null_dev, r)) return r;
   for (unsigned i = 0; i < count; ++i) {
     const std::string path = dir + "/" + dev_node_name(i);
     struct stat st {};
