@@ -37,6 +37,9 @@ namespace {
 constexpr uint16_t kQueue = 0;
 constexpr std::string_view kTapDriver = "net_tap";
 constexpr std::string_view kMemifDriver = "net_memif";
+// A memif port whose peer left is closed this long after: the interrupt
+// thread finishes its own teardown of the port first (DpdkPort::close).
+constexpr std::chrono::milliseconds kMemifPeerGoneWait{20};
 constexpr std::string_view kAfXdpDriver = "net_af_xdp";
 constexpr std::string_view kAfPacketDriver = "net_af_packet";
 constexpr std::string_view kMemifRoleKey = "role";
@@ -535,6 +538,18 @@ void DpdkPort::close() noexcept {
   }
   if (eal_running() && claimed_) {
     (void)flows_.remove();  // before stop: the rules belong to the started port
+    // memif's teardown (memif_disconnect: free the shared regions, close
+    // their descriptors) runs on the EAL interrupt thread when the peer
+    // leaves, and again in rte_eth_dev_stop, with no lock shared: both at
+    // once freed the regions twice ("EAL: Error: Invalid memory" on the
+    // program's stderr, seen when both peers exited together).  A link
+    // already down means the peer left and that thread is at it or done:
+    // let it finish first.  (A departure that starts during the stop still
+    // races; parking the interrupt thread in an alarm callback instead
+    // registers the alarm source, and its rebuild of the descriptor set at
+    // rte_eal_cleanup then reads the listener handle memif frees without
+    // unregistering it: a memif server crashed at exit.)
+    if (is_memif_ && started_ && !burst_allowed()) std::this_thread::sleep_for(kMemifPeerGoneWait);
     if (started_) rte_eth_dev_stop(port_id_);
     rte_eth_dev_close(port_id_);
     if (is_memif_) note_deferred_close();  // its interrupt thread has work left (eal_shutdown waits)
