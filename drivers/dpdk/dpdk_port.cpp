@@ -598,7 +598,25 @@ uint16_t DpdkPort::guarded_burst(bool rx, rte_mbuf** pkts, uint16_t n) noexcept 
   return rx ? 0 : n;
 }
 
+// The af_packet PMD's TX ring through the qdisc (qdisc_bypass=0): the
+// kernel sends the ring's frames when the PMD's burst calls sendto, and a
+// frame the qdisc or a tc program drops ends that walk (ENOBUFS) with the
+// dropped frame's slot still queued and every frame behind it waiting for
+// the next sendto.  A reliable sender that waits for ACKs sends nothing
+// more, so nothing came until its ACK timeout, whose resend went out
+// behind the stale frames: at 3% frame loss RC ran out of retry_cnt
+// (bench/lossy/run).  So while a walk may have stopped short, every poll
+// kicks the ring again, until a kick drains it.
+void DpdkPort::kick_tx_ring() noexcept {
+  if (::sendto(wait_fd_, nullptr, 0, MSG_DONTWAIT, nullptr, 0) >= 0) {
+    tx_ring_stuck_ = false;
+  } else if (errno != ENOBUFS && errno != EAGAIN && errno != EINTR) {
+    tx_ring_stuck_ = false;  // not a walk cut short (the link went down, ...): the PMD's next burst says
+  }
+}
+
 uint16_t DpdkPort::rx_burst(rte_mbuf** pkts, uint16_t n) {
+  if (tx_ring_stuck_) kick_tx_ring();
   if (rx_) return rx_->rx_burst(pool_, port_id_, pkts, n);
   if (!is_memif_) return rte_eth_rx_burst(port_id_, kQueue, pkts, n);
   if (!burst_allowed()) return 0;
@@ -607,6 +625,12 @@ uint16_t DpdkPort::rx_burst(rte_mbuf** pkts, uint16_t n) {
 
 uint16_t DpdkPort::tx_burst(rte_mbuf** pkts, uint16_t n) {
   if (tx_fd_ >= 0) return packet_tx_burst(pkts, n);
+  if (pmd_sends_ && wait_fd_ >= 0) {
+    errno = 0;
+    const uint16_t sent = rte_eth_tx_burst(port_id_, kQueue, pkts, n);
+    if (errno == ENOBUFS || errno == EAGAIN) tx_ring_stuck_ = true;  // the PMD's sendto (see kick_tx_ring)
+    return sent;
+  }
   if (!is_memif_) return rte_eth_tx_burst(port_id_, kQueue, pkts, n);
   if (!burst_allowed()) return 0;
   return guarded_burst(false, pkts, n);

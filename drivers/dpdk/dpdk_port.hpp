@@ -218,6 +218,7 @@ class DpdkPort final : public Port {
   uint16_t netdev_mtu() const;
   static int find_packet_socket(const std::string& iface, int not_this);
   void open_packet_tx();
+  void kick_tx_ring() noexcept;
   void start_packet_rx(const Devargs& d, const AfPacketRing& ring);
   void open_packet_rx(std::unique_ptr<PacketRx> ring);
   uint16_t packet_tx_burst(rte_mbuf** pkts, uint16_t n);
@@ -254,6 +255,7 @@ class DpdkPort final : public Port {
   bool keep_pool_ = false;     // keep_pool_at_close
   AfPacketRing af_packet_ring_{};  // af_packet: its ring's geometry, else all 0
   bool pmd_sends_ = false;   // af_packet with qdisc_bypass=0: the PMD's own paths (open_packet_tx)
+  bool tx_ring_stuck_ = false;  // pmd_sends_: frames may wait in the PMD's TX ring (kick_tx_ring)
   bool probed_here_ = false;
   bool is_vdev_ = false;
   bool claimed_ = false;     // in the set of open ports
