@@ -257,7 +257,7 @@ Status Devices::use_daemon(std::shared_ptr<drivers::daemon::Link> link) {
   const config::EnvLookup env = config::process_env();
   const config::EnvLookup global = [env](std::string_view name) -> std::optional<std::string> {
     if (name == config::kEnvDevice || name == config::kEnvIp || name == config::kEnvMac || name == config::kEnvMtu ||
-        name == config::kEnvFaults)
+        name == config::kEnvFaults || name == config::kEnvLossRecovery)
       return std::nullopt;
     return env(name);
   };
@@ -282,6 +282,11 @@ Status Devices::use_daemon(std::shared_ptr<drivers::daemon::Link> link) {
     cfg->devices.push_back(std::move(dc));
   }
   if (auto f = env(config::kEnvFaults); f && !f->empty() && !cfg->devices.empty()) cfg->devices.front().faults = *f;
+  if (auto r = env(config::kEnvLossRecovery); r && !r->empty() && !cfg->devices.empty()) {
+    auto mode = config::parse_loss_recovery(*r);
+    if (!mode) return Error{EINVAL, std::string(config::kEnvLossRecovery) + ": " + mode.error()};
+    cfg->devices.front().loss_recovery = *mode;
+  }
   cfg_ = std::move(*cfg);
   daemon_ = std::move(link);
   return {};
@@ -719,6 +724,7 @@ drivers::Result<std::unique_ptr<Device>> Devices::bring_up(const config::DeviceC
   info.progress = engine_progress(cfg_->progress);
   if (Status st = make_engine(*d, dev, options); !st) return st.error();
   d->rnic_ = std::make_unique<rnic::Rnic>(*d->engine_, dev.name);
+  d->rnic_->set_selective_repeat(dev.loss_recovery == config::LossRecovery::kSelective);
   if (dev.kind == config::DeviceKind::kDaemon) {
     const auto it = std::find_if(cfg_->devices.begin(), cfg_->devices.end(),
                                  [&](const config::DeviceConfig& c) { return c.name == dev.name; });

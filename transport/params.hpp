@@ -146,6 +146,19 @@ inline constexpr uint32_t kReqBudget = 64;
 // leaves the cadence to the requester; rxe uses 64).
 inline constexpr uint32_t kMaxPktsPerAckReq = 64;
 
+// Selective repeat (DESIGN.md "Loss recovery on a lossy link";
+// responder side in reorder.cpp).  PSNs past the expected one a responder
+// keeps packets for: the requester's whole window.
+inline constexpr uint32_t kSrHoldPsns = kMaxUnackedPsns;
+// Packets all of a device's responders keep together: a quarter of a
+// port's receive pool (drivers/dpdk kDefaultPoolMbufs, 4095), so that
+// held frames never starve the receive path.  Past it a gap is NAKed the
+// IBA's way and the requester goes back N.
+inline constexpr uint32_t kSrHoldDeviceMax = 1024;
+// A responder keeping packets behind a gap NAKs the gap again after this
+// many more arrive without it (the NAK or the resent packet was lost too).
+inline constexpr uint32_t kSrRenakEvery = 16;
+
 // Responder (responder.cpp).  Packets one READ response burst sends before
 // yielding to the poll loop (a long READ must not flood the port's TX ring
 // or the peer's RX ring).

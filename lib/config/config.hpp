@@ -25,6 +25,7 @@
 //   gids = ["fe80::1", "10.0.0.1"] # explicit GID table entries
 //   pcap = "/tmp/uroce0.pcap"      # overrides the global pcap
 //   faults = "drop=0.01"           # fault spec, parsed by the sim wire
+//   loss_recovery = "selective"    # or "go-back-n" (the default): DESIGN.md "Loss recovery"
 //
 // The environment then overrides, in this order (an empty value counts as
 // unset):
@@ -33,6 +34,7 @@
 //   UROCE_IP        comma-separated address/prefix list that REPLACES the
 //                   first device's `addresses`
 //   UROCE_MAC, UROCE_MTU, UROCE_FAULTS   the first device's mac, mtu, faults
+//   UROCE_LOSS_RECOVERY                  the first device's loss_recovery
 //   UROCE_PCAP      the global pcap; it also clears every device's own pcap,
 //                   so the capture goes where the environment says
 //   UROCE_PROGRESS, UROCE_LOG            the global progress and log
@@ -77,11 +79,19 @@ enum class Hugepages : uint8_t { kAuto, kYes, kNo };
 // kDaemon: a device uroced serves (issue 15): never from a file; the drop-in
 // makes one per device the daemon lists (transport::Devices::use_daemon).
 enum class DeviceKind : uint8_t { kDpdk, kSim, kDaemon };
+// How a reliable QP recovers lost packets.  kGoBackN: RoCEv2's own, and
+// the wire is the IBA's to the bit.  kSelective: offered to the peer on
+// every request; used only once the peer's NAKs show it keeps what came
+// after a gap (DESIGN.md "Loss recovery"); toward any other peer, go-back-N.
+enum class LossRecovery : uint8_t { kGoBackN, kSelective };
 
 std::string_view to_string(Progress p) noexcept;
 std::string_view to_string(LogLevel l) noexcept;
 std::string_view to_string(Hugepages h) noexcept;
 std::string_view to_string(DeviceKind k) noexcept;
+std::string_view to_string(LossRecovery r) noexcept;
+// "go-back-n" / "selective"; else an error naming the choices.
+Result<LossRecovery, std::string> parse_loss_recovery(std::string_view text);
 
 struct DeviceConfig {
   std::string name;                       // unique; [A-Za-z0-9_-]{1,63}
@@ -94,6 +104,7 @@ struct DeviceConfig {
   std::optional<std::string> pcap;        // unset: Config::pcap
   std::optional<std::string> faults;      // spec text; the sim wire parses it
   std::optional<uint16_t> vlan;           // unset: untagged
+  LossRecovery loss_recovery = LossRecovery::kGoBackN;
 
   friend bool operator==(const DeviceConfig&, const DeviceConfig&) = default;
 };
@@ -155,6 +166,7 @@ inline constexpr std::string_view kEnvIp = "UROCE_IP";
 inline constexpr std::string_view kEnvMac = "UROCE_MAC";
 inline constexpr std::string_view kEnvMtu = "UROCE_MTU";
 inline constexpr std::string_view kEnvFaults = "UROCE_FAULTS";
+inline constexpr std::string_view kEnvLossRecovery = "UROCE_LOSS_RECOVERY";
 inline constexpr std::string_view kEnvPcap = "UROCE_PCAP";
 inline constexpr std::string_view kEnvProgress = "UROCE_PROGRESS";
 inline constexpr std::string_view kEnvLog = "UROCE_LOG";

@@ -91,6 +91,15 @@ Applied apply_faults(std::string_view value, Parsed& p) {
   return Ok{};
 }
 
+Applied apply_loss_recovery(std::string_view value, Parsed& p) {
+  auto dev = first_device(p);
+  if (!dev) return Err{std::move(dev).error()};
+  auto r = parse_enum(kLossRecoveryNames, value);
+  if (!r) return Err{std::move(r).error()};
+  (*dev)->loss_recovery = *r;
+  return Ok{};
+}
+
 Applied apply_pcap(std::string_view value, Parsed& p) {
   auto path = check_path(value);
   if (!path) return Err{std::move(path).error()};
@@ -122,7 +131,8 @@ struct EnvOverride {
 constexpr std::array kEnvOverrides{
     EnvOverride{kEnvDevice, apply_device},     EnvOverride{kEnvIp, apply_ip},
     EnvOverride{kEnvMac, apply_mac},           EnvOverride{kEnvMtu, apply_mtu},
-    EnvOverride{kEnvFaults, apply_faults},     EnvOverride{kEnvPcap, apply_pcap},
+    EnvOverride{kEnvFaults, apply_faults},     EnvOverride{kEnvLossRecovery, apply_loss_recovery},
+    EnvOverride{kEnvPcap, apply_pcap},
     EnvOverride{kEnvProgress, apply_progress}, EnvOverride{kEnvLog, apply_log},
 };
 

@@ -26,6 +26,10 @@ std::string range_text(int64_t lo, int64_t hi) { return std::to_string(lo) + "..
 std::string_view to_string(Progress p) noexcept { return enum_name(kProgressNames, p); }
 std::string_view to_string(LogLevel l) noexcept { return enum_name(kLogLevelNames, l); }
 std::string_view to_string(Hugepages h) noexcept { return enum_name(kHugepagesNames, h); }
+std::string_view to_string(LossRecovery r) noexcept { return enum_name(kLossRecoveryNames, r); }
+Result<LossRecovery, std::string> parse_loss_recovery(std::string_view text) {
+  return parse_enum(kLossRecoveryNames, text);
+}
 std::string_view to_string(DeviceKind k) noexcept {
   return k == DeviceKind::kDaemon ? "daemon" : enum_name(kDeviceKindNames, k);
 }

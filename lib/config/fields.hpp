@@ -37,6 +37,10 @@ inline constexpr std::array kHugepagesNames{
     EnumName<Hugepages>{Hugepages::kYes, "yes"},
     EnumName<Hugepages>{Hugepages::kNo, "no"},
 };
+inline constexpr std::array kLossRecoveryNames{
+    EnumName<LossRecovery>{LossRecovery::kGoBackN, "go-back-n"},
+    EnumName<LossRecovery>{LossRecovery::kSelective, "selective"},
+};
 inline constexpr std::array kDeviceKindNames{
     EnumName<DeviceKind>{DeviceKind::kDpdk, "dpdk"},
     EnumName<DeviceKind>{DeviceKind::kSim, "sim"},

@@ -190,6 +190,9 @@ Status read_gids(const At& at, DeviceConfig& d) {
 }
 Status read_device_pcap(const At& at, DeviceConfig& d) { return assign(read_text(at, check_path), d.pcap); }
 Status read_faults(const At& at, DeviceConfig& d) { return assign(read_text(at, check_faults), d.faults); }
+Status read_loss_recovery(const At& at, DeviceConfig& d) {
+  return assign(read_enum(at, kLossRecoveryNames), d.loss_recovery);
+}
 Status read_vlan(const At& at, DeviceConfig& d) {
   return assign_as<uint16_t>(read_integer_in(at, 0, kMaxVlanId), d.vlan);
 }
@@ -205,6 +208,7 @@ constexpr std::array kDeviceFields{
     Field<DeviceConfig>{"pcap", read_device_pcap},
     Field<DeviceConfig>{"faults", read_faults},
     Field<DeviceConfig>{"vlan", read_vlan},
+    Field<DeviceConfig>{"loss_recovery", read_loss_recovery},
 };
 
 Status read_core(const At& at, EalConfig& e) { return assign_as<int>(read_integer_in(at, 0, kMaxLcore), e.core); }

@@ -68,6 +68,7 @@ void write_device(TomlWriter& w, const DeviceConfig& dev) {
   w.list("gids", dev.gids, [](const IpAddr& a) { return to_string(a); });
   w.optional_string("pcap", dev.pcap);
   w.optional_string("faults", dev.faults);
+  if (dev.loss_recovery != LossRecovery::kGoBackN) w.string("loss_recovery", to_string(dev.loss_recovery));
 }
 
 }  // namespace

@@ -16,6 +16,17 @@
 
 namespace uroce::wire {
 
+// uroce's selective repeat (DESIGN.md "Loss recovery on a lossy link"):
+// the top bit of Resv7, which the ICRC covers and every other RoCE sender
+// leaves 0.  On a reliable request: its requester resends only what a
+// selective NAK names.  On a PSN sequence NAK: the responder keeps what
+// arrived after the gap the NAK's PSN starts, kResv7GapMask + 1 PSNs at
+// most long (the low bits: its length - 1); such a NAK acknowledges
+// nothing.
+inline constexpr uint8_t kResv7Selective = 0x40;
+inline constexpr uint8_t kResv7GapMask = 0x3F;
+inline constexpr uint32_t kMaxSelectiveGap = kResv7GapMask + 1;
+
 template <class Byte>
 class BthT : public ByteView<Byte> {
  public:

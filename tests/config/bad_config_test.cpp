@@ -50,7 +50,7 @@ const BadCase kBadCases[] = {
      "t.toml:3:1: device[0].adresses: unknown key; did you mean \"addresses\"?"},
     {"UnknownDeviceKeyListed", DEVICE_HEAD "speed = 100\n", {},
      "t.toml:3:1: device[0].speed: unknown key (known keys: name kind devargs addresses mac mtu gids pcap "
-     "faults vlan)"},
+     "faults vlan loss_recovery)"},
     {"UnknownEalKeySuggested", "[eal]\ncores = 2\n", {}, "t.toml:2:1: eal.cores: unknown key; did you mean \"core\"?"},
     {"UnknownQuotedKey", "[eal]\n\"memory mb\" = 2\n", {},
      "t.toml:2:1: eal.\"memory mb\": unknown key; did you mean \"memory_mb\"?"},
@@ -193,6 +193,10 @@ const BadCase kBadCases[] = {
     {"SimWithDevargs", "[[device]]\nkind = \"sim\"\ndevargs = \"net_ring0\"\n", {},
      "t.toml:3:11: device[0].devargs: a \"sim\" device takes none"},
     {"KindUnknown", DEVICE_HEAD "kind = \"hw\"\n", {}, "t.toml:3:8: device[0].kind: \"hw\" is not \"dpdk\" or \"sim\""},
+    {"LossRecoveryUnknown", DEVICE_HEAD "loss_recovery = \"sack\"\n", {},
+     "t.toml:3:17: device[0].loss_recovery: \"sack\" is not \"go-back-n\" or \"selective\""},
+    {"LossRecoveryNotAString", DEVICE_HEAD "loss_recovery = true\n", {},
+     "t.toml:3:17: device[0].loss_recovery: expected a string (\"go-back-n\" or \"selective\"), got a boolean"},
     {"SamePortTwice", DEVICE_HEAD "[[device]]\ndevargs = \"net_ring0,nodeaction=x\"\n", {},
      "t.toml:4:11: device[1].devargs: DPDK device \"net_ring0\" is already device[0]'s"},
 
@@ -215,6 +219,8 @@ const BadCase kBadCases[] = {
 
     // ---- the environment -----------------------------------------------------------------------
     {"EnvMtuNotANumber", DEVICE_HEAD, {{"UROCE_MTU", "abc"}}, "UROCE_MTU: \"abc\" is not a decimal integer"},
+    {"EnvLossRecoveryUnknown", DEVICE_HEAD, {{"UROCE_LOSS_RECOVERY", "Selective"}},
+     "UROCE_LOSS_RECOVERY: \"Selective\" is not \"go-back-n\" or \"selective\""},
     {"EnvMtuTrailingJunk", DEVICE_HEAD, {{"UROCE_MTU", "1500b"}}, "UROCE_MTU: \"1500b\" is not a decimal integer"},
     {"EnvMtuOutOfRange", DEVICE_HEAD, {{"UROCE_MTU", "12000"}}, "UROCE_MTU: 12000 is out of range 256..9000"},
     {"EnvMtuOverflow", DEVICE_HEAD, {{"UROCE_MTU", "99999999999999999999"}},

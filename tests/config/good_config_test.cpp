@@ -51,6 +51,7 @@ gids = ["fe80::1", "10.0.0.1"]
 pcap = "/tmp/left.pcap"
 faults = "drop=0.01,seed=7"
 vlan = 0
+loss_recovery = "selective"
 
 [[device]]
 devargs = "net_memif0,role=server,socket=/run/x.sock,socket-abstract=no"
@@ -86,6 +87,7 @@ Config full_expected() {
   left.pcap = "/tmp/left.pcap";
   left.faults = "drop=0.01,seed=7";
   left.vlan = 0;
+  left.loss_recovery = LossRecovery::kSelective;
 
   DeviceConfig memif;
   memif.name = "uroce0";  // the first unused default name
@@ -212,6 +214,7 @@ TEST(EnvConfig, EveryVariableWithoutAFile) {
                                  {"UROCE_MAC", "02:00:00:00:00:02"},
                                  {"UROCE_MTU", "4000"},
                                  {"UROCE_FAULTS", "drop=0.5"},
+                                 {"UROCE_LOSS_RECOVERY", "selective"},
                                  {"UROCE_PCAP", "/tmp/env.pcap"},
                                  {"UROCE_PROGRESS", "inline"},
                                  {"UROCE_LOG", "info"}});
@@ -223,6 +226,7 @@ TEST(EnvConfig, EveryVariableWithoutAFile) {
   EXPECT_EQ(d.mac, (wire::MacAddr{0x02, 0, 0, 0, 0, 0x02}));
   EXPECT_EQ(d.mtu, 4000);
   EXPECT_EQ(d.faults, "drop=0.5");
+  EXPECT_EQ(d.loss_recovery, LossRecovery::kSelective);
   EXPECT_EQ(c.pcap, "/tmp/env.pcap");
   EXPECT_EQ(c.progress, Progress::kInline);
   EXPECT_EQ(c.log, LogLevel::kInfo);

@@ -8,6 +8,10 @@
 //   sides (every right; read-only; another PD's; one whose second page was
 //   unmapped after registration); a SEND, a READ and an atomic outstanding
 //   on the RC QP in RTS, so that responses meet a completer with work.
+//   The device offers selective repeat: a request with the BTH's selective
+//   bit past the expected PSN is kept (transport/rnic/reorder.cpp) and a
+//   NAK with it makes the requester resend; frames without the bit take
+//   the IBA's paths as on any device.
 //
 // An input is [flags] then frames, each [length: 2 bytes, big-endian]
 // [bytes].  flags bit 0: make each RoCEv2 frame's ICRC right (else most
@@ -225,6 +229,7 @@ void build_world() {
   g->dev = std::move(*dev);
   g->engine = &g->dev->engine();
   g->rnic = &g->dev->rnic();
+  g->rnic->set_selective_repeat(true);
   g->engine->neighbours().add_static(transport::IpAddr::v4(kIpPeer), g->peer->mac());
   int err = 0;
   g->pd = g->rnic->alloc_pd(&err);

@@ -17,6 +17,8 @@
 // posted with IBV_SEND_FENCE.
 #include <gtest/gtest.h>
 
+#include <tuple>
+
 #include <algorithm>
 #include <cinttypes>
 #include <cstdlib>
@@ -84,7 +86,7 @@ struct QpRun {
 
 class Soak {
  public:
-  Soak(double loss, uint64_t seed, uint64_t ops)
+  Soak(double loss, uint64_t seed, uint64_t ops, bool selective)
       : seed_(seed), ops_(ops), no_read_(env_u64("UROCE_SOAK_NO_READ", 0) != 0), rng_(seed) {
     drivers::FaultSpec f;
     f.drop = loss;
@@ -95,6 +97,7 @@ class Soak {
     f.seed = seed;
     HarnessOptions o;
     o.faults = f;
+    o.selective_repeat = selective;
     // Room for every QP's whole window (kMaxUnackedPsns each) and the READ
     // responses: the soak is about random loss, not switch-buffer
     // overflow (which e2e-ops' 1 MiB READs meet with the default buffer).
@@ -420,22 +423,24 @@ class Soak {
   int failures_ = 0;
 };
 
-class SoakTest : public ::testing::TestWithParam<double> {};
+// The loss rate, and whether both RNICs offer selective repeat.
+class SoakTest : public ::testing::TestWithParam<std::tuple<double, bool>> {};
 
 TEST_P(SoakTest, RandomOpsUnderLoss) {
-  const double loss = GetParam();
+  const auto [loss, selective] = GetParam();
   const uint64_t seed = env_u64("UROCE_SOAK_SEED", 20240601) + static_cast<uint64_t>(loss * 1000);
   const uint64_t ops = env_u64("UROCE_SOAK_OPS", 100000);
   std::printf("soak: loss %.0f%%, seed %" PRIu64 " (UROCE_SOAK_SEED), %" PRIu64 " operations\n", loss * 100, seed, ops);
   SCOPED_TRACE("seed " + std::to_string(seed));
-  Soak s(loss, seed, ops);
+  Soak s(loss, seed, ops, selective);
   s.set_loss(loss);
   s.run();
 }
 
-INSTANTIATE_TEST_SUITE_P(Loss, SoakTest, ::testing::Values(0.01, 0.05),
-                         [](const ::testing::TestParamInfo<double>& i) {
-                           return "Loss" + std::to_string(static_cast<int>(i.param * 100)) + "pct";
+INSTANTIATE_TEST_SUITE_P(Loss, SoakTest, ::testing::Combine(::testing::Values(0.01, 0.05), ::testing::Bool()),
+                         [](const ::testing::TestParamInfo<std::tuple<double, bool>>& i) {
+                           return "Loss" + std::to_string(static_cast<int>(std::get<0>(i.param) * 100)) + "pct" +
+                                  (std::get<1>(i.param) ? "_Selective" : "");
                          });
 
 }  // namespace

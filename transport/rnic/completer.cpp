@@ -4,6 +4,9 @@
 //
 //   CheckPsn     in the outstanding range [comp.psn, psn_hi)?  else a
 //                duplicate or a ghost: dropped and counted
+//   SelectiveNak a uroce responder's NAK that names a gap it kept packets
+//                after (DESIGN.md "Loss recovery on a lossy link"): only
+//                the gap is sent again; it acknowledges nothing
 //   ImpliedAcks  every SEND/WRITE WQE ending before the PSN is done
 //                (IBA 9.7.5.1.4: a later response implies their ACK); a
 //                READ/atomic ending before it lost its response: retry
@@ -25,6 +28,7 @@
 #include <cstring>
 #include <string_view>
 
+#include "lib/wire/bth.hpp"
 #include "lib/wire/opcode.hpp"
 #include "transport/params.hpp"
 #include "transport/rnic/qp.hpp"
@@ -43,6 +47,7 @@ using transport::params::rnr_timer_ns;
 enum class Step : uint8_t {
   CheckPsn,
   ImpliedAcks,
+  SelectiveNak,
   Dispatch,
   Ack,
   ReadResp,
@@ -94,6 +99,15 @@ void retire(Qp& qp, SendWqe& w) noexcept {
   if (w.rd_atomic() && qp.req.rd_atomic_inflight > 0) --qp.req.rd_atomic_inflight;
 }
 
+// Taken only from a device that offers selective repeat itself: any other
+// NAK, with or without the bit, is the IBA's.
+bool selective_nak(const Ctx& x) noexcept {
+  if (!x.qp.rnic().selective_repeat() || x.info.op().op != wire::Operation::Ack) return false;
+  const wire::BthC bth(x.frame + x.info.bth_off);
+  return (bth.resv7() & wire::kResv7Selective) != 0 && aeth(x).type() == wire::AckType::Nak &&
+         aeth(x).value() == static_cast<uint8_t>(wire::NakCode::PsnSequenceError);
+}
+
 Step check_psn(Ctx& x) {
   // (The QP's state — RTS or SQD — was the receive dispatcher's check.)
   // Responses of the QP's own transport: RC's to an RC QP, XRC's to an
@@ -113,7 +127,15 @@ Step check_psn(Ctx& x) {
     ctr(x).inc(RnicCtr::drop_resp_unexpected);
     return Step::Drop;
   }
-  return Step::ImpliedAcks;
+  return selective_nak(x) ? Step::SelectiveNak : Step::ImpliedAcks;
+}
+
+Step on_selective_nak(Ctx& x) {
+  ctr(x).inc(RnicCtr::seq_naks_rcvd);
+  ctr(x).inc(RnicCtr::sr_naks_rcvd);
+  const uint32_t len = (wire::BthC(x.frame + x.info.bth_off).resv7() & wire::kResv7GapMask) + 1u;
+  requester_resend(x.engine, x.qp, x.psn, len);
+  return Step::Done;
 }
 
 Step implied_acks(Ctx& x) {
@@ -357,6 +379,7 @@ void completer_rx(transport::Engine& engine, Qp& qp, transport::RoceRx& pkt) noe
     switch (s) {
       case Step::CheckPsn: s = check_psn(x); break;
       case Step::ImpliedAcks: s = implied_acks(x); break;
+      case Step::SelectiveNak: s = on_selective_nak(x); break;
       case Step::Dispatch: s = dispatch(x); break;
       case Step::Ack: s = on_ack(x); break;
       case Step::ReadResp: s = on_read_resp(x); break;

@@ -19,6 +19,7 @@
 #include <cstring>
 
 #include "lib/util/stamps.hpp"
+#include "lib/wire/bth.hpp"
 #include "lib/wire/opcode.hpp"
 #include "transport/params.hpp"
 #include "transport/rnic/completer.hpp"
@@ -162,14 +163,14 @@ Start start_wqe(Qp& qp, SendWqe& w) noexcept {
 // bytes, or the SGEs through the WQE's cursor (each packet continues where
 // the last one ended: a message costs O(packets + SGEs)).  False when an
 // SGE no longer translates (deregistered or unmapped since the WQE's check).
-bool gather(Qp& qp, SendWqe& w, uint64_t off, uint8_t* buf, uint64_t len) noexcept {
+bool gather(Qp& qp, SendWqe& w, uint64_t off, uint8_t* buf, uint64_t len, SgeCursor* cursor) noexcept {
   if (len == 0) return true;
   if ((w.send_flags & IBV_SEND_INLINE) != 0) {
     if (off + len > w.length || off + len > kMaxInlineData) return false;
     std::memcpy(buf, w.inline_bytes() + off, len);
     return true;
   }
-  return sge_gather(qp.rnic(), qp.pd(), {w.sge, w.num_sge}, off, buf, len, 0, &w.cursor);
+  return sge_gather(qp.rnic(), qp.pd(), {w.sge, w.num_sge}, off, buf, len, 0, cursor);
 }
 
 enum class Emit : uint8_t {
@@ -178,10 +179,12 @@ enum class Emit : uint8_t {
   Failed,  // the payload could not be gathered: the WQE failed (LOC_PROT_ERR), the send queue with it
 };
 
-// Build and send one request packet of `w` at r.next_psn.  `off` is the
-// message offset of its payload (SEND/WRITE) or of the remaining READ.
-Emit emit(transport::Engine& engine, Qp& qp, SendWqe& w, Seg seg, uint64_t off, uint32_t len,
-          bool ack_req) noexcept {
+// Build and send one request packet of `w` at `psn`.  `off` is the
+// message offset of its payload (SEND/WRITE) or of the remaining READ;
+// `cursor` the WQE's own (the next packet in order) or none (a selective
+// resend: the gather seeks).
+Emit emit(transport::Engine& engine, Qp& qp, SendWqe& w, Seg seg, uint64_t off, uint32_t len, bool ack_req,
+          Psn psn, SgeCursor* cursor) noexcept {
   ReqState& r = qp.req;
   const WrInfo& ops = wr_info(w.opcode);
   const uint8_t opcode = static_cast<uint8_t>(transport_base(qp) | ops.code[static_cast<size_t>(seg)]);
@@ -196,8 +199,10 @@ Emit emit(transport::Engine& engine, Qp& qp, SendWqe& w, Seg seg, uint64_t off, 
   tx_fill_path(engine, path, qp.attrs().sport, d);
   d.udp_checksum = 0;  // RoCEv2 sends 0 (A17.4.3)
   d.opcode = opcode;
-  d.psn = r.next_psn;
+  d.psn = psn;
   d.ack_req = ack_req;
+  // Selective repeat offered (DESIGN.md "Loss recovery on a lossy link").
+  if (qp.reliable() && qp.rnic().selective_repeat()) d.resv7 = wire::kResv7Selective;
   d.se = info.last && (w.send_flags & IBV_SEND_SOLICITED) != 0;
   d.dest_qp = ud ? w.remote_qpn : Qpn(qp.attrs().dest_qp_num);
   if (qp.is_gsi()) d.pkey = kDefaultPkey;  // GSI MADs go with the default P_Key (IBA chapter 13)
@@ -228,7 +233,7 @@ Emit emit(transport::Engine& engine, Qp& qp, SendWqe& w, Seg seg, uint64_t off, 
   if (info.invalidate) d.ieth_rkey = Rkey(w.imm_data);  // invalidate_rkey shares the field
   const uint32_t payload = info.has(wire::kHdrPayload) ? len : 0;
   const TxResult sent =
-      tx_frame(engine, m, path, d, payload, [&](uint8_t* dst) { return gather(qp, w, off, dst, payload); });
+      tx_frame(engine, m, path, d, payload, [&](uint8_t* dst) { return gather(qp, w, off, dst, payload, cursor); });
   if (sent == TxResult::CopyFault) {
     // An SGE deregistered or unmapped since the WQE's check (IBA 10.6.3:
     // local protection error); nothing is sent in its place.
@@ -244,7 +249,7 @@ Emit emit(transport::Engine& engine, Qp& qp, SendWqe& w, Seg seg, uint64_t off, 
   switch (sent) {
     case TxResult::Sent:
       ctr.inc(RnicCtr::req_pkts);
-      if (distance(r.next_psn, r.psn_hi) < 0) ctr.inc(RnicCtr::req_retrans_pkts);
+      if (distance(psn, r.psn_hi) < 0) ctr.inc(cursor != nullptr ? RnicCtr::req_retrans_pkts : RnicCtr::sr_resent_pkts);
       break;
     case TxResult::TooLong:
       ctr.inc(RnicCtr::drop_tx_too_long);
@@ -414,7 +419,7 @@ void requester_run(transport::Engine& engine, Qp& qp) noexcept {
     }
     const bool window_full = rc && distance(r.next_psn + 1, c.psn) >= static_cast<int32_t>(win);
     const bool ack_req = rc && ack_req_needed(qp, w, ops, p.last(), window_full, solicit);
-    const Emit e = emit(engine, qp, w, p.seg, p.off, p.len, ack_req);
+    const Emit e = emit(engine, qp, w, p.seg, p.off, p.len, ack_req, r.next_psn, &w.cursor);
     if (e == Emit::Failed) return;
     if (e == Emit::NoMbuf) {
       kick_soon(engine, qp, kNoBufferRetryNs);
@@ -466,6 +471,51 @@ void requester_rewind(Qp& qp) noexcept {
     if (w.local_op()) continue;  // carried out once, when first reached
     w.sent = std::min<uint64_t>(static_cast<uint64_t>(in) * mtu, w.length);
     w.state = WqeState::Sending;  // the gather cursor seeks to w.sent on the next packet
+  }
+}
+
+namespace {
+
+// The packet of `w` at `psn` again, as it went the first time: a SEND or
+// WRITE's segment at its offset; a READ's or an atomic's request only for
+// its first PSN (the rest of a READ's PSNs are its responses').
+bool resend_one(transport::Engine& engine, Qp& qp, SendWqe& w, Psn psn, bool ack_req) noexcept {
+  const WrInfo& ops = wr_info(w.opcode);
+  if (w.local_op() || distance(psn, w.first_psn) < 0) return true;
+  Seg seg = Seg::Only;
+  uint64_t off = 0;
+  uint32_t len = 0;
+  if (ops.multi && !is_ud(qp)) {
+    const uint32_t mtu = pmtu(qp);
+    off = static_cast<uint64_t>(distance(psn, w.first_psn)) * mtu;
+    if (off > w.length || (off == w.length && w.length != 0)) return true;
+    len = static_cast<uint32_t>(std::min<uint64_t>(mtu, w.length - off));
+    const bool first = off == 0;
+    const bool last = off + len == w.length;
+    seg = first ? (last ? Seg::Only : Seg::First) : (last ? Seg::Last : Seg::Middle);
+  } else if (psn != w.first_psn) {
+    return true;
+  }
+  return emit(engine, qp, w, seg, off, len, ack_req, psn, nullptr) == Emit::Sent;
+}
+
+}  // namespace
+
+void requester_resend(transport::Engine& engine, Qp& qp, Psn from, uint32_t n) noexcept {
+  UROCE_ASSERT_ENGINE(engine);
+  ReqState& r = qp.req;
+  const CompState& c = qp.comp;
+  const ibv_qp_state st = qp.state();
+  if (!qp.reliable() || (st != IBV_QPS_RTS && st != IBV_QPS_SQD) || c.rnr_wait) return;
+  uint32_t idx = c.wqe_idx;
+  if (sq_before(idx, qp.sq.head())) idx = qp.sq.head();
+  // Only what this pass sent: past r.next_psn the requester sends anyway.
+  uint32_t left = std::min<uint32_t>(n, static_cast<uint32_t>(std::max(0, distance(r.next_psn, from))));
+  for (Psn psn = from; left > 0; psn += 1, --left) {
+    if (distance(psn, c.psn) < 0) continue;  // acknowledged since
+    while (sq_before(idx, r.wqe_hi) && distance(qp.sq.slot(idx).last_psn, psn) < 0) ++idx;
+    if (!sq_before(idx, r.wqe_hi)) return;
+    if (!resend_one(engine, qp, qp.sq.slot(idx), psn, /*ack_req=*/left == 1)) return;  // no buffer: the NAK comes again
   }
 }
 

@@ -44,6 +44,11 @@ void requester_run(transport::Engine& engine, Qp& qp) noexcept;
 // (comp.psn) — on a PSN-sequence NAK, a local ACK timeout or after an RNR
 // wait.
 void requester_rewind(Qp& qp) noexcept;
+// [engine] Selective repeat: send [from, from + n) again, each packet as
+// it first went (the last asks for an ACK), nothing else; what the
+// requester sends next does not change.  PSNs at or past next_psn are
+// left to the requester's own pass.
+void requester_resend(transport::Engine& engine, Qp& qp, Psn from, uint32_t n) noexcept;
 // [engine] The send window after a loss: halved on a sequence NAK's
 // go-back-N, the minimum after an ACK timeout; regrown by acknowledged PSNs.
 enum class LossSignal : uint8_t { SeqNak, AckTimeout };

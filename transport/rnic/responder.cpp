@@ -62,7 +62,7 @@ int flush_rights(uint32_t feth) noexcept {
 
 // A response's opcode: `code` in the QP's transport block (an XRC receive
 // QP answers with XRC's, annex A14).
-uint8_t resp_opcode(const Qp& qp, uint8_t code) noexcept {
+uint8_t resp_opcode(const Qp& qp, uint8_t code) noexcept {  // NOLINT: declared in responder_internal.hpp
   return static_cast<uint8_t>((qp.type() == IBV_QPT_XRC_RECV ? wire::op::kXrcBase : wire::op::kRcBase) | code);
 }
 
@@ -698,6 +698,7 @@ void process(transport::Engine& engine, Qp& qp, transport::RoceRx& pkt) noexcept
        pkt.info.payload_len};
   r.srq = qp.srq();
   r.pd = qp.pd();
+  r.m = pkt.m;
   Step step = Step::CheckQp;
   for (;;) {
     switch (step) {
@@ -725,6 +726,7 @@ void process(transport::Engine& engine, Qp& qp, transport::RoceRx& pkt) noexcept
         continue;
       case Step::Rnr: step = rnr(r); continue;
       case Step::Fault: step = fault(r); continue;
+      case Step::Hold: return;
       case Step::Done:
         rte_pktmbuf_free(pkt.m);
         return;
@@ -765,6 +767,7 @@ void resume(transport::Engine& engine, Qp& qp) noexcept {
     --s.backlog_count;
     process(engine, qp, pkt);
   }
+  if (s.reorder.held > 0) reorder_drain(engine, qp);
 }
 
 void on_kick(Timer& t, uint64_t) noexcept {
@@ -781,6 +784,7 @@ void responder_rx(transport::Engine& engine, Qp& qp, transport::RoceRx& pkt) noe
   RespState& s = qp.resp;
   if (!s.stream.active) {
     process(engine, qp, pkt);
+    if (s.reorder.held > 0) reorder_drain(engine, qp);
     return;
   }
   // A READ response is streaming: nothing may overtake it.
@@ -798,6 +802,13 @@ void responder_reset(Qp& qp) noexcept {
   stop_stream(qp.rnic().engine(), qp);
   if (qp.resp.backlog.size() != kRespBacklog) qp.resp.backlog.assign(kRespBacklog, RespState::Deferred{});
   RespState& s = qp.resp;
+  reorder_clear(qp);
+  // Only a device that offers selective repeat keeps packets, and only
+  // for a reliable QP: nobody else pays the ring's memory.
+  const bool keeps = qp.rnic().selective_repeat() && (qp.type() == IBV_QPT_RC || qp.type() == IBV_QPT_XRC_RECV);
+  if (keeps && s.reorder.ring.size() != transport::params::kSrHoldPsns) {
+    s.reorder.ring.assign(transport::params::kSrHoldPsns, nullptr);
+  }
   s.epsn = Psn(qp.attrs().rq_psn);
   s.ack_psn = s.epsn;
   s.msn = Msn(0);
@@ -816,6 +827,7 @@ void responder_reset(Qp& qp) noexcept {
 void responder_stop(Qp& qp, transport::Engine& engine) noexcept {
   UROCE_ASSERT_ENGINE(engine);
   stop_stream(engine, qp);
+  reorder_clear(qp);
 }
 
 void responder_bind(Qp& qp) noexcept {
@@ -827,6 +839,7 @@ void responder_flush(Qp& qp) noexcept {
   UROCE_ASSERT_ENGINE(qp.rnic().engine());
   RespState& s = qp.resp;
   stop_stream(qp.rnic().engine(), qp);
+  reorder_clear(qp);
   abandon_message(s);
   if (!s.have_srq_wqe) return;
   Cq* cq = recv_cq_of(qp, s.wqe_srq);

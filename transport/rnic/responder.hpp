@@ -101,6 +101,17 @@ struct RespState {
   std::vector<Deferred> backlog;  // ring of params::kRespBacklog
   uint32_t backlog_head = 0;
   uint32_t backlog_count = 0;
+  // Selective repeat (reorder.cpp): requests that came after a gap from a
+  // requester that offers it, kept until the gap fills.  `ring` is indexed
+  // by PSN modulo its size (params::kSrHoldPsns; empty when the device
+  // does not offer selective repeat); a kept PSN lies in [epsn, hi).
+  struct Reorder {
+    std::vector<rte_mbuf*> ring;
+    uint32_t held = 0;
+    Psn hi{};        // one past the highest PSN kept (while held > 0)
+    Psn nak_hi{};    // the gaps below this were NAKed selectively
+    uint32_t since_nak = 0;  // packets kept since the last NAK for the first gap
+  } reorder;
 };
 
 
@@ -109,6 +120,9 @@ struct RespState {
 void responder_rx(transport::Engine& engine, Qp& qp, transport::RoceRx& pkt) noexcept;
 // Reset the responder (RESET/INIT; epsn from rq_psn at INIT->RTR).
 void responder_reset(Qp& qp) noexcept;
+// [engine] Drop the requests kept after a gap (reorder.cpp), if any: the
+// QP is reset, failed or destroyed.
+void reorder_clear(Qp& qp) noexcept;
 // [engine] The QP went to ERR: complete the SRQ receive WQE the responder
 // holds for a message under way (if any) with IBV_WC_WR_FLUSH_ERR.
 // Qp::to_error calls it before flushing the RQ.

@@ -61,6 +61,7 @@ Step check_psn(Rx& r) noexcept {
     case Transport::RC:
     case Transport::XRC: {
       const int32_t d = distance(r.psn, s.epsn);
+      if (d > 0 && !s.reorder.ring.empty() && (r.bth().resv7() & wire::kResv7Selective) != 0) return reorder_hold(r);
       if (d > 0) {
         r.ctr.inc(RnicCtr::drop_psn_out_of_seq);
         if (s.nak_sent) return Step::Done;

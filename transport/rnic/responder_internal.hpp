@@ -15,6 +15,7 @@
 #include "lib/wire/ext.hpp"
 #include "lib/wire/grh.hpp"
 #include "lib/wire/opcode.hpp"
+#include "lib/wire/build.hpp"
 #include "lib/wire/pkt.hpp"
 #include "transport/engine.hpp"
 #include "transport/params.hpp"
@@ -64,6 +65,7 @@ enum class Step : uint8_t {
   Acknowledge,
   Duplicate,
   NakPsnSeq,
+  Hold,  // kept for after a gap (reorder.cpp): the mbuf is the QP's now
   Rnr,
   Fault,
   Done,
@@ -150,6 +152,7 @@ struct Rx {
   // SRQ's, nullptr while there is none).
   Srq* srq = nullptr;
   const Pd* pd = nullptr;
+  rte_mbuf* m = nullptr;      // the packet's buffer (reorder_hold keeps it)
 
   wire::BthC bth() const noexcept { return wire::BthC(frame + pi.bth_off); }
   template <class View>
@@ -189,6 +192,11 @@ constexpr int ibv_rights(uint8_t right) noexcept {
 
 // ---- shared between the files -------------------------------------------------------
 // responder.cpp
+uint8_t resp_opcode(const Qp& qp, uint8_t code) noexcept;
+wire::PktDesc response_desc(const transport::Engine& engine, Qp& qp, uint8_t opcode, Psn psn) noexcept;
+// One request through the checks and its execution.  Consumes the mbuf
+// (or keeps it: Step::Hold).
+void process(transport::Engine& engine, Qp& qp, transport::RoceRx& pkt) noexcept;
 int flush_rights(uint32_t feth) noexcept;
 RecvWqe* current_wqe(Rx& r) noexcept;
 RecvWqe* take_wqe(Rx& r) noexcept;
@@ -209,5 +217,15 @@ Step rkey_read(Rx& r) noexcept;
 Step rkey_atomic(Rx& r) noexcept;
 Step rkey_atomic_write(Rx& r) noexcept;
 Step rkey_flush(Rx& r) noexcept;
+// reorder.cpp: selective repeat's responder side
+// A request beyond the expected PSN whose requester offers selective
+// repeat (the BTH's kResv7Selective), on a QP that keeps packets: kept
+// (Step::Hold) when the ring and the device's budget have room, a new gap
+// NAKed selectively; else the IBA's way (one PSN sequence NAK per gap).
+Step reorder_hold(Rx& r) noexcept;
+// After a request was carried out: the kept ones that now follow in
+// order, each through process() as if it had just come; a gap left behind
+// the expected PSN that was never NAKed is NAKed.
+void reorder_drain(transport::Engine& engine, Qp& qp) noexcept;
 
 }  // namespace uroce::rnic::resp

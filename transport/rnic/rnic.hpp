@@ -51,6 +51,11 @@ namespace uroce::rnic {
   X(rnr_naks_rcvd, "RNR NAKs received")                                                     \
   X(seq_naks_sent, "PSN sequence error NAKs sent")                                          \
   X(seq_naks_rcvd, "PSN sequence error NAKs received")                                      \
+  X(sr_kept_pkts, "requests past a gap kept for when it fills (selective repeat)")          \
+  X(sr_no_room, "requests past a gap not kept (ring or device budget full): NAKed the IBA's way") \
+  X(sr_naks_sent, "selective NAKs sent (a gap, what came after it kept)")                   \
+  X(sr_naks_rcvd, "selective NAKs received")                                                \
+  X(sr_resent_pkts, "request packets sent again because a selective NAK named them")        \
   X(dup_requests, "duplicate requests received (re-ACKed or replayed)")                     \
   X(retry_exceeded, "QPs that exhausted retry_cnt")                                         \
   X(replay_head_lost, "go-back-N retries started again: the replay's first response was lost") \
@@ -166,6 +171,15 @@ class Rnic final : public transport::RoceSink {
       --active_senders_;
     }
   }
+  // Selective repeat (DESIGN.md "Loss recovery"): this device's reliable
+  // requests offer it, and its responders keep what arrives after a gap
+  // from a requester that offers it.  Set once, before any QP exists.
+  void set_selective_repeat(bool on) noexcept { selective_repeat_ = on; }
+  bool selective_repeat() const noexcept { return selective_repeat_; }
+  // [engine] Request packets the device's responders hold after a gap,
+  // all QPs together (at most params::kSrHoldDeviceMax).
+  uint32_t held_packets() const noexcept { return held_packets_; }
+  void add_held(int32_t n) noexcept { held_packets_ = static_cast<uint32_t>(static_cast<int32_t>(held_packets_) + n); }
   // The GID index holding `addr`, or -1.
   int find_gid(const wire::Ipv6Addr& addr) const noexcept;
   // A QP's / AH's path from ibv_ah_attr (is_global and a valid sgid_index
@@ -407,6 +421,8 @@ class Rnic final : public transport::RoceSink {
   std::vector<std::unique_ptr<Qp>> qps_;
   std::vector<std::unique_ptr<Ah>> ahs_;
   uint32_t active_senders_ = 0;  // [engine] see active_senders()
+  bool selective_repeat_ = false;
+  uint32_t held_packets_ = 0;    // [engine] see held_packets()
   std::vector<std::unique_ptr<Xrcd>> xrcds_;
   uint32_t next_xrcd_ = 1;
   ZeroedArray<Mr*> key_table_;                  // index = key >> 8 (kMaxMr)
