@@ -47,8 +47,8 @@ Harness::Harness(const HarnessOptions& options)
   make_node(a_, 0, kIpA, 1, options.pcap_a);
   make_node(b_, 1, kIpB, 2, "");
   if (!a_.rnic || !b_.rnic) return;
-  a_.rnic->set_selective_repeat(options.selective_repeat);
-  b_.rnic->set_selective_repeat(options.selective_repeat);
+  a_.rnic->set_selective_repeat(options.selective_repeat_a);
+  b_.rnic->set_selective_repeat(options.selective_repeat_b);
   if (options.resolve_neighbours) {
     resolve(a_, b_);
     resolve(b_, a_);

@@ -60,8 +60,9 @@ struct HarnessOptions {
   // The switch's buffer per link (frames); past it the wire drops
   // (queue_full), as a switch would.
   uint32_t link_queue_frames = drivers::sim::kDefaultLinkQueueFrames;
-  // Both RNICs offer selective repeat (Rnic::set_selective_repeat).
-  bool selective_repeat = false;
+  // Which RNICs offer selective repeat (Rnic::set_selective_repeat).
+  bool selective_repeat_a = false;
+  bool selective_repeat_b = false;
 };
 
 // What connect() sets on a QP.

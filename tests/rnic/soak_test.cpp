@@ -97,7 +97,7 @@ class Soak {
     f.seed = seed;
     HarnessOptions o;
     o.faults = f;
-    o.selective_repeat = selective;
+    o.selective_repeat_a = o.selective_repeat_b = selective;
     // Room for every QP's whole window (kMaxUnackedPsns each) and the READ
     // responses: the soak is about random loss, not switch-buffer
     // overflow (which e2e-ops' 1 MiB READs meet with the default buffer).
