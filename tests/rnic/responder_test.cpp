@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "tests/common/test_util.hpp"
+#include "lib/wire/bth.hpp"
 #include "lib/wire/build.hpp"
 #include "lib/wire/ext.hpp"
 #include "lib/wire/ipv4.hpp"
@@ -401,6 +402,105 @@ TEST_F(Responder, SendWithInvalidateOfAnUnknownKeyIsRefused) {
   ASSERT_GE(wcs.size(), 1u);
   EXPECT_EQ(wcs[0].status, IBV_WC_REM_INV_REQ_ERR) << wc_status_name(wcs[0].status);
   EXPECT_EQ(q->state(), IBV_QPS_ERR);
+}
+
+// ---- selective repeat (reorder.cpp) ----------------------------------------------------------
+
+// What a requester offering selective repeat sends past a gap is kept: the
+// gap is NAKed once, with the bit and its length; nothing is carried out
+// early; the missing packets make all four complete, in order.
+TEST_F(Responder, SelectiveKeepsWhatComesAfterAGapAndCarriesItOutInOrder) {
+  rnic_->set_selective_repeat(true);
+  Qp* q = make_qp(IBV_QPT_RC);
+  ASSERT_NE(q, nullptr);
+  Buffer buf = buffer(4 * 256, IBV_ACCESS_LOCAL_WRITE, 0xEE);
+  for (uint64_t i = 0; i < 4; ++i) {
+    const ibv_sge sge = buf.sge(i * 256, 256);
+    ASSERT_EQ(post_recv(q, i, {&sge, 1}), 0);
+  }
+  auto sr = [&](uint32_t psn, uint64_t seed, bool ack_req) {
+    wire::PktDesc d = send(q, op::RC_SEND_ONLY, psn, pattern(100, seed), ack_req);
+    d.resv7 = wire::kResv7Selective;
+    return d;
+  };
+  inject(sr(kRqPsn + 2, 3, false));
+  inject(sr(kRqPsn + 3, 4, true));  // a gap of two (kRqPsn, kRqPsn + 1): 3 and 4 are kept
+  auto rs = responses();
+  ASSERT_EQ(rs.size(), 1u) << "one NAK for the gap, nothing for the packet after it";
+  EXPECT_EQ(rs[0].syndrome(), nak(NakCode::PsnSequenceError));
+  EXPECT_EQ(rs[0].psn(), kRqPsn);
+  EXPECT_EQ(wire::BthC(rs[0].bytes.data() + rs[0].pi.bth_off).resv7(), wire::kResv7Selective | 1);
+  EXPECT_TRUE(cqes().empty()) << "carried out before the gap filled";
+  EXPECT_EQ(rnic_->held_packets(), 2u);
+  EXPECT_EQ(rnic_->counters().get(RnicCtr::sr_kept_pkts), 2u);
+
+  inject(sr(kRqPsn, 1, false));
+  EXPECT_TRUE(responses().empty()) << "the second missing PSN is NAKed already";
+  inject(sr(kRqPsn + 1, 2, false));
+  expect_ack(kAckUnlimited, kRqPsn + 3, 4);  // the kept packet with AckReq, now carried out
+  auto wcs = cqes();
+  ASSERT_EQ(wcs.size(), 4u);
+  for (uint64_t i = 0; i < 4; ++i) {
+    EXPECT_EQ(wcs[i].wr_id, i);
+    EXPECT_EQ(wcs[i].status, IBV_WC_SUCCESS);
+    EXPECT_EQ(first_diff(buf.bytes(i * 256, 100), pattern(100, i + 1)), -1) << "SEND " << i;
+  }
+  EXPECT_EQ(rnic_->held_packets(), 0u);
+}
+
+// The same gap from a requester that does not offer it (no bit): the
+// IBA's way, one plain NAK and the packet dropped.
+TEST_F(Responder, SelectiveDeviceAnswersAPlainRequesterTheIbasWay) {
+  rnic_->set_selective_repeat(true);
+  Qp* q = make_qp(IBV_QPT_RC);
+  ASSERT_NE(q, nullptr);
+  inject(send(q, op::RC_SEND_ONLY, kRqPsn + 1, pattern(100, 1)));
+  auto rs = responses();
+  ASSERT_EQ(rs.size(), 1u);
+  EXPECT_EQ(rs[0].syndrome(), nak(NakCode::PsnSequenceError));
+  EXPECT_EQ(rs[0].psn(), kRqPsn);
+  EXPECT_EQ(wire::BthC(rs[0].bytes.data() + rs[0].pi.bth_off).resv7(), 0) << "a NAK with the bit to a plain peer";
+  EXPECT_EQ(rnic_->held_packets(), 0u);
+}
+
+// A device that does not offer it keeps nothing, whatever the bit says.
+TEST_F(Responder, PlainDeviceIgnoresTheSelectiveBit) {
+  Qp* q = make_qp(IBV_QPT_RC);
+  ASSERT_NE(q, nullptr);
+  wire::PktDesc d = send(q, op::RC_SEND_ONLY, kRqPsn + 1, pattern(100, 1));
+  d.resv7 = wire::kResv7Selective;
+  inject(d);
+  auto rs = responses();
+  ASSERT_EQ(rs.size(), 1u);
+  EXPECT_EQ(wire::BthC(rs[0].bytes.data() + rs[0].pi.bth_off).resv7(), 0);
+  EXPECT_EQ(rnic_->held_packets(), 0u);
+}
+
+// A kept request whose PSN a READ then takes for its responses (a peer
+// that numbers a request inside a READ's range) is passed, never carried
+// out, and the device's count goes back to 0: no packet stays kept.
+TEST_F(Responder, KeptRequestInsideAReadsRangeIsDroppedWhenPassed) {
+  rnic_->set_selective_repeat(true);
+  ConnOpts o;
+  o.mtu = IBV_MTU_256;
+  Qp* q = make_qp(IBV_QPT_RC, o);
+  ASSERT_NE(q, nullptr);
+  Buffer src = buffer(1024, kRemoteAll, 0x5A);
+  Buffer rbuf = buffer(256, IBV_ACCESS_LOCAL_WRITE, 0xEE);
+  const ibv_sge sge = rbuf.sge(0, 256);
+  ASSERT_EQ(post_recv(q, 1, {&sge, 1}), 0);
+  wire::PktDesc inside = send(q, op::RC_SEND_ONLY, kRqPsn + 2, pattern(50, 9), true);
+  inside.resv7 = wire::kResv7Selective;
+  inject(inside);
+  (void)responses();  // its selective NAK
+  EXPECT_EQ(rnic_->held_packets(), 1u);
+  wire::PktDesc rd = read(q, kRqPsn, src.addr(0), src.rkey(), 1024);  // 4 responses: kRqPsn .. kRqPsn + 3
+  rd.resv7 = wire::kResv7Selective;
+  inject(rd);
+  auto rs = responses();
+  EXPECT_EQ(rs.size(), 4u) << "the READ's responses, nothing of the passed SEND";
+  EXPECT_EQ(rnic_->held_packets(), 0u) << "a packet stayed kept";
+  EXPECT_TRUE(cqes().empty()) << "the passed SEND was carried out";
 }
 
 TEST_F(Responder, RnrNakCarriesTheTimerThenSucceeds) {

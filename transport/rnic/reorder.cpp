@@ -62,6 +62,26 @@ void send_selective_nak(transport::Engine& engine, Qp& qp, Psn from, uint32_t le
   ctr.inc(RnicCtr::sr_naks_sent);
 }
 
+// Kept packets that the expected PSN moved past without carrying them out:
+// a READ takes the PSNs of its responses, and a request a peer sent inside
+// them is a duplicate by the time they are passed (never carried out).
+// Only after a jump of more than one PSN, so rarely; each kept packet's PSN
+// is read back from its frame.
+void drop_passed(Qp& qp) noexcept {
+  RespState& s = qp.resp;
+  RespState::Reorder& o = s.reorder;
+  for (rte_mbuf*& m : o.ring) {
+    if (m == nullptr) continue;
+    const wire::PktInfo pi = wire::parse({rte_pktmbuf_mtod(m, const uint8_t*), m->data_len});
+    if (distance(pi.psn, s.epsn) >= 0) continue;
+    rte_pktmbuf_free(m);
+    m = nullptr;
+    --o.held;
+    qp.rnic().add_held(-1);
+    qp.rnic().counters().inc(RnicCtr::dup_requests);
+  }
+}
+
 // The IBA's answer to a packet past the expected PSN (C9-114): one NAK per
 // gap, the packet dropped; the requester goes back N.
 Step plain_sequence_error(Rx& r) noexcept {
@@ -88,6 +108,7 @@ Step reorder_hold(Rx& r) noexcept {
   }
   // A new gap: between the expected PSN (nothing kept yet) or the highest
   // kept one and this packet.
+  o.seen = s.epsn;
   const bool first = o.held == 0;
   const Psn gap_from = first ? s.epsn : o.hi;
   const bool new_gap = first || distance(r.psn, o.hi) > 0;
@@ -112,6 +133,7 @@ Step reorder_hold(Rx& r) noexcept {
 void reorder_drain(transport::Engine& engine, Qp& qp) noexcept {
   RespState& s = qp.resp;
   RespState::Reorder& o = s.reorder;
+  if (distance(s.epsn, o.seen) > 1) drop_passed(qp);
   while (o.held > 0 && !s.stream.active) {
     rte_mbuf*& kept = slot(o, s.epsn);
     if (kept == nullptr) break;
@@ -119,8 +141,11 @@ void reorder_drain(transport::Engine& engine, Qp& qp) noexcept {
     kept = nullptr;
     --o.held;
     qp.rnic().add_held(-1);
+    const Psn before = s.epsn;
     process(engine, qp, pkt);  // may fail the QP: reorder_clear then empties the ring
+    if (o.held > 0 && distance(s.epsn, before) > 1) drop_passed(qp);
   }
+  o.seen = s.epsn;
   if (o.held == 0 || s.stream.active) return;
   // A gap at the expected PSN with packets kept behind it: NAKed when it
   // was first seen, unless it opened past where those NAKs reached (a gap

@@ -110,6 +110,7 @@ struct RespState {
     uint32_t held = 0;
     Psn hi{};        // one past the highest PSN kept (while held > 0)
     Psn nak_hi{};    // the gaps below this were NAKed selectively
+    Psn seen{};      // epsn when packets were last kept or carried out
     uint32_t since_nak = 0;  // packets kept since the last NAK for the first gap
   } reorder;
 };
