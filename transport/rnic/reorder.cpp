@@ -82,15 +82,6 @@ void drop_passed(Qp& qp) noexcept {
   }
 }
 
-// The IBA's answer to a packet past the expected PSN (C9-114): one NAK per
-// gap, the packet dropped; the requester goes back N.
-Step plain_sequence_error(Rx& r) noexcept {
-  r.ctr.inc(RnicCtr::drop_psn_out_of_seq);
-  if (r.s.nak_sent) return Step::Done;
-  r.s.nak_sent = true;
-  return Step::NakPsnSeq;
-}
-
 }  // namespace
 
 Step reorder_hold(Rx& r) noexcept {
@@ -99,16 +90,16 @@ Step reorder_hold(Rx& r) noexcept {
   const auto ahead = static_cast<uint32_t>(distance(r.psn, s.epsn));  // > 0: check_psn's case
   if (ahead >= o.ring.size() || r.rnic.held_packets() >= kSrHoldDeviceMax) {
     r.ctr.inc(RnicCtr::sr_no_room);
-    return plain_sequence_error(r);
+    return sequence_error(r);
   }
   rte_mbuf*& kept = slot(o, r.psn);
   if (kept != nullptr) {  // kept already: a resend crossed the original
     r.ctr.inc(RnicCtr::dup_requests);
     return Step::Done;
   }
+  o.seen = s.epsn;
   // A new gap: between the expected PSN (nothing kept yet) or the highest
   // kept one and this packet.
-  o.seen = s.epsn;
   const bool first = o.held == 0;
   const Psn gap_from = first ? s.epsn : o.hi;
   const bool new_gap = first || distance(r.psn, o.hi) > 0;

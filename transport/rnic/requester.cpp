@@ -287,15 +287,23 @@ struct NextPkt {
   bool last() const noexcept { return seg == Seg::Only || seg == Seg::Last; }
 };
 
+// The segment of a multi-packet SEND or WRITE that starts at message
+// offset `off` (< w.length, or 0 for an empty message).
+NextPkt segment_at(const Qp& qp, const SendWqe& w, uint64_t off) noexcept {
+  NextPkt p;
+  p.off = off;
+  p.len = static_cast<uint32_t>(std::min<uint64_t>(pmtu(qp), w.length - off));
+  const bool first = off == 0;
+  const bool last = off + p.len == w.length;
+  p.seg = first ? (last ? Seg::Only : Seg::First) : (last ? Seg::Last : Seg::Middle);
+  return p;
+}
+
 NextPkt next_packet(const Qp& qp, const SendWqe& w, const WrInfo& ops) noexcept {
   const uint32_t mtu = pmtu(qp);
   NextPkt p;
   if (ops.multi && !is_ud(qp)) {
-    p.off = w.sent;
-    p.len = static_cast<uint32_t>(std::min<uint64_t>(mtu, w.length - p.off));
-    const bool first = p.off == 0;
-    const bool last = p.off + p.len == w.length;
-    p.seg = first ? (last ? Seg::Only : Seg::First) : (last ? Seg::Last : Seg::Middle);
+    p = segment_at(qp, w, w.sent);
   } else if (w.opcode == IBV_WR_RDMA_READ) {
     const uint64_t psn_off = static_cast<uint32_t>(distance(qp.req.next_psn, w.first_psn));
     p.off = std::min<uint64_t>(psn_off * mtu, w.length);  // a re-request asks only for the rest
@@ -482,21 +490,15 @@ namespace {
 bool resend_one(transport::Engine& engine, Qp& qp, SendWqe& w, Psn psn, bool ack_req) noexcept {
   const WrInfo& ops = wr_info(w.opcode);
   if (w.local_op() || distance(psn, w.first_psn) < 0) return true;
-  Seg seg = Seg::Only;
-  uint64_t off = 0;
-  uint32_t len = 0;
+  NextPkt p;  // a READ's or an atomic's request: Only, from offset 0
   if (ops.multi && !is_ud(qp)) {
-    const uint32_t mtu = pmtu(qp);
-    off = static_cast<uint64_t>(distance(psn, w.first_psn)) * mtu;
+    const uint64_t off = static_cast<uint64_t>(distance(psn, w.first_psn)) * pmtu(qp);
     if (off > w.length || (off == w.length && w.length != 0)) return true;
-    len = static_cast<uint32_t>(std::min<uint64_t>(mtu, w.length - off));
-    const bool first = off == 0;
-    const bool last = off + len == w.length;
-    seg = first ? (last ? Seg::Only : Seg::First) : (last ? Seg::Last : Seg::Middle);
+    p = segment_at(qp, w, off);
   } else if (psn != w.first_psn) {
     return true;
   }
-  return emit(engine, qp, w, seg, off, len, ack_req, psn, nullptr) == Emit::Sent;
+  return emit(engine, qp, w, p.seg, p.off, p.len, ack_req, psn, nullptr) == Emit::Sent;
 }
 
 }  // namespace

@@ -62,7 +62,7 @@ int flush_rights(uint32_t feth) noexcept {
 
 // A response's opcode: `code` in the QP's transport block (an XRC receive
 // QP answers with XRC's, annex A14).
-uint8_t resp_opcode(const Qp& qp, uint8_t code) noexcept {  // NOLINT: declared in responder_internal.hpp
+uint8_t resp_opcode(const Qp& qp, uint8_t code) noexcept {
   return static_cast<uint8_t>((qp.type() == IBV_QPT_XRC_RECV ? wire::op::kXrcBase : wire::op::kRcBase) | code);
 }
 

@@ -51,6 +51,13 @@ Step check_qp(Rx& r) noexcept {
   return Step::CheckPsn;
 }
 
+Step sequence_error(Rx& r) noexcept {
+  r.ctr.inc(RnicCtr::drop_psn_out_of_seq);
+  if (r.s.nak_sent) return Step::Done;
+  r.s.nak_sent = true;
+  return Step::NakPsnSeq;
+}
+
 // IBA 9.7.4.1.1-3 (RC): the expected PSN executes; one within the previous
 // half of the PSN space is a duplicate; a later one is a sequence error,
 // NAKed once per gap (C9-114).  UC (9.8.3.1): a gap drops the rest of the
@@ -61,12 +68,9 @@ Step check_psn(Rx& r) noexcept {
     case Transport::RC:
     case Transport::XRC: {
       const int32_t d = distance(r.psn, s.epsn);
-      if (d > 0 && !s.reorder.ring.empty() && (r.bth().resv7() & wire::kResv7Selective) != 0) return reorder_hold(r);
       if (d > 0) {
-        r.ctr.inc(RnicCtr::drop_psn_out_of_seq);
-        if (s.nak_sent) return Step::Done;
-        s.nak_sent = true;
-        return Step::NakPsnSeq;
+        if (!s.reorder.ring.empty() && (r.bth().resv7() & wire::kResv7Selective) != 0) return reorder_hold(r);
+        return sequence_error(r);
       }
       if (d < 0) {
         r.ctr.inc(RnicCtr::dup_requests);

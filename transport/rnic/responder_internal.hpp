@@ -206,6 +206,9 @@ Step execute_send(Rx& r) noexcept;
 // each operation's row
 Step check_qp(Rx& r) noexcept;
 Step check_psn(Rx& r) noexcept;
+// RC/XRC, a PSN past the expected one the IBA's way (C9-114): the packet
+// dropped, one PSN sequence NAK per gap (the requester goes back N).
+Step sequence_error(Rx& r) noexcept;
 Step check_srq(Rx& r) noexcept;
 Step check_op_seq(Rx& r) noexcept;
 Step check_access(Rx& r) noexcept;
