@@ -287,6 +287,15 @@ Status Devices::use_daemon(std::shared_ptr<drivers::daemon::Link> link) {
     if (!mode) return Error{EINVAL, std::string(config::kEnvLossRecovery) + ": " + mode.error()};
     cfg->devices.front().loss_recovery = *mode;
   }
+  if (auto e = env(config::kEnvEcn); e && !e->empty() && !cfg->devices.empty()) {
+    if (*e != "on" && *e != "off") return Error{EINVAL, std::string(config::kEnvEcn) + ": \"" + *e + "\" is not \"on\" or \"off\""};
+    cfg->devices.front().cc.ecn = *e == "on";
+  }
+  if (auto c = env(config::kEnvCc); c && !c->empty() && !cfg->devices.empty()) {
+    auto mode = config::parse_cc_mode(*c);
+    if (!mode) return Error{EINVAL, std::string(config::kEnvCc) + ": " + mode.error()};
+    cfg->devices.front().cc.mode = *mode;
+  }
   cfg_ = std::move(*cfg);
   daemon_ = std::move(link);
   return {};
@@ -725,6 +734,7 @@ drivers::Result<std::unique_ptr<Device>> Devices::bring_up(const config::DeviceC
   if (Status st = make_engine(*d, dev, options); !st) return st.error();
   d->rnic_ = std::make_unique<rnic::Rnic>(*d->engine_, dev.name);
   d->rnic_->set_selective_repeat(dev.loss_recovery == config::LossRecovery::kSelective);
+  d->rnic_->set_cc(dev.cc);
   if (dev.kind == config::DeviceKind::kDaemon) {
     const auto it = std::find_if(cfg_->devices.begin(), cfg_->devices.end(),
                                  [&](const config::DeviceConfig& c) { return c.name == dev.name; });

@@ -26,6 +26,10 @@
 //   pcap = "/tmp/uroce0.pcap"      # overrides the global pcap
 //   faults = "drop=0.01"           # fault spec, parsed by the sim wire
 //   loss_recovery = "selective"    # or "go-back-n" (the default): DESIGN.md "Loss recovery"
+//   ecn = true                     # data packets ECN-capable (ECT(0)); the default
+//   cc = "dcqcn"                   # or "none": DESIGN.md "Congestion control"
+//   [device.dcqcn]                 # ConnectX's parameters, its defaults (cc.hpp)
+//   rpg_time_reset_us = 300
 //
 // The environment then overrides, in this order (an empty value counts as
 // unset):
@@ -35,6 +39,7 @@
 //                   first device's `addresses`
 //   UROCE_MAC, UROCE_MTU, UROCE_FAULTS   the first device's mac, mtu, faults
 //   UROCE_LOSS_RECOVERY                  the first device's loss_recovery
+//   UROCE_ECN ("on"/"off"), UROCE_CC     the first device's ecn and cc
 //   UROCE_PCAP      the global pcap; it also clears every device's own pcap,
 //                   so the capture goes where the environment says
 //   UROCE_PROGRESS, UROCE_LOG            the global progress and log
@@ -55,6 +60,7 @@
 #include <string_view>
 #include <vector>
 
+#include "lib/config/cc.hpp"
 #include "lib/config/ip.hpp"
 #include "lib/util/result.hpp"
 #include "lib/wire/eth.hpp"
@@ -90,6 +96,9 @@ std::string_view to_string(LogLevel l) noexcept;
 std::string_view to_string(Hugepages h) noexcept;
 std::string_view to_string(DeviceKind k) noexcept;
 std::string_view to_string(LossRecovery r) noexcept;
+std::string_view to_string(CcMode m) noexcept;
+// "dcqcn" / "none"; else an error naming the choices.
+Result<CcMode, std::string> parse_cc_mode(std::string_view text);
 // "go-back-n" / "selective"; else an error naming the choices.
 Result<LossRecovery, std::string> parse_loss_recovery(std::string_view text);
 
@@ -105,6 +114,7 @@ struct DeviceConfig {
   std::optional<std::string> faults;      // spec text; the sim wire parses it
   std::optional<uint16_t> vlan;           // unset: untagged
   LossRecovery loss_recovery = LossRecovery::kGoBackN;
+  CcConfig cc;                            // ecn, cc, [device.dcqcn]
 
   friend bool operator==(const DeviceConfig&, const DeviceConfig&) = default;
 };
@@ -167,6 +177,8 @@ inline constexpr std::string_view kEnvMac = "UROCE_MAC";
 inline constexpr std::string_view kEnvMtu = "UROCE_MTU";
 inline constexpr std::string_view kEnvFaults = "UROCE_FAULTS";
 inline constexpr std::string_view kEnvLossRecovery = "UROCE_LOSS_RECOVERY";
+inline constexpr std::string_view kEnvEcn = "UROCE_ECN";
+inline constexpr std::string_view kEnvCc = "UROCE_CC";
 inline constexpr std::string_view kEnvPcap = "UROCE_PCAP";
 inline constexpr std::string_view kEnvProgress = "UROCE_PROGRESS";
 inline constexpr std::string_view kEnvLog = "UROCE_LOG";

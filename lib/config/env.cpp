@@ -100,6 +100,23 @@ Applied apply_loss_recovery(std::string_view value, Parsed& p) {
   return Ok{};
 }
 
+Applied apply_ecn(std::string_view value, Parsed& p) {
+  auto dev = first_device(p);
+  if (!dev) return Err{std::move(dev).error()};
+  if (value != "on" && value != "off") return Err{quote(value) + " is not \"on\" or \"off\""};
+  (*dev)->cc.ecn = value == "on";
+  return Ok{};
+}
+
+Applied apply_cc(std::string_view value, Parsed& p) {
+  auto dev = first_device(p);
+  if (!dev) return Err{std::move(dev).error()};
+  auto r = parse_enum(kCcModeNames, value);
+  if (!r) return Err{std::move(r).error()};
+  (*dev)->cc.mode = *r;
+  return Ok{};
+}
+
 Applied apply_pcap(std::string_view value, Parsed& p) {
   auto path = check_path(value);
   if (!path) return Err{std::move(path).error()};
@@ -132,6 +149,7 @@ constexpr std::array kEnvOverrides{
     EnvOverride{kEnvDevice, apply_device},     EnvOverride{kEnvIp, apply_ip},
     EnvOverride{kEnvMac, apply_mac},           EnvOverride{kEnvMtu, apply_mtu},
     EnvOverride{kEnvFaults, apply_faults},     EnvOverride{kEnvLossRecovery, apply_loss_recovery},
+    EnvOverride{kEnvEcn, apply_ecn},           EnvOverride{kEnvCc, apply_cc},
     EnvOverride{kEnvPcap, apply_pcap},
     EnvOverride{kEnvProgress, apply_progress}, EnvOverride{kEnvLog, apply_log},
 };

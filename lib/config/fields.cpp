@@ -30,6 +30,8 @@ std::string_view to_string(LossRecovery r) noexcept { return enum_name(kLossReco
 Result<LossRecovery, std::string> parse_loss_recovery(std::string_view text) {
   return parse_enum(kLossRecoveryNames, text);
 }
+std::string_view to_string(CcMode m) noexcept { return enum_name(kCcModeNames, m); }
+Result<CcMode, std::string> parse_cc_mode(std::string_view text) { return parse_enum(kCcModeNames, text); }
 std::string_view to_string(DeviceKind k) noexcept {
   return k == DeviceKind::kDaemon ? "daemon" : enum_name(kDeviceKindNames, k);
 }

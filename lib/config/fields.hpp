@@ -41,6 +41,10 @@ inline constexpr std::array kLossRecoveryNames{
     EnumName<LossRecovery>{LossRecovery::kGoBackN, "go-back-n"},
     EnumName<LossRecovery>{LossRecovery::kSelective, "selective"},
 };
+inline constexpr std::array kCcModeNames{
+    EnumName<CcMode>{CcMode::kDcqcn, "dcqcn"},
+    EnumName<CcMode>{CcMode::kNone, "none"},
+};
 inline constexpr std::array kDeviceKindNames{
     EnumName<DeviceKind>{DeviceKind::kDpdk, "dpdk"},
     EnumName<DeviceKind>{DeviceKind::kSim, "sim"},

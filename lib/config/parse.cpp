@@ -193,6 +193,9 @@ Status read_faults(const At& at, DeviceConfig& d) { return assign(read_text(at, 
 Status read_loss_recovery(const At& at, DeviceConfig& d) {
   return assign(read_enum(at, kLossRecoveryNames), d.loss_recovery);
 }
+Status read_ecn(const At& at, DeviceConfig& d) { return assign(read_bool(at), d.cc.ecn); }
+Status read_cc_mode(const At& at, DeviceConfig& d) { return assign(read_enum(at, kCcModeNames), d.cc.mode); }
+Status read_dcqcn(const At& at, DeviceConfig& d);  // below: a table of its own keys
 Status read_vlan(const At& at, DeviceConfig& d) {
   return assign_as<uint16_t>(read_integer_in(at, 0, kMaxVlanId), d.vlan);
 }
@@ -209,6 +212,9 @@ constexpr std::array kDeviceFields{
     Field<DeviceConfig>{"faults", read_faults},
     Field<DeviceConfig>{"vlan", read_vlan},
     Field<DeviceConfig>{"loss_recovery", read_loss_recovery},
+    Field<DeviceConfig>{"ecn", read_ecn},
+    Field<DeviceConfig>{"cc", read_cc_mode},
+    Field<DeviceConfig>{"dcqcn", read_dcqcn},
 };
 
 Status read_core(const At& at, EalConfig& e) { return assign_as<int>(read_integer_in(at, 0, kMaxLcore), e.core); }
@@ -271,6 +277,32 @@ Status read_fields(const At& at, const std::array<Field<Target>, N>& fields, Tar
         std::find_if(fields.begin(), fields.end(), [name](const Field<Target>& f) { return f.name == name; });
     if (field == fields.end()) return Err{unknown_key(fields, *key, child)};
     if (Status s = field->read(child, target); !s) return s;
+  }
+  return Ok{};
+}
+
+// [device.dcqcn]: every key of cc.hpp's kDcqcnKeys, each in its range.
+Status read_dcqcn(const At& at, DeviceConfig& d) {
+  const toml::table* tbl = at.node.as_table();
+  if (!tbl) return Err{type_error(at, "a table")};
+  for (const auto& [key, node] : in_file_order(*tbl)) {
+    const At child{*node, child_path(at.path, key->str()), at.source};
+    const std::string_view name = key->str();
+    const auto k = std::find_if(kDcqcnKeys.begin(), kDcqcnKeys.end(), [name](const DcqcnKey& e) { return e.name == name; });
+    if (k == kDcqcnKeys.end()) {
+      std::array<std::string_view, kDcqcnKeys.size()> names{};
+      std::transform(kDcqcnKeys.begin(), kDcqcnKeys.end(), names.begin(), [](const DcqcnKey& e) { return e.name; });
+      std::string reason = "unknown key";
+      if (std::string_view near = closest(name, names, kSuggestDistance); !near.empty()) {
+        reason += "; did you mean " + quote(near) + "?";
+      }
+      return Err{error_at(at.source, pos_of(key->source()), child.path, std::move(reason))};
+    }
+    if (k->flag != nullptr) {
+      if (Status s = assign(read_bool(child), d.cc.dcqcn.*(k->flag)); !s) return s;
+    } else {
+      if (Status s = assign_as<uint32_t>(read_integer_in(child, k->lo, k->hi), d.cc.dcqcn.*(k->u32)); !s) return s;
+    }
   }
   return Ok{};
 }

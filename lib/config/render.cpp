@@ -69,6 +69,19 @@ void write_device(TomlWriter& w, const DeviceConfig& dev) {
   w.optional_string("pcap", dev.pcap);
   w.optional_string("faults", dev.faults);
   if (dev.loss_recovery != LossRecovery::kGoBackN) w.string("loss_recovery", to_string(dev.loss_recovery));
+  const CcConfig defaults;
+  if (dev.cc.ecn != defaults.ecn) w.boolean("ecn", dev.cc.ecn);
+  if (dev.cc.mode != defaults.mode) w.string("cc", to_string(dev.cc.mode));
+  if (dev.cc.dcqcn != defaults.dcqcn) {  // only what differs from ConnectX's defaults
+    w.blank();
+    w.line("[device.dcqcn]");
+    for (const DcqcnKey& k : kDcqcnKeys) {
+      if (k.flag != nullptr && dev.cc.dcqcn.*(k.flag) != defaults.dcqcn.*(k.flag)) w.boolean(k.name, dev.cc.dcqcn.*(k.flag));
+      if (k.u32 != nullptr && dev.cc.dcqcn.*(k.u32) != defaults.dcqcn.*(k.u32)) {
+        w.optional_integer(k.name, std::optional<int64_t>(dev.cc.dcqcn.*(k.u32)));
+      }
+    }
+  }
 }
 
 }  // namespace

@@ -52,6 +52,13 @@ pcap = "/tmp/left.pcap"
 faults = "drop=0.01,seed=7"
 vlan = 0
 loss_recovery = "selective"
+ecn = false
+cc = "none"
+
+[device.dcqcn]
+rpg_time_reset_us = 50
+clamp_tgt_rate = true
+cnp_dscp = 26
 
 [[device]]
 devargs = "net_memif0,role=server,socket=/run/x.sock,socket-abstract=no"
@@ -88,6 +95,11 @@ Config full_expected() {
   left.faults = "drop=0.01,seed=7";
   left.vlan = 0;
   left.loss_recovery = LossRecovery::kSelective;
+  left.cc.ecn = false;
+  left.cc.mode = CcMode::kNone;
+  left.cc.dcqcn.rpg_time_reset_us = 50;
+  left.cc.dcqcn.clamp_tgt_rate = true;
+  left.cc.dcqcn.cnp_dscp = 26;
 
   DeviceConfig memif;
   memif.name = "uroce0";  // the first unused default name
@@ -215,6 +227,8 @@ TEST(EnvConfig, EveryVariableWithoutAFile) {
                                  {"UROCE_MTU", "4000"},
                                  {"UROCE_FAULTS", "drop=0.5"},
                                  {"UROCE_LOSS_RECOVERY", "selective"},
+                                 {"UROCE_ECN", "off"},
+                                 {"UROCE_CC", "none"},
                                  {"UROCE_PCAP", "/tmp/env.pcap"},
                                  {"UROCE_PROGRESS", "inline"},
                                  {"UROCE_LOG", "info"}});
@@ -227,6 +241,8 @@ TEST(EnvConfig, EveryVariableWithoutAFile) {
   EXPECT_EQ(d.mtu, 4000);
   EXPECT_EQ(d.faults, "drop=0.5");
   EXPECT_EQ(d.loss_recovery, LossRecovery::kSelective);
+  EXPECT_FALSE(d.cc.ecn);
+  EXPECT_EQ(d.cc.mode, CcMode::kNone);
   EXPECT_EQ(c.pcap, "/tmp/env.pcap");
   EXPECT_EQ(c.progress, Progress::kInline);
   EXPECT_EQ(c.log, LogLevel::kInfo);

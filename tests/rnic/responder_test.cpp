@@ -14,6 +14,8 @@
 #include <deque>
 #include <memory>
 #include <vector>
+#include <thread>
+#include <chrono>
 
 #include "tests/common/test_util.hpp"
 #include "lib/wire/bth.hpp"
@@ -21,6 +23,7 @@
 #include "lib/wire/ext.hpp"
 #include "lib/wire/ipv4.hpp"
 #include "lib/wire/ipv6.hpp"
+#include "lib/wire/udp.hpp"
 #include "drivers/sim/sim_wire.hpp"
 #include "tests/rnic/harness.hpp"
 #include "transport/device.hpp"
@@ -1135,6 +1138,199 @@ TEST_F(Responder, GsiTakesOnlyTheGsiQkey) {
   EXPECT_EQ(wcs[0].byte_len, 256u + 40u);
   EXPECT_EQ(wcs[0].src_qp, 1u);
   EXPECT_EQ(first_diff(buf.bytes(40, 256), mad), -1);
+}
+
+// ---- congestion control (cc.hpp): the notification point's CNPs, the reaction point ---------
+
+// The IP TOS / traffic class of a frame B sent.
+uint8_t tos_of(const Resp& r) {
+  const uint8_t* l3 = r.bytes.data() + r.pi.l3_off;
+  return r.pi.l3 == wire::L3::IPv4 ? wire::Ipv4C(l3).tos() : wire::Ipv6C(l3).traffic_class();
+}
+
+// A CNP, field by field as IBA Annex A17 (A17.9.3 Figure 6) and ConnectX
+// have it, toward `dest_qp` from the QP whose UDP source port is `sport`.
+void expect_cnp(const Resp& c, uint32_t dest_qp, uint16_t sport, bool ipv6) {
+  ASSERT_EQ(c.opcode(), wire::kCnpOpcode);
+  const uint8_t* bth = c.bytes.data() + c.pi.bth_off;
+  EXPECT_EQ(bth[1], 0x00);                       // SE 0, M 0, PadCnt 0, TVer 0
+  EXPECT_EQ(wire::BthC(bth).pkey(), kDefaultPkey);  // the marked packet's P_Key
+  EXPECT_EQ(bth[4], 0x40);                       // F 0, B (BECN) 1, reserved 0
+  EXPECT_EQ(wire::BthC(bth).dest_qp(), Qpn(dest_qp));
+  EXPECT_EQ(bth[8], 0x00);                       // A 0, reserved 0
+  EXPECT_EQ(c.psn(), 0u);
+  EXPECT_EQ(c.payload(), std::vector<uint8_t>(16, 0));  // 16 reserved bytes of zero
+  EXPECT_EQ(c.pi.pad, 0);
+  EXPECT_EQ(tos_of(c), 48 << 2);                 // DSCP 48, Not-ECT
+  const wire::UdpC udp(c.bytes.data() + c.pi.l4_off);
+  EXPECT_EQ(udp.dst_port(), wire::kRoceV2Port);
+  EXPECT_EQ(udp.src_port(), sport);
+  EXPECT_EQ(udp.checksum(), 0);
+  EXPECT_EQ(udp.length(), 8 + 12 + 16 + 4);
+  if (!ipv6) {
+    const wire::Ipv4C ip(c.bytes.data() + c.pi.l3_off);
+    EXPECT_EQ(ip.total_len(), 60);
+    EXPECT_EQ(ip.flags_frag(), 0x4000);          // DF
+    EXPECT_EQ(ip.ttl(), 64);
+  }
+}
+
+TEST_F(Responder, CeMarkedRequestIsAnsweredWithOneCnpPerInterval) {
+  config::CcConfig cc;
+  cc.dcqcn.min_time_between_cnps_us = 1'000'000;  // the second mark falls inside it
+  rnic().set_cc(cc);
+  Qp* q = make_qp(IBV_QPT_RC);
+  ASSERT_NE(q, nullptr);
+  Buffer buf = buffer(256, IBV_ACCESS_LOCAL_WRITE);
+  const ibv_sge sg = buf.sge(0, 64);
+  ASSERT_EQ(post_recv(q, 1, {&sg, 1}), 0);
+  ASSERT_EQ(post_recv(q, 2, {&sg, 1}), 0);
+  auto d = send(q, op::RC_SEND_ONLY, kRqPsn, pattern(32, 1), true);
+  d.tos = 0x02 | 0x01;  // CE
+  inject(d);
+  auto rs = responses();
+  ASSERT_EQ(rs.size(), 2u);
+  const Resp* ack = rs[0].opcode() == op::RC_ACK ? &rs[0] : &rs[1];
+  const Resp* cnp = rs[0].opcode() == op::RC_ACK ? &rs[1] : &rs[0];
+  EXPECT_EQ(ack->opcode(), op::RC_ACK);
+  EXPECT_EQ(tos_of(*ack) & 0x03, 0);  // ACKs leave Not-ECT
+  expect_cnp(*cnp, kPeerQpn, q->attrs().sport, false);
+  EXPECT_EQ(ctr(RnicCtr::np_ecn_marked_roce_packets), 1u);
+  EXPECT_EQ(ctr(RnicCtr::np_cnp_sent), 1u);
+  EXPECT_EQ(q->cc.cnps_sent, 1u);
+
+  // Within min_time_between_cnps: counted, covered by the CNP sent.
+  auto d2 = send(q, op::RC_SEND_ONLY, kRqPsn + 1, pattern(32, 2), true);
+  d2.tos = 0x03;
+  inject(d2);
+  rs = responses();
+  ASSERT_EQ(rs.size(), 1u);
+  EXPECT_EQ(rs[0].opcode(), op::RC_ACK);
+  EXPECT_EQ(ctr(RnicCtr::np_ecn_marked_roce_packets), 2u);
+  EXPECT_EQ(ctr(RnicCtr::np_cnp_coalesced), 1u);
+  EXPECT_EQ(ctr(RnicCtr::np_cnp_sent), 1u);
+  // An ECT packet that was not marked asks for nothing.
+  auto d3 = send(q, op::RC_SEND_ONLY, kRqPsn + 2, pattern(8, 3), true);
+  d3.tos = 0x02;
+  ASSERT_EQ(post_recv(q, 3, {&sg, 1}), 0);
+  inject(d3);
+  EXPECT_EQ(responses().size(), 1u);
+  EXPECT_EQ(ctr(RnicCtr::np_ecn_marked_roce_packets), 2u);
+}
+
+// A CNP goes out for every mark once the interval passed (0: every one).
+TEST_F(Responder, CnpIntervalZeroAnswersEveryMark) {
+  config::CcConfig cc;
+  cc.dcqcn.min_time_between_cnps_us = 0;
+  rnic().set_cc(cc);
+  Qp* q = make_qp(IBV_QPT_RC);
+  ASSERT_NE(q, nullptr);
+  Buffer buf = buffer(4096, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+  for (uint32_t i = 0; i < 3; ++i) {
+    auto d = write(q, op::RC_WRITE_ONLY, kRqPsn + i, buf.addr(), buf.rkey(), 16, pattern(16, i), i == 2);
+    d.tos = 0x03;
+    inject(d);
+  }
+  const auto rs = responses();
+  EXPECT_EQ(std::count_if(rs.begin(), rs.end(), [](const Resp& r) { return r.opcode() == wire::kCnpOpcode; }), 3);
+  EXPECT_EQ(ctr(RnicCtr::np_cnp_sent), 3u);
+}
+
+// UD: the CNP goes to the DETH's source QP at the packet's source address.
+TEST_P(ResponderUd, CeMarkedSendIsAnsweredTowardItsSource) {
+  ConnOpts o;
+  o.ipv6 = GetParam();
+  Qp* q = make_qp(IBV_QPT_UD, o);
+  ASSERT_NE(q, nullptr);
+  Buffer buf = buffer(512, IBV_ACCESS_LOCAL_WRITE);
+  const ibv_sge s1 = buf.sge(0, 200);
+  ASSERT_EQ(post_recv(q, 1, {&s1, 1}), 0);
+  auto d = send(q, op::UD_SEND_ONLY, 0x33, pattern(64, 5));
+  d.deth_qkey = Qkey(kUdQkey);
+  d.deth_src_qp = Qpn(kPeerQpn);
+  d.tos = 0x03;
+  inject(d);
+  EXPECT_EQ(cqes().size(), 1u);
+  const auto rs = responses();
+  ASSERT_EQ(rs.size(), 1u);
+  expect_cnp(rs[0], kPeerQpn, q->attrs().sport, GetParam());
+  EXPECT_EQ(wire::dst_gid(rs[0].bytes.data(), rs[0].pi), GetParam() ? kPeerIp6 : wire::PktDesc::ipv4_mapped(kPeerIp4));
+}
+
+// READ responses are data: ECT(0) with `ecn` on, Not-ECT with it off.
+TEST_F(Responder, ReadResponsesLeaveEct0UnlessEcnIsOff) {
+  for (const bool ecn : {true, false}) {
+    SCOPED_TRACE(ecn ? "ecn on" : "ecn off");
+    config::CcConfig cc;
+    cc.ecn = ecn;
+    rnic().set_cc(cc);
+    ConnOpts o;
+    o.mtu = IBV_MTU_256;
+    Qp* q = make_qp(IBV_QPT_RC, o);
+    ASSERT_NE(q, nullptr);
+    Buffer buf = buffer(600, IBV_ACCESS_REMOTE_READ, 0x5A);
+    inject(read(q, kRqPsn, buf.addr(), buf.rkey(), 600));
+    const auto rs = responses();
+    ASSERT_EQ(rs.size(), 3u);
+    for (const Resp& r : rs) EXPECT_EQ(tos_of(r) & 0x03, ecn ? 0x02 : 0x00);
+  }
+}
+
+// A CNP toward one of our QPs: the first starts DCQCN at the port's rate,
+// a second inside the monitor period cuts the rate at its end; the QP's
+// sends are paced from then on.
+TEST_F(Responder, CnpFromThePathCutsTheQpsRate) {
+  Qp* q = make_qp(IBV_QPT_RC);
+  ASSERT_NE(q, nullptr);
+  auto cnp = [&] {
+    wire::PktDesc d = req(q, wire::kCnpOpcode, 0);
+    d.resv8a = 0x40;
+    d.payload = payloads_.emplace_back(16, 0);
+    return d;
+  };
+  inject(cnp());
+  EXPECT_EQ(ctr(RnicCtr::rp_cnp_handled), 1u);
+  EXPECT_TRUE(q->cc.rp.active());
+  EXPECT_EQ(q->cc.rp.rate_bps(), kPortSpeedBps);
+  EXPECT_TRUE(responses().empty());  // a CNP is answered by nothing
+  inject(cnp());
+  std::this_thread::sleep_for(std::chrono::microseconds(20));
+  for (int i = 0; i < 4; ++i) engine_->poll();  // the monitor boundary's timer
+  EXPECT_EQ(ctr(RnicCtr::rp_cnp_handled), 2u);
+  EXPECT_EQ(ctr(RnicCtr::rp_rate_cuts), 1u);
+  EXPECT_LT(q->cc.rp.rate_bps(), kPortSpeedBps);
+  EXPECT_GE(q->cc.rp.rate_bps(), kPortSpeedBps / 2);  // min_dec_fac: at most half in one cut
+  EXPECT_TRUE(q->cc.pacer.pacing());
+  EXPECT_EQ(q->cc.cnps_rcvd, 2u);
+  EXPECT_EQ(q->state(), IBV_QPS_RTS);
+}
+
+// A CNP from an address other than the QP's path is dropped (anyone could
+// otherwise slow any QP down); with cc "none" CNPs are counted, ignored.
+TEST_F(Responder, CnpOffPathIsDroppedAndCcNoneIgnoresCnps) {
+  Qp* q = make_qp(IBV_QPT_RC);
+  ASSERT_NE(q, nullptr);
+  wire::PktDesc d = req(q, wire::kCnpOpcode, 0);
+  d.payload = payloads_.emplace_back(16, 0);
+  d.src = wire::PktDesc::ipv4_mapped(kPeerIp4 + 7);
+  inject(d);
+  EXPECT_EQ(ctr(RnicCtr::drop_src_addr), 1u);
+  EXPECT_EQ(ctr(RnicCtr::rp_cnp_handled), 0u);
+  EXPECT_FALSE(q->cc.rp.active());
+
+  config::CcConfig none;
+  none.mode = config::CcMode::kNone;
+  rnic().set_cc(none);
+  Qp* q2 = make_qp(IBV_QPT_RC);
+  ASSERT_NE(q2, nullptr);
+  wire::PktDesc c = req(q2, wire::kCnpOpcode, 0);
+  c.payload = payloads_.emplace_back(16, 0);
+  inject(c);
+  inject(c);
+  EXPECT_EQ(ctr(RnicCtr::rp_cnp_ignored), 2u);
+  EXPECT_EQ(ctr(RnicCtr::rp_cnp_handled), 0u);
+  EXPECT_FALSE(q2->cc.rp.active());
+  EXPECT_FALSE(q2->cc.pacer.pacing());
 }
 
 }  // namespace

@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "lib/util/timer_wheel.hpp"
+#include "transport/rnic/cc.hpp"
 #include "transport/rnic/completer.hpp"
 #include "transport/rnic/objects.hpp"
 #include "transport/rnic/wr.hpp"
@@ -276,6 +277,7 @@ class Qp {
   ReqState req;
   CompState comp;
   RespState resp;
+  QpCc cc;          // congestion control: ECN's answer and this QP's rate (cc.hpp)
 
   // ---- [engine] ----
   // Move to ERR (async IBV_EVENT_QP_FATAL when `fatal`) and flush: every

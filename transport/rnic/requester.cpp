@@ -203,6 +203,7 @@ Emit emit(transport::Engine& engine, Qp& qp, SendWqe& w, Seg seg, uint64_t off, 
   d.ack_req = ack_req;
   // Selective repeat offered (DESIGN.md "Loss recovery on a lossy link").
   if (qp.reliable() && qp.rnic().selective_repeat()) d.resv7 = wire::kResv7Selective;
+  if (!qp.is_gsi()) cc_mark_data(qp.rnic(), d);  // ECT(0) (cc.hpp)
   d.se = info.last && (w.send_flags & IBV_SEND_SOLICITED) != 0;
   d.dest_qp = ud ? w.remote_qpn : Qpn(qp.attrs().dest_qp_num);
   if (qp.is_gsi()) d.pkey = kDefaultPkey;  // GSI MADs go with the default P_Key (IBA chapter 13)
@@ -249,6 +250,7 @@ Emit emit(transport::Engine& engine, Qp& qp, SendWqe& w, Seg seg, uint64_t off, 
   switch (sent) {
     case TxResult::Sent:
       ctr.inc(RnicCtr::req_pkts);
+      if (qp.cc.rp.active()) cc_sent(engine, qp, static_cast<uint32_t>(wire::frame_len(d, payload)));
       if (distance(psn, r.psn_hi) < 0) ctr.inc(cursor != nullptr ? RnicCtr::req_retrans_pkts : RnicCtr::sr_resent_pkts);
       break;
     case TxResult::TooLong:
@@ -407,6 +409,11 @@ void requester_run(transport::Engine& engine, Qp& qp) noexcept {
       kick_soon(engine, qp, kNoBufferRetryNs);
       break;
     }
+    if (const uint64_t wait = qp.cc.pacer.wait(engine.now()); wait != 0) {  // below the line rate (cc.hpp)
+      qp.rnic().counters().inc(RnicCtr::rp_paced_waits);
+      kick_soon(engine, qp, wait);
+      break;
+    }
     // Past the window the completer reruns us on the next ACK.  One must
     // come: the last packet sent asked for it (it filled the window) unless
     // the window shrank under packets sent since (another sender took its
@@ -560,12 +567,14 @@ void sender_reset(Qp& qp, transport::Engine& engine) noexcept {
   r.wqe_hi = head;
   r.window = kMaxUnackedPsns;
   r.rtt_timing = false;
+  cc_reset(qp, engine);
   completer_reset(qp, engine, psn);
 }
 
 void requester_bind(Qp& qp) noexcept {
   qp.req.kick.cb = on_kick;
   qp.req.kick.owner = &qp;
+  cc_bind(qp);
 }
 
 }  // namespace uroce::rnic

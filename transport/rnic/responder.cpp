@@ -145,7 +145,7 @@ void stream_start(Qp& qp, const Pd* pd, Rkey rkey, uint32_t epoch, uint64_t va, 
   st.psn = psn;
 }
 
-enum class Pump : uint8_t { Done, More, NoBuffer, Refused };
+enum class Pump : uint8_t { Done, More, NoBuffer, Paced, Refused };  // Paced: its pacer holds it (cc.hpp)
 
 // Send up to kRespBudget packets of the stream.  The R_Key is checked
 // again over what is left (the MR may have been deregistered or
@@ -168,6 +168,10 @@ Pump stream_pump(transport::Engine& engine, Qp& qp) noexcept {
     // would drop (the tail of a long response lost costs the requester
     // its ACK timeout).
     if (engine.tx_stalled()) return Pump::NoBuffer;
+    if (qp.cc.pacer.wait(engine.now()) != 0) {  // below the line rate (cc.hpp)
+      qp.rnic().counters().inc(RnicCtr::rp_paced_waits);
+      return Pump::Paced;
+    }
     const uint32_t seg = std::min(mtu, st.resid);
     const bool last = st.pkts_left == 1;
     uint8_t opcode;
@@ -176,7 +180,8 @@ Pump stream_pump(transport::Engine& engine, Qp& qp) noexcept {
     } else {
       opcode = resp_opcode(qp, last ? wire::op::kReadRespLast : wire::op::kReadRespMiddle);
     }
-    const wire::PktDesc d = response_desc(engine, qp, opcode, st.psn);
+    wire::PktDesc d = response_desc(engine, qp, opcode, st.psn);
+    cc_mark_data(qp.rnic(), d);  // ECT(0): READ responses are data
     rte_mbuf* m = engine.alloc();
     if (m == nullptr) return Pump::NoBuffer;
     const uint8_t* from = src;
@@ -184,6 +189,7 @@ Pump stream_pump(transport::Engine& engine, Qp& qp) noexcept {
                                    [from, seg](uint8_t* dst) { return memory::copy(dst, from, seg); });
     if (sent == TxResult::CopyFault) return Pump::Refused;  // the PSN is not consumed: the NAK names it
     if (sent == TxResult::Sent) qp.rnic().counters().inc(RnicCtr::resp_pkts);
+    if (qp.cc.rp.active()) cc_sent(engine, qp, static_cast<uint32_t>(wire::frame_len(d, seg)));
     if (src != nullptr) src += seg;
     st.va += seg;
     st.resid -= seg;
@@ -222,6 +228,9 @@ void stream_step(transport::Engine& engine, Qp& qp) noexcept {
       return;
     case Pump::NoBuffer:
       schedule(engine, qp, kNoBufferRetryNs);
+      return;
+    case Pump::Paced:
+      schedule(engine, qp, std::max<uint64_t>(1, qp.cc.pacer.wait(engine.now())));
       return;
     case Pump::Refused: {
       RespState::ReadStream& st = qp.resp.stream;

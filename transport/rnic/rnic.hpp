@@ -93,7 +93,15 @@ namespace uroce::rnic {
   X(drop_mcast_no_group, "dropped: multicast packet for a group no QP is attached to")      \
   X(drop_mcast_not_ud, "dropped: DestQP 0xFFFFFF on a packet that is not a UD SEND")        \
   X(mcast_self_blocked, "multicast copies kept from their sending QP (BLOCK_SELF_MCAST_LB)") \
-  X(cq_overflows, "completions lost to a full CQ (CQ error raised)")
+  X(cq_overflows, "completions lost to a full CQ (CQ error raised)")                       \
+  X(np_ecn_marked_roce_packets, "RoCE packets received with ECN CE (congestion experienced)") \
+  X(np_cnp_sent, "CNPs sent for CE-marked packets")                                         \
+  X(np_cnp_coalesced, "CE-marked packets a CNP sent within min_time_between_cnps covered") \
+  X(np_cnp_failed, "CNPs not sent: no buffer, or the sender did not resolve")              \
+  X(rp_cnp_handled, "CNPs received and acted on (DCQCN)")                                   \
+  X(rp_cnp_ignored, "CNPs received and ignored (cc = \"none\")")                           \
+  X(rp_rate_cuts, "DCQCN rate cuts")                                                        \
+  X(rp_paced_waits, "times a QP waited for its pacer before a frame")
 
 UROCE_COUNTER_ENUM(RnicCtr, UROCE_RNIC_COUNTERS)
 using RnicCounters = CounterSet<RnicCtr, kRnicCtrInfo>;
@@ -175,6 +183,10 @@ class Rnic final : public transport::RoceSink {
   // requests offer it, and its responders keep what arrives after a gap
   // from a requester that offers it.  Set once, before any QP exists.
   void set_selective_repeat(bool on) noexcept { selective_repeat_ = on; }
+  // Congestion control (cc.hpp): ECN, the CNPs sent, DCQCN's parameters.
+  // Set once, before any QP exists.
+  void set_cc(const config::CcConfig& c) noexcept { cc_ = c; }
+  const config::CcConfig& cc() const noexcept { return cc_; }
   bool selective_repeat() const noexcept { return selective_repeat_; }
   // [engine] Request packets the device's responders hold after a gap,
   // all QPs together (at most params::kSrHoldDeviceMax).
@@ -422,6 +434,7 @@ class Rnic final : public transport::RoceSink {
   std::vector<std::unique_ptr<Ah>> ahs_;
   uint32_t active_senders_ = 0;  // [engine] see active_senders()
   bool selective_repeat_ = false;
+  config::CcConfig cc_{};
   uint32_t held_packets_ = 0;    // [engine] see held_packets()
   std::vector<std::unique_ptr<Xrcd>> xrcds_;
   uint32_t next_xrcd_ = 1;
@@ -437,6 +450,7 @@ class Rnic final : public transport::RoceSink {
   uint32_t next_srqn_ = 1;                      // where the search for a free number starts (0 is never one)
   McastTable mcast_;
   void mcast_rx(transport::Engine& engine, transport::RoceRx& pkt) noexcept;  // [engine]
+  void cnp_rx(transport::Engine& engine, Qp& qp, transport::RoceRx& pkt) noexcept;  // [engine] recv.cpp
   void comm_est(Qp& qp) noexcept;                                              // [engine]
   std::function<void(Qp&)> comm_est_hook_;                                     // [engine]
   Qp* make_qp(Pd* pd, const ibv_qp_init_attr& init, uint32_t qpn, Qp::Rings& rings, int* err,
