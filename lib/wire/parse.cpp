@@ -224,4 +224,10 @@ Ipv6Addr dst_gid(const uint8_t* frame, const PktInfo& pi) noexcept {
   return pi.l3 == L3::IPv4 ? ipv4_mapped(Ipv4C(l3).dst_bytes()) : Ipv6C(l3).dst();
 }
 
+Ecn ecn(const uint8_t* frame, const PktInfo& pi) noexcept {
+  const uint8_t* l3 = frame + pi.l3_off;
+  const uint8_t tc = pi.l3 == L3::IPv4 ? Ipv4C(l3).tos() : Ipv6C(l3).traffic_class();
+  return static_cast<Ecn>(tc & 0x03);
+}
+
 }  // namespace uroce::wire

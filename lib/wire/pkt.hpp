@@ -115,6 +115,11 @@ PktInfo parse(std::span<const uint8_t> frame) noexcept;
 Ipv6Addr src_gid(const uint8_t* frame, const PktInfo& pi) noexcept;
 Ipv6Addr dst_gid(const uint8_t* frame, const PktInfo& pi) noexcept;
 
+// The ECN field (RFC 3168) of a parsed IP frame's TOS / traffic class.
+// RoCEv2 congestion management reads CE as the IBA's FECN (A17.9.3).
+enum class Ecn : uint8_t { NotEct = 0, Ect1 = 1, Ect0 = 2, Ce = 3 };
+Ecn ecn(const uint8_t* frame, const PktInfo& pi) noexcept;
+
 // Recompute the ICRC of a parsed RoCEv2 packet and compare it with the one
 // it carries.
 uint32_t compute_icrc(const uint8_t* frame, const PktInfo& info) noexcept;
