@@ -149,6 +149,8 @@ constexpr KeyDef kKeys[] = {
     {"delay_us", &set_micros<&FaultSpec::delay_ns, 0, kMaxFaultTimeNs>},
     {"jitter_us", &set_micros<&FaultSpec::jitter_ns, 0, kMaxFaultTimeNs>},
     {"rate_mbps", &set_rate},
+    {"ce", &set_probability<&FaultSpec::ce>},
+    {"ecn_mark_us", &set_micros<&FaultSpec::ecn_mark_ns, 0, kMaxFaultTimeNs>},
     {"dir", &set_dir},
     {"seed", &set_whole<uint64_t, &FaultSpec::seed, 0, std::numeric_limits<uint64_t>::max()>},
 };
@@ -209,6 +211,10 @@ Status validate(const FaultSpec& s) {
       {"delay_us", check_range(s.delay_ns, 0, kMaxFaultTimeNs, time_range)},
       {"jitter_us", check_range(s.jitter_ns, 0, kMaxFaultTimeNs, time_range)},
       {"rate_mbps", check_range(s.rate_bps, 0, kMaxRateBps, range_text("0", std::to_string(kMaxRateBps)) + " bit/s")},
+      {"ce", check_probability(s.ce)},
+      {"ecn_mark_us", s.ecn_mark_ns != 0 && s.rate_bps == 0
+                          ? Reason{"marks frames that wait for the link: it needs rate_mbps"}
+                          : check_range(s.ecn_mark_ns, 0, kMaxFaultTimeNs, time_range)},
       {"dir", s.dir == FaultDir::kRx || s.dir == FaultDir::kTx || s.dir == FaultDir::kBoth
                   ? Reason{}
                   : Reason{std::to_string(static_cast<unsigned>(s.dir)) + " is not rx, tx or both"}},
@@ -243,6 +249,7 @@ Result<FaultSpec> parse_fault_spec(std::string_view text) {
     if (comma == std::string_view::npos) break;
     text.remove_prefix(comma + 1);
   }
+  if (Status st = validate(spec); !st) return st.error();  // rules across keys (ecn_mark_us needs rate_mbps)
   return spec;
 }
 
@@ -252,7 +259,7 @@ std::string to_string(const FaultSpec& s) {
          ",reorder_hold_us=" + decimal(s.reorder_hold_ns, kNsPerUs) + ",corrupt=" + shortest(s.corrupt) +
          ",corrupt_bits=" + std::to_string(s.corrupt_bits) + ",delay_us=" + decimal(s.delay_ns, kNsPerUs) +
          ",jitter_us=" + decimal(s.jitter_ns, kNsPerUs) + ",rate_mbps=" + decimal(s.rate_bps, kBpsPerMbps) +
-         ",dir=" + dir_name(s.dir) + ",seed=" + std::to_string(s.seed);
+         ",ce=" + shortest(s.ce) + ",ecn_mark_us=" + decimal(s.ecn_mark_ns, kNsPerUs) + ",dir=" + dir_name(s.dir) + ",seed=" + std::to_string(s.seed);
 }
 
 std::optional<Result<FaultSpec>> fault_spec_from_env() {
@@ -293,6 +300,7 @@ Status FaultInjector::configure(const FaultSpec& spec, uint64_t stream) {
   dup_ = chance(spec.dup);
   reorder_ = chance(spec.reorder);
   corrupt_ = chance(spec.corrupt);
+  ce_ = chance(spec.ce);
   held_.assign(reorder_.never() ? 0 : spec.reorder_window, Held{});
   next_seq_ = 0;
   // link_free_ns_ and last_due_ns_ stay: frames already queued keep their order.
@@ -314,6 +322,7 @@ void FaultInjector::submit(rte_mbuf* m, uint64_t now_ns, rte_mempool* copy_pool,
     corrupt(m, seq);
     ++counters_[FaultCounter::kCorrupted];
   }
+  if (roll(Stream::kCe, seq, ce_) && mark_ce(m)) ++counters_[FaultCounter::kCeMarked];
   rte_mbuf* twin = nullptr;
   if (roll(Stream::kDup, seq, dup_)) {
     twin = rte_pktmbuf_copy(m, copy_pool, 0, UINT32_MAX);
@@ -417,6 +426,7 @@ void FaultInjector::schedule(rte_mbuf* m, uint64_t seq, uint64_t copy, uint64_t 
   if (spec_.rate_bps != 0) {
     const uint64_t start = std::max(now_ns, link_free_ns_);
     if (start > now_ns) ++counters_[FaultCounter::kRateLimited];
+    if (spec_.ecn_mark_ns != 0 && start - now_ns > spec_.ecn_mark_ns && mark_ce(m)) ++counters_[FaultCounter::kCeMarked];
     const u128 bits_ns = static_cast<u128>(m->pkt_len) * kBitsPerByte * kNsPerS;
     link_free_ns_ = start + static_cast<uint64_t>((bits_ns + spec_.rate_bps - 1) / spec_.rate_bps);
     due = link_free_ns_;
@@ -430,6 +440,51 @@ void FaultInjector::schedule(rte_mbuf* m, uint64_t seq, uint64_t copy, uint64_t 
   due = std::max(due, last_due_ns_);
   last_due_ns_ = due;
   out.push(m, due);
+}
+
+// ECN (RFC 3168) CE on an ECN-capable IPv4 or IPv6 frame (behind up to two
+// 802.1Q tags); false when it is not one (not IP, Not-ECT) or already CE.
+// IPv4's header checksum is updated (RFC 1624).
+bool FaultInjector::mark_ce(rte_mbuf* m) noexcept {
+  constexpr size_t kEthTypeOff = 12, kVlanLen = 4, kIpv4MinLen = 20, kIpv6HdrLen = 40;
+  constexpr uint16_t kIpv4 = 0x0800, kIpv6 = 0x86DD, kVlan = 0x8100, kQinQ = 0x88A8;
+  constexpr uint8_t kEcnMask = 0x03, kCe = 0x03;
+  uint8_t* f = rte_pktmbuf_mtod(m, uint8_t*);
+  const size_t len = m->data_len;
+  size_t off = kEthTypeOff;
+  for (int tags = 0; tags <= 2; ++tags) {
+    if (off + 2 > len) return false;
+    const uint16_t type = static_cast<uint16_t>(f[off] << 8 | f[off + 1]);
+    if (type == kVlan || type == kQinQ) {
+      off += kVlanLen;
+      continue;
+    }
+    uint8_t* ip = f + off + 2;
+    const size_t room = len - off - 2;
+    if (type == kIpv4 && room >= kIpv4MinLen) {
+      const uint8_t ecn = ip[1] & kEcnMask;
+      if (ecn == 0 || ecn == kCe) return false;
+      const uint16_t old_word = static_cast<uint16_t>(ip[0] << 8 | ip[1]);
+      ip[1] |= kCe;
+      const uint16_t new_word = static_cast<uint16_t>(ip[0] << 8 | ip[1]);
+      // HC' = ~(~HC + ~m + m') (RFC 1624 eqn. 3)
+      uint32_t sum = static_cast<uint16_t>(~(ip[10] << 8 | ip[11])) + static_cast<uint16_t>(~old_word) + new_word;
+      sum = (sum & 0xFFFF) + (sum >> 16);
+      sum = (sum & 0xFFFF) + (sum >> 16);
+      const uint16_t csum = static_cast<uint16_t>(~sum);
+      ip[10] = static_cast<uint8_t>(csum >> 8);
+      ip[11] = static_cast<uint8_t>(csum);
+      return true;
+    }
+    if (type == kIpv6 && room >= kIpv6HdrLen) {
+      const uint8_t ecn = (ip[1] >> 4) & kEcnMask;  // traffic class = version:4 | tc:8 | flow:20
+      if (ecn == 0 || ecn == kCe) return false;
+      ip[1] |= kCe << 4;
+      return true;
+    }
+    return false;
+  }
+  return false;
 }
 
 // ---- FaultPort ---------------------------------------------------------------------------

@@ -22,6 +22,16 @@
 //   rate_mbps=R          bandwidth cap in Mbit/s (frame bytes as the
 //                        mbuf holds them, no preamble/IFG/FCS); frames
 //                        wait for the link to serialise them; 0 = none  [0, 10^6] (0)
+//   ce=P                 mark an ECN-capable IP frame CE (ECN 11) with
+//                        probability P, as netem's "ecn"               [0, 1]
+//   ecn_mark_us=T        with rate_mbps: mark an ECN-capable frame CE
+//                        when it waited longer than T for the link (a
+//                        congested switch port's step marking on the
+//                        sojourn time, as fq_codel's ce_threshold);
+//                        0 = never                                     [0, 10 s] (0)
+//                        Not-ECT frames are never marked (nor dropped
+//                        for it); the ICRC masks the TOS (A17), so
+//                        RoCEv2 frames stay valid
 //   dir=rx|tx|both       which way FaultPort applies the faults        (both)
 //   seed=S               the PRNG seed, an unsigned 64-bit integer     (1)
 //
@@ -89,12 +99,15 @@ struct FaultSpec {
   uint64_t delay_ns = 0;
   uint64_t jitter_ns = 0;
   uint64_t rate_bps = 0;  // 0: no cap
+  double ce = 0;
+  uint64_t ecn_mark_ns = 0;  // 0: no sojourn marking
   FaultDir dir = FaultDir::kBoth;
   uint64_t seed = kDefaultFaultSeed;
 
   // True when the spec changes anything at all.
   bool active() const noexcept {
-    return drop > 0 || dup > 0 || reorder > 0 || corrupt > 0 || delay_ns > 0 || jitter_ns > 0 || rate_bps > 0;
+    return drop > 0 || dup > 0 || reorder > 0 || corrupt > 0 || delay_ns > 0 || jitter_ns > 0 || rate_bps > 0 ||
+           ce > 0;
   }
   bool operator==(const FaultSpec&) const = default;
 };
@@ -122,12 +135,13 @@ enum class FaultCounter : uint8_t {
   kDownDropped,  // lost because a link was down (sim wire)
   kQueueFull,    // lost because the DelayQueue was full
   kNoMbuf,       // copies (twins, flooded frames) the pool could not supply
+  kCeMarked,     // ce= and ecn_mark_us= (ECN-capable frames marked CE)
   kCount,
 };
 
 inline constexpr std::array<std::string_view, static_cast<size_t>(FaultCounter::kCount)> kFaultCounterNames = {
     "dropped", "duplicated", "reordered", "corrupted", "delayed",
-    "rate_limited", "down_dropped", "queue_full", "no_mbuf",
+    "rate_limited", "down_dropped", "queue_full", "no_mbuf", "ce_marked",
 };
 
 struct FaultCounters {
@@ -181,6 +195,7 @@ class FaultInjector {
   enum class Stream : uint8_t {
     kDrop, kDup, kReorder, kCorrupt,      // decisions
     kCorruptBit, kReorderDepth, kJitter,  // parameters
+    kCe,                                  // a decision added later: after them, so their keys stay
     kCount,
   };
   struct Chance {  // a probability as an integer threshold on 64 random bits
@@ -201,6 +216,7 @@ class FaultInjector {
   uint64_t uniform(Stream s, uint64_t seq, uint64_t j, uint64_t bound) const noexcept;  // [0, bound)
 
   void corrupt(rte_mbuf* m, uint64_t seq) noexcept;
+  static bool mark_ce(rte_mbuf* m) noexcept;
   void hold(rte_mbuf* m, uint64_t seq, uint64_t now_ns) noexcept;
   void emit(rte_mbuf* m, uint64_t seq, uint64_t copy, uint64_t now_ns, DelayQueue& out) noexcept;
   void schedule(rte_mbuf* m, uint64_t seq, uint64_t copy, uint64_t now_ns, DelayQueue& out) noexcept;
@@ -210,7 +226,7 @@ class FaultInjector {
   FaultSpec spec_;
   bool active_ = false;
   std::array<uint64_t, static_cast<size_t>(Stream::kCount)> keys_{};
-  Chance drop_, dup_, reorder_, corrupt_;
+  Chance drop_, dup_, reorder_, corrupt_, ce_;
   uint64_t next_seq_ = 0;
   uint64_t link_free_ns_ = 0;  // when the link finishes the frame it is sending (rate cap)
   uint64_t last_due_ns_ = 0;   // due times never decrease: jitter does not reorder

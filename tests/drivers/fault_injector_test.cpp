@@ -5,6 +5,7 @@
 #include <rte_mempool.h>
 
 #include <algorithm>
+#include <cstring>
 #include <set>
 #include <vector>
 
@@ -171,6 +172,99 @@ TEST(FaultInjector, TwinWithoutMbufIsCountedNotLost) {
   EXPECT_EQ(inj.counters()[FaultCounter::kDuplicated], 0u);
   EXPECT_EQ(inj.counters().lost(), 0u);
   for (rte_mbuf* m : hog) rte_pktmbuf_free(m);
+}
+
+// ---- ECN marks (ce=, ecn_mark_us=) ------------------------------------------------------
+
+// An IPv4 frame (one 802.1Q tag when `vlan`) with TOS `tos` and a valid
+// header checksum; or an IPv6 one with that traffic class.
+rte_mbuf* ip_frame(rte_mempool* mp, uint8_t tos, bool ipv6, bool vlan = false) {
+  rte_mbuf* m = rte_pktmbuf_alloc(mp);
+  uint8_t* f = rte_pktmbuf_mtod(m, uint8_t*);
+  std::memset(f, 0, 128);
+  size_t off = 12;
+  if (vlan) {
+    f[off] = 0x81, f[off + 1] = 0x00, f[off + 2] = 0x00, f[off + 3] = 0x0A;
+    off += 4;
+  }
+  f[off] = ipv6 ? 0x86 : 0x08, f[off + 1] = ipv6 ? 0xDD : 0x00;
+  uint8_t* ip = f + off + 2;
+  if (ipv6) {
+    ip[0] = static_cast<uint8_t>(0x60 | tos >> 4);
+    ip[1] = static_cast<uint8_t>(tos << 4);
+  } else {
+    ip[0] = 0x45, ip[1] = tos, ip[3] = 20, ip[8] = 64, ip[9] = 17;
+    ip[12] = 10, ip[15] = 1, ip[16] = 10, ip[19] = 2;
+    uint32_t sum = 0;
+    for (int i = 0; i < 20; i += 2) sum += static_cast<uint32_t>(ip[i] << 8 | ip[i + 1]);
+    while (sum >> 16) sum = (sum & 0xFFFF) + (sum >> 16);
+    ip[10] = static_cast<uint8_t>(~sum >> 8), ip[11] = static_cast<uint8_t>(~sum);
+  }
+  m->data_len = 128;
+  m->pkt_len = 128;
+  return m;
+}
+
+uint16_t ipv4_checksum_of(const uint8_t* ip) {  // 0 when the header's checksum is right
+  uint32_t sum = 0;
+  for (int i = 0; i < 20; i += 2) sum += static_cast<uint32_t>(ip[i] << 8 | ip[i + 1]);
+  while (sum >> 16) sum = (sum & 0xFFFF) + (sum >> 16);
+  return static_cast<uint16_t>(~sum);
+}
+
+TEST(FaultInjector, CeMarksEcnCapableFramesOnly) {
+  Pool pool(64);
+  FaultSpec spec;
+  spec.ce = 1;
+  FaultInjector inj;
+  ASSERT_TRUE(inj.configure(spec, 0));
+  DelayQueue q;
+  q.reset(64);
+  struct Case { uint8_t tos; bool ipv6, vlan; uint8_t ecn_after; };
+  const Case cases[] = {
+      {0xC2, false, false, 3},  // ECT(0) -> CE, DSCP kept
+      {0x01, false, true, 3},   // ECT(1), behind a VLAN tag
+      {0x00, false, false, 0},  // Not-ECT: left alone
+      {0x03, false, false, 3},  // already CE
+      {0x6A, true, false, 3},   // IPv6 ECT(0)
+      {0x68, true, false, 0},   // IPv6 Not-ECT
+  };
+  for (const Case& c : cases) inj.submit(ip_frame(pool.mp, c.tos, c.ipv6, c.vlan), 0, pool.mp, q);
+  rte_mbuf* out[8];
+  ASSERT_EQ(q.pop_due(DelayQueue::kNever - 1, out, 8), std::size(cases));
+  for (size_t i = 0; i < std::size(cases); ++i) {
+    SCOPED_TRACE(i);
+    const uint8_t* ip = rte_pktmbuf_mtod(out[i], const uint8_t*) + 14 + (cases[i].vlan ? 4 : 0);
+    const uint8_t tc = cases[i].ipv6 ? static_cast<uint8_t>((ip[0] & 0x0F) << 4 | ip[1] >> 4) : ip[1];
+    EXPECT_EQ(tc & 0x03, cases[i].ecn_after);
+    EXPECT_EQ(tc & 0xFC, cases[i].tos & 0xFC);
+    if (!cases[i].ipv6) {
+      EXPECT_EQ(ipv4_checksum_of(ip), 0) << "the IPv4 checksum follows the mark";
+    }
+  }
+  testing::free_all(out, static_cast<uint16_t>(std::size(cases)));
+  EXPECT_EQ(inj.counters()[FaultCounter::kCeMarked], 3u);  // ECT(0), ECT(1), IPv6 ECT(0); not the CE one again
+}
+
+// A congested port's step marking: frames that find the link busy for
+// longer than ecn_mark_us are marked, the first ones of a burst are not.
+TEST(FaultInjector, EcnMarkOnTheSojournTime) {
+  Pool pool(64);
+  FaultSpec spec;
+  spec.rate_bps = 8'000'000;      // 1 byte per µs: a 128-byte frame holds the link 128 µs
+  spec.ecn_mark_ns = 200'000;     // marked after waiting more than 200 µs
+  FaultInjector inj;
+  ASSERT_TRUE(inj.configure(spec, 0));
+  DelayQueue q;
+  q.reset(64);
+  for (int i = 0; i < 5; ++i) inj.submit(ip_frame(pool.mp, 0x02, false), 0, pool.mp, q);
+  rte_mbuf* out[8];
+  ASSERT_EQ(q.pop_due(DelayQueue::kNever - 1, out, 8), 5u);
+  // Waits: 0, 128, 256, 384, 512 µs.
+  const uint8_t want[] = {2, 2, 3, 3, 3};
+  for (int i = 0; i < 5; ++i) EXPECT_EQ(rte_pktmbuf_mtod(out[i], const uint8_t*)[15] & 0x03, want[i]) << i;
+  testing::free_all(out, 5);
+  EXPECT_EQ(inj.counters()[FaultCounter::kCeMarked], 3u);
 }
 
 }  // namespace

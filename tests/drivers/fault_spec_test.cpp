@@ -63,6 +63,8 @@ TEST(FaultSpecParse, GoodSpecs) {
       {"jitter_us=0", FaultSpec{}},
       {"rate_mbps=0.5", with([](FaultSpec& s) { s.rate_bps = 500'000; })},
       {"rate_mbps=0", FaultSpec{}},
+      {"ce=0.25", with([](FaultSpec& s) { s.ce = 0.25; })},
+      {"rate_mbps=100,ecn_mark_us=20", with([](FaultSpec& s) { s.rate_bps = 100'000'000; s.ecn_mark_ns = 20'000; })},
       {"dir=tx", with([](FaultSpec& s) { s.dir = FaultDir::kTx; })},
       {"dir=both", FaultSpec{}},
       {"seed=18446744073709551615", with([](FaultSpec& s) { s.seed = UINT64_MAX; })},
@@ -83,7 +85,7 @@ struct Bad {
 TEST(FaultSpecParse, BadSpecsNameTheKeyAndTheReason) {
   const Bad cases[] = {
       {"loss=0.1", "loss: unknown key (known: drop, dup, reorder, reorder_window, reorder_hold_us, corrupt, "
-                   "corrupt_bits, delay_us, jitter_us, rate_mbps, dir, seed)"},
+                   "corrupt_bits, delay_us, jitter_us, rate_mbps, ce, ecn_mark_us, dir, seed)"},
       {"drop", "drop: expected key=value"},
       {"drop=", "drop: empty value"},
       {"drop=x", "drop: 'x' is not a number"},
@@ -106,6 +108,9 @@ TEST(FaultSpecParse, BadSpecsNameTheKeyAndTheReason) {
       {"jitter_us=ten", "jitter_us: 'ten' is not a number"},
       {"rate_mbps=-5", "rate_mbps: '-5' is outside [0, 1000000]"},
       {"rate_mbps=1000001", "rate_mbps: '1000001' is outside [0, 1000000]"},
+      {"ce=1.5", "ce: '1.5' is outside [0, 1]"},
+      {"ecn_mark_us=20", "ecn_mark_us: marks frames that wait for the link: it needs rate_mbps"},
+      {"rate_mbps=10,ecn_mark_us=-1", "ecn_mark_us: '-1' is outside [0, 10000000]"},
       {"dir=up", "dir: 'up' is not rx, tx or both"},
       {"dir=rx|tx", "dir: 'rx|tx' is not rx, tx or both"},
       {"seed=-1", "seed: '-1' is not a whole number"},
@@ -114,7 +119,7 @@ TEST(FaultSpecParse, BadSpecsNameTheKeyAndTheReason) {
       {"drop=0.1,,dup=0.1", "item 2: empty (two commas in a row?)"},
       {"drop=0.1,", "item 2: empty (two commas in a row?)"},
       {"=0.1", ": unknown key (known: drop, dup, reorder, reorder_window, reorder_hold_us, corrupt, "
-               "corrupt_bits, delay_us, jitter_us, rate_mbps, dir, seed)"},
+               "corrupt_bits, delay_us, jitter_us, rate_mbps, ce, ecn_mark_us, dir, seed)"},
   };
   for (const auto& c : cases) {
     auto r = parse_fault_spec(c.text);
@@ -136,6 +141,8 @@ TEST(FaultSpecParse, ToStringRoundTrips) {
   s.delay_ns = 50'001;
   s.jitter_ns = 7;
   s.rate_bps = 123'456'789;
+  s.ce = 0.125;
+  s.ecn_mark_ns = 30'000;
   s.dir = FaultDir::kTx;
   s.seed = 987654321987654321ULL;
   auto r = parse_fault_spec(to_string(s));
@@ -143,7 +150,7 @@ TEST(FaultSpecParse, ToStringRoundTrips) {
   EXPECT_EQ(*r, s) << to_string(s);
   EXPECT_EQ(to_string(FaultSpec{}),
             "drop=0,dup=0,reorder=0,reorder_window=8,reorder_hold_us=1000,corrupt=0,corrupt_bits=1,"
-            "delay_us=0,jitter_us=0,rate_mbps=0,dir=both,seed=1");
+            "delay_us=0,jitter_us=0,rate_mbps=0,ce=0,ecn_mark_us=0,dir=both,seed=1");
 }
 
 TEST(FaultSpecValidate, RejectsWhatTheParserWould) {

@@ -63,6 +63,9 @@ struct HarnessOptions {
   // Which RNICs offer selective repeat (Rnic::set_selective_repeat).
   bool selective_repeat_a = false;
   bool selective_repeat_b = false;
+  // Each RNIC's congestion control (Rnic::set_cc); the default: ECN on, DCQCN.
+  config::CcConfig cc_a;
+  config::CcConfig cc_b;
 };
 
 // What connect() sets on a QP.

@@ -10,6 +10,7 @@
 #include <tuple>
 #include <utility>
 
+#include "lib/wire/bth.hpp"
 #include "lib/wire/build.hpp"
 #include "lib/wire/eth.hpp"
 #include "lib/wire/icrc.hpp"
@@ -26,6 +27,7 @@ namespace {
 using wire::FrameClass;
 using wire::PktInfo;
 
+constexpr uint8_t kBecnBit = 0x40;     // BTH byte 4: F 0x80, B 0x40 (IBA 9.2; A17 leaves it reserved in a CNP)
 constexpr size_t kRebuildCap = 65536;  // build()'s buffer: a frame is at most 65535 bytes
 constexpr size_t kMaxVlanTags = std::tuple_size_v<decltype(PktInfo::vlans)>;
 constexpr size_t kUdpPortsLen = 4;     // source and destination port
@@ -133,6 +135,7 @@ class FrameChecker {
   void check_roce(const EthernetView& v, const PktInfo& pi);
   bool check_icrc(const EthernetView& v, const PktInfo& pi);
   void check_round_trip(const EthernetView& v, const PktInfo& pi, bool icrc_ok);
+  void check_cnp(const EthernetView& v, const PktInfo& pi);
   void add_failure(std::optional<uint8_t> opcode, FailureDetail detail);
 
   CheckReport& r_;
@@ -194,8 +197,43 @@ void FrameChecker::check_roce(const EthernetView& v, const PktInfo& pi) {
   ++r_.roce;
   ++r_.opcodes[pi.opcode];
   if (is_gsi_mad(pi)) ++r_.mads[mad_kind(v.frame.data() + pi.payload_off)];
+  const uint8_t* f = v.frame.data();
+  const auto ecn = static_cast<size_t>(wire::ecn(f, pi));
+  ++r_.ecn[ecn];
+  if (pi.opcode == wire::kCnpOpcode) {
+    ++r_.cnp_ecn[ecn];
+    check_cnp(v, pi);
+  }
   const bool icrc_ok = check_icrc(v, pi);
   check_round_trip(v, pi, icrc_ok);
+}
+
+// IBA Annex A17.9.3, Figure 6: a CNP's BTH has SE 0, M 0, PadCnt 0 and PSN
+// 0, and 16 reserved bytes follow that the sender sets to 0.  The F/B byte
+// and the DestQP are not checked (the B bit is reserved there; ConnectX
+// sets it: counted apart).  One failure per CNP, the first rule it breaks.
+void FrameChecker::check_cnp(const EthernetView& v, const PktInfo& pi) {
+  const uint8_t* bth = v.frame.data() + pi.bth_off;
+  const wire::BthC h(bth);
+  if ((h.resv8a() & kBecnBit) != 0) ++r_.cnp_becn;
+  std::optional<CnpRule> broken;
+  if (h.se()) {
+    broken = CnpRule{"se", 1};
+  } else if (h.mig()) {
+    broken = CnpRule{"mig", 1};
+  } else if (h.pad_count() != 0) {
+    broken = CnpRule{"pad", h.pad_count()};
+  } else if (h.psn().value() != 0) {
+    broken = CnpRule{"psn", h.psn().value()};
+  } else if (pi.payload_len != wire::kCnpReservedLen) {
+    broken = CnpRule{"reserved_len", pi.payload_len};
+  } else {
+    const uint8_t* res = v.frame.data() + pi.payload_off;
+    if (std::any_of(res, res + wire::kCnpReservedLen, [](uint8_t b) { return b != 0; })) broken = CnpRule{"reserved", 1};
+  }
+  if (!broken) return;
+  ++r_.cnp_failures;
+  add_failure(pi.opcode, *broken);
 }
 
 bool FrameChecker::check_icrc(const EthernetView& v, const PktInfo& pi) {
@@ -296,7 +334,7 @@ uint64_t CheckReport::malformed_total() const noexcept {
 
 uint64_t CheckReport::failed_checks() const noexcept {
   const uint64_t cut = allow_truncated ? 0 : snap_truncated_roce;
-  return icrc_failures + round_trip_failures + malformed_roce + cut;
+  return icrc_failures + round_trip_failures + cnp_failures + malformed_roce + cut;
 }
 
 FileStatus CheckReport::status() const noexcept {
@@ -312,6 +350,20 @@ ExitStatus CheckReport::exit_status() const noexcept {
   }
   return kExitError;
 }
+
+namespace {
+constexpr std::array<std::string_view, 4> kEcnNames = {"not-ect", "ect1", "ect0", "ce"};
+std::vector<NamedCount> ecn_named(const std::array<uint64_t, 4>& n) {
+  std::vector<NamedCount> out;
+  for (size_t i = 0; i < n.size(); ++i) {
+    if (n[i] != 0) out.push_back({std::string(kEcnNames[i]), n[i]});
+  }
+  return out;
+}
+}  // namespace
+
+std::vector<NamedCount> CheckReport::ecn_counts() const { return ecn_named(ecn); }
+std::vector<NamedCount> CheckReport::cnp_ecn_counts() const { return ecn_named(cnp_ecn); }
 
 std::vector<NamedCount> CheckReport::opcode_counts() const {
   std::vector<NamedCount> out;
@@ -397,6 +449,7 @@ void CheckTotals::add(const CheckReport& r) noexcept {
   roce += r.roce;
   icrc_failures += r.icrc_failures;
   round_trip_failures += r.round_trip_failures;
+  cnp_failures += r.cnp_failures;
   malformed += r.malformed_total();
   malformed_roce += r.malformed_roce;
   snap_truncated += r.snap_truncated;
@@ -416,7 +469,7 @@ std::string mad_kind_name(const MadKind& kind) {
 
 std::string_view failure_kind_name(const FailureDetail& d) noexcept {
   static constexpr std::array<std::string_view, std::variant_size_v<FailureDetail>> kNames = {
-      "icrc", "round_trip", "malformed", "snap_truncated"};
+      "icrc", "round_trip", "malformed", "snap_truncated", "cnp"};
   return kNames[d.index()];
 }
 

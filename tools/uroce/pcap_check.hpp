@@ -54,7 +54,14 @@ struct SnapTruncated {                  // RoCE frame cut short by the snaplen
   size_t wire_len = 0;
 };
 
-using FailureDetail = std::variant<IcrcMismatch, RoundTripMismatch, MalformedRoce, SnapTruncated>;
+// A CNP (opcode 0x81) that breaks a rule of IBA Annex A17 (A17.9.3,
+// Figure 6): SE, M and PadCnt 0, PSN 0, and 16 reserved bytes that are 0.
+struct CnpRule {
+  std::string_view field;               // "se", "mig", "pad", "psn", "reserved_len", "reserved"
+  uint64_t found = 0;                   // what the packet carries there
+};
+
+using FailureDetail = std::variant<IcrcMismatch, RoundTripMismatch, MalformedRoce, SnapTruncated, CnpRule>;
 
 struct FrameFailure {
   uint64_t frame = 0;                   // 1-based, as Wireshark numbers frames
@@ -102,6 +109,12 @@ struct CheckReport {
   std::map<MadKind, uint64_t> mads;
   uint64_t icrc_failures = 0;
   uint64_t round_trip_failures = 0;
+  uint64_t cnp_failures = 0;     // CNPs that break an A17 rule (CnpRule)
+  uint64_t cnp_becn = 0;         // CNPs with the BECN bit set (ConnectX sets it; A17 leaves it reserved)
+  // The IP ECN field of every RoCEv2 packet (RFC 3168: Not-ECT, ECT(1),
+  // ECT(0), CE), and of the CNPs alone.
+  std::array<uint64_t, 4> ecn{};
+  std::array<uint64_t, 4> cnp_ecn{};
 
   std::array<uint64_t, wire::kNumParseErrors> malformed{};  // by reason
   uint64_t malformed_roce = 0;   // of those, UDP to port 4791
@@ -125,6 +138,8 @@ struct CheckReport {
   std::vector<NamedCount> mad_counts() const;          // by class, then attribute
   std::vector<NamedCount> malformed_counts() const;    // by ParseError
   std::vector<NamedCount> other_frame_counts() const;  // by FrameClass
+  std::vector<NamedCount> ecn_counts() const;          // "not-ect", "ect1", "ect0", "ce"
+  std::vector<NamedCount> cnp_ecn_counts() const;
 };
 
 // Check one capture file.  Never throws for bad input: a file that cannot
@@ -144,6 +159,7 @@ struct CheckTotals {
   uint64_t roce = 0;
   uint64_t icrc_failures = 0;
   uint64_t round_trip_failures = 0;
+  uint64_t cnp_failures = 0;
   uint64_t malformed = 0;
   uint64_t malformed_roce = 0;
   uint64_t snap_truncated = 0;

@@ -139,6 +139,10 @@ Json failure_json(const FrameFailure& f) {
                    j["captured_len"] = m.captured_len;
                    j["wire_len"] = m.wire_len;
                  },
+                 [&](const CnpRule& c) {
+                   j["field"] = c.field;
+                   j["found"] = c.found;
+                 },
              },
              f.detail);
   return j;
@@ -168,6 +172,10 @@ std::string describe_failure(const FailureDetail& d) {
             return fmt::format("RoCEv2 frame cut short by the snaplen: {} of {} bytes captured", m.captured_len,
                                m.wire_len);
           },
+          [](const CnpRule& c) {
+            return fmt::format("CNP breaks IBA A17.9.3: {} is {}, must be {}", c.field, c.found,
+                               c.field == "reserved_len" ? "16" : "0");
+          },
       },
       d);
 }
@@ -178,6 +186,11 @@ void print_report(std::FILE* out, const CheckReport& r, bool verbose) {
     print_counts_line(out, r);
     fmt::print(out, "{}opcodes: {}\n", kIndent, join_counts(r.opcode_counts()));
     fmt::print(out, "{}CM MADs: {}\n", kIndent, join_counts(r.mad_counts()));
+    fmt::print(out, "{}ECN: {}\n", kIndent, join_counts(r.ecn_counts()));
+    if (r.opcodes[wire::kCnpOpcode] != 0) {
+      fmt::print(out, "{}CNPs: {}, {} breaking A17.9.3, {} with BECN, ECN {}\n", kIndent, r.opcodes[wire::kCnpOpcode],
+                 r.cnp_failures, r.cnp_becn, join_counts(r.cnp_ecn_counts()));
+    }
     fmt::print(out, "{}other frames: {}\n", kIndent, join_counts(r.other_frame_counts()));
     print_malformed(out, r);
     print_snap_truncated(out, r);
@@ -215,6 +228,11 @@ Json report_json(const CheckReport& r) {
   j["cm_mads"] = counts_json(r.mad_counts());
   j["icrc_failures"] = r.icrc_failures;
   j["round_trip_failures"] = r.round_trip_failures;
+  j["ecn"] = counts_json(r.ecn_counts());
+  j["cnp"] = Json{{"count", r.opcodes[wire::kCnpOpcode]},
+                  {"failures", r.cnp_failures},
+                  {"becn", r.cnp_becn},
+                  {"ecn", counts_json(r.cnp_ecn_counts())}};
   j["malformed"] = Json{{"total", r.malformed_total()},
                         {"udp_4791", r.malformed_roce},
                         {"reasons", counts_json(r.malformed_counts())}};
@@ -239,6 +257,7 @@ Json totals_json(const CheckTotals& t) {
   j["roce_v2"] = t.roce;
   j["icrc_failures"] = t.icrc_failures;
   j["round_trip_failures"] = t.round_trip_failures;
+  j["cnp_failures"] = t.cnp_failures;
   j["malformed"] = t.malformed;
   j["malformed_udp_4791"] = t.malformed_roce;
   j["snap_truncated"] = t.snap_truncated;

@@ -1,0 +1,129 @@
+// Congestion control end to end (DESIGN.md "Congestion control"): two
+// RNICs on a sim link that is slower than they are and marks ECN-capable
+// frames CE once they queued for longer than a threshold, as a congested
+// switch port does (fault.hpp: rate_mbps, ecn_mark_us).
+//
+// WRITEs: B (the responder) sees CE on A's requests and sends CNPs; A's
+// QP cuts its rate (DCQCN) and paces.  READs: A sees CE on B's responses;
+// B's QP slows its responses.  Every byte arrives as it would without
+// congestion control, nothing is retransmitted (the link never drops), and
+// the QPs stay in RTS.  With cc "none" the CNPs still come and are counted
+// and ignored; with ECN off at the sender nothing is marked at all.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <tuple>
+
+#include "tests/rnic/harness.hpp"
+
+namespace uroce::rnic::testing {
+namespace {
+
+enum class Kind { Write, Read };
+enum class Mode { Dcqcn, CcNone, EcnOff };
+
+drivers::FaultSpec congested_link() {
+  drivers::FaultSpec s;
+  s.rate_bps = 200'000'000;  // 200 Mb/s: a 1 KiB frame holds the link ~42 µs
+  s.ecn_mark_ns = 100'000;   // marked past 100 µs of queueing (a few frames)
+  return s;
+}
+
+uint64_t ctr(Node& n, RnicCtr c) { return n.rnic->counters().get(c); }
+
+using Param = std::tuple<Kind, Mode>;
+class Congested : public ::testing::TestWithParam<Param> {};
+
+TEST_P(Congested, StreamCompletesAndTheSenderReacts) {
+  const auto [kind, mode] = GetParam();
+  HarnessOptions ho;
+  ho.faults = congested_link();
+  for (config::CcConfig* c : {&ho.cc_a, &ho.cc_b}) {
+    if (mode == Mode::CcNone) c->mode = config::CcMode::kNone;
+    if (mode == Mode::EcnOff) c->ecn = false;
+  }
+  Harness h(ho);
+  ConnOpts o;
+  o.mtu = IBV_MTU_1024;
+  Pair p = h.pair(IBV_QPT_RC, o);
+  ASSERT_NE(p.qa, nullptr);
+  constexpr int kOps = 96;
+  constexpr int kWindow = 8;
+  constexpr size_t kMsg = 16 * 1024;
+  const int access = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ;
+  Buffer a = h.buffer(h.a(), kMsg * kWindow, access);
+  Buffer b = h.buffer(h.b(), kMsg * kWindow, access);
+  fill_pattern(a.bytes(0, a.len), 1);
+  fill_pattern(b.bytes(0, b.len), 2);
+  int posted = 0, done = 0;
+  const auto t0 = Clock::now();
+  while (done < kOps && Clock::now() - t0 < std::chrono::seconds(60)) {
+    while (posted < kOps && posted - done < kWindow) {
+      const size_t off = size_t(posted % kWindow) * kMsg;
+      ibv_sge s = a.sge(off, kMsg);
+      ibv_send_wr wr = rdma_wr(kind == Kind::Write ? IBV_WR_RDMA_WRITE : IBV_WR_RDMA_READ, posted, {&s, 1},
+                               b.addr(off), b.rkey());
+      ASSERT_EQ(post_send(p.qa, wr), 0);
+      ++posted;
+    }
+    for (const ibv_wc& wc : h.poll_cq(p.scq_a)) {
+      ASSERT_EQ(wc.status, IBV_WC_SUCCESS) << wc_status_name(wc.status) << "\n" << h.counters();
+      ASSERT_EQ(wc.wr_id, uint64_t(done));
+      const size_t off = size_t(done % kWindow) * kMsg;
+      EXPECT_EQ(first_diff(a.bytes(off, kMsg), b.bytes(off, kMsg)), -1) << "op " << done;
+      ++done;
+    }
+  }
+  ASSERT_EQ(done, kOps) << h.counters();
+  EXPECT_EQ(p.qa->state(), IBV_QPS_RTS);
+  EXPECT_EQ(p.qb->state(), IBV_QPS_RTS);
+  EXPECT_EQ(ctr(h.a(), RnicCtr::req_retrans_pkts), 0u) << h.counters();
+  EXPECT_EQ(ctr(h.a(), RnicCtr::ack_timeouts), 0u) << h.counters();
+
+  // WRITE: data flows A -> B, B marks and A reacts; READ: the other way.
+  Node& np = kind == Kind::Write ? h.b() : h.a();
+  Node& rp = kind == Kind::Write ? h.a() : h.b();
+  Qp* rp_qp = kind == Kind::Write ? p.qa : p.qb;
+  const std::string all = h.counters();
+  switch (mode) {
+    case Mode::Dcqcn:
+      EXPECT_GT(ctr(np, RnicCtr::np_ecn_marked_roce_packets), 0u) << all;
+      EXPECT_GT(ctr(np, RnicCtr::np_cnp_sent), 0u) << all;
+      EXPECT_GT(ctr(rp, RnicCtr::rp_cnp_handled), 0u) << all;
+      EXPECT_GT(ctr(rp, RnicCtr::rp_rate_cuts), 0u) << all;
+      EXPECT_GT(ctr(rp, RnicCtr::rp_paced_waits), 0u) << all;
+      EXPECT_GT(rp_qp->cc.cnps_rcvd, 0u);
+      break;
+    case Mode::CcNone:
+      EXPECT_GT(ctr(np, RnicCtr::np_cnp_sent), 0u) << all;
+      EXPECT_GT(ctr(rp, RnicCtr::rp_cnp_ignored), 0u) << all;
+      EXPECT_EQ(ctr(rp, RnicCtr::rp_cnp_handled), 0u) << all;
+      EXPECT_EQ(ctr(rp, RnicCtr::rp_rate_cuts), 0u) << all;
+      EXPECT_EQ(ctr(rp, RnicCtr::rp_paced_waits), 0u) << all;
+      break;
+    case Mode::EcnOff:  // Not-ECT frames are never marked
+      EXPECT_EQ(ctr(np, RnicCtr::np_ecn_marked_roce_packets), 0u) << all;
+      EXPECT_EQ(ctr(rp, RnicCtr::rp_cnp_handled), 0u) << all;
+      break;
+  }
+  if (std::getenv("UROCE_TEST_VERBOSE") != nullptr) std::printf("%s\n", all.c_str());
+  // CNPs are never answered: the CNP sender's own counters see none come back.
+  EXPECT_EQ(ctr(np, RnicCtr::rp_cnp_handled) + ctr(np, RnicCtr::rp_cnp_ignored), 0u) << all;
+}
+
+std::string param_name(const ::testing::TestParamInfo<Param>& i) {
+  const char* k = std::get<0>(i.param) == Kind::Write ? "Write" : "Read";
+  const char* m = std::get<1>(i.param) == Mode::Dcqcn ? "Dcqcn" : std::get<1>(i.param) == Mode::CcNone ? "CcNone" : "EcnOff";
+  return std::string(k) + "_" + m;
+}
+
+INSTANTIATE_TEST_SUITE_P(Cc, Congested,
+                         ::testing::Combine(::testing::Values(Kind::Write, Kind::Read),
+                                            ::testing::Values(Mode::Dcqcn, Mode::CcNone, Mode::EcnOff)),
+                         param_name);
+
+}  // namespace
+}  // namespace uroce::rnic::testing
