@@ -239,5 +239,93 @@ TEST(Pcap, CaptureIsCleanForUroceAndTshark) {
   if (!HasFailure()) fs::remove_all(dir, ec);
 }
 
+// CNPs on the wire (DESIGN.md "Congestion control"): WRITEs both ways over
+// links that mark ECN-capable frames CE at random; A's capture holds the
+// CNPs it sent and received.  uroce pcap-check passes them against IBA
+// A17.9.3, and tshark, decoding them on its own, finds opcode 0x81 toward
+// the sending QP with PSN 0, DSCP 48 and Not-ECT, and data frames ECT(0)
+// or CE.
+TEST(Pcap, CnpsAndEcnCheckOut) {
+  int st = 0;
+  run("command -v tshark >/dev/null 2>&1", &st);
+  if (st != 0) {
+    std::printf("SKIP: tshark is not installed\n");
+    std::fflush(stdout);
+    std::_Exit(77);
+  }
+  const std::string& uroce = uroce_tool_path();
+  ASSERT_FALSE(uroce.empty()) << "pass --uroce=PATH (meson does)";
+  const fs::path dir = fs::temp_directory_path() / ("uroce-e2e-pcap-cnp-" + std::to_string(getpid()));
+  fs::create_directories(dir);
+  const std::string pcap = (dir / "cnp.pcap").string();
+  uint32_t qpn_a = 0, qpn_b = 0;
+  {
+    HarnessOptions ho;
+    ho.pcap_a = pcap;
+    drivers::FaultSpec marks;
+    marks.ce = 0.3;
+    marks.seed = 5;
+    ho.faults = marks;
+    Harness h(ho);
+    Pair rc = h.pair(IBV_QPT_RC);
+    ASSERT_NE(rc.qa, nullptr);
+    qpn_a = rc.qa->qpn().value();
+    qpn_b = rc.qb->qpn().value();
+    Buffer a = h.buffer(h.a(), 1 << 16, kRemoteAll);
+    Buffer b = h.buffer(h.b(), 1 << 16, kRemoteAll);
+    for (int i = 0; i < 8; ++i) {
+      ibv_sge sa = a.sge(0, 1 << 14), sb = b.sge(0, 1 << 14);
+      ibv_send_wr wa = rdma_wr(IBV_WR_RDMA_WRITE, i, {&sa, 1}, b.addr(), b.rkey());
+      ibv_send_wr wb = rdma_wr(IBV_WR_RDMA_WRITE, i, {&sb, 1}, a.addr(), a.rkey());
+      ASSERT_EQ(post_send(rc.qa, wa), 0);
+      ASSERT_EQ(post_send(rc.qb, wb), 0);
+      EXPECT_EQ(h.wait_wc(rc.scq_a).status, IBV_WC_SUCCESS);
+      EXPECT_EQ(h.wait_wc(rc.scq_b).status, IBV_WC_SUCCESS);
+    }
+    EXPECT_GT(h.a().rnic->counters().get(RnicCtr::np_cnp_sent), 0u);
+    EXPECT_GT(h.b().rnic->counters().get(RnicCtr::np_cnp_sent), 0u);
+  }
+  const std::string check = run(uroce + " pcap-check '" + pcap + "' 2>&1", &st);
+  EXPECT_EQ(st, 0) << check;
+  EXPECT_NE(check.find(", 0 breaking A17.9.3"), std::string::npos) << check;
+  std::printf("%s", check.c_str());
+
+  const std::string fields = run("tshark -r '" + pcap + "'" + kPayloadGuesses +
+                                     " -Y 'udp.dstport == 4791' -T fields -e infiniband.bth.opcode"
+                                     " -e infiniband.bth.destqp -e infiniband.bth.psn -e ip.dsfield.dscp"
+                                     " -e ip.dsfield.ecn -e ip.src 2>/dev/null",
+                                 &st);
+  ASSERT_EQ(st, 0);
+  int cnps_to_a = 0, cnps_to_b = 0, data_ect = 0, data_ce = 0;
+  for (const auto& r : rows(fields)) {
+    ASSERT_GE(r.size(), 6u);
+    const int opcode = std::stoi(r[0]);
+    const int ecn = std::stoi(r[4]);
+    if (opcode == 0x81) {
+      const uint32_t dqp = static_cast<uint32_t>(std::stoul(r[1], nullptr, 0));
+      EXPECT_EQ(r[2], "0") << "CNP PSN";
+      EXPECT_EQ(r[3], "48") << "CNP DSCP";
+      EXPECT_EQ(ecn, 0) << "a CNP is not ECN-capable";
+      // From A (10.0.0.1 is kIpA) to B's QP, or from B to A's.
+      if (dqp == qpn_a) ++cnps_to_a;
+      if (dqp == qpn_b) ++cnps_to_b;
+      EXPECT_TRUE(dqp == qpn_a || dqp == qpn_b) << "CNP toward QP " << dqp;
+    } else if (opcode == 0x0A || opcode == 0x06 || opcode == 0x07 || opcode == 0x08) {  // WRITE only/first/middle/last
+      data_ect += ecn == 2;
+      data_ce += ecn == 3;
+      EXPECT_TRUE(ecn == 2 || ecn == 3) << "data frame ECN " << ecn;
+    } else if (opcode == 0x11) {
+      EXPECT_EQ(ecn, 0) << "ACKs are not ECN-capable";
+    }
+  }
+  EXPECT_GT(cnps_to_a, 0);
+  EXPECT_GT(cnps_to_b, 0);
+  EXPECT_GT(data_ect, 0);
+  EXPECT_GT(data_ce, 0);
+  std::printf("CNPs to A's QP %d, to B's %d; WRITE frames ECT(0) %d, CE %d\n", cnps_to_a, cnps_to_b, data_ect, data_ce);
+  std::error_code ec;
+  if (!HasFailure()) fs::remove_all(dir, ec);
+}
+
 }  // namespace
 }  // namespace uroce::rnic::testing
