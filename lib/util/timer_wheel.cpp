@@ -29,7 +29,7 @@ void TimerWheel::unlink(Timer& t) noexcept {
     *t.slot_ = t.next_;
   }
   if (t.next_) t.next_->prev_ = t.prev_;
-  if (*t.slot_ == nullptr) {
+  if (*t.slot_ == nullptr && t.level_ != kPendingLevel) {  // a slot of the wheel emptied
     levels_[t.level_].occupied[t.index_ / 64] &= ~(uint64_t{1} << (t.index_ % 64));
   }
   t.prev_ = t.next_ = nullptr;
@@ -57,21 +57,31 @@ unsigned TimerWheel::next_occupied(unsigned level, unsigned from) const noexcept
   return kSlots;
 }
 
+// The slot's timers move to a local list first, each still armed and
+// pointing at that list, so that a callback may cancel or re-arm any of
+// them (another timer of the same tick, say) and the walk only ever takes
+// the list's current head: nothing it holds is walked twice or lost, and
+// nothing a callback pushes into the (now empty) slot is touched.
 unsigned TimerWheel::expire_slot(unsigned level, unsigned index, uint64_t now_ns) noexcept {
   Level& lv = levels_[level];
-  Timer* list = lv.slots[index];
+  Timer* pending = lv.slots[index];
   lv.slots[index] = nullptr;
   lv.occupied[index / 64] &= ~(uint64_t{1} << (index % 64));
+  for (Timer* t = pending; t != nullptr; t = t->next_) {
+    t->slot_ = &pending;
+    t->level_ = kPendingLevel;
+  }
   unsigned fired = 0;
-  while (list) {
-    Timer& t = *list;
-    list = t.next_;
+  while (pending != nullptr) {
+    Timer& t = *pending;
+    pending = t.next_;
+    if (pending != nullptr) pending->prev_ = nullptr;
     t.prev_ = t.next_ = nullptr;
     t.slot_ = nullptr;
     if (level == 0 && t.deadline_ns <= now_ns) {
       --armed_;
       ++fired;
-      t.cb(t, now_ns);  // may re-arm t or touch other timers
+      t.cb(t, now_ns);  // may re-arm t or arm and cancel any other timer
     } else {
       file(t);          // cascade down (or a clamped far deadline)
     }

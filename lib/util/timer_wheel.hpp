@@ -95,6 +95,8 @@ class TimerWheel {
   };
 
   static constexpr unsigned shift(unsigned level) noexcept { return level * kSlotBits; }
+  // level_ of a timer on expire_slot's local list (not in any slot).
+  static constexpr uint8_t kPendingLevel = 0xFF;
 
   void file(Timer& t) noexcept;
   void unlink(Timer& t) noexcept;

@@ -84,6 +84,52 @@ TEST(TimerWheel, CallbackMayRearmItself) {
   EXPECT_EQ(p.count, 10);
 }
 
+// A callback may cancel or re-arm other timers of the very slot being
+// expired (a QP's kick firing re-arms the same QP's rate timer, due in the
+// same tick): each of the others fires once or not at all as the callback
+// left it, none is walked twice, and the wheel's count stays right.  (The
+// walk used to follow links the callback had rewritten: the QPs' timers of
+// one tick, re-armed inside it, made a cycle and the engine spun forever.)
+TEST(TimerWheel, CallbackMayCancelAndRearmOthersOfItsSlot) {
+  for (unsigned level_ticks : {0u, 300u, 70'000u}) {  // expired at level 0, or cascaded down from 1 and 2 first
+    SCOPED_TRACE(level_ticks);
+    TimerWheel w(0);
+    struct Node {
+      Timer timer;
+      TimerWheel* w = nullptr;
+      std::vector<Node*> cancel, rearm;
+      int fired = 0;
+    };
+    std::vector<Node> n(8);
+    const uint64_t due = uint64_t{level_ticks} * 1000 + 5'000;
+    for (auto& x : n) {
+      x.w = &w;
+      x.timer.owner = &x;
+      x.timer.cb = [](Timer& t, uint64_t now) {
+        auto& self = t.owner_as<Node>();
+        ++self.fired;
+        for (Node* o : self.cancel) self.w->cancel(o->timer);
+        for (Node* o : self.rearm) self.w->arm(o->timer, now + 50'000);
+      };
+    }
+    // All eight in one slot; whichever fires first cancels two and re-arms two others.
+    for (auto& x : n) {
+      x.cancel = {&n[(&x - n.data() + 1) % 8], &n[(&x - n.data() + 2) % 8]};
+      x.rearm = {&n[(&x - n.data() + 3) % 8], &n[(&x - n.data() + 4) % 8]};
+      w.arm(x.timer, due);
+    }
+    for (uint64_t now = 0; now <= due + 200'000; now += 1'000) w.advance(now);
+    int total = 0;
+    for (const auto& x : n) {
+      EXPECT_LE(x.fired, 3);
+      total += x.fired;
+      EXPECT_FALSE(x.timer.armed());
+    }
+    EXPECT_GT(total, 0);
+    EXPECT_EQ(w.armed_count(), 0u);
+  }
+}
+
 // Random deadlines against a reference: every timer fires exactly once, no
 // earlier than its deadline and within one tick plus the advance step.
 TEST(TimerWheel, RandomAgainstReference) {
