@@ -17,8 +17,10 @@
 namespace uroce::config {
 
 // How a QP's send rate is controlled.  kDcqcn: cut on CNPs and recovered,
-// as ConnectX does; kNone: CNPs received are counted and ignored.
-enum class CcMode : uint8_t { kDcqcn, kNone };
+// as ConnectX does; kDelay: DCQCN as well, and the rate also follows the
+// round-trip time (for networks that drop and delay but never mark ECN);
+// kNone: CNPs received are counted and ignored.
+enum class CcMode : uint8_t { kDcqcn, kDelay, kNone };
 
 struct DcqcnConfig {
   // Reaction point (rate limiter of the sending QP).
@@ -46,23 +48,42 @@ struct DcqcnConfig {
   friend bool operator==(const DcqcnConfig&, const DcqcnConfig&) = default;
 };
 
+// The delay-based controller (cc = "delay"; transport/cc/delay.hpp), in
+// the family of TIMELY and Swift: the round trip the requester measures
+// on its ACKs against a target.
+struct DelayConfig {
+  uint32_t target_us = 100;       // the round trip it aims for (this host's loop and the path's base included)
+  uint32_t ai_mbps = 50;          // added per round trip at or under the target
+  uint32_t beta_pct = 80;         // over it: rate *= 1 - beta * (rtt - target) / rtt ...
+  uint32_t max_mdf_pct = 50;      // ... by at most this much at a time, at most once per round trip
+  uint32_t min_rate_mbps = 10;    // the floor
+  uint32_t max_rate_mbps = 0;     // 0: the port's speed
+
+  friend bool operator==(const DelayConfig&, const DelayConfig&) = default;
+};
+
 struct CcConfig {
   bool ecn = true;             // data packets leave ECN-capable, ECT(0) (A17.3.1.1.3)
   CcMode mode = CcMode::kDcqcn;
   DcqcnConfig dcqcn;
+  DelayConfig delay;
 
   friend bool operator==(const CcConfig&, const CcConfig&) = default;
 };
 
-// The [device.dcqcn] keys: name, member, range.  One table for the reader,
-// the writer and the documentation.
-struct DcqcnKey {
+// The keys of a parameter table ([device.dcqcn], [device.delay]): name,
+// member, range.  One table each for the reader, the writer and the
+// documentation.
+template <class C>
+struct ParamKey {
   std::string_view name;
-  uint32_t DcqcnConfig::*u32 = nullptr;  // an integer key
-  bool DcqcnConfig::*flag = nullptr;     // a boolean key
+  uint32_t C::*u32 = nullptr;  // an integer key
+  bool C::*flag = nullptr;     // a boolean key
   uint32_t lo = 0;
   uint32_t hi = 0;
 };
+using DcqcnKey = ParamKey<DcqcnConfig>;
+using DelayKey = ParamKey<DelayConfig>;
 
 inline constexpr uint32_t kMaxRateMbps = 400'000;  // beyond any port uroce drives
 
@@ -86,6 +107,15 @@ inline constexpr std::array kDcqcnKeys{
     DcqcnKey{"min_time_between_cnps_us", &DcqcnConfig::min_time_between_cnps_us, nullptr, 0, 1'000'000},
     DcqcnKey{"cnp_dscp", &DcqcnConfig::cnp_dscp, nullptr, 0, 63},
     DcqcnKey{"cnp_802p_prio", &DcqcnConfig::cnp_802p_prio, nullptr, 0, 7},
+};
+
+inline constexpr std::array kDelayKeys{
+    DelayKey{"target_us", &DelayConfig::target_us, nullptr, 1, 1'000'000},
+    DelayKey{"ai_mbps", &DelayConfig::ai_mbps, nullptr, 1, kMaxRateMbps},
+    DelayKey{"beta_pct", &DelayConfig::beta_pct, nullptr, 1, 100},
+    DelayKey{"max_mdf_pct", &DelayConfig::max_mdf_pct, nullptr, 1, 99},
+    DelayKey{"min_rate_mbps", &DelayConfig::min_rate_mbps, nullptr, 1, kMaxRateMbps},
+    DelayKey{"max_rate_mbps", &DelayConfig::max_rate_mbps, nullptr, 0, kMaxRateMbps},
 };
 
 }  // namespace uroce::config

@@ -27,7 +27,7 @@
 //   faults = "drop=0.01"           # fault spec, parsed by the sim wire
 //   loss_recovery = "selective"    # or "go-back-n" (the default): DESIGN.md "Loss recovery"
 //   ecn = true                     # data packets ECN-capable (ECT(0)); the default
-//   cc = "dcqcn"                   # or "none": DESIGN.md "Congestion control"
+//   cc = "dcqcn"                   # "delay" or "none": DESIGN.md "Congestion control"
 //   [device.dcqcn]                 # ConnectX's parameters, its defaults (cc.hpp)
 //   rpg_time_reset_us = 300
 //

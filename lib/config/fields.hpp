@@ -43,6 +43,7 @@ inline constexpr std::array kLossRecoveryNames{
 };
 inline constexpr std::array kCcModeNames{
     EnumName<CcMode>{CcMode::kDcqcn, "dcqcn"},
+    EnumName<CcMode>{CcMode::kDelay, "delay"},
     EnumName<CcMode>{CcMode::kNone, "none"},
 };
 inline constexpr std::array kDeviceKindNames{

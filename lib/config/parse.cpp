@@ -195,7 +195,8 @@ Status read_loss_recovery(const At& at, DeviceConfig& d) {
 }
 Status read_ecn(const At& at, DeviceConfig& d) { return assign(read_bool(at), d.cc.ecn); }
 Status read_cc_mode(const At& at, DeviceConfig& d) { return assign(read_enum(at, kCcModeNames), d.cc.mode); }
-Status read_dcqcn(const At& at, DeviceConfig& d);  // below: a table of its own keys
+Status read_dcqcn(const At& at, DeviceConfig& d);  // below: tables of their own keys
+Status read_delay(const At& at, DeviceConfig& d);
 Status read_vlan(const At& at, DeviceConfig& d) {
   return assign_as<uint16_t>(read_integer_in(at, 0, kMaxVlanId), d.vlan);
 }
@@ -215,6 +216,7 @@ constexpr std::array kDeviceFields{
     Field<DeviceConfig>{"ecn", read_ecn},
     Field<DeviceConfig>{"cc", read_cc_mode},
     Field<DeviceConfig>{"dcqcn", read_dcqcn},
+    Field<DeviceConfig>{"delay", read_delay},
 };
 
 Status read_core(const At& at, EalConfig& e) { return assign_as<int>(read_integer_in(at, 0, kMaxLcore), e.core); }
@@ -281,17 +283,19 @@ Status read_fields(const At& at, const std::array<Field<Target>, N>& fields, Tar
   return Ok{};
 }
 
-// [device.dcqcn]: every key of cc.hpp's kDcqcnKeys, each in its range.
-Status read_dcqcn(const At& at, DeviceConfig& d) {
+// A parameter table ([device.dcqcn], [device.delay]): every key of its
+// cc.hpp table, each in its range.
+template <class C, size_t N>
+Status read_params(const At& at, const std::array<ParamKey<C>, N>& keys, C& out) {
   const toml::table* tbl = at.node.as_table();
   if (!tbl) return Err{type_error(at, "a table")};
   for (const auto& [key, node] : in_file_order(*tbl)) {
     const At child{*node, child_path(at.path, key->str()), at.source};
     const std::string_view name = key->str();
-    const auto k = std::find_if(kDcqcnKeys.begin(), kDcqcnKeys.end(), [name](const DcqcnKey& e) { return e.name == name; });
-    if (k == kDcqcnKeys.end()) {
-      std::array<std::string_view, kDcqcnKeys.size()> names{};
-      std::transform(kDcqcnKeys.begin(), kDcqcnKeys.end(), names.begin(), [](const DcqcnKey& e) { return e.name; });
+    const auto k = std::find_if(keys.begin(), keys.end(), [name](const ParamKey<C>& e) { return e.name == name; });
+    if (k == keys.end()) {
+      std::array<std::string_view, N> names{};
+      std::transform(keys.begin(), keys.end(), names.begin(), [](const ParamKey<C>& e) { return e.name; });
       std::string reason = "unknown key";
       if (std::string_view near = closest(name, names, kSuggestDistance); !near.empty()) {
         reason += "; did you mean " + quote(near) + "?";
@@ -299,13 +303,16 @@ Status read_dcqcn(const At& at, DeviceConfig& d) {
       return Err{error_at(at.source, pos_of(key->source()), child.path, std::move(reason))};
     }
     if (k->flag != nullptr) {
-      if (Status s = assign(read_bool(child), d.cc.dcqcn.*(k->flag)); !s) return s;
+      if (Status s = assign(read_bool(child), out.*(k->flag)); !s) return s;
     } else {
-      if (Status s = assign_as<uint32_t>(read_integer_in(child, k->lo, k->hi), d.cc.dcqcn.*(k->u32)); !s) return s;
+      if (Status s = assign_as<uint32_t>(read_integer_in(child, k->lo, k->hi), out.*(k->u32)); !s) return s;
     }
   }
   return Ok{};
 }
+
+Status read_dcqcn(const At& at, DeviceConfig& d) { return read_params(at, kDcqcnKeys, d.cc.dcqcn); }
+Status read_delay(const At& at, DeviceConfig& d) { return read_params(at, kDelayKeys, d.cc.delay); }
 
 // ---- the top level -----------------------------------------------------------------------
 

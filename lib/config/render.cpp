@@ -55,6 +55,19 @@ void write_eal(TomlWriter& w, const EalConfig& eal) {
   w.boolean("telemetry", eal.telemetry);
 }
 
+// A parameter table: only what differs from the defaults (ConnectX's for DCQCN).
+template <class C, size_t N>
+void write_params(TomlWriter& w, std::string_view header, const std::array<ParamKey<C>, N>& keys, const C& v,
+                  const C& defaults) {
+  if (v == defaults) return;
+  w.blank();
+  w.line(header);
+  for (const ParamKey<C>& k : keys) {
+    if (k.flag != nullptr && v.*(k.flag) != defaults.*(k.flag)) w.boolean(k.name, v.*(k.flag));
+    if (k.u32 != nullptr && v.*(k.u32) != defaults.*(k.u32)) w.optional_integer(k.name, std::optional<int64_t>(v.*(k.u32)));
+  }
+}
+
 void write_device(TomlWriter& w, const DeviceConfig& dev) {
   w.blank();
   w.line("[[device]]");
@@ -72,16 +85,8 @@ void write_device(TomlWriter& w, const DeviceConfig& dev) {
   const CcConfig defaults;
   if (dev.cc.ecn != defaults.ecn) w.boolean("ecn", dev.cc.ecn);
   if (dev.cc.mode != defaults.mode) w.string("cc", to_string(dev.cc.mode));
-  if (dev.cc.dcqcn != defaults.dcqcn) {  // only what differs from ConnectX's defaults
-    w.blank();
-    w.line("[device.dcqcn]");
-    for (const DcqcnKey& k : kDcqcnKeys) {
-      if (k.flag != nullptr && dev.cc.dcqcn.*(k.flag) != defaults.dcqcn.*(k.flag)) w.boolean(k.name, dev.cc.dcqcn.*(k.flag));
-      if (k.u32 != nullptr && dev.cc.dcqcn.*(k.u32) != defaults.dcqcn.*(k.u32)) {
-        w.optional_integer(k.name, std::optional<int64_t>(dev.cc.dcqcn.*(k.u32)));
-      }
-    }
-  }
+  write_params(w, "[device.dcqcn]", kDcqcnKeys, dev.cc.dcqcn, defaults.dcqcn);
+  write_params(w, "[device.delay]", kDelayKeys, dev.cc.delay, defaults.delay);
 }
 
 }  // namespace

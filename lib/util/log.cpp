@@ -17,7 +17,7 @@ namespace {
 
 constexpr std::array<const char*, kNumLogTypes> kLogTypeNames = {"uroce.engine", "uroce.rnic", "uroce.cm",
                                                                    "uroce.shim", "uroce.daemon"};
-constexpr std::array<std::string_view, kNumTraceCats> kTraceCatNames = {"qp", "conn", "progress"};
+constexpr std::array<std::string_view, kNumTraceCats> kTraceCatNames = {"qp", "conn", "progress", "cc"};
 constexpr size_t kLineMax = 512;  // longer trace lines are cut
 constexpr std::string_view kTraceEnv = "UROCE_TRACE";
 

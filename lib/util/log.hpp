@@ -12,7 +12,7 @@
 // (category `conn`); the engine thread's progress modes, one line per
 // change (category `progress`, transport/progress.hpp).  They are off by default and switched at run time:
 //
-//   UROCE_TRACE=qp,conn        at start (also: progress, all, none)
+//   UROCE_TRACE=qp,conn        at start (also: progress, cc, all, none)
 //   uroce trace [--pid N] qp=on conn=off
 //                              in a running process (DPDK telemetry:
 //                              /uroce/trace,qp=on)
@@ -46,8 +46,8 @@ void log_line(LogType type, LogLevel level, const char* fmt, ...) __attribute__(
 void log_set_level(LogType type, LogLevel level);
 
 // ---- tracing -----------------------------------------------------------------------
-enum class TraceCat : uint8_t { Qp, Conn, Progress };
-inline constexpr size_t kNumTraceCats = 3;
+enum class TraceCat : uint8_t { Qp, Conn, Progress, Cc };
+inline constexpr size_t kNumTraceCats = 4;
 std::string_view trace_cat_name(TraceCat c) noexcept;
 
 namespace trace_detail {

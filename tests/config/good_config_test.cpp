@@ -60,6 +60,9 @@ rpg_time_reset_us = 50
 clamp_tgt_rate = true
 cnp_dscp = 26
 
+[device.delay]
+target_us = 40
+
 [[device]]
 devargs = "net_memif0,role=server,socket=/run/x.sock,socket-abstract=no"
 addresses = ["192.168.1.2/30"]
@@ -100,6 +103,7 @@ Config full_expected() {
   left.cc.dcqcn.rpg_time_reset_us = 50;
   left.cc.dcqcn.clamp_tgt_rate = true;
   left.cc.dcqcn.cnp_dscp = 26;
+  left.cc.delay.target_us = 40;
 
   DeviceConfig memif;
   memif.name = "uroce0";  // the first unused default name

@@ -11,7 +11,9 @@
 //   The device offers selective repeat: a request with the BTH's selective
 //   bit past the expected PSN is kept (transport/rnic/reorder.cpp) and a
 //   NAK with it makes the requester resend; frames without the bit take
-//   the IBA's paths as on any device.
+//   the IBA's paths as on any device.  Congestion control runs as by
+//   default (ECN, DCQCN): a CE mark on a valid packet sends a CNP, and a
+//   CNP (opcode 0x81) for one of the QPs starts or cuts its rate.
 //
 // An input is [flags] then frames, each [length: 2 bytes, big-endian]
 // [bytes].  flags bit 0: make each RoCEv2 frame's ICRC right (else most

@@ -6,7 +6,10 @@
 Writes OUT_DIR/{rx,cm,pcap,config}/ (created, emptied first):
   rx      one input per RoCEv2 frame of the captures (at most 4 per opcode
           and capture), plus each capture's first frames as one input, in
-          fuzz_rx.cpp's format: flags 0x07, then [length:2][frame] records
+          fuzz_rx.cpp's format: flags 0x07, then [length:2][frame] records;
+          and, from each capture's first plain IPv4 RoCEv2 frame, the same
+          frame marked CE and a CNP (opcode 0x81) made from its headers
+          (the notification and reaction points' paths, transport/rnic/cc.cpp)
   cm      each capture's CM MADs (UD SENDs to QP 1) as one input in
           fuzz_cm.cpp's format: [op 0][flags 0][pick 0][256-byte MAD] each
   pcap    the captures themselves (those under 64 KiB)
@@ -83,6 +86,36 @@ def record(frame):
     return struct.pack(">H", len(frame)) + frame
 
 
+def ipv4_checksum(hdr):
+    total = sum(struct.unpack(">10H", hdr[:20]))
+    while total >> 16:
+        total = (total & 0xFFFF) + (total >> 16)
+    return (~total) & 0xFFFF
+
+
+def congestion_variants(frame):
+    """(the frame marked CE, a CNP from its headers), or None when it is not
+    untagged IPv4 without options.  The ICRC is left for fuzz_rx to fix."""
+    if len(frame) < 14 + 20 + 8 + 12 + 4 or frame[12:14] != b"\x08\x00" or frame[14] != 0x45:
+        return None
+    ce = bytearray(frame)
+    ce[15] |= 0x03
+    ce[24:26] = b"\x00\x00"
+    ce[24:26] = struct.pack(">H", ipv4_checksum(bytes(ce[14:34])))
+    cnp = bytearray(frame[:14 + 20 + 8 + 12]) + bytes(16) + bytes(4)
+    cnp[15] = 48 << 2
+    cnp[16:18] = struct.pack(">H", 20 + 8 + 12 + 16 + 4)
+    cnp[24:26] = b"\x00\x00"
+    cnp[24:26] = struct.pack(">H", ipv4_checksum(bytes(cnp[14:34])))
+    cnp[38:40] = struct.pack(">H", 8 + 12 + 16 + 4)
+    cnp[42] = 0x81          # opcode
+    cnp[43] = 0x00          # SE, M, PadCnt, TVer
+    cnp[46] = 0x40          # BECN
+    cnp[50] = 0x00          # AckReq, reserved
+    cnp[51:54] = b"\x00\x00\x00"  # PSN 0
+    return bytes(ce), bytes(cnp)
+
+
 def write(dirname, payload):
     name = hashlib.sha1(payload).hexdigest()[:16]
     with open(os.path.join(dirname, name), "wb") as f:
@@ -111,11 +144,19 @@ def main():
         first = b""
         mads = b""
         n_first = 0
+        varied = False
         for fr in frames(cap):
             info = roce_info(fr)
             if info is None:
                 continue
             bth, opcode, dest_qp = info
+            if not varied:
+                v = congestion_variants(fr)
+                if v is not None:
+                    varied = True
+                    for x in v:
+                        write(kinds["rx"], b"\x07" + record(x))
+                        counts["rx"] += 1
             if n_first < FIRST_FRAMES:
                 first += record(fr)
                 n_first += 1

@@ -48,6 +48,11 @@ TEST_P(Congested, StreamCompletesAndTheSenderReacts) {
   Harness h(ho);
   ConnOpts o;
   o.mtu = IBV_MTU_1024;
+  // perftest's local ACK timeout (14: ~67 ms), longer than the link's queue
+  // can delay an ACK (8 messages of 16 KiB in flight at 200 Mb/s: ~5 ms,
+  // more under a CPU-starved run): an ACK timeout or a retransmission here
+  // is a fault, never the queue.
+  o.timeout = 14;
   Pair p = h.pair(IBV_QPT_RC, o);
   ASSERT_NE(p.qa, nullptr);
   constexpr int kOps = 96;

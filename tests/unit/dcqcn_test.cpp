@@ -6,6 +6,7 @@
 
 #include "lib/config/cc.hpp"
 #include "transport/cc/dcqcn.hpp"
+#include "transport/cc/delay.hpp"
 #include "transport/cc/pacer.hpp"
 
 namespace uroce::cc {
@@ -207,6 +208,31 @@ TEST(Pacer, SpacesFramesAtItsRateAfterItsBurst) {
   EXPECT_EQ(p.wait(now), 0u);
   p.spend(now, 1000);
   EXPECT_EQ(p.wait(now), 8'000u);  // one frame per 8 µs from here on
+}
+
+// The delay-based controller: additive at or under the target, a cut
+// proportional to the excess over it, at most max_mdf and once per RTT.
+TEST(DelayCc, FollowsTheRoundTrip) {
+  config::DelayConfig p;  // target 100 µs, ai 50 Mb/s, beta 80%, max_mdf 50%, min 10 Mb/s
+  DelayCc d;
+  d.reset(p, kPort);
+  EXPECT_FALSE(d.active());
+  d.on_rtt(kT0, 80 * kUs);  // under the target at the maximum: stays there
+  EXPECT_EQ(d.rate_bps(), kPort);
+  d.on_rtt(kT0, 200 * kUs);  // 100 over 200: 80% * 1/2 = 40% off
+  EXPECT_EQ(d.rate_bps(), kPort * 60 / 100);
+  EXPECT_TRUE(d.active());
+  d.on_rtt(kT0 + 100 * kUs, 200 * kUs);  // within the round trip of the last cut: nothing
+  EXPECT_EQ(d.rate_bps(), kPort * 60 / 100);
+  d.on_rtt(kT0 + 5'000 * kUs, 10'000 * kUs);  // a round trip of 10 ms: 5 ms after the cut is too soon
+  EXPECT_EQ(d.rate_bps(), kPort * 60 / 100);
+  d.on_rtt(kT0 + 20'000 * kUs, 10'000 * kUs);  // far over: capped at max_mdf 50%
+  EXPECT_EQ(d.rate_bps(), kPort * 30 / 100);
+  d.on_rtt(kT0 + 20'100 * kUs, 50 * kUs);  // under: +50 Mb/s
+  EXPECT_EQ(d.rate_bps(), kPort * 30 / 100 + 50'000'000);
+  EXPECT_EQ(d.cuts(), 2u);
+  for (int i = 0; i < 100; ++i) d.on_rtt(kT0 + 2'000'000 * kUs * (i + 1), 1'000'000 * kUs);  // floor
+  EXPECT_EQ(d.rate_bps(), 10'000'000u);
 }
 
 }  // namespace

@@ -1,6 +1,6 @@
 // `uroce trace [--pid N] [SPEC...]`: shows, or switches, the trace
-// categories (qp, conn, progress) of running uroce processes, through DPDK telemetry
-// (/uroce/trace; lib/util/log.hpp).  SPEC words as in UROCE_TRACE: qp, conn, progress,
+// categories (qp, conn, progress, cc) of running uroce processes, through DPDK telemetry
+// (/uroce/trace; lib/util/log.hpp).  SPEC words as in UROCE_TRACE: qp, conn, progress, cc,
 // all, none, each may end in =on or =off.  The lines themselves go to each
 // process's log (stderr, or where its EAL arguments send rte_log).
 #include <CLI/CLI.hpp>
@@ -39,7 +39,7 @@ int run_trace(const TraceArgs& args) {
     }
     auto reply = client->query(command);
     if (!reply || !reply->is_object()) {
-      fmt::print(stderr, "uroce trace: pid {}: '{}' refused ({}); expected qp, conn, progress, all, none, each may end in =on or =off\n",
+      fmt::print(stderr, "uroce trace: pid {}: '{}' refused ({}); expected qp, conn, progress, cc, all, none, each may end in =on or =off\n",
                  t.pid, spec, reply ? std::string("not a dictionary") : reply.error());
       return kExitError;
     }

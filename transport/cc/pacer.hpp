@@ -32,6 +32,13 @@ class Pacer {
     if (ps_per_byte_ == 0 || next_ <= now) return 0;
     return next_ - now;
   }
+  // Whether the frame after one of `bytes` sent at `now` would have to wait
+  // (the requester asks for an ACK on the last packet before a pause).
+  bool pauses_after(uint64_t now, uint32_t bytes) const noexcept {
+    if (ps_per_byte_ == 0) return false;
+    const uint64_t earliest = now > burst_ns_ ? now - burst_ns_ : 0;
+    return std::max(next_, earliest) + uint64_t{bytes} * ps_per_byte_ / kPsPerNs > now;
+  }
   // A frame of `bytes` left at `now`.
   void spend(uint64_t now, uint32_t bytes) noexcept {
     if (ps_per_byte_ == 0) return;

@@ -4,8 +4,10 @@
 
 #include <rte_mbuf.h>
 
+#include <algorithm>
 #include <cstring>
 
+#include "lib/util/log.hpp"
 #include "lib/wire/bth.hpp"
 #include "lib/wire/ext.hpp"
 #include "transport/engine.hpp"
@@ -22,23 +24,40 @@ constexpr uint8_t kEcnEct0 = 0x02;        // RFC 3168 ECT(0), as ConnectX sends 
 constexpr uint16_t kVlanPcpShift = 13;     // 802.1Q TCI: PCP in its top 3 bits
 constexpr uint16_t kVlanNotPcp = 0x1FFF;
 
-// The pacer follows the reaction point's rate; the timer its next boundary.
+// The pacer follows the lower of DCQCN's and the delay controller's rates
+// (neither active: it is off); the timer DCQCN's next boundary.
 void follow_rate(transport::Engine& engine, Qp& qp) noexcept {
   QpCc& c = qp.cc;
-  c.pacer.set_rate(c.rp.rate_bps(), c.rp.max_bps(), kPaceBurstBytes);
+  constexpr uint64_t kUnlimited = ~uint64_t{0};
+  const uint64_t by_cnp = c.rp.active() ? c.rp.rate_bps() : kUnlimited;
+  const uint64_t by_delay = c.delay.active() ? c.delay.rate_bps() : kUnlimited;
+  const uint64_t rate = std::min(by_cnp, by_delay);
+  c.pacer.set_rate(rate == kUnlimited ? 0 : rate, kUnlimited, kPaceBurstBytes);
   engine.timers().cancel(c.timer);
   if (const uint64_t at = c.rp.deadline(); at != 0) engine.timers().arm(c.timer, at);
 }
 
 // Run `step` on the reaction point; count its cuts; the pacer and timer follow.
+// UROCE_TRACE=cc: one line when a QP enters DCQCN, at each cut, and when
+// it leaves (back at its maximum).
 template <class Step>
 void rp_step(transport::Engine& engine, Qp& qp, Step&& step) noexcept {
   cc::Dcqcn& rp = qp.cc.rp;
   const uint64_t cuts = rp.cuts();
   const uint64_t rate = rp.rate_bps();
   const uint64_t deadline = rp.deadline();
+  const bool was_active = rp.active();
   step(rp);
-  if (rp.cuts() != cuts) qp.rnic().counters().add(RnicCtr::rp_rate_cuts, rp.cuts() - cuts);
+  if (rp.cuts() != cuts) {
+    qp.rnic().counters().add(RnicCtr::rp_rate_cuts, rp.cuts() - cuts);
+    UROCE_TRACE(TraceCat::Cc, "qp %u cut: rate %.3f Gb/s, target %.3f Gb/s, alpha %u/1024, cnps %lu",
+                qp.qpn().value(), static_cast<double>(rp.rate_bps()) / 1e9,
+                static_cast<double>(rp.target_bps()) / 1e9, rp.alpha(), static_cast<unsigned long>(qp.cc.cnps_rcvd));
+  }
+  if (rp.active() != was_active) {
+    UROCE_TRACE(TraceCat::Cc, "qp %u %s DCQCN: rate %.3f Gb/s", qp.qpn().value(),
+                rp.active() ? "enters" : "leaves", static_cast<double>(rp.rate_bps()) / 1e9);
+  }
   if (rp.rate_bps() != rate || rp.deadline() != deadline) follow_rate(engine, qp);
 }
 
@@ -70,6 +89,7 @@ void cc_reset(Qp& qp, transport::Engine& engine) noexcept {
   QpCc& c = qp.cc;
   engine.timers().cancel(c.timer);
   c.rp.reset(qp.rnic().cc().dcqcn, kPortSpeedBps);
+  c.delay.reset(qp.rnic().cc().delay, kPortSpeedBps);
   c.pacer.reset();
   c.cnp_sent = false;
   c.last_cnp_sent_ns = 0;
@@ -140,6 +160,21 @@ void cc_cnp_received(transport::Engine& engine, Qp& qp, transport::RoceRx& pkt) 
   rnic.counters().inc(RnicCtr::rp_cnp_handled);
   const uint64_t now = engine.now();
   rp_step(engine, qp, [now](cc::Dcqcn& rp) { rp.on_cnp(now); });
+}
+
+void cc_rtt_sample(Qp& qp, uint64_t rtt_ns) noexcept {
+  Rnic& rnic = qp.rnic();
+  if (rnic.cc().mode != config::CcMode::kDelay) return;
+  cc::DelayCc& d = qp.cc.delay;
+  const uint64_t rate = d.rate_bps();
+  const uint64_t cuts = d.cuts();
+  d.on_rtt(rnic.engine().now(), rtt_ns);
+  if (d.cuts() != cuts) {
+    rnic.counters().inc(RnicCtr::rp_delay_cuts);
+    UROCE_TRACE(TraceCat::Cc, "qp %u delay cut: rtt %lu us, rate %.3f Gb/s", qp.qpn().value(),
+                static_cast<unsigned long>(rtt_ns / 1000), static_cast<double>(d.rate_bps()) / 1e9);
+  }
+  if (d.rate_bps() != rate) follow_rate(rnic.engine(), qp);
 }
 
 void cc_sent(transport::Engine& engine, Qp& qp, uint32_t bytes) noexcept {

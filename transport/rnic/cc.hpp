@@ -7,8 +7,10 @@
 //   NP        a valid RoCEv2 packet of a QP arriving CE (ECN 11) is answered
 //             with a CNP toward the QP that sent it (A17.9.3, CA17-44), at
 //             most one per min_time_between_cnps per QP
-//   RP        a CNP for one of our QPs cuts its rate (DCQCN, dcqcn.hpp); the
-//             requester and the READ responder wait for its pacer
+//   RP        a CNP for one of our QPs cuts its rate (DCQCN, dcqcn.hpp); with
+//             cc "delay" the round trip the requester measures does too
+//             (delay.hpp); the requester and the READ responder wait for the
+//             QP's pacer, at the lower of the two rates
 #pragma once
 
 #include <cstdint>
@@ -16,6 +18,7 @@
 #include "lib/util/timer_wheel.hpp"
 #include "lib/wire/pkt.hpp"
 #include "transport/cc/dcqcn.hpp"
+#include "transport/cc/delay.hpp"
 #include "transport/cc/pacer.hpp"
 
 namespace uroce::transport {
@@ -43,7 +46,8 @@ inline constexpr uint8_t kCnpBecn = 0x40;
 
 struct QpCc {
   cc::Dcqcn rp;                    // reaction point: this QP's rate
-  cc::Pacer pacer;                 // at rp's rate
+  cc::DelayCc delay;               // cc = "delay": the rate the round trip allows
+  cc::Pacer pacer;                 // at the lower of the two
   Timer timer{};                   // rp's next period boundary
   uint64_t last_cnp_sent_ns = 0;   // notification point: when this QP last sent a CNP
   bool cnp_sent = false;           // ... if ever since its reset
@@ -70,7 +74,11 @@ void cc_cnp_received(transport::Engine& engine, Qp& qp, transport::RoceRx& pkt) 
 // [engine] Pacing: `qp.cc.pacer.wait(now)` is how long `qp` waits before
 // its next frame (0: it may go now).  A frame of `bytes` left: the pacer
 // and DCQCN's byte counter (nothing to do at the maximum rate).
-// Callers test `qp.cc.rp.active()` first (inline, the common case).
+// Callers test cc_tracking() first (inline: at the maximum rate, nothing).
+inline bool cc_tracking(const QpCc& c) noexcept { return c.rp.active() || c.pacer.pacing(); }
 void cc_sent(transport::Engine& engine, Qp& qp, uint32_t bytes) noexcept;
+// [engine] A round-trip sample of the requester's (completer_rtt_sample):
+// the delay-based controller's input with cc = "delay".
+void cc_rtt_sample(Qp& qp, uint64_t rtt_ns) noexcept;
 
 }  // namespace uroce::rnic

@@ -544,6 +544,7 @@ void completer_arm_ack_timer(transport::Engine& engine, Qp& qp) noexcept {
 }
 
 void completer_rtt_sample(Qp& qp, uint64_t ns) noexcept {
+  cc_rtt_sample(qp, ns);  // the delay-based controller's input (cc.hpp)
   CompState& c = qp.comp;
   if (c.srtt_ns == 0) {  // RFC 6298 2.2
     c.srtt_ns = std::max<uint64_t>(ns, 1);

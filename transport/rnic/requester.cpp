@@ -38,6 +38,10 @@ using transport::params::kMinUnackedPsns;
 using transport::params::kNoBufferRetryNs;
 using transport::params::kReqBudget;
 
+// What a request's headers add to its payload on the wire, near enough for
+// the pacer's look ahead (Ethernet, IPv4, UDP, BTH, RETH, ICRC).
+constexpr uint32_t kPaceHeaderBytes = 14 + 20 + 8 + 12 + 16 + 4;
+
 // ---- segmentation --------------------------------------------------------------------
 namespace {
 
@@ -250,7 +254,7 @@ Emit emit(transport::Engine& engine, Qp& qp, SendWqe& w, Seg seg, uint64_t off, 
   switch (sent) {
     case TxResult::Sent:
       ctr.inc(RnicCtr::req_pkts);
-      if (qp.cc.rp.active()) cc_sent(engine, qp, static_cast<uint32_t>(wire::frame_len(d, payload)));
+      if (cc_tracking(qp.cc)) cc_sent(engine, qp, static_cast<uint32_t>(wire::frame_len(d, payload)));
       if (distance(psn, r.psn_hi) < 0) ctr.inc(cursor != nullptr ? RnicCtr::req_retrans_pkts : RnicCtr::sr_resent_pkts);
       break;
     case TxResult::TooLong:
@@ -335,7 +339,9 @@ NextPkt next_packet(const Qp& qp, const SendWqe& w, const WrInfo& ops) noexcept 
 //   acknowledgement is progress (retry_cnt restored, the window growing
 //   again) even when a later packet of the resent window is lost too;
 //   otherwise only the window's last packet asked, and its loss cost
-//   another ACK timeout and another of retry_cnt however much arrived.
+//   another ACK timeout and another of retry_cnt however much arrived;
+// - (requester_run) a paced QP's last packet before its pacer makes it
+//   wait.
 bool ack_req_needed(const Qp& qp, const SendWqe& w, const WrInfo& ops, bool last_pkt, bool window_full,
                     bool solicit) noexcept {
   const ReqState& r = qp.req;
@@ -433,7 +439,12 @@ void requester_run(transport::Engine& engine, Qp& qp) noexcept {
       win = send_window(qp);
     }
     const bool window_full = rc && distance(r.next_psn + 1, c.psn) >= static_cast<int32_t>(win);
-    const bool ack_req = rc && ack_req_needed(qp, w, ops, p.last(), window_full, solicit);
+    // Paced below the line rate (cc.hpp): the packet before a pause asks
+    // for an ACK, so that nothing unsolicited waits out the pause and the
+    // ACK timer (a slow rate's pause may be longer than it).
+    const bool pause_next =
+        rc && qp.cc.pacer.pacing() && qp.cc.pacer.pauses_after(engine.now(), p.len + kPaceHeaderBytes);
+    const bool ack_req = rc && (ack_req_needed(qp, w, ops, p.last(), window_full, solicit) || pause_next);
     const Emit e = emit(engine, qp, w, p.seg, p.off, p.len, ack_req, r.next_psn, &w.cursor);
     if (e == Emit::Failed) return;
     if (e == Emit::NoMbuf) {

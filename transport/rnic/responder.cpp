@@ -189,7 +189,7 @@ Pump stream_pump(transport::Engine& engine, Qp& qp) noexcept {
                                    [from, seg](uint8_t* dst) { return memory::copy(dst, from, seg); });
     if (sent == TxResult::CopyFault) return Pump::Refused;  // the PSN is not consumed: the NAK names it
     if (sent == TxResult::Sent) qp.rnic().counters().inc(RnicCtr::resp_pkts);
-    if (qp.cc.rp.active()) cc_sent(engine, qp, static_cast<uint32_t>(wire::frame_len(d, seg)));
+    if (cc_tracking(qp.cc)) cc_sent(engine, qp, static_cast<uint32_t>(wire::frame_len(d, seg)));
     if (src != nullptr) src += seg;
     st.va += seg;
     st.resid -= seg;

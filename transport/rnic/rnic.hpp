@@ -101,6 +101,7 @@ namespace uroce::rnic {
   X(rp_cnp_handled, "CNPs received and acted on (DCQCN)")                                   \
   X(rp_cnp_ignored, "CNPs received and ignored (cc = \"none\")")                           \
   X(rp_rate_cuts, "DCQCN rate cuts")                                                        \
+  X(rp_delay_cuts, "rate cuts of the delay-based controller (cc = \"delay\")")             \
   X(rp_paced_waits, "times a QP waited for its pacer before a frame")
 
 UROCE_COUNTER_ENUM(RnicCtr, UROCE_RNIC_COUNTERS)
