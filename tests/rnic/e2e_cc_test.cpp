@@ -8,7 +8,8 @@
 // B's QP slows its responses.  Every byte arrives as it would without
 // congestion control, nothing is retransmitted (the link never drops), and
 // the QPs stay in RTS.  With cc "none" the CNPs still come and are counted
-// and ignored; with ECN off at the sender nothing is marked at all.
+// and ignored; with ECN off at the sender nothing is marked at all; with
+// ECN off and cc "delay" the requester's round trips alone cut its rate.
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -23,7 +24,7 @@ namespace uroce::rnic::testing {
 namespace {
 
 enum class Kind { Write, Read };
-enum class Mode { Dcqcn, CcNone, EcnOff };
+enum class Mode { Dcqcn, CcNone, EcnOff, Delay };
 
 drivers::FaultSpec congested_link() {
   drivers::FaultSpec s;
@@ -44,6 +45,10 @@ TEST_P(Congested, StreamCompletesAndTheSenderReacts) {
   for (config::CcConfig* c : {&ho.cc_a, &ho.cc_b}) {
     if (mode == Mode::CcNone) c->mode = config::CcMode::kNone;
     if (mode == Mode::EcnOff) c->ecn = false;
+    if (mode == Mode::Delay) {  // no marks at all: only the round trip tells
+      c->ecn = false;
+      c->mode = config::CcMode::kDelay;
+    }
   }
   Harness h(ho);
   ConnOpts o;
@@ -113,6 +118,13 @@ TEST_P(Congested, StreamCompletesAndTheSenderReacts) {
       EXPECT_EQ(ctr(np, RnicCtr::np_ecn_marked_roce_packets), 0u) << all;
       EXPECT_EQ(ctr(rp, RnicCtr::rp_cnp_handled), 0u) << all;
       break;
+    case Mode::Delay:  // no marks; A's round trips (its requests' ACKs or READ responses) over target cut A's rate
+      EXPECT_EQ(ctr(np, RnicCtr::np_ecn_marked_roce_packets), 0u) << all;
+      EXPECT_GT(ctr(h.a(), RnicCtr::rp_delay_cuts), 0u) << all;
+      if (kind == Kind::Write) {
+        EXPECT_GT(ctr(h.a(), RnicCtr::rp_paced_waits), 0u) << all;
+      }
+      break;
   }
   if (std::getenv("UROCE_TEST_VERBOSE") != nullptr) std::printf("%s\n", all.c_str());
   // CNPs are never answered: the CNP sender's own counters see none come back.
@@ -121,13 +133,19 @@ TEST_P(Congested, StreamCompletesAndTheSenderReacts) {
 
 std::string param_name(const ::testing::TestParamInfo<Param>& i) {
   const char* k = std::get<0>(i.param) == Kind::Write ? "Write" : "Read";
-  const char* m = std::get<1>(i.param) == Mode::Dcqcn ? "Dcqcn" : std::get<1>(i.param) == Mode::CcNone ? "CcNone" : "EcnOff";
+  const char* m = "";
+  switch (std::get<1>(i.param)) {
+    case Mode::Dcqcn: m = "Dcqcn"; break;
+    case Mode::CcNone: m = "CcNone"; break;
+    case Mode::EcnOff: m = "EcnOff"; break;
+    case Mode::Delay: m = "Delay"; break;
+  }
   return std::string(k) + "_" + m;
 }
 
 INSTANTIATE_TEST_SUITE_P(Cc, Congested,
                          ::testing::Combine(::testing::Values(Kind::Write, Kind::Read),
-                                            ::testing::Values(Mode::Dcqcn, Mode::CcNone, Mode::EcnOff)),
+                                            ::testing::Values(Mode::Dcqcn, Mode::CcNone, Mode::EcnOff, Mode::Delay)),
                          param_name);
 
 }  // namespace
