@@ -65,6 +65,13 @@ struct DelayConfig {
 struct CcConfig {
   bool ecn = true;             // data packets leave ECN-capable, ECT(0) (A17.3.1.1.3)
   CcMode mode = CcMode::kDcqcn;
+  // Path changes (Google's PLB): a reliable QP whose last `repath_rounds`
+  // round trips each saw congestion (a CNP, a delay cut) moves to another
+  // UDP source port, the ECMP entropy of every switch on the way, the next
+  // time nothing of it is in flight (so no packet of the new path can pass
+  // one of the old: the peer sees no reordering).
+  bool repath = false;
+  uint32_t repath_rounds = 3;
   DcqcnConfig dcqcn;
   DelayConfig delay;
 

@@ -28,6 +28,8 @@
 //   loss_recovery = "selective"    # or "go-back-n" (the default): DESIGN.md "Loss recovery"
 //   ecn = true                     # data packets ECN-capable (ECT(0)); the default
 //   cc = "dcqcn"                   # "delay" or "none": DESIGN.md "Congestion control"
+//   repath = true                  # a congested QP moves to another UDP source port when idle
+//   repath_rounds = 3
 //   [device.dcqcn]                 # ConnectX's parameters, its defaults (cc.hpp)
 //   rpg_time_reset_us = 300
 //

@@ -195,6 +195,10 @@ Status read_loss_recovery(const At& at, DeviceConfig& d) {
 }
 Status read_ecn(const At& at, DeviceConfig& d) { return assign(read_bool(at), d.cc.ecn); }
 Status read_cc_mode(const At& at, DeviceConfig& d) { return assign(read_enum(at, kCcModeNames), d.cc.mode); }
+Status read_repath(const At& at, DeviceConfig& d) { return assign(read_bool(at), d.cc.repath); }
+Status read_repath_rounds(const At& at, DeviceConfig& d) {
+  return assign_as<uint32_t>(read_integer_in(at, 1, 1000), d.cc.repath_rounds);
+}
 Status read_dcqcn(const At& at, DeviceConfig& d);  // below: tables of their own keys
 Status read_delay(const At& at, DeviceConfig& d);
 Status read_vlan(const At& at, DeviceConfig& d) {
@@ -215,6 +219,8 @@ constexpr std::array kDeviceFields{
     Field<DeviceConfig>{"loss_recovery", read_loss_recovery},
     Field<DeviceConfig>{"ecn", read_ecn},
     Field<DeviceConfig>{"cc", read_cc_mode},
+    Field<DeviceConfig>{"repath", read_repath},
+    Field<DeviceConfig>{"repath_rounds", read_repath_rounds},
     Field<DeviceConfig>{"dcqcn", read_dcqcn},
     Field<DeviceConfig>{"delay", read_delay},
 };

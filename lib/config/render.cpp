@@ -85,6 +85,10 @@ void write_device(TomlWriter& w, const DeviceConfig& dev) {
   const CcConfig defaults;
   if (dev.cc.ecn != defaults.ecn) w.boolean("ecn", dev.cc.ecn);
   if (dev.cc.mode != defaults.mode) w.string("cc", to_string(dev.cc.mode));
+  if (dev.cc.repath != defaults.repath) w.boolean("repath", dev.cc.repath);
+  if (dev.cc.repath_rounds != defaults.repath_rounds) {
+    w.optional_integer("repath_rounds", std::optional<int64_t>(dev.cc.repath_rounds));
+  }
   write_params(w, "[device.dcqcn]", kDcqcnKeys, dev.cc.dcqcn, defaults.dcqcn);
   write_params(w, "[device.delay]", kDelayKeys, dev.cc.delay, defaults.delay);
 }

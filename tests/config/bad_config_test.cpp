@@ -50,7 +50,7 @@ const BadCase kBadCases[] = {
      "t.toml:3:1: device[0].adresses: unknown key; did you mean \"addresses\"?"},
     {"UnknownDeviceKeyListed", DEVICE_HEAD "speed = 100\n", {},
      "t.toml:3:1: device[0].speed: unknown key (known keys: name kind devargs addresses mac mtu gids pcap "
-     "faults vlan loss_recovery ecn cc dcqcn delay)"},
+     "faults vlan loss_recovery ecn cc repath repath_rounds dcqcn delay)"},
     {"UnknownEalKeySuggested", "[eal]\ncores = 2\n", {}, "t.toml:2:1: eal.cores: unknown key; did you mean \"core\"?"},
     {"UnknownQuotedKey", "[eal]\n\"memory mb\" = 2\n", {},
      "t.toml:2:1: eal.\"memory mb\": unknown key; did you mean \"memory_mb\"?"},

@@ -54,6 +54,8 @@ vlan = 0
 loss_recovery = "selective"
 ecn = false
 cc = "none"
+repath = true
+repath_rounds = 5
 
 [device.dcqcn]
 rpg_time_reset_us = 50
@@ -100,6 +102,8 @@ Config full_expected() {
   left.loss_recovery = LossRecovery::kSelective;
   left.cc.ecn = false;
   left.cc.mode = CcMode::kNone;
+  left.cc.repath = true;
+  left.cc.repath_rounds = 5;
   left.cc.dcqcn.rpg_time_reset_us = 50;
   left.cc.dcqcn.clamp_tgt_rate = true;
   left.cc.dcqcn.cnp_dscp = 26;

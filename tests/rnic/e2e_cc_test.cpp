@@ -17,6 +17,7 @@
 #include <cstring>
 #include <string>
 #include <tuple>
+#include <vector>
 
 #include "tests/rnic/harness.hpp"
 
@@ -147,6 +148,62 @@ INSTANTIATE_TEST_SUITE_P(Cc, Congested,
                          ::testing::Combine(::testing::Values(Kind::Write, Kind::Read),
                                             ::testing::Values(Mode::Dcqcn, Mode::CcNone, Mode::EcnOff, Mode::Delay)),
                          param_name);
+
+// Path changes (repath, PLB's idle rehash): on a link that marks every
+// ECN-capable frame, every round trip of A's QP sees CNPs; with repath on,
+// each time it is idle after repath_rounds such rounds it moves to another
+// UDP source port (in 0xC000-0xFFFF); never while anything is in flight,
+// so nothing is reordered or sent again.  With repath off (the default)
+// the port stays.
+TEST(Repath, ACongestedQpMovesWhenIdle) {
+  for (const bool repath : {true, false}) {
+    SCOPED_TRACE(repath ? "repath on" : "repath off");
+    HarnessOptions ho;
+    drivers::FaultSpec marks;
+    marks.ce = 1;
+    ho.faults = marks;
+    ho.cc_a.repath = repath;
+    Harness h(ho);
+    ConnOpts o;
+    o.timeout = 14;
+    Pair p = h.pair(IBV_QPT_RC, o);
+    ASSERT_NE(p.qa, nullptr);
+    const uint16_t first_port = p.qa->attrs().sport;
+    constexpr size_t kMsg = 16 * 1024;
+    Buffer a = h.buffer(h.a(), kMsg * 4, IBV_ACCESS_LOCAL_WRITE);
+    Buffer b = h.buffer(h.b(), kMsg * 4, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+    std::vector<uint16_t> ports{first_port};
+    for (int batch = 0; batch < 12; ++batch) {  // four messages, then idle
+      fill_pattern(a.bytes(0, a.len), 10 + batch);
+      for (int i = 0; i < 4; ++i) {
+        ibv_sge s = a.sge(size_t(i) * kMsg, kMsg);
+        ibv_send_wr wr = rdma_wr(IBV_WR_RDMA_WRITE, i, {&s, 1}, b.addr(size_t(i) * kMsg), b.rkey());
+        ASSERT_EQ(post_send(p.qa, wr), 0);
+      }
+      const auto wcs = h.wait_wcs(p.scq_a, 4);
+      ASSERT_EQ(wcs.size(), 4u) << h.counters();
+      for (const ibv_wc& wc : wcs) ASSERT_EQ(wc.status, IBV_WC_SUCCESS);
+      EXPECT_EQ(first_diff(b.bytes(0, b.len), a.bytes(0, a.len)), -1) << "batch " << batch;
+      if (p.qa->attrs().sport != ports.back()) ports.push_back(p.qa->attrs().sport);
+    }
+    const uint64_t changes = h.a().rnic->counters().get(RnicCtr::path_changes);
+    EXPECT_EQ(p.qa->cc.path_changes, changes);
+    if (repath) {
+      EXPECT_GE(changes, 2u) << h.counters();
+      // Ports seen between batches: each a new one, at most one per change
+      // (a paced QP is also idle between its own bursts, inside a batch).
+      EXPECT_GE(ports.size(), 3u);
+      EXPECT_LE(ports.size(), changes + 1);
+      for (uint16_t port : ports) EXPECT_GE(port, 0xC000);
+    } else {
+      EXPECT_EQ(changes, 0u);
+      EXPECT_EQ(ports.size(), 1u);
+    }
+    EXPECT_GT(p.qa->cc.cnps_rcvd, 0u);
+    EXPECT_EQ(h.a().rnic->counters().get(RnicCtr::req_retrans_pkts), 0u) << h.counters();
+    EXPECT_EQ(h.b().rnic->counters().get(RnicCtr::seq_naks_sent), 0u) << "a path change reordered packets";
+  }
+}
 
 }  // namespace
 }  // namespace uroce::rnic::testing

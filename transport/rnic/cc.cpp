@@ -93,6 +93,8 @@ void cc_reset(Qp& qp, transport::Engine& engine) noexcept {
   c.pacer.reset();
   c.cnp_sent = false;
   c.last_cnp_sent_ns = 0;
+  c.round_congested = false;
+  c.congested_rounds = 0;
 }
 
 void cc_mark_data(const Rnic& rnic, wire::PktDesc& d) noexcept {
@@ -153,6 +155,7 @@ void cc_cnp_received(transport::Engine& engine, Qp& qp, transport::RoceRx& pkt) 
   Rnic& rnic = qp.rnic();
   rte_pktmbuf_free(pkt.m);
   ++qp.cc.cnps_rcvd;
+  qp.cc.round_congested = true;  // a path's congestion, whatever the rate control
   if (rnic.cc().mode == config::CcMode::kNone) {
     rnic.counters().inc(RnicCtr::rp_cnp_ignored);
     return;
@@ -164,17 +167,43 @@ void cc_cnp_received(transport::Engine& engine, Qp& qp, transport::RoceRx& pkt) 
 
 void cc_rtt_sample(Qp& qp, uint64_t rtt_ns) noexcept {
   Rnic& rnic = qp.rnic();
+  QpCc& c = qp.cc;
+  c.congested_rounds = c.round_congested ? c.congested_rounds + 1 : 0;  // a round ends
+  c.round_congested = false;
   if (rnic.cc().mode != config::CcMode::kDelay) return;
   cc::DelayCc& d = qp.cc.delay;
   const uint64_t rate = d.rate_bps();
   const uint64_t cuts = d.cuts();
   d.on_rtt(rnic.engine().now(), rtt_ns);
   if (d.cuts() != cuts) {
+    c.round_congested = true;  // counts for the round now beginning
     rnic.counters().inc(RnicCtr::rp_delay_cuts);
     UROCE_TRACE(TraceCat::Cc, "qp %u delay cut: rtt %lu us, rate %.3f Gb/s", qp.qpn().value(),
                 static_cast<unsigned long>(rtt_ns / 1000), static_cast<double>(d.rate_bps()) / 1e9);
   }
   if (d.rate_bps() != rate) follow_rate(rnic.engine(), qp);
+}
+
+// PLB's idle rehash: a new source port in RoCEv2's range (A17.3.2.1:
+// 0xC000-0xFFFF by convention), another than the one it leaves, from the
+// QPN and the count of changes (deterministic, spread over the range).
+void cc_idle(Qp& qp) noexcept {
+  Rnic& rnic = qp.rnic();
+  QpCc& c = qp.cc;
+  if (!rnic.cc().repath || !qp.reliable() || c.congested_rounds < rnic.cc().repath_rounds) return;
+  const uint16_t old_port = qp.attrs().sport;
+  uint64_t h = (uint64_t{qp.qpn().value()} << 32) ^ (uint64_t{c.path_changes + 1} * 0x9E3779B97F4A7C15ull);
+  h ^= h >> 33;
+  h *= 0xFF51AFD7ED558CCDull;
+  h ^= h >> 33;
+  uint16_t port = static_cast<uint16_t>(0xC000u | (h & 0x3FFFu));
+  if (port == old_port) port = static_cast<uint16_t>(0xC000u | ((port + 1) & 0x3FFFu));
+  qp.set_sport(port);
+  ++c.path_changes;
+  c.congested_rounds = 0;
+  rnic.counters().inc(RnicCtr::path_changes);
+  UROCE_TRACE(TraceCat::Cc, "qp %u path change: UDP source port %u -> %u (change %u)", qp.qpn().value(), old_port,
+              port, c.path_changes);
 }
 
 void cc_sent(transport::Engine& engine, Qp& qp, uint32_t bytes) noexcept {

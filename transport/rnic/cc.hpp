@@ -53,6 +53,11 @@ struct QpCc {
   bool cnp_sent = false;           // ... if ever since its reset
   uint64_t cnps_sent = 0;          // per QP, for `uroce qp` and the traces
   uint64_t cnps_rcvd = 0;
+  // Path changes (repath): whether this round trip saw congestion, how
+  // many in a row did, how often the QP moved.
+  bool round_congested = false;
+  uint32_t congested_rounds = 0;
+  uint32_t path_changes = 0;
 };
 
 // [engine] The QP's state at its reset: at the maximum rate, not pacing,
@@ -78,7 +83,12 @@ void cc_cnp_received(transport::Engine& engine, Qp& qp, transport::RoceRx& pkt) 
 inline bool cc_tracking(const QpCc& c) noexcept { return c.rp.active() || c.pacer.pacing(); }
 void cc_sent(transport::Engine& engine, Qp& qp, uint32_t bytes) noexcept;
 // [engine] A round-trip sample of the requester's (completer_rtt_sample):
-// the delay-based controller's input with cc = "delay".
+// the delay-based controller's input with cc = "delay", and the end of a
+// round for path changes.
 void cc_rtt_sample(Qp& qp, uint64_t rtt_ns) noexcept;
+// [engine] Everything the QP sent is acknowledged: with `repath` on and
+// its last repath_rounds rounds congested, it moves to another UDP source
+// port now (nothing in flight can be overtaken).
+void cc_idle(Qp& qp) noexcept;
 
 }  // namespace uroce::rnic

@@ -358,7 +358,10 @@ void after(transport::Engine& engine, Qp& qp, Psn before_psn) {
   // An ACK may cover PSNs beyond where a rewind left the requester.
   if (distance(c.psn, r.next_psn) > 0) requester_rewind(qp);
   const bool all_acked = distance(r.psn_hi, c.psn) <= 0;
-  if (all_acked) requester_idle(qp);  // its share of the device's window goes back
+  if (all_acked) {
+    requester_idle(qp);  // its share of the device's window goes back
+    cc_idle(qp);         // nothing in flight: a congested QP may change paths
+  }
   if (all_acked || c.rnr_wait) {
     engine.timers().cancel(c.ack_timer);
   } else if (progress) {

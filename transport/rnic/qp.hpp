@@ -266,6 +266,8 @@ class Qp {
     uint16_t sport = 0xC000;         // UDP source port (0xC000-0xFFFF)
   };
   const Attrs& attrs() const noexcept { return attrs_; }
+  // [engine] A path change (cc.cpp, repath): another UDP source port.
+  void set_sport(uint16_t sport) noexcept { attrs_.sport = sport; }
 
   // Capacities as created (ibv_qp_cap; the post_* limits).
   const ibv_qp_cap& cap() const noexcept { return cap_; }

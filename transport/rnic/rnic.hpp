@@ -102,7 +102,8 @@ namespace uroce::rnic {
   X(rp_cnp_ignored, "CNPs received and ignored (cc = \"none\")")                           \
   X(rp_rate_cuts, "DCQCN rate cuts")                                                        \
   X(rp_delay_cuts, "rate cuts of the delay-based controller (cc = \"delay\")")             \
-  X(rp_paced_waits, "times a QP waited for its pacer before a frame")
+  X(rp_paced_waits, "times a QP waited for its pacer before a frame")                       \
+  X(path_changes, "QPs moved to another UDP source port after congested round trips (repath)")
 
 UROCE_COUNTER_ENUM(RnicCtr, UROCE_RNIC_COUNTERS)
 using RnicCounters = CounterSet<RnicCtr, kRnicCtrInfo>;
