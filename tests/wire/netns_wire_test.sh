@@ -278,8 +278,8 @@ check_stats() {
 # `uroce trace` switches a running process's trace categories through
 # telemetry: on, shown, off again; a word it does not know is refused.
 check_trace() {
-  if "$UROCE" trace --pid "$1" qp conn=on >"$TMP/trace.log" 2>&1 && grep -q "^uroce-$1 qp=on conn=on progress=off$" "$TMP/trace.log" &&
-     "$UROCE" trace --pid "$1" none >"$TMP/trace.log" 2>&1 && grep -q "^uroce-$1 qp=off conn=off progress=off$" "$TMP/trace.log"; then
+  if "$UROCE" trace --pid "$1" qp conn=on >"$TMP/trace.log" 2>&1 && grep -q "^uroce-$1 qp=on conn=on progress=off cc=off$" "$TMP/trace.log" &&
+     "$UROCE" trace --pid "$1" none >"$TMP/trace.log" 2>&1 && grep -q "^uroce-$1 qp=off conn=off progress=off cc=off$" "$TMP/trace.log"; then
     pass "uroce trace --pid $1: categories switched on and off through telemetry"
   else
     fail "uroce trace --pid $1"
