@@ -163,7 +163,8 @@ const char* const kPayloadGuesses =
     " --disable-protocol iser --disable-protocol lnet --disable-protocol smc --disable-protocol infiniband_sdp"
     " --disable-protocol infiniband.eoib --disable-protocol fcoib --disable-protocol drbd";
 
-TEST(Pcap, CaptureIsCleanForUroceAndTshark) {
+// The whole program skips (77) where tshark is not installed.
+void skip_without_tshark() {
   int st = 0;
   run("command -v tshark >/dev/null 2>&1", &st);
   if (st != 0) {
@@ -171,6 +172,11 @@ TEST(Pcap, CaptureIsCleanForUroceAndTshark) {
     std::fflush(stdout);
     std::_Exit(77);
   }
+}
+
+TEST(Pcap, CaptureIsCleanForUroceAndTshark) {
+  skip_without_tshark();
+  int st = 0;
   const std::string& uroce = uroce_tool_path();
   ASSERT_FALSE(uroce.empty()) << "pass --uroce=PATH (meson does)";
   const fs::path dir = fs::temp_directory_path() / ("uroce-e2e-pcap-" + std::to_string(getpid()));
@@ -246,13 +252,8 @@ TEST(Pcap, CaptureIsCleanForUroceAndTshark) {
 // the sending QP with PSN 0, DSCP 48 and Not-ECT, and data frames ECT(0)
 // or CE.
 TEST(Pcap, CnpsAndEcnCheckOut) {
+  skip_without_tshark();
   int st = 0;
-  run("command -v tshark >/dev/null 2>&1", &st);
-  if (st != 0) {
-    std::printf("SKIP: tshark is not installed\n");
-    std::fflush(stdout);
-    std::_Exit(77);
-  }
   const std::string& uroce = uroce_tool_path();
   ASSERT_FALSE(uroce.empty()) << "pass --uroce=PATH (meson does)";
   const fs::path dir = fs::temp_directory_path() / ("uroce-e2e-pcap-cnp-" + std::to_string(getpid()));

@@ -68,17 +68,20 @@ void Rnic::rx_burst(transport::Engine& engine, transport::RoceRx* pkts, uint16_t
       engine.drop(pkt.m, transport::EngineCtr::drop_unknown_qpn);
       continue;
     }
-    if (pkt.info.opcode == wire::kCnpOpcode) {
-      cnp_rx(engine, *qp, pkt);
-      continue;
-    }
     // Requests (and everything for a UD/GSI QP) go to the responder;
     // responses to the completer.  (An opcode we do not know is refused by
     // accept_roce below; until then its table entry is all false.)
+    // A CNP (A17.9.3) goes to the QP that sends toward its source, in any
+    // state past INIT (a QP before RTR sends nothing to slow down); then it
+    // takes the same path, P_Key and ICRC checks as every packet (a CNP
+    // from elsewhere would let any host slow any QP down).
+    const bool cnp = pkt.info.opcode == wire::kCnpOpcode;
     const bool to_responder = pkt.info.op().request || qp->type() == IBV_QPT_UD || qp->is_gsi();
     const ibv_qp_state st = qp->state();
     const StateCaps caps = state_caps(st);
-    if (!(to_responder ? caps.takes_requests : caps.takes_responses)) {
+    const bool takes = cnp ? st != IBV_QPS_RESET && st != IBV_QPS_INIT
+                           : (to_responder ? caps.takes_requests : caps.takes_responses);
+    if (!takes) {
       ctr_.inc(RnicCtr::drop_qp_state);
       rte_pktmbuf_free(pkt.m);
       continue;
@@ -97,6 +100,10 @@ void Rnic::rx_burst(transport::Engine& engine, transport::RoceRx* pkts, uint16_t
       continue;
     }
     if (!engine.accept_roce(pkt)) continue;
+    if (cnp) {
+      cc_cnp_received(engine, *qp, pkt);
+      continue;
+    }
     if (wire::ecn(frame, pkt.info) == wire::Ecn::Ce) cc_ce_received(engine, *qp, frame, pkt.info);
     if (connected && !qp->comm_est && to_responder) comm_est(*qp);
     if (to_responder) {
@@ -107,36 +114,6 @@ void Rnic::rx_burst(transport::Engine& engine, transport::RoceRx* pkts, uint16_t
       completer_rx(engine, *qp, pkt);
     }
   }
-}
-
-// A CNP (A17.9.3) for one of our QPs: the QP that sends toward the CNP's
-// source.  It asks nothing of the QP's state beyond having a path (a QP
-// before RTR sends nothing to slow down); a connected QP takes it only from
-// its path, as every packet (a CNP from anywhere else would let any host
-// slow any QP down); the P_Key and the ICRC as for every packet.
-void Rnic::cnp_rx(transport::Engine& engine, Qp& qp, transport::RoceRx& pkt) noexcept {
-  UROCE_ASSERT_ENGINE(engine);
-  const uint8_t* frame = rte_pktmbuf_mtod(pkt.m, const uint8_t*);
-  const ibv_qp_state st = qp.state();
-  if (st == IBV_QPS_RESET || st == IBV_QPS_INIT) {
-    ctr_.inc(RnicCtr::drop_qp_state);
-    rte_pktmbuf_free(pkt.m);
-    return;
-  }
-  if (qp.connected()) {
-    if (const auto why = off_path(qp, frame, pkt.info)) {
-      ctr_.inc(*why);
-      rte_pktmbuf_free(pkt.m);
-      return;
-    }
-  }
-  if (!our_pkey(frame, pkt.info)) {
-    ctr_.inc(RnicCtr::drop_pkey);
-    rte_pktmbuf_free(pkt.m);
-    return;
-  }
-  if (!engine.accept_roce(pkt)) return;
-  cc_cnp_received(engine, qp, pkt);
 }
 
 // IBA 11.6.3.1 (communication established): the first request a

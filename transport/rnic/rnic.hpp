@@ -452,7 +452,6 @@ class Rnic final : public transport::RoceSink {
   uint32_t next_srqn_ = 1;                      // where the search for a free number starts (0 is never one)
   McastTable mcast_;
   void mcast_rx(transport::Engine& engine, transport::RoceRx& pkt) noexcept;  // [engine]
-  void cnp_rx(transport::Engine& engine, Qp& qp, transport::RoceRx& pkt) noexcept;  // [engine] recv.cpp
   void comm_est(Qp& qp) noexcept;                                              // [engine]
   std::function<void(Qp&)> comm_est_hook_;                                     // [engine]
   Qp* make_qp(Pd* pd, const ibv_qp_init_attr& init, uint32_t qpn, Qp::Rings& rings, int* err,
