@@ -9,26 +9,17 @@
 #include <cstdlib>
 #include <limits>
 
+#include "lib/util/mix64.hpp"
+
 namespace uroce::drivers {
 
 namespace {
 
 __extension__ using u128 = unsigned __int128;
 
-// ---- hashing: the splitmix64 finaliser (Steele, Lea, Flood 2014) ------------
+// ---- hashing: lib/util/mix64.hpp ------------------------------------------
 
-constexpr uint64_t kGolden = 0x9E3779B97F4A7C15ULL;
-
-constexpr uint64_t mix64(uint64_t z) noexcept {
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
-  return z ^ (z >> 31);
-}
-
-constexpr uint64_t splitmix64(uint64_t& state) noexcept {
-  state += kGolden;
-  return mix64(state);
-}
+constexpr uint64_t kGolden = kGolden64;
 
 constexpr uint64_t kNsPerUs = 1000;
 constexpr uint64_t kBpsPerMbps = 1'000'000;

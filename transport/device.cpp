@@ -257,8 +257,8 @@ Status Devices::use_daemon(std::shared_ptr<drivers::daemon::Link> link) {
   const config::EnvLookup env = config::process_env();
   const config::EnvLookup global = [env](std::string_view name) -> std::optional<std::string> {
     if (name == config::kEnvDevice || name == config::kEnvIp || name == config::kEnvMac || name == config::kEnvMtu ||
-        name == config::kEnvFaults || name == config::kEnvLossRecovery)
-      return std::nullopt;
+        std::find(config::kDeviceEnvVars.begin(), config::kDeviceEnvVars.end(), name) != config::kDeviceEnvVars.end())
+      return std::nullopt;  // the daemon's device, or applied to it below
     return env(name);
   };
   auto cfg = config::parse_config("", "", global);
@@ -281,21 +281,8 @@ Status Devices::use_daemon(std::shared_ptr<drivers::daemon::Link> link) {
     }
     cfg->devices.push_back(std::move(dc));
   }
-  if (auto f = env(config::kEnvFaults); f && !f->empty() && !cfg->devices.empty()) cfg->devices.front().faults = *f;
-  if (auto r = env(config::kEnvLossRecovery); r && !r->empty() && !cfg->devices.empty()) {
-    auto mode = config::parse_loss_recovery(*r);
-    if (!mode) return Error{EINVAL, std::string(config::kEnvLossRecovery) + ": " + mode.error()};
-    cfg->devices.front().loss_recovery = *mode;
-  }
-  if (auto e = env(config::kEnvEcn); e && !e->empty() && !cfg->devices.empty()) {
-    if (*e != "on" && *e != "off") return Error{EINVAL, std::string(config::kEnvEcn) + ": \"" + *e + "\" is not \"on\" or \"off\""};
-    cfg->devices.front().cc.ecn = *e == "on";
-  }
-  if (auto c = env(config::kEnvCc); c && !c->empty() && !cfg->devices.empty()) {
-    auto mode = config::parse_cc_mode(*c);
-    if (!mode) return Error{EINVAL, std::string(config::kEnvCc) + ": " + mode.error()};
-    cfg->devices.front().cc.mode = *mode;
-  }
+  if (!cfg->devices.empty())
+    if (auto applied = config::apply_device_env(env, cfg->devices.front()); !applied) return config_error(applied.error());
   cfg_ = std::move(*cfg);
   daemon_ = std::move(link);
   return {};

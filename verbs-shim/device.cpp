@@ -2,6 +2,7 @@
 // engines, DESIGN.md "Process and threading model"), ibv_open_device with a
 // full verbs_context, and the queries — device, port, GID, P_Key — with
 // libibverbs' size-aware conventions (research/abi-shim.md §4.3).
+#include <cinttypes>
 #include <endian.h>
 #include <fcntl.h>
 #include <pthread.h>
@@ -86,12 +87,20 @@ std::string qp_dump_json(uint32_t index) {
           at += static_cast<size_t>(std::snprintf(gid + at, sizeof gid - at, "%s%x", i == 0 ? "" : ":",
                                                   (q.dgid[i] << 8) | q.dgid[i + 1]));
       }
-      char item[320];
+      char item[768];
       std::snprintf(item, sizeof item,
                     "%s{\"qpn\":%u,\"type\":\"%s\",\"state\":\"%s\",\"sq_psn\":%u,\"rq_psn\":%u,"
-                    "\"dest_qpn\":%u,\"dest_gid\":\"%s\",\"send_posted\":%u,\"recv_posted\":%u}",
+                    "\"dest_qpn\":%u,\"dest_gid\":\"%s\",\"send_posted\":%u,\"recv_posted\":%u,"
+                    "\"udp_sport\":%u,\"rate_bps\":%" PRIu64 ",\"dcqcn_target_bps\":%" PRIu64
+                    ",\"alpha_1024\":%u,\"srtt_ns\":%" PRIu64 ",\"last_rtt_ns\":%" PRIu64
+                    ",\"cnps_sent\":%" PRIu64 ",\"cnps_rcvd\":%" PRIu64 ",\"path_changes\":%u,"
+                    "\"recovery\":\"%s\",\"retrans_pkts\":%" PRIu64 ",\"sr_resent_pkts\":%" PRIu64
+                    ",\"ack_timeouts\":%" PRIu64 ",\"sr_naks_rcvd\":%" PRIu64 ",\"sr_naks_sent\":%" PRIu64 "}",
                     out.size() > 1 ? "," : "", q.qpn, type, rnic::qp_state_name(q.state), q.sq_psn, q.rq_psn,
-                    q.dest_qp_num, gid, q.send_posted, q.recv_posted);
+                    q.dest_qp_num, gid, q.send_posted, q.recv_posted, q.sport, q.rate_bps, q.dcqcn_target_bps,
+                    q.alpha, q.srtt_ns, q.last_rtt_ns, q.cnps_sent, q.cnps_rcvd, q.path_changes, q.recovery,
+                    q.tally.retrans_pkts, q.tally.sr_resent_pkts, q.tally.ack_timeouts, q.tally.sr_naks_rcvd,
+                    q.tally.sr_naks_sent);
       out += item;
     }
   }

@@ -290,7 +290,12 @@ void Link::events_loop() {
       QpDumpReq q{};
       std::string json = "[]";
       if (m.read(&q) && handlers_.qp_dump) json = handlers_.qp_dump(q.device);
-      if (json.size() + sizeof(MsgHeader) > kMaxMessage) json = "[]";  // cannot be sent whole
+      if (json.size() + sizeof(MsgHeader) > kMaxMessage) {
+        // Too many QPs for one answer: the ones that fit (the dump is an
+        // array of flat objects, so "},{" only ever separates two).
+        const size_t cut = json.rfind("},{", kMaxMessage - sizeof(MsgHeader) - 2);
+        json = cut == std::string::npos ? "[]" : json.substr(0, cut + 1) + "]";
+      }
       send_message(ev_fd_, MsgType::QpDump, kReply, m.hdr.seq, 0,
                    {reinterpret_cast<const uint8_t*>(json.data()), json.size()});
     }

@@ -54,6 +54,7 @@
 // is reported.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -184,6 +185,15 @@ inline constexpr std::string_view kEnvCc = "UROCE_CC";
 inline constexpr std::string_view kEnvPcap = "UROCE_PCAP";
 inline constexpr std::string_view kEnvProgress = "UROCE_PROGRESS";
 inline constexpr std::string_view kEnvLog = "UROCE_LOG";
+
+// The variables that say how the first device behaves, as a list.
+inline constexpr std::array<std::string_view, 4> kDeviceEnvVars{kEnvFaults, kEnvLossRecovery, kEnvEcn, kEnvCc};
+
+// The variables that say how the first device behaves (UROCE_FAULTS,
+// UROCE_LOSS_RECOVERY, UROCE_ECN, UROCE_CC), each checked as load_config
+// checks it, applied to `dev`: for a device that comes from elsewhere
+// (uroced's).  Errors name the variable.
+ConfigResult<Ok> apply_device_env(const EnvLookup& env, DeviceConfig& dev);
 
 // ---- loading and rendering ------------------------------------------------------
 // Reads the file UROCE_CONFIG names (else `default_path`, which may be

@@ -82,38 +82,30 @@ Applied apply_mtu(std::string_view value, Parsed& p) {
   return Ok{};
 }
 
-Applied apply_faults(std::string_view value, Parsed& p) {
-  auto dev = first_device(p);
-  if (!dev) return Err{std::move(dev).error()};
+Applied apply_faults(std::string_view value, DeviceConfig& dev) {
   auto spec = check_faults(value);
   if (!spec) return Err{std::move(spec).error()};
-  (*dev)->faults = std::move(*spec);
+  dev.faults = std::move(*spec);
   return Ok{};
 }
 
-Applied apply_loss_recovery(std::string_view value, Parsed& p) {
-  auto dev = first_device(p);
-  if (!dev) return Err{std::move(dev).error()};
+Applied apply_loss_recovery(std::string_view value, DeviceConfig& dev) {
   auto r = parse_enum(kLossRecoveryNames, value);
   if (!r) return Err{std::move(r).error()};
-  (*dev)->loss_recovery = *r;
+  dev.loss_recovery = *r;
   return Ok{};
 }
 
-Applied apply_ecn(std::string_view value, Parsed& p) {
-  auto dev = first_device(p);
-  if (!dev) return Err{std::move(dev).error()};
+Applied apply_ecn(std::string_view value, DeviceConfig& dev) {
   if (value != "on" && value != "off") return Err{quote(value) + " is not \"on\" or \"off\""};
-  (*dev)->cc.ecn = value == "on";
+  dev.cc.ecn = value == "on";
   return Ok{};
 }
 
-Applied apply_cc(std::string_view value, Parsed& p) {
-  auto dev = first_device(p);
-  if (!dev) return Err{std::move(dev).error()};
+Applied apply_cc(std::string_view value, DeviceConfig& dev) {
   auto r = parse_enum(kCcModeNames, value);
   if (!r) return Err{std::move(r).error()};
-  (*dev)->cc.mode = *r;
+  dev.cc.mode = *r;
   return Ok{};
 }
 
@@ -144,25 +136,60 @@ struct EnvOverride {
   Applied (*apply)(std::string_view value, Parsed& p);
 };
 
+// How the first device behaves (not what it is): the same for a device of
+// the file, of UROCE_DEVICE or of uroced (apply_device_env).
+struct DeviceEnvOverride {
+  std::string_view name;
+  Applied (*apply)(std::string_view value, DeviceConfig& dev);
+};
+
 // UROCE_DEVICE first: it may create the device the others change.
 constexpr std::array kEnvOverrides{
-    EnvOverride{kEnvDevice, apply_device},     EnvOverride{kEnvIp, apply_ip},
-    EnvOverride{kEnvMac, apply_mac},           EnvOverride{kEnvMtu, apply_mtu},
-    EnvOverride{kEnvFaults, apply_faults},     EnvOverride{kEnvLossRecovery, apply_loss_recovery},
-    EnvOverride{kEnvEcn, apply_ecn},           EnvOverride{kEnvCc, apply_cc},
-    EnvOverride{kEnvPcap, apply_pcap},
-    EnvOverride{kEnvProgress, apply_progress}, EnvOverride{kEnvLog, apply_log},
+    EnvOverride{kEnvDevice, apply_device}, EnvOverride{kEnvIp, apply_ip}, EnvOverride{kEnvMac, apply_mac},
+    EnvOverride{kEnvMtu, apply_mtu},
 };
+constexpr std::array kDeviceEnvOverrides{
+    DeviceEnvOverride{kEnvFaults, apply_faults},
+    DeviceEnvOverride{kEnvLossRecovery, apply_loss_recovery},
+    DeviceEnvOverride{kEnvEcn, apply_ecn},
+    DeviceEnvOverride{kEnvCc, apply_cc},
+};
+static_assert(
+    [] {
+      for (size_t i = 0; i < kDeviceEnvVars.size(); ++i)
+        if (kDeviceEnvOverrides[i].name != kDeviceEnvVars[i]) return false;
+      return kDeviceEnvOverrides.size() == kDeviceEnvVars.size();
+    }(),
+    "config.hpp's kDeviceEnvVars lists the per-device overrides, in order");
+constexpr std::array kGlobalEnvOverrides{
+    EnvOverride{kEnvPcap, apply_pcap},
+    EnvOverride{kEnvProgress, apply_progress},
+    EnvOverride{kEnvLog, apply_log},
+};
+
+Status apply_each(const EnvLookup& env, const auto& table, auto& target) {
+  for (const auto& o : table) {
+    const std::optional<std::string> value = env(o.name);
+    if (!value || value->empty()) continue;
+    if (Applied a = o.apply(*value, target); !a) return Err{error_at("", std::nullopt, std::string(o.name), a.error())};
+  }
+  return Ok{};
+}
 
 }  // namespace
 
+Status apply_device_env(const EnvLookup& env, DeviceConfig& dev) { return apply_each(env, kDeviceEnvOverrides, dev); }
+
 Status apply_env(const EnvLookup& env, Parsed& p) {
-  for (const EnvOverride& o : kEnvOverrides) {
-    const std::optional<std::string> value = env(o.name);
-    if (!value || value->empty()) continue;
-    if (Applied a = o.apply(*value, p); !a) return Err{error_at("", std::nullopt, std::string(o.name), a.error())};
+  if (Status s = apply_each(env, kEnvOverrides, p); !s) return s;
+  for (std::string_view name : kDeviceEnvVars) {
+    if (const auto v = env(name); !v || v->empty()) continue;
+    auto dev = first_device(p);
+    if (!dev) return Err{error_at("", std::nullopt, std::string(name), dev.error())};
+    if (Status s = apply_device_env(env, **dev); !s) return s;
+    break;
   }
-  return Ok{};
+  return apply_each(env, kGlobalEnvOverrides, p);
 }
 
 }  // namespace uroce::config

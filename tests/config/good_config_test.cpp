@@ -256,6 +256,31 @@ TEST(EnvConfig, EveryVariableWithoutAFile) {
   EXPECT_EQ(c.log, LogLevel::kInfo);
 }
 
+// uroced's device comes from the daemon, not a file: the variables that
+// say how it behaves apply to it with the same checks.
+TEST(EnvConfig, DeviceVariablesApplyToADeviceFromElsewhere) {
+  DeviceConfig d;
+  d.name = "uroce0";
+  const auto applied = apply_device_env(env_from_map({{"UROCE_FAULTS", "drop=0.25"},
+                                                      {"UROCE_LOSS_RECOVERY", "selective"},
+                                                      {"UROCE_ECN", "off"},
+                                                      {"UROCE_CC", "delay"},
+                                                      {"UROCE_MTU", "4000"}}),
+                                        d);
+  ASSERT_TRUE(applied) << applied.error().message();
+  EXPECT_EQ(d.faults, "drop=0.25");
+  EXPECT_EQ(d.loss_recovery, LossRecovery::kSelective);
+  EXPECT_FALSE(d.cc.ecn);
+  EXPECT_EQ(d.cc.mode, CcMode::kDelay);
+  EXPECT_FALSE(d.mtu.has_value()) << "UROCE_MTU is what the device is, not how it behaves: not applied here";
+
+  DeviceConfig bad;
+  const auto refused = apply_device_env(env_from_map({{"UROCE_CC", "dctcp"}}), bad);
+  ASSERT_FALSE(refused);
+  EXPECT_NE(refused.error().message().find("UROCE_CC"), std::string::npos) << refused.error().message();
+  EXPECT_EQ(bad.cc.mode, DeviceConfig{}.cc.mode);
+}
+
 constexpr std::string_view kTwoDevices = R"(
 progress = "thread"
 log = "error"

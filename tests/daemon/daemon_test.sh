@@ -258,6 +258,13 @@ assert rp and rp[0]["devices"][0]["qpns"] >= 1 and rp[0]["devices"][0]["tx_frame
 qps = json.load(open(f"{tmp}/qp.json"))
 rc = [q for c in qps["clients"] if c["program"] == "rping" for q in c["qps"] if q["type"] == "RC"]
 assert rc and rc[0]["state"] == "RTS" and rc[0]["dest_gid"] == ip_b and rc[0]["sq_psn"] >= 0, qps
+# Its path and congestion state (issue 42): a RoCEv2 source port, a round
+# trip measured mid-transfer, not held back on a clean link, go-back-N by
+# default, nothing lost.
+q = rc[0]
+assert 0xC000 <= q["udp_sport"] <= 0xFFFF and q["srtt_ns"] > 0 and q["rate_bps"] == 0, q
+assert q["recovery"] == "go-back-N" and q["retrans_pkts"] == 0 and q["ack_timeouts"] == 0, q
+assert q["cnps_sent"] == 0 and q["cnps_rcvd"] == 0 and q["path_changes"] == 0, q
 own = [o for c in qps["clients"] if c["program"] == "rping" for o in c["daemon_view"] if "claim" in o]
 assert own and own[0]["claim"]["gid"] == ip_b, qps
 stats = json.load(open(f"{tmp}/stats.json"))
@@ -265,6 +272,8 @@ assert stats[0]["switch"]["tx_frames"] > 0 and "cm_router" in stats[0], stats
 print("tools: json checks hold")
 PY
   want "$TMP/qp.txt" 'qpn 0x[0-9a-f]{6} RC RTS sq_psn 0x[0-9a-f]{6} rq_psn 0x[0-9a-f]{6} dest' || ok=0
+  want "$TMP/qp.txt" '^ +udp sport [0-9]+ rate line rate alpha [0-9.]+ srtt [0-9.]+ us cnps sent 0 rcvd 0 path changes 0$' || ok=0
+  want "$TMP/qp.txt" '^ +recovery go-back-N retransmitted 0 \(selective 0\) ack timeouts 0' || ok=0
   if [ $ok -eq 1 ]; then
     pass "tools: uroce dev, client, qp (RTS, PSNs, destination, the daemon's claim) and daemon-stats, text and --json"
   else

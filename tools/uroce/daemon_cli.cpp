@@ -100,6 +100,25 @@ void print_clients(const json& clients) {
   }
 }
 
+// A QP's second line: its path, rate, round trip, CNPs and loss recovery.
+void print_qp_flow(const json& q) {
+  constexpr double kBpsPerGbps = 1e9;
+  constexpr double kNsPerUs = 1e3;
+  constexpr double kAlphaOne = 1024.0;
+  const uint64_t rate = q.value("rate_bps", uint64_t{0});
+  const uint64_t target = q.value("dcqcn_target_bps", uint64_t{0});
+  std::string rate_text = rate == 0 ? std::string("line rate") : fmt::format("{:.3f} Gb/s", rate / kBpsPerGbps);
+  if (target != 0) rate_text += fmt::format(" (DCQCN target {:.3f} Gb/s)", target / kBpsPerGbps);
+  const uint64_t srtt = q.value("srtt_ns", uint64_t{0});
+  fmt::print("        udp sport {} rate {} alpha {:.3f} srtt {} cnps sent {} rcvd {} path changes {}\n",
+             q.value("udp_sport", 0), rate_text, q.value("alpha_1024", 0) / kAlphaOne,
+             srtt == 0 ? std::string("-") : fmt::format("{:.1f} us", srtt / kNsPerUs), q.value("cnps_sent", 0),
+             q.value("cnps_rcvd", 0), q.value("path_changes", 0));
+  fmt::print("        recovery {} retransmitted {} (selective {}) ack timeouts {} selective naks rcvd {} sent {}\n",
+             q.value("recovery", ""), q.value("retrans_pkts", 0), q.value("sr_resent_pkts", 0),
+             q.value("ack_timeouts", 0), q.value("sr_naks_rcvd", 0), q.value("sr_naks_sent", 0));
+}
+
 void print_qps(const json& all) {
   const json& clients = all["clients"];
   if (clients.empty()) fmt::print("no client has a device open\n");
@@ -115,6 +134,7 @@ void print_qps(const json& all) {
       fmt::print("    qpn {} {} {} sq_psn {} rq_psn {}{} send_posted {} recv_posted {}\n", qpn_text(q["qpn"]), type,
                  q.value("state", ""), qpn_text(q["sq_psn"]), qpn_text(q["rq_psn"]), dest,
                  q.value("send_posted", 0), q.value("recv_posted", 0));
+      if (q.contains("udp_sport")) print_qp_flow(q);
     }
   }
   if (all.value("unanswered", 0) != 0)

@@ -35,19 +35,22 @@ class Pacer {
   // Whether the frame after one of `bytes` sent at `now` would have to wait
   // (the requester asks for an ACK on the last packet before a pause).
   bool pauses_after(uint64_t now, uint32_t bytes) const noexcept {
-    if (ps_per_byte_ == 0) return false;
-    const uint64_t earliest = now > burst_ns_ ? now - burst_ns_ : 0;
-    return std::max(next_, earliest) + uint64_t{bytes} * ps_per_byte_ / kPsPerNs > now;
+    return ps_per_byte_ != 0 && next_after(now, bytes) > now;
   }
   // A frame of `bytes` left at `now`.
   void spend(uint64_t now, uint32_t bytes) noexcept {
-    if (ps_per_byte_ == 0) return;
-    const uint64_t earliest = now > burst_ns_ ? now - burst_ns_ : 0;
-    next_ = std::max(next_, earliest) + uint64_t{bytes} * ps_per_byte_ / kPsPerNs;
+    if (ps_per_byte_ != 0) next_ = next_after(now, bytes);
   }
   void reset() noexcept { *this = Pacer{}; }
 
  private:
+  // The next frame's earliest departure once one of `bytes` leaves at
+  // `now`: credit for idle time is capped at one burst.
+  uint64_t next_after(uint64_t now, uint32_t bytes) const noexcept {
+    const uint64_t earliest = now > burst_ns_ ? now - burst_ns_ : 0;
+    return std::max(next_, earliest) + uint64_t{bytes} * ps_per_byte_ / kPsPerNs;
+  }
+
   static constexpr uint64_t kPsPerNs = 1000;
   static constexpr uint64_t kPsPerByteAtOneBps = 8'000'000'000'000ull;  // 8 bits at 1 bit/s, in ps
   uint64_t ps_per_byte_ = 0;  // 0: not pacing

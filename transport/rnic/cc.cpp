@@ -8,6 +8,7 @@
 #include <cstring>
 
 #include "lib/util/log.hpp"
+#include "lib/util/mix64.hpp"
 #include "lib/wire/bth.hpp"
 #include "lib/wire/ext.hpp"
 #include "transport/engine.hpp"
@@ -28,11 +29,7 @@ constexpr uint16_t kVlanNotPcp = 0x1FFF;
 // (neither active: it is off); the timer DCQCN's next boundary.
 void follow_rate(transport::Engine& engine, Qp& qp) noexcept {
   QpCc& c = qp.cc;
-  constexpr uint64_t kUnlimited = ~uint64_t{0};
-  const uint64_t by_cnp = c.rp.active() ? c.rp.rate_bps() : kUnlimited;
-  const uint64_t by_delay = c.delay.active() ? c.delay.rate_bps() : kUnlimited;
-  const uint64_t rate = std::min(by_cnp, by_delay);
-  c.pacer.set_rate(rate == kUnlimited ? 0 : rate, kUnlimited, kPaceBurstBytes);
+  c.pacer.set_rate(cc_rate_bps(c), ~uint64_t{0}, kPaceBurstBytes);
   engine.timers().cancel(c.timer);
   if (const uint64_t at = c.rp.deadline(); at != 0) engine.timers().arm(c.timer, at);
 }
@@ -192,10 +189,7 @@ void cc_idle(Qp& qp) noexcept {
   QpCc& c = qp.cc;
   if (!rnic.cc().repath || !qp.reliable() || c.congested_rounds < rnic.cc().repath_rounds) return;
   const uint16_t old_port = qp.attrs().sport;
-  uint64_t h = (uint64_t{qp.qpn().value()} << 32) ^ (uint64_t{c.path_changes + 1} * 0x9E3779B97F4A7C15ull);
-  h ^= h >> 33;
-  h *= 0xFF51AFD7ED558CCDull;
-  h ^= h >> 33;
+  const uint64_t h = mix64((uint64_t{qp.qpn().value()} << 32) ^ (uint64_t{c.path_changes + 1} * kGolden64));
   uint16_t port = static_cast<uint16_t>(0xC000u | (h & 0x3FFFu));
   if (port == old_port) port = static_cast<uint16_t>(0xC000u | ((port + 1) & 0x3FFFu));
   qp.set_sport(port);
@@ -204,6 +198,14 @@ void cc_idle(Qp& qp) noexcept {
   rnic.counters().inc(RnicCtr::path_changes);
   UROCE_TRACE(TraceCat::Cc, "qp %u path change: UDP source port %u -> %u (change %u)", qp.qpn().value(), old_port,
               port, c.path_changes);
+}
+
+uint64_t cc_rate_bps(const QpCc& c) noexcept {
+  constexpr uint64_t kUnlimited = ~uint64_t{0};
+  const uint64_t by_cnp = c.rp.active() ? c.rp.rate_bps() : kUnlimited;
+  const uint64_t by_delay = c.delay.active() ? c.delay.rate_bps() : kUnlimited;
+  const uint64_t rate = std::min(by_cnp, by_delay);
+  return rate == kUnlimited ? 0 : rate;
 }
 
 void cc_sent(transport::Engine& engine, Qp& qp, uint32_t bytes) noexcept {

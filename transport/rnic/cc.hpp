@@ -81,6 +81,9 @@ void cc_cnp_received(transport::Engine& engine, Qp& qp, transport::RoceRx& pkt) 
 // and DCQCN's byte counter (nothing to do at the maximum rate).
 // Callers test cc_tracking() first (inline: at the maximum rate, nothing).
 inline bool cc_tracking(const QpCc& c) noexcept { return c.rp.active() || c.pacer.pacing(); }
+// The rate the QP is paced at: the lower of DCQCN's and the delay
+// controller's; 0 when neither holds it back.
+uint64_t cc_rate_bps(const QpCc& c) noexcept;
 void cc_sent(transport::Engine& engine, Qp& qp, uint32_t bytes) noexcept;
 // [engine] A round-trip sample of the requester's (completer_rtt_sample):
 // the delay-based controller's input with cc = "delay", and the end of a

@@ -133,6 +133,7 @@ Step check_psn(Ctx& x) {
 Step on_selective_nak(Ctx& x) {
   ctr(x).inc(RnicCtr::seq_naks_rcvd);
   ctr(x).inc(RnicCtr::sr_naks_rcvd);
+  ++x.qp.tally.sr_naks_rcvd;
   const uint32_t len = (wire::BthC(x.frame + x.info.bth_off).resv7() & wire::kResv7GapMask) + 1u;
   requester_resend(x.engine, x.qp, x.psn, len);
   return Step::Done;
@@ -421,6 +422,7 @@ void on_ack_timeout(Timer& t, uint64_t) {
   SendWqe* w = oldest(qp);
   if (w == nullptr) return;
   qp.rnic().counters().inc(RnicCtr::ack_timeouts);
+  ++qp.tally.ack_timeouts;
   UROCE_TRACE(TraceCat::Qp, "qp 0x%06x: ACK timeout at PSN 0x%06x (retry_cnt left %u)", qp.qpn().value(),
               c.psn.value(), c.retry_left);
   // `timeout` 0 is the IBA's infinite (9.7.6.1.3): without adaptive

@@ -280,6 +280,15 @@ class Qp {
   CompState comp;
   RespState resp;
   QpCc cc;          // congestion control: ECN's answer and this QP's rate (cc.hpp)
+  // Loss recovery, per QP since its creation (the device's counters sum
+  // them): for `uroce qp` and the daemon's views.
+  struct Tally {
+    uint64_t retrans_pkts = 0;     // request packets sent again by go-back-N
+    uint64_t sr_resent_pkts = 0;   // ... because a selective NAK named them
+    uint64_t ack_timeouts = 0;     // local ACK timer expiries
+    uint64_t sr_naks_rcvd = 0;     // selective NAKs the requester took
+    uint64_t sr_naks_sent = 0;     // selective NAKs the responder sent
+  } tally;
 
   // ---- [engine] ----
   // Move to ERR (async IBV_EVENT_QP_FATAL when `fatal`) and flush: every

@@ -60,6 +60,7 @@ void send_selective_nak(transport::Engine& engine, Qp& qp, Psn from, uint32_t le
   RnicCounters& ctr = qp.rnic().counters();
   ctr.inc(RnicCtr::resp_pkts);
   ctr.inc(RnicCtr::sr_naks_sent);
+  ++qp.tally.sr_naks_sent;
 }
 
 // Kept packets that the expected PSN moved past without carrying them out:

@@ -255,7 +255,11 @@ Emit emit(transport::Engine& engine, Qp& qp, SendWqe& w, Seg seg, uint64_t off, 
     case TxResult::Sent:
       ctr.inc(RnicCtr::req_pkts);
       if (cc_tracking(qp.cc)) cc_sent(engine, qp, static_cast<uint32_t>(wire::frame_len(d, payload)));
-      if (distance(psn, r.psn_hi) < 0) ctr.inc(cursor != nullptr ? RnicCtr::req_retrans_pkts : RnicCtr::sr_resent_pkts);
+      if (distance(psn, r.psn_hi) < 0) {
+        const bool go_back_n = cursor != nullptr;
+        ctr.inc(go_back_n ? RnicCtr::req_retrans_pkts : RnicCtr::sr_resent_pkts);
+        ++(go_back_n ? qp.tally.retrans_pkts : qp.tally.sr_resent_pkts);
+      }
       break;
     case TxResult::TooLong:
       ctr.inc(RnicCtr::drop_tx_too_long);

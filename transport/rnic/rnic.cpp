@@ -839,6 +839,23 @@ std::vector<Rnic::QpSnapshot> Rnic::qp_snapshots() {
       s.dgid = q->attrs().path.dgid;
       s.send_posted = q->sq.tail() - q->sq.head();
       if (q->srq() == nullptr) s.recv_posted = q->rq.size();
+      const QpCc& c = q->cc;
+      s.sport = q->attrs().sport;
+      s.rate_bps = cc_rate_bps(c);
+      s.dcqcn_target_bps = c.rp.active() ? c.rp.target_bps() : 0;
+      s.alpha = c.rp.alpha();
+      s.srtt_ns = q->comp.srtt_ns;
+      s.last_rtt_ns = c.delay.last_rtt_ns();
+      s.cnps_sent = c.cnps_sent;
+      s.cnps_rcvd = c.cnps_rcvd;
+      s.path_changes = c.path_changes;
+      s.tally = q->tally;
+      // Selective repeat is per NAK: in use once the peer answered a gap
+      // selectively or this end did; offered while neither happened.
+      const bool offered = q->reliable() && selective_repeat_;
+      s.recovery = !offered                                                  ? "go-back-N"
+                   : q->tally.sr_naks_rcvd != 0 || q->tally.sr_naks_sent != 0 ? "selective"
+                                                                             : "selective (offered)";
       out.push_back(s);
     }
   });

@@ -409,6 +409,18 @@ class Rnic final : public transport::RoceSink {
     wire::Ipv6Addr dgid{};       // connected QPs: the destination
     uint32_t send_posted = 0;    // send WQEs not yet completed
     uint32_t recv_posted = 0;    // receive WQEs waiting (own RQ)
+    // Congestion control and loss recovery (issue 42).
+    uint16_t sport = 0;          // its UDP source port: its path
+    uint64_t rate_bps = 0;       // paced at (0: not held back)
+    uint64_t dcqcn_target_bps = 0;  // DCQCN's target while it holds the QP
+    uint32_t alpha = 0;          // DCQCN's alpha, 1024ths
+    uint64_t srtt_ns = 0;        // the requester's round-trip estimate (0: no sample)
+    uint64_t last_rtt_ns = 0;    // the latest sample the delay controller took
+    uint64_t cnps_sent = 0;
+    uint64_t cnps_rcvd = 0;
+    uint32_t path_changes = 0;
+    const char* recovery = "";   // "go-back-N", "selective", "selective (offered)"
+    Qp::Tally tally;
   };
   std::vector<QpSnapshot> qp_snapshots();
 
