@@ -218,6 +218,74 @@ std::optional<wire::MacAddr> kernel_neighbour(int ifindex, const wire::Ipv6Addr&
   return found;
 }
 
+namespace {
+
+// The gateway in one RTM_NEWROUTE answer, if it names one.
+std::optional<wire::Ipv6Addr> route_gateway(const nlmsghdr* h) {
+  const auto* rt = static_cast<const rtmsg*>(NLMSG_DATA(h));
+  int len = static_cast<int>(RTM_PAYLOAD(h));
+  for (const rtattr* a = RTM_RTA(rt); RTA_OK(a, len); a = RTA_NEXT(a, len)) {
+    if (a->rta_type != RTA_GATEWAY) continue;
+    wire::Ipv6Addr gw{};
+    if (RTA_PAYLOAD(a) == 4) {  // IPv4: kept IPv4-mapped
+      gw[10] = 0xff;
+      gw[11] = 0xff;
+      std::memcpy(gw.data() + 12, RTA_DATA(a), 4);
+      return gw;
+    }
+    if (RTA_PAYLOAD(a) == 16) {
+      std::memcpy(gw.data(), RTA_DATA(a), 16);
+      return gw;
+    }
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+std::optional<wire::Ipv6Addr> kernel_gateway(int ifindex, const wire::Ipv6Addr& dst) {
+  const bool v4 = wire::is_ipv4_mapped(dst);
+  const int fd = ::socket(AF_NETLINK, SOCK_RAW | SOCK_CLOEXEC, NETLINK_ROUTE);
+  if (fd < 0) return std::nullopt;
+  // `ip route get DST oif IF`: RTM_GETROUTE with the destination and the
+  // interface; the answer is the one route the kernel would use.
+  struct {
+    nlmsghdr h;
+    rtmsg rt;
+    char attrs[64];
+  } req{};
+  req.h.nlmsg_len = NLMSG_LENGTH(sizeof(rtmsg));
+  req.h.nlmsg_type = RTM_GETROUTE;
+  req.h.nlmsg_flags = NLM_F_REQUEST;
+  req.h.nlmsg_seq = 1;
+  req.rt.rtm_family = v4 ? AF_INET : AF_INET6;
+  req.rt.rtm_dst_len = v4 ? 32 : 128;
+  auto add_attr = [&req](uint16_t type, const void* data, size_t n) {
+    auto* a = reinterpret_cast<rtattr*>(reinterpret_cast<char*>(&req) + NLMSG_ALIGN(req.h.nlmsg_len));
+    a->rta_type = type;
+    a->rta_len = static_cast<uint16_t>(RTA_LENGTH(n));
+    std::memcpy(RTA_DATA(a), data, n);
+    req.h.nlmsg_len = NLMSG_ALIGN(req.h.nlmsg_len) + RTA_ALIGN(a->rta_len);
+  };
+  add_attr(RTA_DST, v4 ? dst.data() + 12 : dst.data(), v4 ? 4 : 16);
+  if (ifindex != 0) add_attr(RTA_OIF, &ifindex, sizeof ifindex);
+  std::optional<wire::Ipv6Addr> gw;
+  if (::send(fd, &req, req.h.nlmsg_len, 0) == static_cast<ssize_t>(req.h.nlmsg_len)) {
+    std::vector<uint8_t> buf(kNetlinkBuf);
+    const ssize_t n = ::recv(fd, buf.data(), buf.size(), 0);
+    int left = static_cast<int>(n);
+    for (auto* h = reinterpret_cast<nlmsghdr*>(buf.data()); n > 0 && NLMSG_OK(h, left); h = NLMSG_NEXT(h, left)) {
+      if (h->nlmsg_type == RTM_NEWROUTE) {
+        gw = route_gateway(h);
+        break;
+      }
+      if (h->nlmsg_type == NLMSG_ERROR || h->nlmsg_type == NLMSG_DONE) break;  // no route: on the link, as before
+    }
+  }
+  ::close(fd);
+  return gw;
+}
+
 #pragma GCC diagnostic pop
 
 bool kernel_solicit(int ifindex, const wire::Ipv6Addr& ip) {

@@ -43,6 +43,12 @@ std::optional<NetdevInfo> query_netdev(const std::string& name, std::string* err
 // stack, which keeps them).
 std::optional<wire::MacAddr> kernel_neighbour(int ifindex, const wire::Ipv6Addr& ip);
 
+// The gateway of the kernel's route to `dst` (IPv4 as ::ffff:a.b.c.d)
+// through interface `ifindex` (0: any), as `ip route get DST oif IF`
+// answers it: nullopt when the route has none (the destination is on the
+// link) or there is no route.  A netlink RTM_GETROUTE request.
+std::optional<wire::Ipv6Addr> kernel_gateway(int ifindex, const wire::Ipv6Addr& dst);
+
 // Make the kernel resolve `ip` on `ifindex`: one empty UDP datagram to its
 // discard port (9) sent through the kernel's stack bound to that device.
 // False when it could not be sent (no route, no such device).

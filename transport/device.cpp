@@ -573,6 +573,20 @@ Status Devices::make_engine(Device& d, const config::DeviceConfig& dev, const Op
       return std::nullopt;
     };
   }
+  if (d.netdev_ifindex_ != 0) {
+    // A destination outside every prefix of the device goes through the
+    // gateway of the kernel's route on the shared interface (as rxe, whose
+    // addresses are the kernel's, resolves it); inside one, on the link.
+    const int ifindex = d.netdev_ifindex_;
+    ec.next_hop = [ifindex, prefixes = info.addresses](const IpAddr& ip) -> std::optional<IpAddr> {
+      const bool on_link = std::any_of(prefixes.begin(), prefixes.end(), [&](const config::IpPrefix& p) {
+        return config::prefix_contains(p, ip.bytes);
+      });
+      if (on_link) return std::nullopt;
+      if (const auto gw = drivers::kernel_gateway(ifindex, ip.bytes)) return IpAddr{*gw};
+      return std::nullopt;
+    };
+  }
   d.engine_ = std::make_unique<Engine>(*d.top_, std::move(ec));
   if (Status st = d.engine_->init(); !st) return Error{st.error().code, device_error(dev, st.error().message)};
   telemetry_register(info.name, d.engine_.get());

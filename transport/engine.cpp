@@ -41,6 +41,7 @@ Engine::Engine(drivers::Port& port, EngineConfig cfg)
                    ctr_.inc(ok ? EngineCtr::neigh_resolved : EngineCtr::neigh_failed);
                    if (resolve_hook_) resolve_hook_(ip, ok);
                  },
+                 cfg_.next_hop,
              }),
       doorbells_(cfg_.doorbell_capacity) {
   tx_.reserve(2 * size_t{cfg_.tx_batch});  // tx_batch kept from a refused flush, then a batch

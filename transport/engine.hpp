@@ -155,6 +155,11 @@ struct EngineConfig {
   // entry, or nullopt after making the kernel resolve it.  Control path
   // (a system call per attempt).  Empty: the engine's own ARP/ND alone.
   std::function<std::optional<wire::MacAddr>(const IpAddr&)> kernel_neigh;
+  // The gateway for an off-link destination (NeighTable::Hooks::next_hop):
+  // for ports that share a kernel interface, the kernel's route through
+  // it, so that a peer behind a router is reached as rxe reaches it.
+  // Control path (a system call per new destination).  Empty: on the link.
+  std::function<std::optional<IpAddr>(const IpAddr&)> next_hop;
   // The port delivers frames to the device's own addresses (a client of
   // uroced: the daemon loops them back, possibly to another process's QP,
   // and makes the multicast copies for every process): send_to sends them

@@ -39,6 +39,7 @@ const char* neigh_state_name(NeighState s) noexcept {
 
 struct NeighTable::Entry {
   IpAddr ip;
+  IpAddr via;                // what is asked for: `ip` on the link, else its gateway
   NeighState state = NeighState::Incomplete;
   wire::MacAddr mac{};
   bool permanent = false;
@@ -72,6 +73,13 @@ NeighTable::Entry* NeighTable::create(const IpAddr& ip, uint64_t /*now_ns*/) {
   }
   auto e = std::make_unique<Entry>();
   e->ip = ip;
+  e->via = ip;
+  if (hooks_.next_hop) {
+    if (const std::optional<IpAddr> gw = hooks_.next_hop(ip); gw && !(*gw == ip)) {
+      e->via = *gw;
+      ++routed_;
+    }
+  }
   e->table = this;
   e->pending.reserve(cfg_.max_pending);
   e->timer.owner = e.get();
@@ -89,7 +97,7 @@ void NeighTable::probe(Entry& e, uint64_t now_ns) {
   e.probing = true;
   ++e.requests;
   stats_.requests_sent.fetch_add(1, std::memory_order_relaxed);
-  hooks_.send_request(e.ip);
+  hooks_.send_request(e.via);
   wheel_.arm(e.timer, now_ns + cfg_.retry_interval_ns);
 }
 
@@ -170,13 +178,28 @@ bool NeighTable::send(const IpAddr& ip, rte_mbuf* m, uint64_t now_ns) {
 }
 
 void NeighTable::learn(const IpAddr& ip, const wire::MacAddr& mac, bool solicited, uint64_t now_ns) {
+  bool routed_through = false;
+  if (routed_ != 0) {
+    // Collected first: set_reachable's hooks may add entries (a rehash).
+    std::vector<Entry*> through;
+    for (auto& [key, en] : entries_)
+      if (en->via == ip && !(key == ip) && !en->permanent) through.push_back(en.get());
+    routed_through = !through.empty();
+    for (Entry* en : through) set_reachable(*en, mac, now_ns);
+  }
   Entry* e = find(ip);
   if (!e) {
-    if (!solicited) return;
+    if (!solicited || routed_through) return;  // the gateway itself needs no entry of its own
     e = create(ip, now_ns);
     if (!e) return;
   }
   if (e->permanent) return;
+  set_reachable(*e, mac, now_ns);
+}
+
+void NeighTable::set_reachable(Entry& en, const wire::MacAddr& mac, uint64_t now_ns) {
+  Entry* e = &en;
+  const IpAddr ip = e->ip;
   const bool was_waiting = e->state == NeighState::Incomplete || e->state == NeighState::Failed;
   if (e->state != NeighState::Reachable || e->mac != mac) ++generation_;
   e->mac = mac;
@@ -239,6 +262,7 @@ void NeighTable::on_timer(Entry& e, uint64_t now_ns) {
       return;
     case NeighState::Failed: {
       const IpAddr ip = e.ip;
+      if (!(e.via == e.ip)) --routed_;
       ++generation_;
       entries_.erase(ip);  // destroys `e`; its timer is no longer armed
       size_.store(entries_.size(), std::memory_order_relaxed);

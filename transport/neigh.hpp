@@ -86,6 +86,11 @@ class NeighTable {
     std::function<void(rte_mbuf* m)> drop;
     // Resolution of `ip` finished (ok, or failed) — for rdma_resolve_addr.
     std::function<void(const IpAddr& ip, bool ok)> resolved;
+    // Where frames to `ip` go first: the gateway of an off-link
+    // destination (the kernel's route through the port's interface), or
+    // nullopt for an address on the link.  Asked once, when an entry is
+    // made.  Empty: every address is on the link.
+    std::function<std::optional<IpAddr>(const IpAddr& ip)> next_hop;
   };
 
   NeighTable(TimerWheel& wheel, NeighConfig cfg, Hooks hooks);
@@ -108,6 +113,7 @@ class NeighTable {
   // An ARP reply or request, or an NS/NA, told us `ip` is at `mac`.
   // `solicited` is false for what we merely overheard (gratuitous ARP,
   // requests): it updates an existing entry but does not create one.
+  // Every off-link entry routed through `ip` learns the same MAC.
   void learn(const IpAddr& ip, const wire::MacAddr& mac, bool solicited, uint64_t now_ns);
 
   // Add a permanent entry (static configuration, tests).
@@ -131,6 +137,7 @@ class NeighTable {
   void on_timer(Entry& e, uint64_t now_ns);
   void fail(Entry& e, uint64_t now_ns);
   void flush_pending(Entry& e);
+  void set_reachable(Entry& e, const wire::MacAddr& mac, uint64_t now_ns);
 
   TimerWheel& wheel_;
   NeighConfig cfg_;
@@ -138,6 +145,7 @@ class NeighTable {
   std::unordered_map<IpAddr, std::unique_ptr<Entry>, IpAddrHash> entries_;
   NeighStats stats_;
   std::atomic<size_t> size_{0};  // entries_.size(), for other threads
+  size_t routed_ = 0;             // entries whose next hop is a gateway
   uint64_t generation_ = 1;
 };
 

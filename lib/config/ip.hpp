@@ -57,6 +57,10 @@ Result<IpPrefix, std::string> parse_ip_prefix(std::string_view text);
 // Why `a` cannot be a device address or a GID, or empty when it can be.
 std::string_view unusable_address_reason(const IpAddr& a) noexcept;
 
+// Whether `addr` (16 bytes, IPv4 as ::ffff:a.b.c.d) lies in `p`'s subnet:
+// the same family and the same first prefix_len bits.
+bool prefix_contains(const IpPrefix& p, const std::array<uint8_t, kIpBytes>& addr) noexcept;
+
 std::string to_string(const IpAddr& a);    // "10.0.0.1", "fd00::1"
 std::string to_string(const IpPrefix& p);  // "10.0.0.1/24"
 

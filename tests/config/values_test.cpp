@@ -33,6 +33,28 @@ TEST(IpPrefix, Ipv6) {
   EXPECT_EQ(to_string(*p), "2001:db8::7/128") << "printed in RFC 5952 form";
 }
 
+// Whether a destination is on the link of one of the device's prefixes
+// (else it goes through a gateway): the prefix's bits, the family.
+TEST(IpPrefix, ContainsComparesThePrefixBitsOfOneFamily) {
+  auto addr = [](const char* text) { return parse_ip_address(text)->bytes; };
+  const IpPrefix v4 = *parse_ip_prefix("192.168.10.200/30");
+  EXPECT_TRUE(prefix_contains(v4, addr("192.168.10.201")));
+  EXPECT_TRUE(prefix_contains(v4, addr("192.168.10.203")));
+  EXPECT_FALSE(prefix_contains(v4, addr("192.168.10.204")));
+  EXPECT_FALSE(prefix_contains(v4, addr("192.168.11.200")));
+  EXPECT_FALSE(prefix_contains(v4, addr("::ffff:c0a8:0bc8")));
+  EXPECT_FALSE(prefix_contains(v4, addr("fe80::1"))) << "another family";
+  EXPECT_TRUE(prefix_contains(*parse_ip_prefix("10.1.2.3/0"), addr("172.16.0.1")));
+  EXPECT_FALSE(prefix_contains(*parse_ip_prefix("10.1.2.3/0"), addr("2001:db8::1")));
+  EXPECT_TRUE(prefix_contains(*parse_ip_prefix("10.1.2.3/32"), addr("10.1.2.3")));
+  EXPECT_FALSE(prefix_contains(*parse_ip_prefix("10.1.2.3/32"), addr("10.1.2.2")));
+  const IpPrefix v6 = *parse_ip_prefix("2001:db8:0:7::1/60");
+  EXPECT_TRUE(prefix_contains(v6, addr("2001:db8:0:f::9")));
+  EXPECT_FALSE(prefix_contains(v6, addr("2001:db8:0:10::1")));
+  EXPECT_FALSE(prefix_contains(v6, addr("10.0.0.1"))) << "another family";
+  EXPECT_TRUE(prefix_contains(*parse_ip_prefix("fe80::1/64"), addr("fe80::abcd")));
+}
+
 TEST(IpPrefix, Boundaries) {
   EXPECT_TRUE(parse_ip_prefix("10.0.0.1/0").ok());
   EXPECT_TRUE(parse_ip_prefix("10.0.0.1/32").ok());

@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <functional>
+#include <optional>
 #include <vector>
 
 namespace uroce::transport {
@@ -27,12 +29,15 @@ struct Fixture : ::testing::Test {
     cfg.max_pending = 2;
     make();
   }
+  // Off-link destinations and their gateway (next_hop); none: all on the link.
+  std::function<std::optional<IpAddr>(const IpAddr&)> route;
   void make() {
     t = std::make_unique<NeighTable>(wheel, cfg, NeighTable::Hooks{
         [this](const IpAddr& ip) { requests.push_back(ip); },
         [this](rte_mbuf* m, const wire::MacAddr& mac) { released.emplace_back(m, mac); },
         [this](rte_mbuf* m) { dropped.push_back(m); },
         [this](const IpAddr& ip, bool ok) { results.emplace_back(ip, ok); },
+        route,
     });
   }
 };
@@ -152,6 +157,63 @@ TEST_F(Fixture, GenerationMovesWithEveryChangeALookupWouldSee) {
   g = t->generation();
   t->add_static(kPeer, kMac);
   EXPECT_NE(t->generation(), g) << "static";
+}
+
+// A destination behind a router: the request asks for the gateway, and
+// its answer resolves every destination routed through it (each with its
+// own queued frames and its own `resolved`), while an on-link neighbour is
+// asked for itself.  The gateway's own entry is not needed for that.
+TEST_F(Fixture, OffLinkDestinationsResolveThroughTheirGateway) {
+  const IpAddr gw = IpAddr::v4(0x0A000001);
+  const IpAddr far1 = IpAddr::v4(0x0A010002);
+  const IpAddr far2 = IpAddr::v4(0x0A010003);
+  const wire::MacAddr gw_mac{2, 0, 0, 0, 0, 1};
+  route = [gw](const IpAddr& ip) -> std::optional<IpAddr> {
+    if (ip.as_v4() >> 16 == 0x0A01) return gw;
+    return std::nullopt;
+  };
+  make();
+  EXPECT_TRUE(t->send(far1, frame(1), 0));
+  t->resolve(far2, 0);
+  EXPECT_TRUE(t->send(kPeer, frame(2), 0));
+  ASSERT_EQ(requests.size(), 3u);
+  EXPECT_EQ(requests[0], gw);
+  EXPECT_EQ(requests[1], gw);
+  EXPECT_EQ(requests[2], kPeer);
+  t->learn(gw, gw_mac, true, 10);
+  EXPECT_EQ(t->state(far1), NeighState::Reachable);
+  EXPECT_EQ(t->state(far2), NeighState::Reachable);
+  EXPECT_EQ(t->state(kPeer), NeighState::Incomplete);
+  EXPECT_FALSE(t->state(gw).has_value()) << "the gateway needs no entry of its own";
+  ASSERT_EQ(released.size(), 1u);
+  EXPECT_EQ(released[0].first, frame(1));
+  EXPECT_EQ(released[0].second, gw_mac);
+  ASSERT_NE(t->lookup(far2, 20), nullptr);
+  EXPECT_EQ(*t->lookup(far2, 20), gw_mac);
+  EXPECT_EQ(results.size(), 2u);  // far1 and far2
+  // The gateway moves (a failover): overheard, every routed entry follows.
+  const wire::MacAddr gw_mac2{2, 0, 0, 0, 0, 9};
+  t->learn(gw, gw_mac2, false, 30);
+  EXPECT_EQ(*t->lookup(far1, 40), gw_mac2);
+  // A stale routed entry re-probes its gateway, not itself.
+  const uint64_t stale_at = cfg.reachable_ns + 200'000;
+  for (uint64_t now = 0; now <= stale_at; now += 100'000) wheel.advance(now);
+  EXPECT_EQ(t->state(far1), NeighState::Stale);
+  requests.clear();
+  ASSERT_NE(t->lookup(far1, stale_at), nullptr);
+  ASSERT_EQ(requests.size(), 1u);
+  EXPECT_EQ(requests[0], gw);
+  // Unanswered: the routed entry fails (its `resolved` false), is held,
+  // then goes; the gateway's next answer still reaches the one left.
+  results.clear();
+  for (uint64_t now = stale_at; now <= stale_at + 8 * cfg.retry_interval_ns; now += 100'000)
+    wheel.advance(now);
+  ASSERT_EQ(results.size(), 1u);
+  EXPECT_EQ(results[0], std::make_pair(far1, false));
+  EXPECT_FALSE(t->state(far1).has_value());
+  t->learn(gw, gw_mac, true, stale_at + 9 * cfg.retry_interval_ns);
+  EXPECT_EQ(t->state(far2), NeighState::Reachable);
+  EXPECT_FALSE(t->state(far1).has_value()) << "a gone entry is not brought back by its gateway";
 }
 
 TEST(IpAddr, MappedV4) {

@@ -98,5 +98,45 @@ TEST(NetdevDeathTest, KernelNeighbourTable) {
          "16 unknown address found, 17 solicit failed, 18 incomplete entry reported usable, 19 no entry after solicit";
 }
 
+// The kernel's route through an interface (kernel_gateway), in a
+// namespace of the test's own: an on-link address has no gateway, one
+// behind a route has the route's, the default route's gateway answers for
+// the rest, IPv6 likewise, and asking through an interface with no route
+// there answers nothing.
+int kernel_gateway_checks() {
+  if (::unshare(CLONE_NEWNET) != 0) return 10;
+  if (std::system("ip link add un0 type veth peer name un1 && ip link set un0 up && ip link set un1 up && "
+                  "ip link add un2 type veth peer name un3 && ip link set un2 up && ip link set un3 up && "
+                  "ip addr add 10.78.0.1/24 dev un0 && ip addr add 10.79.0.1/24 dev un2 && "
+                  "ip route add 10.80.0.0/16 via 10.78.0.254 dev un0 && "
+                  "ip route add default via 10.78.0.253 dev un0 && "
+                  "ip -6 addr add fd78::1/64 dev un0 nodad && "
+                  "ip -6 route add fd80::/48 via fd78::fe dev un0") != 0) {
+    return 11;
+  }
+  const int un0 = static_cast<int>(if_nametoindex("un0"));
+  const int un2 = static_cast<int>(if_nametoindex("un2"));
+  if (un0 == 0 || un2 == 0) return 12;
+  auto v4 = [](uint8_t a, uint8_t b, uint8_t c, uint8_t d) {
+    return wire::Ipv6Addr{0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, a, b, c, d};
+  };
+  if (kernel_gateway(un0, v4(10, 78, 0, 9))) return 13;  // on the link
+  if (kernel_gateway(un0, v4(10, 80, 3, 4)) != v4(10, 78, 0, 254)) return 14;
+  if (kernel_gateway(un0, v4(192, 0, 2, 1)) != v4(10, 78, 0, 253)) return 15;  // the default route
+  const wire::Ipv6Addr far6{0xfd, 0x80, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1};
+  const wire::Ipv6Addr gw6{0xfd, 0x78, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xfe};
+  if (kernel_gateway(un0, far6) != gw6) return 16;
+  if (kernel_gateway(un2, v4(10, 80, 3, 4))) return 17;  // no route through un2 to there
+  return 0;
+}
+
+TEST(NetdevDeathTest, KernelGateway) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root (a network namespace)";
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_EXIT(std::exit(kernel_gateway_checks()), ::testing::ExitedWithCode(0), "")
+      << "exit codes: 10 unshare, 11 ip setup, 13 on-link address given a gateway, 14 a route's gateway, "
+         "15 the default route's, 16 IPv6, 17 a gateway through an interface with no route";
+}
+
 }  // namespace
 }  // namespace uroce::drivers

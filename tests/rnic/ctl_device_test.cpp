@@ -135,6 +135,9 @@ TEST_F(Ctl, ResolvePath) {
   EXPECT_EQ(p.traffic_class, 0x68);
   EXPECT_EQ(p.flow_label, 0x12345u);
   EXPECT_EQ(p.hop_limit, 64);  // 0: the default
+  a.grh.hop_limit = 1;         // ibv_rc_pingpong's: the route's wins, as on Linux
+  ASSERT_EQ(rnic->resolve_path(a, &p), 0);
+  EXPECT_EQ(p.hop_limit, 64);
   ASSERT_EQ(rnic->resolve_path(ah_attr(true), &p), 0);
   EXPECT_FALSE(p.ipv4);
   EXPECT_EQ(p.sgid, kUla);

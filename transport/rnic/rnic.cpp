@@ -248,7 +248,13 @@ int Rnic::resolve_path(const ibv_ah_attr& attr, AhAttr* out) const {
     out->sgid = sgid;
     out->ipv4 = is_ipv4_mapped(sgid);
     out->traffic_class = attr.grh.traffic_class;
-    out->hop_limit = attr.grh.hop_limit != 0 ? attr.grh.hop_limit : 64;
+    // A unicast path's hop limit is the route's, whatever the program
+    // asked (Linux's ib_resolve_eth_dmac overwrites grh.hop_limit with
+    // the route's for every RoCE modify_qp and create_ah: ibv_rc_pingpong's
+    // hop limit 1 crosses routers on rxe and ConnectX); a multicast one
+    // keeps the program's, as there.
+    constexpr uint8_t kRouteHopLimit = 64;  // Linux's ip_default_ttl / hop_limit
+    out->hop_limit = is_multicast_gid(dgid) && attr.grh.hop_limit != 0 ? attr.grh.hop_limit : kRouteHopLimit;
     out->flow_label = attr.grh.flow_label & 0xFFFFFu;
   }
   return 0;

@@ -1,0 +1,154 @@
+#!/usr/bin/env bash
+# RoCE through routers (issue 42): uroce reaches a peer behind a gateway as
+# rxe does (the kernel's route through the port's interface names the next
+# hop, whose MAC carries the frames), and on two equal-cost routed paths a
+# congested QP moves to the other one.
+#
+#   routed     ibv_rc_pingpong and ib_write_bw between two hosts on
+#              different subnets, two routers apart (bench/multipath/run's
+#              wire: S - R1 = two links = R2 - D, ECMP on L4 at R1), with
+#              no proxy ARP anywhere: both exit 0 with their reports
+#   repath     bench/multipath/run, short: once the link the QP uses turns
+#              congested (a shaped, ECN-marking port), with repath on the
+#              QP's data leaves it (at most half the quarter-second samples
+#              after the turn on it, the last second wholly on the other
+#              link); with repath off it stays on it throughout
+#
+#   routed_test.sh SHIM_BUILD_DIR SCRIPTS_DIR
+#
+# Exit 0 pass, 1 fail, 77 skip (not root; no perftest, clang, tc; a kernel
+# without multipath routes).
+set -u
+
+readonly EXIT_SKIP=77
+readonly RUN_TIMEOUT_S=60
+[ $# -eq 2 ] || { echo "usage: $0 SHIM_BUILD_DIR SCRIPTS_DIR" >&2; exit 2; }
+BUILD=$1 SCRIPTS=$2
+ROOT=$(cd "$SCRIPTS/.." && pwd)
+
+skip() { echo "SKIP: $*"; exit $EXIT_SKIP; }
+[ "$(id -u)" -eq 0 ] || skip "needs root (DPDK ports, network namespaces)"
+for p in ibv_rc_pingpong ib_write_bw clang tc; do
+  command -v $p >/dev/null || skip "needs $p (scripts/setup installs it)"
+done
+
+P=$(printf 'rt%x' $$)
+NS_S=$P-s NS_R1=$P-r1 NS_R2=$P-r2 NS_D=$P-d
+N=10.$((RANDOM % 200 + 20))
+TMP=$(mktemp -d /tmp/uroce-routed.XXXXXX)
+: >"$TMP/empty.toml"
+RUN=("$SCRIPTS/uroce-run" --build "$BUILD" --config "$TMP/empty.toml")
+failed=0
+cleanup() {
+  jobs -p | xargs -r kill 2>/dev/null
+  wait 2>/dev/null
+  for ns in "$NS_S" "$NS_D" "$NS_R1" "$NS_R2"; do ip netns del "$ns" 2>/dev/null; done
+  if [ $failed -eq 0 ]; then rm -rf "$TMP"; else echo "logs kept in $TMP"; fi
+}
+trap cleanup EXIT
+pass() { echo "PASS $*"; }
+fail() { echo "FAIL $*"; failed=1; }
+
+link() {
+  ip link add "$2" netns "$1" type veth peer name "$5" netns "$4" &&
+    ip -n "$1" addr add "$3" dev "$2" && ip -n "$4" addr add "$6" dev "$5" &&
+    ip -n "$1" link set "$2" up && ip -n "$4" link set "$5" up
+}
+wire_up() {
+  for ns in "$NS_S" "$NS_R1" "$NS_R2" "$NS_D"; do ip netns add "$ns" && ip -n "$ns" link set lo up || return 1; done
+  link "$NS_S" v0 "$N.1.2/24" "$NS_R1" s0 "$N.1.1/24" &&
+    link "$NS_R1" l1 "$N.2.1/24" "$NS_R2" l1 "$N.2.2/24" &&
+    link "$NS_R1" l2 "$N.3.1/24" "$NS_R2" l2 "$N.3.2/24" &&
+    link "$NS_R2" d0 "$N.4.1/24" "$NS_D" v0 "$N.4.2/24" || return 1
+  for r in "$NS_R1" "$NS_R2"; do
+    ip netns exec "$r" sysctl -qw net.ipv4.ip_forward=1 net.ipv4.fib_multipath_hash_policy=1 \
+      net.ipv4.conf.all.rp_filter=0 net.ipv4.conf.default.rp_filter=0 || return 1
+  done
+  ip -n "$NS_R1" route add "$N.4.0/24" nexthop via "$N.2.2" dev l1 nexthop via "$N.3.2" dev l2 &&
+    ip -n "$NS_R2" route add "$N.1.0/24" nexthop via "$N.2.1" dev l1 nexthop via "$N.3.1" dev l2 &&
+    ip -n "$NS_S" route add default via "$N.1.1" && ip -n "$NS_D" route add default via "$N.4.1" || return 1
+  ip netns exec "$NS_S" sysctl -qw net.ipv6.conf.v0.disable_ipv6=1 &&
+    ip netns exec "$NS_D" sysctl -qw net.ipv6.conf.v0.disable_ipv6=1
+}
+if ! wire_up >"$TMP/wire.log" 2>&1; then
+  grep -qi "nexthop\|multipath" "$TMP/wire.log" && skip "this kernel cannot route over several next hops"
+  fail "could not build the routed wire"
+  cat "$TMP/wire.log"
+  exit 1
+fi
+
+# pair NAME SERVER_CMD... -- CLIENT_CMD...: the server in D, the client in
+# S (given D's address last), each through its own af_packet device.
+pair() {
+  local name=$1
+  shift
+  local server=() client=()
+  while [ "$1" != "--" ]; do server+=("$1"); shift; done
+  shift
+  client=("$@")
+  ip netns exec "$NS_D" env UROCE_DEVICE="net_af_packet0,iface=v0" \
+    timeout $RUN_TIMEOUT_S "${RUN[@]}" "${server[@]}" >"$TMP/$name.server.log" 2>&1 &
+  local spid=$!
+  sleep 2
+  ip netns exec "$NS_S" env UROCE_DEVICE="net_af_packet0,iface=v0" \
+    timeout $RUN_TIMEOUT_S "${RUN[@]}" "${client[@]}" "$N.4.2" >"$TMP/$name.client.log" 2>&1
+  local crc=$?
+  wait $spid
+  local src=$?
+  [ $crc -eq 0 ] && [ $src -eq 0 ]
+}
+
+# ---- routed: a peer two routers away ----
+if pair pingpong ibv_rc_pingpong -g 0 -n 200 -- ibv_rc_pingpong -g 0 -n 200 &&
+  grep -q "200 iters" "$TMP/pingpong.client.log"; then
+  pass "routed: ibv_rc_pingpong through two routers, no proxy ARP (the gateway's MAC)"
+else
+  fail "routed: ibv_rc_pingpong"
+  tail -5 "$TMP/pingpong.client.log" "$TMP/pingpong.server.log"
+fi
+port=$((18000 + RANDOM % 1000))
+if pair writebw ib_write_bw -d uroce0 -x 0 -F -s 65536 -D 2 -p $port -- ib_write_bw -d uroce0 -x 0 -F -s 65536 -D 2 -p $port &&
+  grep -qE "^ *65536 +[0-9]+" "$TMP/writebw.client.log"; then
+  pass "routed: ib_write_bw through two routers"
+else
+  fail "routed: ib_write_bw"
+  tail -5 "$TMP/writebw.client.log" "$TMP/writebw.server.log"
+fi
+for ns in "$NS_S" "$NS_D" "$NS_R1" "$NS_R2"; do ip netns del "$ns" 2>/dev/null; done
+
+# ---- repath: the QP leaves a path that turned congested ----
+"$ROOT/bench/multipath/run" --build "$BUILD" --warmup 2 --seconds 5 --out "$TMP/mp" >"$TMP/multipath.log" 2>&1
+rc=$?
+[ $rc -eq $EXIT_SKIP ] && { echo "repath: $(tail -1 "$TMP/multipath.log")"; skip "bench/multipath cannot run here"; }
+if [ $rc -ne 0 ] || [ ! -s "$TMP/mp/multipath.csv" ]; then
+  fail "repath: bench/multipath/run gave no figures (exit $rc)"
+  cat "$TMP/multipath.log"
+else
+  if python3 - "$TMP/mp/multipath.csv" >"$TMP/repath.check" 2>&1 <<'PY'; then
+import csv, sys
+rows = list(csv.DictReader(open(sys.argv[1])))
+def quarters(run):
+    q = [r for r in rows if r["repath"] == run]
+    assert q, f"no samples for repath {run}"
+    bad = q[0]["bad_link"]
+    good = "l2" if bad == "l1" else "l1"
+    # The bad link was made bad after the warm-up: 2 s + the second the
+    # sampling runs ahead of ib_write_bw's first figure (quarter 12).
+    after = [r for r in q if int(r["quarter"]) > 12]
+    on_bad = [int(r[f"{bad}_bytes"]) > int(r[f"{good}_bytes"]) for r in after]
+    return on_bad
+on = quarters("on")
+share_on = sum(on) / len(on)
+assert share_on <= 0.5 and not any(on[-4:]), f"repath on: {share_on:.2f} of the quarters on the bad link, last second {on[-4:]}"
+off = quarters("off")
+share_off = sum(off) / len(off)
+assert share_off >= 0.9, f"repath off: only {share_off:.2f} of the quarters on the bad link (it should stay)"
+print(f"repath on: {share_on:.2f} of the quarters after the turn on the bad link; off: {share_off:.2f}")
+PY
+    pass "repath: $(cat "$TMP/repath.check")"
+  else
+    fail "repath"
+    cat "$TMP/repath.check" "$TMP/mp/multipath.md"
+  fi
+fi
+exit $failed
