@@ -4,6 +4,7 @@
 
 #include <rte_telemetry.h>
 
+#include <cstdlib>
 #include <map>
 #include <mutex>
 #include <vector>
@@ -18,10 +19,21 @@ struct SetEntry {
   CounterSource source;
 };
 
+struct TableEntry {
+  const void* owner = nullptr;
+  TableSource source;
+};
+
 struct DeviceEntry {
   Engine* engine = nullptr;
-  std::map<std::string, SetEntry> sets;  // by set name
+  std::map<std::string, SetEntry> sets;      // by set name
+  std::map<std::string, TableEntry> tables;  // by table name
+  bool empty() const { return engine == nullptr && sets.empty() && tables.empty(); }
 };
+
+// Rows per /uroce/qps reply: a QP row is about 600 bytes of JSON, DPDK's
+// reply at most 16 KB.
+constexpr size_t kRowsPerPage = 16;
 
 std::mutex g_mu;
 std::map<std::string, DeviceEntry>& registry() {
@@ -99,6 +111,49 @@ int cmd_neigh(const char*, const char* params, rte_tel_data* d) {
   return 0;
 }
 
+// /uroce/qps,<device>[,<first>]: a page of the device's "qps" table.
+int cmd_qps(const char*, const char* params, rte_tel_data* d) {
+  std::string device = params != nullptr ? params : "";
+  size_t first = 0;
+  if (const size_t comma = device.find(','); comma != std::string::npos) {
+    const std::string n = device.substr(comma + 1);
+    device.resize(comma);
+    char* end = nullptr;
+    first = std::strtoul(n.c_str(), &end, 10);
+    if (n.empty() || end == nullptr || *end != '\0') return -EINVAL;
+  }
+  std::lock_guard lock(g_mu);
+  DeviceEntry* e = find_locked(device.c_str());
+  if (e == nullptr) return -EINVAL;
+  const auto t = e->tables.find("qps");
+  if (t == e->tables.end()) return -ENOENT;
+  const std::vector<TableRow> rows = t->second.source();
+  // DPDK nests one level of containers: the page is a dict of rows
+  // ("row<n>", each a dict) and "next".
+  rte_tel_data_start_dict(d);
+  size_t i = first;
+  for (; i < rows.size() && i < first + kRowsPerPage; ++i) {
+    rte_tel_data* row = rte_tel_data_alloc();
+    if (row == nullptr) break;
+    rte_tel_data_start_dict(row);
+    for (const TableCell& c : rows[i]) {
+      const std::string name(c.name);
+      if (c.is_text) {
+        rte_tel_data_add_dict_string(row, name.c_str(), c.text.c_str());
+      } else {
+        rte_tel_data_add_dict_u64(row, name.c_str(), c.number);
+      }
+    }
+    const std::string key = "row" + std::to_string(i);
+    if (rte_tel_data_add_dict_container(d, key.c_str(), row, 0) != 0) {
+      rte_tel_data_free(row);
+      break;
+    }
+  }
+  rte_tel_data_add_dict_u64(d, "next", i < rows.size() ? i : 0);
+  return 0;
+}
+
 // /uroce/trace[,spec]: switches the trace categories (lib/util/log.hpp)
 // when given a spec, and answers each category's state (1 on, 0 off).
 int cmd_trace(const char*, const char* params, rte_tel_data* d) {
@@ -123,6 +178,8 @@ void register_commands_once() {
     rte_telemetry_register_cmd("/uroce/trace", cmd_trace, "Trace categories. Parameters: qp=on,conn=off, all, none");
     rte_telemetry_register_cmd("/uroce/neigh", cmd_neigh,
                                "Neighbour table statistics of a uroce device. Parameters: device name");
+    rte_telemetry_register_cmd("/uroce/qps", cmd_qps,
+                               "A uroce device's QPs, a page at a time. Parameters: device name[,first row]");
   });
 }
 
@@ -153,7 +210,24 @@ void telemetry_unregister_set(const std::string& device, const std::string& set,
   auto s = it->second.sets.find(set);
   if (s == it->second.sets.end() || s->second.owner != owner) return;
   it->second.sets.erase(s);
-  if (it->second.engine == nullptr && it->second.sets.empty()) registry().erase(it);
+  if (it->second.empty()) registry().erase(it);
+}
+
+void telemetry_register_table(const std::string& device, const std::string& table, const void* owner,
+                              TableSource source) {
+  register_commands_once();
+  std::lock_guard lock(g_mu);
+  registry()[device].tables[table] = TableEntry{owner, std::move(source)};
+}
+
+void telemetry_unregister_table(const std::string& device, const std::string& table, const void* owner) {
+  std::lock_guard lock(g_mu);  // waits for a reader of the table to finish
+  auto it = registry().find(device);
+  if (it == registry().end()) return;
+  auto t = it->second.tables.find(table);
+  if (t == it->second.tables.end() || t->second.owner != owner) return;
+  it->second.tables.erase(t);
+  if (it->second.empty()) registry().erase(it);
 }
 
 }  // namespace uroce::transport

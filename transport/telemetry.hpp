@@ -7,6 +7,7 @@
 //   /uroce/counters,<device>    every counter set of that device, by set:
 //                               {"engine": {...}, "rnic": {...}, "cm": {...}, ...}
 //   /uroce/neigh,<device>       its neighbour table size and statistics
+//   /uroce/qps,<device>[,<n>]   its QPs from the n-th, a page of them (`uroce qp`)
 //
 // Each layer registers its own sets when it comes up (the engine "engine",
 // the RNIC "rnic", the connection manager "cm" and "gsi") and unregisters
@@ -19,6 +20,7 @@
 #include <functional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace uroce::transport {
 
@@ -39,6 +41,25 @@ void telemetry_unregister(const std::string& device);
 void telemetry_register_set(const std::string& device, const std::string& set, const void* owner,
                             CounterSource source);
 void telemetry_unregister_set(const std::string& device, const std::string& set, const void* owner);
+
+// A table of rows, each row (column, value) pairs, a value a number or a
+// text: `/uroce/qps,<device>[,<first row>]` answers the device's "qps"
+// table a page at a time (DPDK's replies are bounded):
+//   {"row0": {"qpn": 7, "type": "RC", ...}, "row1": {...}, ..., "next": 16}   (next: 0 = the last page)
+// The source runs on the telemetry thread with the registry's mutex held
+// (it may wait for the engine's loop, which never takes that mutex).
+struct TableCell {
+  std::string_view name;  // a literal
+  uint64_t number = 0;
+  std::string text;
+  bool is_text = false;
+};
+using TableRow = std::vector<TableCell>;
+using TableSource = std::function<std::vector<TableRow>()>;
+
+void telemetry_register_table(const std::string& device, const std::string& table, const void* owner,
+                              TableSource source);
+void telemetry_unregister_table(const std::string& device, const std::string& table, const void* owner);
 
 // Adapts a CounterSet (lib/util/counters.hpp) to a CounterSource.
 template <class Set>

@@ -2,7 +2,6 @@
 // engines, DESIGN.md "Process and threading model"), ibv_open_device with a
 // full verbs_context, and the queries — device, port, GID, P_Key — with
 // libibverbs' size-aware conventions (research/abi-shim.md §4.3).
-#include <cinttypes>
 #include <endian.h>
 #include <fcntl.h>
 #include <pthread.h>
@@ -62,7 +61,9 @@ void set_str(char* dst, size_t cap, const std::string& s) noexcept {
 // (drivers/daemon/msg_socket.hpp client_socket).
 std::optional<std::string> daemon_socket() { return drivers::daemon::client_socket(config::kEnvDevice, config::kEnvConfig); }
 
-// The client's QPs on a device, as JSON (the daemon's `uroce qp`).
+// The client's QPs on a device, as JSON (the daemon's `uroce qp`): each
+// QP's row (Rnic::qp_row; its texts are names and addresses, nothing to
+// escape).
 std::string qp_dump_json(uint32_t index) {
   std::string out = "[";
   const auto& link = transport::Devices::instance().daemon();
@@ -70,38 +71,17 @@ std::string qp_dump_json(uint32_t index) {
   const std::string name = link->devices()[index].name;
   for (IbvDevice* d : devices()) {
     if (d->tdev->name() != name) continue;
-    static constexpr const char* kType[] = {"", "", "RC", "UC", "UD"};
     for (const rnic::Rnic::QpSnapshot& q : d->rnic().qp_snapshots()) {
-      const char* type = q.type == IBV_QPT_XRC_SEND   ? "XRC_SEND"
-                         : q.type == IBV_QPT_XRC_RECV ? "XRC_RECV"
-                         : q.type >= IBV_QPT_RC && q.type <= IBV_QPT_UD ? kType[q.type]
-                                                                         : "?";
-      char gid[40] = "";
-      const transport::IpAddr ip{q.dgid};
-      if (ip.is_v4()) {
-        const uint32_t v = ip.as_v4();
-        std::snprintf(gid, sizeof gid, "%u.%u.%u.%u", v >> 24, (v >> 16) & 255, (v >> 8) & 255, v & 255);
-      } else {
-        size_t at = 0;
-        for (int i = 0; i < 16; i += 2)
-          at += static_cast<size_t>(std::snprintf(gid + at, sizeof gid - at, "%s%x", i == 0 ? "" : ":",
-                                                  (q.dgid[i] << 8) | q.dgid[i + 1]));
+      out += out.size() > 1 ? ",{" : "{";
+      bool first = true;
+      for (const transport::TableCell& c : rnic::Rnic::qp_row(q)) {
+        out += first ? "\"" : ",\"";
+        first = false;
+        out += c.name;
+        out += "\":";
+        out += c.is_text ? "\"" + c.text + "\"" : std::to_string(c.number);
       }
-      char item[768];
-      std::snprintf(item, sizeof item,
-                    "%s{\"qpn\":%u,\"type\":\"%s\",\"state\":\"%s\",\"sq_psn\":%u,\"rq_psn\":%u,"
-                    "\"dest_qpn\":%u,\"dest_gid\":\"%s\",\"send_posted\":%u,\"recv_posted\":%u,"
-                    "\"udp_sport\":%u,\"rate_bps\":%" PRIu64 ",\"dcqcn_target_bps\":%" PRIu64
-                    ",\"alpha_1024\":%u,\"srtt_ns\":%" PRIu64 ",\"last_rtt_ns\":%" PRIu64
-                    ",\"cnps_sent\":%" PRIu64 ",\"cnps_rcvd\":%" PRIu64 ",\"path_changes\":%u,"
-                    "\"recovery\":\"%s\",\"retrans_pkts\":%" PRIu64 ",\"sr_resent_pkts\":%" PRIu64
-                    ",\"ack_timeouts\":%" PRIu64 ",\"sr_naks_rcvd\":%" PRIu64 ",\"sr_naks_sent\":%" PRIu64 "}",
-                    out.size() > 1 ? "," : "", q.qpn, type, rnic::qp_state_name(q.state), q.sq_psn, q.rq_psn,
-                    q.dest_qp_num, gid, q.send_posted, q.recv_posted, q.sport, q.rate_bps, q.dcqcn_target_bps,
-                    q.alpha, q.srtt_ns, q.last_rtt_ns, q.cnps_sent, q.cnps_rcvd, q.path_changes, q.recovery,
-                    q.tally.retrans_pkts, q.tally.sr_resent_pkts, q.tally.ack_timeouts, q.tally.sr_naks_rcvd,
-                    q.tally.sr_naks_sent);
-      out += item;
+      out += "}";
     }
   }
   return out + "]";

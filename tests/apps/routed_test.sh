@@ -8,6 +8,9 @@
 #              different subnets, two routers apart (bench/multipath/run's
 #              wire: S - R1 = two links = R2 - D, ECMP on L4 at R1), with
 #              no proxy ARP anywhere: both exit 0 with their reports
+#   uroce qp   mid-transfer, both ends' QPs in-process (telemetry): the
+#              sender's in RTS with a round trip and a RoCEv2 source port,
+#              the two QPs each other's destination
 #   repath     bench/multipath/run, short: once the link the QP uses turns
 #              congested (a shaped, ECN-marking port), with repath on the
 #              QP's data leaves it (at most half the quarter-second samples
@@ -113,6 +116,38 @@ if pair writebw ib_write_bw -d uroce0 -x 0 -F -s 65536 -D 2 -p $port -- ib_write
 else
   fail "routed: ib_write_bw"
   tail -5 "$TMP/writebw.client.log" "$TMP/writebw.server.log"
+fi
+
+# ---- uroce qp: the in-process QPs of both ends, mid-transfer ----
+port=$((18000 + RANDOM % 1000))
+ip netns exec "$NS_D" env UROCE_DEVICE="net_af_packet0,iface=v0" timeout $RUN_TIMEOUT_S "${RUN[@]}" \
+  ib_write_bw -d uroce0 -x 0 -F -s 65536 -D 4 -p $port >"$TMP/qp.server.log" 2>&1 &
+qspid=$!
+sleep 2
+ip netns exec "$NS_S" env UROCE_DEVICE="net_af_packet0,iface=v0" timeout $RUN_TIMEOUT_S "${RUN[@]}" \
+  ib_write_bw -d uroce0 -x 0 -F -s 65536 -D 4 -p $port "$N.4.2" >"$TMP/qp.client.log" 2>&1 &
+qcpid=$!
+sleep 2.5
+"$BUILD/tools/uroce" qp --json >"$TMP/qp.json" 2>"$TMP/qp.err"
+"$BUILD/tools/uroce" qp >"$TMP/qp.txt" 2>&1
+wait $qcpid $qspid
+if python3 - "$TMP/qp.json" "$N" >"$TMP/qp.check" 2>&1 <<'PY'; then
+import json, sys
+doc, net = json.load(open(sys.argv[1])), sys.argv[2]
+mine = [c for c in doc["clients"] if c.get("in_process") and c["program"] == "ib_write_bw"]
+assert len(mine) == 2, doc
+rc = {q["dest_gid"]: q for c in mine for q in c["qps"] if q["type"] == "RC" and q["state"] in ("RTR", "RTS")}
+sender = rc[f"{net}.4.2"]   # S's QP, toward D
+receiver = rc[f"{net}.1.2"]
+assert sender["state"] == "RTS" and sender["srtt_ns"] > 0 and 0xC000 <= sender["udp_sport"] <= 0xFFFF, sender
+assert sender["recovery"] == "go-back-N" and sender["rate_bps"] == 0, sender
+assert receiver["dest_qpn"] == sender["qpn"] and sender["dest_qpn"] == receiver["qpn"], (sender, receiver)
+print(f"uroce qp: both ends' QPs, S's at srtt {sender['srtt_ns'] / 1000:.0f} us on UDP port {sender['udp_sport']}")
+PY
+  pass "$(cat "$TMP/qp.check")"
+else
+  fail "uroce qp (in-process)"
+  cat "$TMP/qp.check" "$TMP/qp.err" "$TMP/qp.txt"
 fi
 for ns in "$NS_S" "$NS_D" "$NS_R1" "$NS_R2"; do ip netns del "$ns" 2>/dev/null; done
 

@@ -3,8 +3,10 @@
 // daemon-stats`, each with --json.  They ask the daemon at its socket
 // (--socket, else UROCE_SOCKET, else /run/uroce/uroced.sock) with one Admin
 // request (drivers/daemon/proto.hpp); a QP listing asks every client for
-// its QPs (state, PSNs, destination) and adds what the daemon itself knows
-// of them (which QPNs it gave the client, what each claimed).
+// its QPs (state, PSNs, destination, path, rate, loss recovery) and adds
+// what the daemon itself knows of them (which QPNs it gave the client,
+// what each claimed).  `uroce qp` also lists the QPs of programs whose
+// devices are in-process, through their DPDK telemetry (/uroce/qps).
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <unistd.h>
@@ -13,15 +15,18 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cstring>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "drivers/daemon/msg_socket.hpp"
 #include "drivers/daemon/proto.hpp"
 #include "lib/util/result.hpp"
 #include "tools/uroce/commands.hpp"
 #include "tools/uroce/exit_status.hpp"
+#include "tools/uroce/telemetry_client.hpp"
 
 namespace uroce::tools {
 namespace {
@@ -121,10 +126,15 @@ void print_qp_flow(const json& q) {
 
 void print_qps(const json& all) {
   const json& clients = all["clients"];
-  if (clients.empty()) fmt::print("no client has a device open\n");
+  if (clients.empty()) fmt::print("no process has a device open\n");
   for (const json& c : clients) {
-    fmt::print("client {}: {} (pid {}) on {}\n", c.value("client", 0), c.value("program", ""), c.value("pid", 0),
-               c.value("device", ""));
+    if (c.value("in_process", false)) {
+      fmt::print("process {} ({}) on {}, in-process\n", c.value("pid", 0), c.value("program", ""),
+                 c.value("device", ""));
+    } else {
+      fmt::print("client {}: {} (pid {}) on {}\n", c.value("client", 0), c.value("program", ""), c.value("pid", 0),
+                 c.value("device", ""));
+    }
     if (c["qps"].empty()) fmt::print("    no QP\n");
     for (const json& q : c["qps"]) {
       std::string dest;
@@ -174,6 +184,58 @@ int run(const DaemonArgs& args, proto::AdminWhat what) {
   return kExitOk;
 }
 
+// `uroce qp`: uroced's clients (when a daemon answers) and every uroce
+// process with its devices in-process (DPDK telemetry, /uroce/qps); with
+// --socket the daemon's only, with --pid that process only.
+struct QpArgs {
+  std::string socket;
+  int pid = 0;
+  bool json = false;
+};
+
+int run_qp(const QpArgs& args) {
+  json all = {{"clients", json::array()}};
+  std::string why;
+  bool answered = false;
+  std::vector<int> daemon_pids;
+  if (args.pid == 0) {
+    const std::string path = args.socket.empty() ? proto::socket_path() : args.socket;
+    if (auto j = ask(path, proto::AdminWhat::kQps)) {
+      all = std::move(*j);
+      answered = true;
+      for (const json& c : all["clients"]) daemon_pids.push_back(c.value("pid", 0));
+    } else {
+      why = j.error();
+    }
+  }
+  if (args.socket.empty()) {
+    size_t asked = 0;
+    for (const TelemetryTarget& t : telemetry_targets(args.pid, dpdk_runtime_base())) {
+      // A client of uroced has its own telemetry too: the daemon's view of it is listed.
+      if (std::find(daemon_pids.begin(), daemon_pids.end(), t.pid) != daemon_pids.end()) continue;
+      ++asked;
+      auto procs = process_qps(t);
+      if (!procs) {
+        if (args.pid != 0) why += (why.empty() ? "" : "; ") + fmt::format("pid {}: {}", t.pid, procs.error());
+        continue;  // a process that just ended
+      }
+      for (json& c : *procs) all["clients"].push_back(std::move(c));
+      answered = true;
+    }
+    if (asked == 0 && args.pid == 0) why += (why.empty() ? "" : "; ") + std::string("no in-process uroce process");
+  }
+  if (!answered) {
+    fmt::print(stderr, "uroce: {}\n", why);
+    return kExitFailed;
+  }
+  if (args.json) {
+    fmt::print("{}\n", all.dump(kJsonIndent));
+    return kExitOk;
+  }
+  print_qps(all);
+  return kExitOk;
+}
+
 void add_one(CLI::App& app, int& exit_status, const char* name, const char* help, proto::AdminWhat what) {
   auto args = std::make_shared<DaemonArgs>();
   CLI::App* sub = app.add_subcommand(name, help);
@@ -191,9 +253,18 @@ void add_daemon_commands(CLI::App& app, int& exit_status) {
           proto::AdminWhat::kDevices);
   add_one(app, exit_status, "client", "the processes uroced serves: pid, user, program, per device QPNs and frames.",
           proto::AdminWhat::kClients);
-  add_one(app, exit_status, "qp",
-          "every client's QPs on uroced's devices: type, state, PSNs, destination (each client answers for its own).",
-          proto::AdminWhat::kQps);
+  {
+    auto args = std::make_shared<QpArgs>();
+    CLI::App* sub = app.add_subcommand(
+        "qp",
+        "every QP of uroced's clients and of in-process uroce programs: type, state, PSNs, destination, path, "
+        "rate, round trip, CNPs, loss recovery. Exit 0; 1: nobody answered.");
+    sub->add_option("--socket", args->socket, "uroced's socket only (default: UROCE_SOCKET, else /run/uroce/uroced.sock, "
+                                              "and every in-process uroce)");
+    sub->add_option("--pid", args->pid, "only this in-process uroce program");
+    sub->add_flag("--json", args->json, "print one JSON document");
+    sub->callback([args, &exit_status] { exit_status = run_qp(*args); });
+  }
   add_one(app, exit_status, "daemon-stats", "uroced's counters per device: engine, switch, CM router, CM, GSI.",
           proto::AdminWhat::kStats);
 }

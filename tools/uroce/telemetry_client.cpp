@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <charconv>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -94,6 +95,37 @@ Result<nlohmann::ordered_json, std::string> TelemetryClient::query(const std::st
   }
   if (doc[key].is_null()) return Err{command + ": the process refused the command (no such device?)"};
   return nlohmann::ordered_json(std::move(doc[key]));
+}
+
+Result<nlohmann::json, std::string> process_qps(const TelemetryTarget& t) {
+  auto client = TelemetryClient::connect(t.socket);
+  if (!client) return Err{client.error()};
+  auto names = client->query("/uroce/devices");
+  if (!names) return Err{names.error()};
+  std::string program;
+  if (std::FILE* f = std::fopen(("/proc/" + std::to_string(t.pid) + "/comm").c_str(), "r")) {
+    char buf[64] = "";
+    if (std::fgets(buf, sizeof buf, f) != nullptr) program = buf;
+    std::fclose(f);
+    if (!program.empty() && program.back() == '\n') program.pop_back();
+  }
+  nlohmann::json out = nlohmann::json::array();
+  for (const auto& n : *names) {
+    if (!n.is_string()) continue;
+    const std::string dev = n.get<std::string>();
+    nlohmann::json qps = nlohmann::json::array();
+    for (uint64_t first = 0;;) {  // a page at a time: "next" is where the next one starts, 0 after the last
+      auto page = client->query("/uroce/qps," + dev + "," + std::to_string(first));
+      if (!page) return Err{page.error()};
+      for (const auto& [key, row] : page->items())  // "row<n>" in order, then "next"
+        if (key.rfind("row", 0) == 0) qps.push_back(nlohmann::json::parse(row.dump()));  // ordered -> plain
+      const uint64_t next = page->value("next", uint64_t{0});
+      if (next <= first) break;
+      first = next;
+    }
+    out.push_back({{"pid", t.pid}, {"program", program}, {"device", dev}, {"in_process", true}, {"qps", qps}});
+  }
+  return out;
 }
 
 std::vector<TelemetryTarget> telemetry_targets(int pid, const std::string& base) {

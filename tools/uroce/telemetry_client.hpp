@@ -37,6 +37,11 @@ std::vector<TelemetryTarget> find_uroce_processes(const std::string& base);
 // every process find_uroce_processes finds.
 std::vector<TelemetryTarget> telemetry_targets(int pid, const std::string& base);
 
+// One in-process uroce's QPs (its /uroce/devices, then /uroce/qps of
+// each device a page at a time), shaped as `uroce qp`'s clients:
+// [{"pid": ..., "program": ..., "device": ..., "in_process": true, "qps": [...]}, ...]
+Result<nlohmann::json, std::string> process_qps(const TelemetryTarget& t);
+
 class TelemetryClient {
  public:
   static Result<TelemetryClient, std::string> connect(const std::string& socket_path);

@@ -4,6 +4,7 @@
 // that hands each received packet to its QP's responder or completer.
 #include "transport/rnic/rnic.hpp"
 
+#include <arpa/inet.h>
 #include <endian.h>
 #include <sys/mman.h>
 #include <unistd.h>
@@ -126,6 +127,11 @@ Rnic::Rnic(transport::Engine& engine, std::string name)
     ctr_.for_each([&](std::string_view n, std::string_view, uint64_t v) { f(n, v); });
     f("mem_faults", memory::faults());  // process-wide: accesses that found memory unmapped (memory.hpp)
   });
+  transport::telemetry_register_table(name_, "qps", this, [this] {
+    std::vector<transport::TableRow> rows;
+    for (const QpSnapshot& q : qp_snapshots()) rows.push_back(qp_row(q));
+    return rows;
+  });
   engine_.run_sync([this] {
     engine_.set_roce_sink(this);
     link_up_ = engine_.port().link_up();
@@ -137,6 +143,7 @@ Rnic::Rnic(transport::Engine& engine, std::string name)
 
 Rnic::~Rnic() {
   transport::telemetry_unregister_set(name_, "rnic", this);
+  transport::telemetry_unregister_table(name_, "qps", this);  // waits out a reader (before the run_sync below)
   engine_.run_sync([this] {
     engine_.set_roce_sink(nullptr);
     engine_.timers().cancel(link_timer_);
@@ -866,6 +873,50 @@ std::vector<Rnic::QpSnapshot> Rnic::qp_snapshots() {
     }
   });
   return out;
+}
+
+std::vector<transport::TableCell> Rnic::qp_row(const QpSnapshot& q) {
+  using transport::TableCell;
+  const char* type = q.type == IBV_QPT_RC         ? "RC"
+                     : q.type == IBV_QPT_UC       ? "UC"
+                     : q.type == IBV_QPT_UD       ? "UD"
+                     : q.type == IBV_QPT_XRC_SEND ? "XRC_SEND"
+                     : q.type == IBV_QPT_XRC_RECV ? "XRC_RECV"
+                                                  : "?";
+  char gid[INET6_ADDRSTRLEN] = "";
+  if (is_ipv4_mapped(q.dgid)) {
+    inet_ntop(AF_INET, q.dgid.data() + 12, gid, sizeof gid);
+  } else {
+    inet_ntop(AF_INET6, q.dgid.data(), gid, sizeof gid);
+  }
+  auto num = [](std::string_view name, uint64_t v) { return TableCell{name, v, {}, false}; };
+  auto text = [](std::string_view name, std::string v) { return TableCell{name, 0, std::move(v), true}; };
+  return {
+      num("qpn", q.qpn),
+      text("type", type),
+      text("state", qp_state_name(q.state)),
+      num("sq_psn", q.sq_psn),
+      num("rq_psn", q.rq_psn),
+      num("dest_qpn", q.dest_qp_num),
+      text("dest_gid", gid),
+      num("send_posted", q.send_posted),
+      num("recv_posted", q.recv_posted),
+      num("udp_sport", q.sport),
+      num("rate_bps", q.rate_bps),
+      num("dcqcn_target_bps", q.dcqcn_target_bps),
+      num("alpha_1024", q.alpha),
+      num("srtt_ns", q.srtt_ns),
+      num("last_rtt_ns", q.last_rtt_ns),
+      num("cnps_sent", q.cnps_sent),
+      num("cnps_rcvd", q.cnps_rcvd),
+      num("path_changes", q.path_changes),
+      text("recovery", q.recovery),
+      num("retrans_pkts", q.tally.retrans_pkts),
+      num("sr_resent_pkts", q.tally.sr_resent_pkts),
+      num("ack_timeouts", q.tally.ack_timeouts),
+      num("sr_naks_rcvd", q.tally.sr_naks_rcvd),
+      num("sr_naks_sent", q.tally.sr_naks_sent),
+  };
 }
 
 // ---- [engine] lookups (MR and window keys: mr.cpp) -----------------------------------------

@@ -30,6 +30,7 @@
 #include "lib/util/zeroed_array.hpp"
 #include "transport/engine.hpp"
 #include "transport/event_queue.hpp"
+#include "transport/telemetry.hpp"
 #include "transport/rnic/mcast.hpp"
 #include "transport/rnic/objects.hpp"
 #include "transport/rnic/qp.hpp"
@@ -423,6 +424,9 @@ class Rnic final : public transport::RoceSink {
     Qp::Tally tally;
   };
   std::vector<QpSnapshot> qp_snapshots();
+  // One QP's row, in `uroce qp`'s columns and order: the daemon's dump and
+  // the in-process telemetry table (/uroce/qps) both print it.
+  static std::vector<transport::TableCell> qp_row(const QpSnapshot& q);
 
  private:
   transport::Engine& engine_;
