@@ -205,5 +205,56 @@ TEST(Repath, ACongestedQpMovesWhenIdle) {
   }
 }
 
+// The peer dies while the sender is paced (its QP to ERR: it drops what
+// comes, as a crashed host's NIC does): the paced QP's retries run out
+// (RETRY_EXC_ERR on the WQE under way, the rest flushed), its rate timer
+// and pacer are left with nothing to do, and it is destroyed with its
+// timers armed or not — under the sanitizers, nothing is touched after.
+TEST(PacedQp, PeerDyingMidStreamEndsInRetryExceeded) {
+  HarnessOptions ho;
+  ho.faults = congested_link();
+  Harness h(ho);
+  ConnOpts o;
+  o.timeout = 8;     // ~1 ms
+  o.retry_cnt = 2;
+  Pair p = h.pair(IBV_QPT_RC, o);
+  ASSERT_NE(p.qa, nullptr);
+  constexpr size_t kMsg = 64 * 1024;
+  constexpr int kMsgs = 16;
+  Buffer a = h.buffer(h.a(), kMsg * kMsgs, IBV_ACCESS_LOCAL_WRITE);
+  Buffer b = h.buffer(h.b(), kMsg * kMsgs, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+  fill_pattern(a.bytes(0, a.len), 3);
+  for (int i = 0; i < kMsgs; ++i) {
+    ibv_sge s = a.sge(size_t(i) * kMsg, kMsg);
+    ibv_send_wr wr = rdma_wr(IBV_WR_RDMA_WRITE, uint64_t(i), {&s, 1}, b.addr(size_t(i) * kMsg), b.rkey());
+    ASSERT_EQ(post_send(p.qa, wr), 0);
+  }
+  // Until the sender is paced (the link's marks came back as CNPs) and
+  // has completed something.
+  std::vector<ibv_wc> done;
+  const auto until = Clock::now() + std::chrono::seconds(10);
+  while (!(p.qa->cc.pacer.pacing() && !done.empty()) && Clock::now() < until) {
+    for (const ibv_wc& wc : h.poll_cq(p.scq_a)) done.push_back(wc);
+  }
+  ASSERT_TRUE(p.qa->cc.pacer.pacing()) << h.counters();
+  ASSERT_FALSE(done.empty());
+  ASSERT_LT(done.size(), size_t(kMsgs)) << "the stream ended before the peer died";
+  ibv_qp_attr err{};
+  err.qp_state = IBV_QPS_ERR;
+  ASSERT_EQ(p.qb->modify(err, IBV_QP_STATE), 0);
+  const std::vector<ibv_wc> rest = h.wait_wcs(p.scq_a, kMsgs - done.size(), std::chrono::seconds(20));
+  ASSERT_EQ(rest.size(), kMsgs - done.size()) << h.counters();
+  size_t exceeded = 0;
+  for (const ibv_wc& wc : rest) {
+    if (wc.status == IBV_WC_RETRY_EXC_ERR) ++exceeded;
+    else EXPECT_TRUE(wc.status == IBV_WC_WR_FLUSH_ERR || wc.status == IBV_WC_SUCCESS) << wc_status_name(wc.status);
+  }
+  EXPECT_EQ(exceeded, 1u);
+  EXPECT_EQ(p.qa->state(), IBV_QPS_ERR);
+  EXPECT_GE(ctr(h.a(), RnicCtr::ack_timeouts), uint64_t{o.retry_cnt} + 1);
+  for (const ibv_wc& wc : h.collect_for(p.scq_a, std::chrono::milliseconds(20)))
+    ADD_FAILURE() << "a completion after the last: " << wc.wr_id << " " << wc_status_name(wc.status);
+}
+
 }  // namespace
 }  // namespace uroce::rnic::testing

@@ -1305,6 +1305,53 @@ TEST_F(Responder, CnpFromThePathCutsTheQpsRate) {
   EXPECT_EQ(q->state(), IBV_QPS_RTS);
 }
 
+// Hostile CNPs from the path itself (a peer, or anyone who can forge its
+// address): a flood holds the QP at DCQCN's floor, never below it and
+// never out of RTS, and once the CNPs stop the increase stages bring it
+// back to the maximum, where the pacer is off again.
+TEST_F(Responder, CnpFloodFromThePathHoldsTheFloorAndRecovers) {
+  config::CcConfig cc;
+  cc.dcqcn.rate_reduce_monitor_period_us = 1;
+  cc.dcqcn.dce_tcp_rtt_us = 200;  // every alpha period sees CNPs: alpha stays near 1, each cut halves
+  cc.dcqcn.rpg_min_rate_mbps = 100;
+  // The increase timer longer than a sleep's overshoot between two CNPs
+  // (a cut restarts it), its steps large enough to recover in ~50 stages.
+  cc.dcqcn.rpg_time_reset_us = 1000;
+  cc.dcqcn.rpg_ai_rate_mbps = 1000;
+  rnic().set_cc(cc);
+  Qp* q = make_qp(IBV_QPT_RC);
+  ASSERT_NE(q, nullptr);
+  auto cnp = [&] {
+    wire::PktDesc d = req(q, wire::kCnpOpcode, 0);
+    d.resv8a = 0x40;
+    d.payload = payloads_.emplace_back(16, 0);
+    return d;
+  };
+  constexpr uint64_t kFloorBps = 100'000'000;
+  uint64_t lowest = ~uint64_t{0};
+  for (int i = 0; i < 400; ++i) {
+    inject(cnp());
+    std::this_thread::sleep_for(std::chrono::microseconds(5));
+    engine_->poll();  // the monitor boundaries' cuts
+    lowest = std::min(lowest, q->cc.rp.rate_bps());
+  }
+  EXPECT_EQ(ctr(RnicCtr::rp_cnp_handled), 400u);
+  EXPECT_GT(ctr(RnicCtr::rp_rate_cuts), 10u);
+  EXPECT_EQ(lowest, kFloorBps) << "the flood reaches the floor and goes no lower";
+  EXPECT_TRUE(q->cc.pacer.pacing());
+  EXPECT_EQ(q->state(), IBV_QPS_RTS);
+  EXPECT_TRUE(responses().empty());  // nothing answers a CNP
+  // Quiet now: timer stages only (no bytes sent), back to the maximum.
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  while (q->cc.rp.active() && std::chrono::steady_clock::now() < until) {
+    std::this_thread::sleep_for(std::chrono::microseconds(50));
+    engine_->poll();
+  }
+  EXPECT_FALSE(q->cc.rp.active()) << "rate " << q->cc.rp.rate_bps();
+  EXPECT_EQ(q->cc.rp.rate_bps(), kPortSpeedBps);
+  EXPECT_FALSE(q->cc.pacer.pacing());
+}
+
 // A CNP from an address other than the QP's path is dropped (anyone could
 // otherwise slow any QP down); with cc "none" CNPs are counted, ignored.
 TEST_F(Responder, CnpOffPathIsDroppedAndCcNoneIgnoresCnps) {
