@@ -226,8 +226,17 @@ def main():
     L.append("")
 
     L.append("## Bandwidth (perftest BW average, MiB/s; message rate, M/s)\n")
+    L.append("Each uroce cell: the median of the rounds, and in () the lowest and highest of them "
+             "(perftest `-D`, duration runs).\n")
     L.append("| size B | wire MiB/s | send_bw | ratio | write_bw | ratio | read_bw | ratio | wire M/s | send M/s | ratio |")
     L.append("|---|---|---|---|---|---|---|---|---|---|---|")
+
+    def spread(prog, s):  # "median (lowest-highest)" of a bandwidth figure
+        m = uroce.get((prog, s), {})
+        lo, hi = m.get("bw_mb_s_min"), m.get("bw_mb_s_max")
+        text = fmt(m.get("bw_mb_s"), 1)
+        return text if lo is None or hi is None else f"{text} ({fmt(lo, 0)}–{fmt(hi, 0)})"
+
     for s in sizes:
         wb = w.bw_mib(s)
         sb = uroce.get(("ib_send_bw", s), {}).get("bw_mb_s")
@@ -235,9 +244,9 @@ def main():
         rb = uroce.get(("ib_read_bw", s), {}).get("bw_mb_s")
         wm = w.msg_rate_mpps(s)
         sm = uroce.get(("ib_send_bw", s), {}).get("msg_rate_mpps")
-        L.append(f"| {s} | {fmt(wb, 1)} | {fmt(sb, 1)} | {fx(ratio(sb, wb))} | {fmt(wr, 1)} | "
-                 f"{fx(ratio(wr, wb))} | {fmt(rb, 1)} | {fx(ratio(rb, wb))} | {fmt(wm, 3)} | {fmt(sm, 3)} | "
-                 f"{fx(ratio(sm, wm))} |")
+        L.append(f"| {s} | {fmt(wb, 1)} | {spread('ib_send_bw', s)} | {fx(ratio(sb, wb))} | "
+                 f"{spread('ib_write_bw', s)} | {fx(ratio(wr, wb))} | {spread('ib_read_bw', s)} | "
+                 f"{fx(ratio(rb, wb))} | {fmt(wm, 3)} | {fmt(sm, 3)} | {fx(ratio(sm, wm))} |")
     L.append("")
 
     stages = [load_stages(p) for p in a.stages]
