@@ -13,6 +13,7 @@
 
 #include "cm/rdma_cm.hpp"
 #include "lib/util/log.hpp"
+#include "lib/wire/ipv6.hpp"
 
 namespace uroce::cm::detail {
 
@@ -59,16 +60,7 @@ inline void trace_addr(const RdmaId* id, const char* what, const IpAddr& ip, uin
 }
 
 inline bool in_subnet(const IpAddr& a, const RdmaCmAddr& net) {
-  if (a.is_v4() != net.ip.is_v4()) return false;
-  // IPv4 prefixes count the last 32 of the 128 bits.
-  unsigned bits = net.ip.is_v4() ? 96u + net.prefix_len : net.prefix_len;
-  for (unsigned i = 0; i < 16 && bits > 0; ++i) {
-    const unsigned take = std::min(bits, 8u);
-    const auto mask = static_cast<uint8_t>(0xFF00u >> take);
-    if ((a.bytes[i] & mask) != (net.ip.bytes[i] & mask)) return false;
-    bits -= take;
-  }
-  return true;
+  return wire::same_subnet(a.bytes, net.ip.bytes, net.prefix_len);
 }
 
 inline void set_sockaddr(sockaddr_storage& ss, const IpAddr& ip, uint16_t port_host) {

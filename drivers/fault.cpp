@@ -17,9 +17,7 @@ namespace {
 
 __extension__ using u128 = unsigned __int128;
 
-// ---- hashing: lib/util/mix64.hpp ------------------------------------------
-
-constexpr uint64_t kGolden = kGolden64;
+// Hashing: mix64, splitmix64 (lib/util/mix64.hpp).
 
 constexpr uint64_t kNsPerUs = 1000;
 constexpr uint64_t kBpsPerMbps = 1'000'000;
@@ -268,7 +266,7 @@ FaultInjector::Chance FaultInjector::chance(double p) noexcept {
 }
 
 uint64_t FaultInjector::draw(Stream s, uint64_t seq, uint64_t j) const noexcept {
-  return mix64(keys_[static_cast<size_t>(s)] ^ mix64(seq ^ mix64(j + kGolden)));
+  return mix64(keys_[static_cast<size_t>(s)] ^ mix64(seq ^ mix64(j + kGolden64)));
 }
 
 bool FaultInjector::roll(Stream s, uint64_t seq, Chance c) const noexcept {
@@ -285,7 +283,7 @@ Status FaultInjector::configure(const FaultSpec& spec, uint64_t stream) {
   if (Status st = validate(spec); !st) return st;
   spec_ = spec;
   active_ = spec.active();
-  uint64_t state = spec.seed ^ mix64(stream + kGolden);
+  uint64_t state = spec.seed ^ mix64(stream + kGolden64);
   for (auto& k : keys_) k = splitmix64(state);
   drop_ = chance(spec.drop);
   dup_ = chance(spec.dup);

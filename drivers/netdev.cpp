@@ -152,7 +152,7 @@ constexpr size_t kNetlinkBuf = 32 * 1024;
 // compare the signed length they are given with an unsigned one; clang
 // warns on both (-Wcast-align, -Wsign-compare).  The headers they walk sit
 // at NLMSG_ALIGN/RTA_ALIGN offsets of a buffer from operator new (16-byte
-// aligned), so the casts are sound: the warnings are off for the two
+// aligned), so the casts are sound: the warnings are off for the
 // functions that use them.
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wcast-align"
@@ -180,12 +180,47 @@ std::optional<wire::MacAddr> match_neigh(const nlmsghdr* h, int ifindex, const w
   return dst_ok ? mac : std::nullopt;
 }
 
+// The gateway in one RTM_NEWROUTE answer, if it names one.
+std::optional<wire::Ipv6Addr> route_gateway(const nlmsghdr* h) {
+  const auto* rt = static_cast<const rtmsg*>(NLMSG_DATA(h));
+  int len = static_cast<int>(RTM_PAYLOAD(h));
+  for (const rtattr* a = RTM_RTA(rt); RTA_OK(a, len); a = RTA_NEXT(a, len)) {
+    if (a->rta_type != RTA_GATEWAY) continue;
+    if (RTA_PAYLOAD(a) == 4) return wire::ipv4_mapped(static_cast<const uint8_t*>(RTA_DATA(a)));
+    if (RTA_PAYLOAD(a) == 16) {
+      wire::Ipv6Addr gw{};
+      std::memcpy(gw.data(), RTA_DATA(a), 16);
+      return gw;
+    }
+  }
+  return std::nullopt;
+}
+
+// One request to the kernel's routing netlink: each message of the
+// answer goes to `on_msg` until it returns true (the caller has what it
+// needs), the answer ends (NLMSG_DONE, NLMSG_ERROR) or nothing more comes.
+// A dump's caller returns false throughout, so the dump is read to its end.
+template <class OnMsg>
+void netlink_ask(const nlmsghdr& req, OnMsg&& on_msg) {
+  const int fd = ::socket(AF_NETLINK, SOCK_RAW | SOCK_CLOEXEC, NETLINK_ROUTE);
+  if (fd < 0) return;
+  if (::send(fd, &req, req.nlmsg_len, 0) == static_cast<ssize_t>(req.nlmsg_len)) {
+    std::vector<uint8_t> buf(kNetlinkBuf);
+    for (bool done = false; !done;) {
+      const ssize_t n = ::recv(fd, buf.data(), buf.size(), 0);
+      if (n <= 0) break;
+      int left = static_cast<int>(n);
+      for (auto* h = reinterpret_cast<nlmsghdr*>(buf.data()); !done && NLMSG_OK(h, left); h = NLMSG_NEXT(h, left))
+        done = h->nlmsg_type == NLMSG_DONE || h->nlmsg_type == NLMSG_ERROR || on_msg(h);
+    }
+  }
+  ::close(fd);
+}
+
 }  // namespace
 
 std::optional<wire::MacAddr> kernel_neighbour(int ifindex, const wire::Ipv6Addr& ip) {
   const bool v4 = wire::is_ipv4_mapped(ip);
-  const int fd = ::socket(AF_NETLINK, SOCK_RAW | SOCK_CLOEXEC, NETLINK_ROUTE);
-  if (fd < 0) return std::nullopt;
   struct {
     nlmsghdr h;
     ndmsg nd;
@@ -197,56 +232,15 @@ std::optional<wire::MacAddr> kernel_neighbour(int ifindex, const wire::Ipv6Addr&
   req.nd.ndm_family = v4 ? AF_INET : AF_INET6;
   req.nd.ndm_ifindex = ifindex;
   std::optional<wire::MacAddr> found;
-  if (::send(fd, &req, req.h.nlmsg_len, 0) == static_cast<ssize_t>(req.h.nlmsg_len)) {
-    std::vector<uint8_t> buf(kNetlinkBuf);
-    bool done = false;
-    while (!done) {
-      const ssize_t n = ::recv(fd, buf.data(), buf.size(), 0);
-      if (n <= 0) break;
-      int left = static_cast<int>(n);
-      for (auto* h = reinterpret_cast<nlmsghdr*>(buf.data()); NLMSG_OK(h, left); h = NLMSG_NEXT(h, left)) {
-        if (h->nlmsg_type == NLMSG_DONE || h->nlmsg_type == NLMSG_ERROR) {
-          done = true;
-          break;
-        }
-        if (h->nlmsg_type != RTM_NEWNEIGH || found) continue;  // read the dump to its end
-        found = match_neigh(h, ifindex, ip, v4);
-      }
-    }
-  }
-  ::close(fd);
+  netlink_ask(req.h, [&](const nlmsghdr* h) {
+    if (h->nlmsg_type == RTM_NEWNEIGH && !found) found = match_neigh(h, ifindex, ip, v4);
+    return false;  // read the dump to its end
+  });
   return found;
 }
 
-namespace {
-
-// The gateway in one RTM_NEWROUTE answer, if it names one.
-std::optional<wire::Ipv6Addr> route_gateway(const nlmsghdr* h) {
-  const auto* rt = static_cast<const rtmsg*>(NLMSG_DATA(h));
-  int len = static_cast<int>(RTM_PAYLOAD(h));
-  for (const rtattr* a = RTM_RTA(rt); RTA_OK(a, len); a = RTA_NEXT(a, len)) {
-    if (a->rta_type != RTA_GATEWAY) continue;
-    wire::Ipv6Addr gw{};
-    if (RTA_PAYLOAD(a) == 4) {  // IPv4: kept IPv4-mapped
-      gw[10] = 0xff;
-      gw[11] = 0xff;
-      std::memcpy(gw.data() + 12, RTA_DATA(a), 4);
-      return gw;
-    }
-    if (RTA_PAYLOAD(a) == 16) {
-      std::memcpy(gw.data(), RTA_DATA(a), 16);
-      return gw;
-    }
-  }
-  return std::nullopt;
-}
-
-}  // namespace
-
 std::optional<wire::Ipv6Addr> kernel_gateway(int ifindex, const wire::Ipv6Addr& dst) {
   const bool v4 = wire::is_ipv4_mapped(dst);
-  const int fd = ::socket(AF_NETLINK, SOCK_RAW | SOCK_CLOEXEC, NETLINK_ROUTE);
-  if (fd < 0) return std::nullopt;
   // `ip route get DST oif IF`: RTM_GETROUTE with the destination and the
   // interface; the answer is the one route the kernel would use.
   struct {
@@ -269,20 +263,13 @@ std::optional<wire::Ipv6Addr> kernel_gateway(int ifindex, const wire::Ipv6Addr& 
   };
   add_attr(RTA_DST, v4 ? dst.data() + 12 : dst.data(), v4 ? 4 : 16);
   if (ifindex != 0) add_attr(RTA_OIF, &ifindex, sizeof ifindex);
+  // No route (NLMSG_ERROR): nullopt, on the link as before.
   std::optional<wire::Ipv6Addr> gw;
-  if (::send(fd, &req, req.h.nlmsg_len, 0) == static_cast<ssize_t>(req.h.nlmsg_len)) {
-    std::vector<uint8_t> buf(kNetlinkBuf);
-    const ssize_t n = ::recv(fd, buf.data(), buf.size(), 0);
-    int left = static_cast<int>(n);
-    for (auto* h = reinterpret_cast<nlmsghdr*>(buf.data()); n > 0 && NLMSG_OK(h, left); h = NLMSG_NEXT(h, left)) {
-      if (h->nlmsg_type == RTM_NEWROUTE) {
-        gw = route_gateway(h);
-        break;
-      }
-      if (h->nlmsg_type == NLMSG_ERROR || h->nlmsg_type == NLMSG_DONE) break;  // no route: on the link, as before
-    }
-  }
-  ::close(fd);
+  netlink_ask(req.h, [&](const nlmsghdr* h) {
+    if (h->nlmsg_type != RTM_NEWROUTE) return false;
+    gw = route_gateway(h);
+    return true;  // the one answer: no NLMSG_DONE follows it
+  });
   return gw;
 }
 

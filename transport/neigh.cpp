@@ -197,21 +197,19 @@ void NeighTable::learn(const IpAddr& ip, const wire::MacAddr& mac, bool solicite
   set_reachable(*e, mac, now_ns);
 }
 
-void NeighTable::set_reachable(Entry& en, const wire::MacAddr& mac, uint64_t now_ns) {
-  Entry* e = &en;
-  const IpAddr ip = e->ip;
-  const bool was_waiting = e->state == NeighState::Incomplete || e->state == NeighState::Failed;
-  if (e->state != NeighState::Reachable || e->mac != mac) ++generation_;
-  e->mac = mac;
-  e->state = NeighState::Reachable;
-  e->probing = false;
-  e->requests = 0;
-  e->expires_ns = now_ns + cfg_.reachable_ns;
-  wheel_.arm(e->timer, e->expires_ns);
+void NeighTable::set_reachable(Entry& e, const wire::MacAddr& mac, uint64_t now_ns) {
+  const bool was_waiting = e.state == NeighState::Incomplete || e.state == NeighState::Failed;
+  if (e.state != NeighState::Reachable || e.mac != mac) ++generation_;
+  e.mac = mac;
+  e.state = NeighState::Reachable;
+  e.probing = false;
+  e.requests = 0;
+  e.expires_ns = now_ns + cfg_.reachable_ns;
+  wheel_.arm(e.timer, e.expires_ns);
   if (was_waiting) {
     stats_.resolved.fetch_add(1, std::memory_order_relaxed);
-    flush_pending(*e);
-    hooks_.resolved(ip, true);
+    flush_pending(e);
+    hooks_.resolved(e.ip, true);
   }
 }
 

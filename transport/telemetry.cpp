@@ -167,6 +167,21 @@ int cmd_trace(const char*, const char* params, rte_tel_data* d) {
   return 0;
 }
 
+// Removes `name` from the device's `member` map if `owner` still owns it,
+// and the device's entry once nothing is left in it.
+template <class Map>
+void unregister_owned(const std::string& device, Map DeviceEntry::*member, const std::string& name,
+                      const void* owner) {
+  std::lock_guard lock(g_mu);
+  auto it = registry().find(device);
+  if (it == registry().end()) return;
+  Map& map = it->second.*member;
+  auto e = map.find(name);
+  if (e == map.end() || e->second.owner != owner) return;
+  map.erase(e);
+  if (it->second.empty()) registry().erase(it);
+}
+
 void register_commands_once() {
   static std::once_flag once;
   std::call_once(once, [] {
@@ -204,13 +219,7 @@ void telemetry_register_set(const std::string& device, const std::string& set, c
 }
 
 void telemetry_unregister_set(const std::string& device, const std::string& set, const void* owner) {
-  std::lock_guard lock(g_mu);
-  auto it = registry().find(device);
-  if (it == registry().end()) return;
-  auto s = it->second.sets.find(set);
-  if (s == it->second.sets.end() || s->second.owner != owner) return;
-  it->second.sets.erase(s);
-  if (it->second.empty()) registry().erase(it);
+  unregister_owned(device, &DeviceEntry::sets, set, owner);
 }
 
 void telemetry_register_table(const std::string& device, const std::string& table, const void* owner,
@@ -221,13 +230,7 @@ void telemetry_register_table(const std::string& device, const std::string& tabl
 }
 
 void telemetry_unregister_table(const std::string& device, const std::string& table, const void* owner) {
-  std::lock_guard lock(g_mu);  // waits for a reader of the table to finish
-  auto it = registry().find(device);
-  if (it == registry().end()) return;
-  auto t = it->second.tables.find(table);
-  if (t == it->second.tables.end() || t->second.owner != owner) return;
-  it->second.tables.erase(t);
-  if (it->second.empty()) registry().erase(it);
+  unregister_owned(device, &DeviceEntry::tables, table, owner);  // waits for a reader of the table to finish
 }
 
 }  // namespace uroce::transport

@@ -90,7 +90,7 @@ Applied apply_faults(std::string_view value, DeviceConfig& dev) {
 }
 
 Applied apply_loss_recovery(std::string_view value, DeviceConfig& dev) {
-  auto r = parse_enum(kLossRecoveryNames, value);
+  auto r = parse_loss_recovery(value);
   if (!r) return Err{std::move(r).error()};
   dev.loss_recovery = *r;
   return Ok{};
@@ -103,7 +103,7 @@ Applied apply_ecn(std::string_view value, DeviceConfig& dev) {
 }
 
 Applied apply_cc(std::string_view value, DeviceConfig& dev) {
-  auto r = parse_enum(kCcModeNames, value);
+  auto r = parse_cc_mode(value);
   if (!r) return Err{std::move(r).error()};
   dev.cc.mode = *r;
   return Ok{};

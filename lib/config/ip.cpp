@@ -169,22 +169,7 @@ std::string to_string(const IpAddr& a) {
 }
 
 bool prefix_contains(const IpPrefix& p, const std::array<uint8_t, kIpBytes>& addr) noexcept {
-  constexpr size_t kMappedOffset = kIpBytes - kIpv4Bytes;  // where an IPv4 address starts
-  constexpr unsigned kBitsPerByte = 8;
-  const bool v4 = p.family() == IpFamily::kIpv4;
-  static constexpr std::array<uint8_t, kMappedOffset> kMappedHead{0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
-  const bool addr_v4 = std::equal(kMappedHead.begin(), kMappedHead.end(), addr.begin());
-  if (v4 != addr_v4) return false;
-  const size_t off = v4 ? kMappedOffset : 0;
-  const unsigned bits = std::min<unsigned>(p.prefix_len, max_prefix(p.family()));
-  const size_t whole = bits / kBitsPerByte;
-  if (!std::equal(addr.begin() + static_cast<long>(off), addr.begin() + static_cast<long>(off + whole),
-                  p.addr.bytes.begin() + static_cast<long>(off)))
-    return false;
-  const unsigned rest = bits % kBitsPerByte;
-  if (rest == 0) return true;
-  const auto mask = static_cast<uint8_t>(0xFFu << (kBitsPerByte - rest));
-  return ((addr[off + whole] ^ p.addr.bytes[off + whole]) & mask) == 0;
+  return wire::same_subnet(addr, p.addr.bytes, p.prefix_len);
 }
 
 std::string to_string(const IpPrefix& p) { return to_string(p.addr) + "/" + std::to_string(p.prefix_len); }

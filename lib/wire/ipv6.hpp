@@ -20,6 +20,23 @@ inline constexpr bool is_ipv4_mapped(const Ipv6Addr& a) noexcept {
   return true;
 }
 
+// Whether `a` and `b` are of one family and share their first `prefix_len`
+// bits as that family counts them (an IPv4-mapped address's last 32, an
+// IPv6 address's 128): the one subnet test of the device's routes and
+// rdma_cm's address matching.
+inline bool same_subnet(const Ipv6Addr& a, const Ipv6Addr& b, unsigned prefix_len) noexcept {
+  const bool v4 = is_ipv4_mapped(a);
+  if (v4 != is_ipv4_mapped(b)) return false;
+  unsigned bits = v4 ? 8u * kIpv4MappedPrefix.size() + prefix_len : prefix_len;
+  for (size_t i = 0; i < a.size() && bits > 0; ++i) {
+    const unsigned take = bits < 8u ? bits : 8u;
+    const auto mask = static_cast<uint8_t>(0xFF00u >> take);
+    if ((a[i] & mask) != (b[i] & mask)) return false;
+    bits -= take;
+  }
+  return true;
+}
+
 // An IPv4 address (4 bytes in network order) as its IPv4-mapped GID.
 inline Ipv6Addr ipv4_mapped(const uint8_t* v4) noexcept {
   Ipv6Addr a{};

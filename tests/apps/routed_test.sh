@@ -80,8 +80,16 @@ if ! wire_up >"$TMP/wire.log" 2>&1; then
   exit 1
 fi
 
+# start_end NS LOG PROGRAM...: PROGRAM in NS through its own af_packet
+# device, in the background ($! is its pid).
+start_end() {
+  local ns=$1 log=$2
+  shift 2
+  ip netns exec "$ns" env UROCE_DEVICE="net_af_packet0,iface=v0" timeout $RUN_TIMEOUT_S "${RUN[@]}" "$@" >"$log" 2>&1 &
+}
+
 # pair NAME SERVER_CMD... -- CLIENT_CMD...: the server in D, the client in
-# S (given D's address last), each through its own af_packet device.
+# S (given D's address last); both must exit 0.
 pair() {
   local name=$1
   shift
@@ -89,12 +97,12 @@ pair() {
   while [ "$1" != "--" ]; do server+=("$1"); shift; done
   shift
   client=("$@")
-  ip netns exec "$NS_D" env UROCE_DEVICE="net_af_packet0,iface=v0" \
-    timeout $RUN_TIMEOUT_S "${RUN[@]}" "${server[@]}" >"$TMP/$name.server.log" 2>&1 &
+  start_end "$NS_D" "$TMP/$name.server.log" "${server[@]}"
   local spid=$!
   sleep 2
-  ip netns exec "$NS_S" env UROCE_DEVICE="net_af_packet0,iface=v0" \
-    timeout $RUN_TIMEOUT_S "${RUN[@]}" "${client[@]}" "$N.4.2" >"$TMP/$name.client.log" 2>&1
+  start_end "$NS_S" "$TMP/$name.client.log" "${client[@]}" "$N.4.2"
+  local cpid=$!
+  wait $cpid
   local crc=$?
   wait $spid
   local src=$?
@@ -120,12 +128,10 @@ fi
 
 # ---- uroce qp: the in-process QPs of both ends, mid-transfer ----
 port=$((18000 + RANDOM % 1000))
-ip netns exec "$NS_D" env UROCE_DEVICE="net_af_packet0,iface=v0" timeout $RUN_TIMEOUT_S "${RUN[@]}" \
-  ib_write_bw -d uroce0 -x 0 -F -s 65536 -D 4 -p $port >"$TMP/qp.server.log" 2>&1 &
+start_end "$NS_D" "$TMP/qp.server.log" ib_write_bw -d uroce0 -x 0 -F -s 65536 -D 4 -p $port
 qspid=$!
 sleep 2
-ip netns exec "$NS_S" env UROCE_DEVICE="net_af_packet0,iface=v0" timeout $RUN_TIMEOUT_S "${RUN[@]}" \
-  ib_write_bw -d uroce0 -x 0 -F -s 65536 -D 4 -p $port "$N.4.2" >"$TMP/qp.client.log" 2>&1 &
+start_end "$NS_S" "$TMP/qp.client.log" ib_write_bw -d uroce0 -x 0 -F -s 65536 -D 4 -p $port "$N.4.2"
 qcpid=$!
 sleep 2.5
 "$BUILD/tools/uroce" qp --json >"$TMP/qp.json" 2>"$TMP/qp.err"

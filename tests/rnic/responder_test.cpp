@@ -204,6 +204,14 @@ class Responder : public ::testing::Test {
     d.ack_req = ack_req;
     return d;
   }
+  // A CNP from A's path to `q` as ConnectX sends one (A17.9.3: BECN set,
+  // 16 zero bytes).
+  wire::PktDesc cnp(Qp* q) {
+    wire::PktDesc d = req(q, wire::kCnpOpcode, 0);
+    d.resv8a = 0x40;
+    d.payload = payloads_.emplace_back(16, 0);
+    return d;
+  }
   // The descriptor's payload is a copy the fixture keeps for the whole
   // test: a descriptor may be built from a temporary and injected later.
   wire::PktDesc send(Qp* q, uint8_t opcode, uint32_t psn, const std::vector<uint8_t>& data, bool ack_req = false) {
@@ -1282,18 +1290,12 @@ TEST_F(Responder, ReadResponsesLeaveEct0UnlessEcnIsOff) {
 TEST_F(Responder, CnpFromThePathCutsTheQpsRate) {
   Qp* q = make_qp(IBV_QPT_RC);
   ASSERT_NE(q, nullptr);
-  auto cnp = [&] {
-    wire::PktDesc d = req(q, wire::kCnpOpcode, 0);
-    d.resv8a = 0x40;
-    d.payload = payloads_.emplace_back(16, 0);
-    return d;
-  };
-  inject(cnp());
+  inject(cnp(q));
   EXPECT_EQ(ctr(RnicCtr::rp_cnp_handled), 1u);
   EXPECT_TRUE(q->cc.rp.active());
   EXPECT_EQ(q->cc.rp.rate_bps(), kPortSpeedBps);
   EXPECT_TRUE(responses().empty());  // a CNP is answered by nothing
-  inject(cnp());
+  inject(cnp(q));
   std::this_thread::sleep_for(std::chrono::microseconds(20));
   for (int i = 0; i < 4; ++i) engine_->poll();  // the monitor boundary's timer
   EXPECT_EQ(ctr(RnicCtr::rp_cnp_handled), 2u);
@@ -1321,16 +1323,10 @@ TEST_F(Responder, CnpFloodFromThePathHoldsTheFloorAndRecovers) {
   rnic().set_cc(cc);
   Qp* q = make_qp(IBV_QPT_RC);
   ASSERT_NE(q, nullptr);
-  auto cnp = [&] {
-    wire::PktDesc d = req(q, wire::kCnpOpcode, 0);
-    d.resv8a = 0x40;
-    d.payload = payloads_.emplace_back(16, 0);
-    return d;
-  };
   constexpr uint64_t kFloorBps = 100'000'000;
   uint64_t lowest = ~uint64_t{0};
   for (int i = 0; i < 400; ++i) {
-    inject(cnp());
+    inject(cnp(q));
     std::this_thread::sleep_for(std::chrono::microseconds(5));
     engine_->poll();  // the monitor boundaries' cuts
     lowest = std::min(lowest, q->cc.rp.rate_bps());
