@@ -35,14 +35,14 @@ def load(path):
     host_rtt, host_rate = {}, {}
     host_rc_rtt = {}  # raw ping-pong to the host with one frame ahead of each request and reply (RC's shape)
     host_relay_rc_rtt = {}  # the same through a relay thread at each end (uroce-wire-limit --relay)
-    costs = {}  # syscalls / heap / memory: kind -> (program, size) -> metric -> value
+    costs = {}  # cpu / heap / memory: kind -> (program, size) -> metric -> value
     failed = []  # (kind, program, size, runs that ended in an error)
     with open(path) as f:
         for row in csv.DictReader(f):
             if row["metric"] == "failed_runs":
                 failed.append((row["kind"], row["program"], int(row["size"]), int(float(row["value"]))))
                 continue
-            if row["kind"] in ("syscalls", "heap", "memory"):
+            if row["kind"] in ("cpu", "heap", "memory"):
                 if row["value"] != "":
                     costs.setdefault(row["kind"], {}).setdefault(
                         (row["program"], int(row["size"])), {})[row["metric"]] = float(row["value"])
@@ -252,22 +252,32 @@ def main():
     stages = [load_stages(p) for p in a.stages]
     stages = [x for x in stages if x]
     if stages:
-        L.append("## Where a 64-byte SEND's time goes (uroce-stages, ns)\n")
-        L.append("The stack's own stage stamps (lib/util/stamps.hpp) over a SEND ping-pong between the two "
+        ops = []
+        for x in stages:
+            if x.get("op", "send") not in ops:
+                ops.append(x.get("op", "send"))
+        L.append("## Where a message's time goes (uroce-stages, ns)\n")
+        L.append("The stack's own stage stamps (lib/util/stamps.hpp) over a 64-byte ping-pong between the two "
                  "ends of the veth opened by one process, so both sides' stamps share one clock; medians "
                  "(10th–90th percentile). One thread polls both devices: `poll` includes the rest of the "
-                 "receiving engine's iteration (its ACK's transmission).\n")
-        head = "| stage | " + " | ".join(f"{x['progress']} progress" for x in stages) + " |"
-        L.append(head)
-        L.append("|---|" + "---|" * len(stages))
-        for i, st in enumerate(stages[0]["stages"]):
-            cells = []
-            for x in stages:
-                e = x["stages"][i]
-                cells.append(f"{e['p50_ns']:.0f} ({e['p10_ns']:.0f}–{e['p90_ns']:.0f})")
-            L.append(f"| {st['stage']} | " + " | ".join(cells) + " |")
-        L.append("| post to poll (one way) | " + " | ".join(f"{x['one_way_ns']:.0f}" for x in stages) + " |")
-        L.append("")
+                 "receiving engine's iteration (its ACK's transmission).  A WRITE carries an immediate so that "
+                 "the receiver's CQE ends its path; a READ's path is its round trip, and its `response` stage "
+                 "is the whole way back (the responder's read and build, ICRC, TX, the wire, RX and the "
+                 "requester's parse and placement).\n")
+        for op in ops:
+            runs = [x for x in stages if x.get("op", "send") == op]
+            L.append(f"**{op.upper()}**\n")
+            L.append("| stage | " + " | ".join(f"{x['progress']} progress" for x in runs) + " |")
+            L.append("|---|" + "---|" * len(runs))
+            for i, st in enumerate(runs[0]["stages"]):
+                cells = []
+                for x in runs:
+                    e = x["stages"][i] if i < len(x["stages"]) else None
+                    cells.append(f"{e['p50_ns']:.0f} ({e['p10_ns']:.0f}–{e['p90_ns']:.0f})" if e else "—")
+                L.append(f"| {st['stage']} | " + " | ".join(cells) + " |")
+            way = "round trip" if op == "read" else "one way"
+            L.append(f"| post to poll ({way}) | " + " | ".join(f"{x['one_way_ns']:.0f}" for x in runs) + " |")
+            L.append("")
 
     if mempoll:
         L.append("## Programs that poll memory (issue 16: progress)\n")
@@ -288,23 +298,64 @@ def main():
                      f"{fx(ratio(avg, sl))} |")
         L.append("")
 
-    sysc, heap = costs.get("syscalls", {}), costs.get("heap", {})
+    cpu, heap = costs.get("cpu", {}), costs.get("heap", {})
     mem = costs.get("memory", {}).get(("uroce-qp-scale", 0), {})
-    if sysc or heap or mem:
-        L.append("## What a message costs: system calls, heap, memory (issue 16)\n")
-    if sysc:
-        L.append("System calls per 64 B message at each end, counted by the kernel's tracepoints (`perf stat`) "
-                 "around the unmodified program: each program ran with few and with many messages, and the "
-                 "difference is divided by the difference in messages, so start-up and connection set-up are "
-                 "left out.  `sendto` is the af_packet PMD's own (one per tx_burst: a burst of frames); the "
-                 "rest are the idle engine threads' naps and yields, which follow time spent waiting, not "
-                 "packets.\n")
-        L.append("| program | client: sendto | client: other | server: sendto | server: other |")
-        L.append("|---|---|---|---|---|")
-        for (p, s_), m in sorted(sysc.items()):
-            L.append(f"| {p} {s_} B | {fmt(m.get('client_sendto_per_msg'), 3)} | "
-                     f"{fmt(m.get('client_other_per_msg'), 3)} | {fmt(m.get('server_sendto_per_msg'), 3)} | "
-                     f"{fmt(m.get('server_other_per_msg'), 3)} |")
+    if cpu or heap or mem:
+        L.append("## What a message costs: CPU, system calls, heap, memory (issues 16, 43)\n")
+    if cpu:
+        L.append("Per message at each end, measured around the unmodified program with `perf stat`: each program "
+                 "ran with few and with many messages, and the difference is divided by the difference in "
+                 "messages, so start-up and connection set-up are left out.  CPU is every thread of the process "
+                 "(task-clock), split into user and kernel by the process's rusage; on a veth the kernel part "
+                 "of the sending end includes the far end's receive path, which runs inside the sender's "
+                 "transmit call.  At full rate a polling thread's spins count too, as they do for the raw "
+                 "tool's.  \"tx calls\" are sendmmsg/sendto (one per transmit burst).  The raw tool "
+                 "(uroce-wire-limit, same port code, no RDMA) gives the same per frame; \"raw, same frames\" is "
+                 "its two ends' CPU per frame times the data frames the message puts on the wire (READ: its "
+                 "request and its response; ib_send_lat: one iteration, a frame each way; ACKs not counted).\n")
+        raw = {s_: m for (p, s_), m in cpu.items() if p == "raw_stream"}
+
+        def frames_of(prog, size):  # (data frames per message, frame bytes)
+            if prog == "ib_read_bw":
+                return 2, a.overhead + min(size, a.pmtu)
+            if prog == "ib_send_lat":
+                return 2, a.overhead + min(size, a.pmtu)
+            return -(-size // a.pmtu), a.overhead + min(size, a.pmtu)
+
+        L.append("| program | end | CPU ns | user ns | kernel ns | system calls | tx calls | "
+                 "instructions (u+k) | cycles (u+k) | raw, same frames, both ends, CPU ns | uroce both ends / raw |")
+        L.append("|---|---|---|---|---|---|---|---|---|---|---|")
+        for (p, s_), m in sorted(cpu.items()):
+            if p == "raw_stream":
+                continue
+            n, f = frames_of(p, s_)
+            r = raw.get(max(f, 64), {})
+            rawv = (r["tx_cpu_ns_per_msg"] + r["rx_cpu_ns_per_msg"]) * n if r.get("tx_cpu_ns_per_msg") is not None \
+                and r.get("rx_cpu_ns_per_msg") is not None else None
+            both = m.get("client_cpu_ns_per_msg", 0) + m.get("server_cpu_ns_per_msg", 0) \
+                if "client_cpu_ns_per_msg" in m and "server_cpu_ns_per_msg" in m else None
+            for end in ("client", "server"):
+                def g(k, d=0):
+                    return fmt(m.get(f"{end}_{k}_per_msg"), d)
+
+                def uk(k):
+                    u, kk = m.get(f"{end}_{k}_u_per_msg"), m.get(f"{end}_{k}_k_per_msg")
+                    return fmt(u + kk, 0) if u is not None and kk is not None else "not counted"
+                first = end == "client"
+                L.append(f"| {p + ' ' + str(s_) + ' B' if first else ''} | {end} | {g('cpu_ns')} | {g('user_ns')} | "
+                         f"{g('sys_ns')} | {g('syscalls', 3)} | {g('txcalls', 3)} | {uk('instructions')} | "
+                         f"{uk('cycles')} | {fmt(rawv, 0) if first else ''} | "
+                         f"{fx(ratio(both, rawv)) if first else ''} |")
+        if raw:
+            L.append("")
+            L.append("The raw tool per frame: " + "; ".join(
+                f"{f_} B frames: tx {fmt(m.get('tx_cpu_ns_per_msg'), 0)} ns CPU ({fmt(m.get('tx_sys_ns_per_msg'), 0)} "
+                f"kernel), rx {fmt(m.get('rx_cpu_ns_per_msg'), 0)} ns ({fmt(m.get('rx_sys_ns_per_msg'), 0)} kernel)"
+                for f_, m in sorted(raw.items())) + ".")
+        if not any(k.endswith("instructions_u_per_msg") for m in cpu.values() for k in m):
+            L.append("")
+            L.append("Instructions and cycles: not counted, this machine's perf reports the hardware events "
+                     "\"not supported\" (a VM without a virtual PMU); bench/run records them where they are.")
         L.append("")
     if heap:
         L.append("Heap allocations per packet while RC traffic runs between two RNICs on the sim wire "
@@ -396,9 +447,10 @@ def main():
     allocs = [m.get("allocs_per_pkt") for m in heap.values() if m.get("allocs_per_pkt") is not None]
     target_text("heap allocations per packet (RC, sim wire)", fmt(max(allocs), 3) if allocs else "—", "0",
                 (max(allocs) == 0) if allocs else None)
-    bw_sys = sysc.get(("ib_send_bw", 64), {})
-    others = [bw_sys.get(k) for k in ("client_other_per_msg", "server_other_per_msg") if bw_sys.get(k) is not None]
-    target_text("system calls per 64 B message besides the PMD's sendto (ib_send_bw, busier end)",
+    bw_sys = cpu.get(("ib_send_bw", 64), {})
+    others = [bw_sys[f"{e}_syscalls_per_msg"] - bw_sys[f"{e}_txcalls_per_msg"] for e in ("client", "server")
+              if f"{e}_syscalls_per_msg" in bw_sys and f"{e}_txcalls_per_msg" in bw_sys]
+    target_text("system calls per 64 B message besides the transmit calls (ib_send_bw, busier end)",
                 fmt(max(others), 3) if others else "—", "< 1 (none per packet)",
                 (max(others) < 1) if others else None)
     if mem:

@@ -1,11 +1,14 @@
-// Where a SEND's time goes (issue 16's per-stage breakdown): one RC QP pair
-// between two devices of this process, a 64-byte SEND ping-pong; for each
-// ping the stack's own stage stamps (lib/util/stamps.hpp) are armed before
-// the post and read once the receiver's poll returned the CQE.  Prints each
-// stage's median, 10th and 90th percentile in nanoseconds, and the median
-// one-way time from the post to the poll.
+// Where a message's time goes (issue 16's per-stage breakdown, issue 43's
+// for WRITE and READ): one RC QP pair between two devices of this process,
+// a 64-byte ping-pong of SENDs, or of WRITEs with immediate (the
+// receiver's CQE ends the path), or READs one after another; for each ping
+// the stack's own stage stamps (lib/util/stamps.hpp) are armed before the
+// post and read once the poll that ends its path returned the CQE (the
+// receiver's; a READ's own).  Prints each stage's median, 10th and 90th
+// percentile in nanoseconds, and the median time from the post to the
+// poll (one way; a READ's whole round trip).
 //
-//   uroce-stages [--iters N] [--size BYTES] [--json]
+//   uroce-stages [--iters N] [--size BYTES] [--op send|write|read] [--json]
 //
 // The devices: the first two of the configuration (UROCE_CONFIG and the
 // other variables, as every uroce program reads them; UROCE_PROGRESS
@@ -38,12 +41,31 @@ namespace {
 using namespace uroce;
 using stamps::kPoints;
 
+enum class Op : uint8_t { Send, Write, Read };
+
 struct Options {
   unsigned iters = 20'000;
   unsigned warmup = 1'000;
   uint32_t size = 64;
+  Op op = Op::Send;
   bool json = false;
 };
+
+const char* op_name(Op op) {
+  switch (op) {
+    case Op::Send: return "send";
+    case Op::Write: return "write";
+    case Op::Read: return "read";
+  }
+  return "?";
+}
+
+// The name of the stage that ends at `point` for `op` (a READ's Checked ->
+// Placed is its whole response leg: stamps.hpp).
+std::string stage_label(Op op, size_t point) {
+  if (op == Op::Read && point == static_cast<size_t>(stamps::Point::Placed)) return "response (back to the requester)";
+  return std::string(stamps::stage_name(point));
+}
 
 bool parse(int argc, char** argv, Options& o) {
   for (int i = 1; i < argc; ++i) {
@@ -57,6 +79,18 @@ bool parse(int argc, char** argv, Options& o) {
       if (!value(o.iters) || o.iters == 0) return false;
     } else if (a == "--size") {
       if (!value(o.size) || o.size == 0 || o.size > 4096) return false;
+    } else if (a == "--op") {
+      if (i + 1 >= argc) return false;
+      const std::string v = argv[++i];
+      if (v == "send") {
+        o.op = Op::Send;
+      } else if (v == "write") {
+        o.op = Op::Write;
+      } else if (v == "read") {
+        o.op = Op::Read;
+      } else {
+        return false;
+      }
     } else if (a == "--json") {
       o.json = true;
     } else {
@@ -100,7 +134,8 @@ struct Side {
     int err = 0;
     if ((pd = r.alloc_pd(&err)) == nullptr) return err;
     if ((cq = r.create_cq(64, nullptr, nullptr, 0, &err)) == nullptr) return err;
-    mr = r.reg_mr(pd, buf.data(), buf.size(), reinterpret_cast<uintptr_t>(buf.data()), IBV_ACCESS_LOCAL_WRITE, &err);
+    mr = r.reg_mr(pd, buf.data(), buf.size(), reinterpret_cast<uintptr_t>(buf.data()),
+                  IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ, &err);
     if (mr == nullptr) return err;
     ibv_qp_init_attr init{};
     init.send_cq = init.recv_cq = reinterpret_cast<ibv_cq*>(cq);
@@ -111,7 +146,11 @@ struct Side {
     return r.query_gid(1, 0, &gid) == 0 ? 0 : EINVAL;
   }
 
-  int connect(const Side& peer) { return bench::connect_rc(*qp, peer.qp->qpn().value(), peer.gid); }
+  int connect(const Side& peer) {
+    bench::RcPath path;
+    path.access = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ;
+    return bench::connect_rc(*qp, peer.qp->qpn().value(), peer.gid, path);
+  }
 
   int post_recv() {
     ibv_sge sge{reinterpret_cast<uintptr_t>(buf.data()), 4096, mr->lkey.value()};
@@ -122,13 +161,19 @@ struct Side {
     return qp->post_recv(&wr, &bad);
   }
 
-  int post_send(uint32_t len) {
-    ibv_sge sge{reinterpret_cast<uintptr_t>(buf.data() + 4096), len, mr->lkey.value()};
+  // A SEND from the second half of the buffer; a WRITE with immediate from
+  // there into the peer's first half; a READ of the peer's second half into
+  // this first half.
+  int post_send(Op op, uint32_t len, const Side& peer) {
+    const bool read = op == Op::Read;
+    ibv_sge sge{reinterpret_cast<uintptr_t>(buf.data() + (read ? 0 : 4096)), len, mr->lkey.value()};
     ibv_send_wr wr{};
     wr.sg_list = &sge;
     wr.num_sge = 1;
-    wr.opcode = IBV_WR_SEND;
+    wr.opcode = op == Op::Send ? IBV_WR_SEND : op == Op::Write ? IBV_WR_RDMA_WRITE_WITH_IMM : IBV_WR_RDMA_READ;
     wr.send_flags = IBV_SEND_SIGNALED;
+    wr.wr.rdma.remote_addr = reinterpret_cast<uintptr_t>(peer.buf.data() + (read ? 4096 : 0));
+    wr.wr.rdma.rkey = peer.mr->rkey.value();
     const ibv_send_wr* bad = nullptr;
     return qp->post_send(&wr, &bad);
   }
@@ -160,7 +205,7 @@ double percentile(std::vector<double>& v, double p) {
 int main(int argc, char** argv) {
   Options o;
   if (!parse(argc, argv, o)) {
-    std::fprintf(stderr, "usage: uroce-stages [--iters N] [--size BYTES (1-4096)] [--json]\n");
+    std::fprintf(stderr, "usage: uroce-stages [--iters N] [--size BYTES (1-4096)] [--op send|write|read] [--json]\n");
     return 2;
   }
   config::Config cfg;
@@ -189,12 +234,14 @@ int main(int argc, char** argv) {
   std::vector<double> one_way;
   const double ns_per_tick = 1e9 / static_cast<double>(stamps::tsc_hz());
   unsigned unordered = 0;
+  const bool is_read = o.op == Op::Read;
   for (unsigned i = 0; i < o.warmup + o.iters; ++i) {
-    if (b.post_recv() || a.post_recv()) return fail("post_recv");
+    if (!is_read && (b.post_recv() || a.post_recv())) return fail("post_recv");
     const bool measured = i >= o.warmup;
     if (measured) stamps::arm();
-    if (int err = a.post_send(o.size)) return fail("post_send", err);
-    if (!wait_one(a, b, b.cq)) return fail("the ping did not arrive");
+    if (int err = a.post_send(o.op, o.size, b)) return fail("post_send", err);
+    // A READ's path ends at its own CQE; the others' at the receiver's.
+    if (!wait_one(a, b, is_read ? a.cq : b.cq)) return fail(is_read ? "the READ did not complete" : "the ping did not arrive");
     if (measured) {
       stamps::disarm();
       const stamps::Snapshot s = stamps::snapshot();
@@ -207,31 +254,33 @@ int main(int argc, char** argv) {
         one_way.push_back(static_cast<double>(s[kPoints - 1] - s[0]) * ns_per_tick);
       }
     }
+    if (is_read) continue;
     if (!wait_one(a, b, a.cq)) return fail("the ping's completion");
-    if (b.post_send(o.size)) return fail("post_send");
+    if (b.post_send(o.op, o.size, a)) return fail("post_send");
     if (!wait_one(a, b, a.cq) || !wait_one(a, b, b.cq)) return fail("the pong");
   }
 
   const size_t kept = one_way.size();
   if (o.json) {
-    std::printf("{\"size\": %u, \"progress\": \"%s\", \"pings\": %u, \"kept\": %zu, \"one_way_ns\": %.0f, \"stages\": [",
-                o.size, inline_progress ? "inline" : "thread", o.iters, kept, percentile(one_way, 0.5));
+    std::printf("{\"size\": %u, \"op\": \"%s\", \"progress\": \"%s\", \"pings\": %u, \"kept\": %zu, "
+                "\"one_way_ns\": %.0f, \"stages\": [",
+                o.size, op_name(o.op), inline_progress ? "inline" : "thread", o.iters, kept, percentile(one_way, 0.5));
     for (size_t p = 1; p < kPoints; ++p) {
       std::printf("%s{\"stage\": \"%s\", \"p10_ns\": %.0f, \"p50_ns\": %.0f, \"p90_ns\": %.0f}", p > 1 ? ", " : "",
-                  std::string(stamps::stage_name(p)).c_str(), percentile(stage[p], 0.1), percentile(stage[p], 0.5),
+                  stage_label(o.op, p).c_str(), percentile(stage[p], 0.1), percentile(stage[p], 0.5),
                   percentile(stage[p], 0.9));
     }
     std::printf("]}\n");
   } else {
-    std::printf("%u-byte RC SEND, %s progress: %zu of %u pings kept (%u out of order)\n", o.size,
+    std::printf("%u-byte RC %s, %s progress: %zu of %u pings kept (%u out of order)\n", o.size, op_name(o.op),
                 inline_progress ? "inline" : "thread", kept, o.iters, unordered);
     std::printf("| stage | p10 ns | median ns | p90 ns |\n|---|---:|---:|---:|\n");
     for (size_t p = 1; p < kPoints; ++p) {
-      std::printf("| %s | %.0f | %.0f | %.0f |\n", std::string(stamps::stage_name(p)).c_str(),
+      std::printf("| %s | %.0f | %.0f | %.0f |\n", stage_label(o.op, p).c_str(),
                   percentile(stage[p], 0.1), percentile(stage[p], 0.5), percentile(stage[p], 0.9));
     }
-    std::printf("| post to poll (one way) | %.0f | %.0f | %.0f |\n", percentile(one_way, 0.1),
-                percentile(one_way, 0.5), percentile(one_way, 0.9));
+    std::printf("| post to poll (%s) | %.0f | %.0f | %.0f |\n", is_read ? "round trip" : "one way",
+                percentile(one_way, 0.1), percentile(one_way, 0.5), percentile(one_way, 0.9));
   }
   return kept > 0 ? 0 : 1;
 }

@@ -1,7 +1,6 @@
 #include "bench/wire_limit/endpoint.hpp"
 
 #include <rte_cycles.h>
-#include <rte_errno.h>
 #include <rte_ethdev.h>
 #include <rte_log.h>
 #include <rte_mempool.h>
@@ -11,7 +10,6 @@
 #include <cstdio>
 #include <cstring>
 #include <string>
-#include <thread>
 
 #include "drivers/dpdk/eal.hpp"
 
@@ -28,19 +26,12 @@ std::atomic<bool> g_stop{false};
 
 void on_signal(int) { g_stop.store(true, std::memory_order_relaxed); }
 
-// "net_memif0,role=server,…" -> "net_memif0", the name the port gets.
-std::string vdev_name(const std::string& devargs) { return devargs.substr(0, devargs.find(',')); }
-
-Error dpdk_error(const std::string& what, int rc) {
-  return Error{-rc, what + " failed: " + rte_strerror(-rc)};
-}
-
 Status start_eal(const Options& o) {
   eal::EalOptions eo;
   eo.core = o.core;
   eo.telemetry = false;
   eo.log_level = o.log_level;
-  eo.vdevs = {o.vdev};
+  // No --vdev: the port probes its own, as uroce's devices do.
   eo.restore_affinity = false;  // the main thread polls: keep it pinned to o.core
   const auto& started = eal::eal_init(eo);
   if (!started) return started.error();
@@ -64,14 +55,10 @@ void write_template(rte_mempool*, void* opaque, void* obj, unsigned) {
   write_frame(static_cast<uint8_t*>(m->buf_addr) + RTE_PKTMBUF_HEADROOM, args->frame_bytes, args->src, args->to);
 }
 
-Status make_pools(Endpoint& ep) {
+Status make_tx_pool(Endpoint& ep) {
   eal::PoolOptions po;
   po.mbufs = kPoolMbufs;
-  po.data_room = static_cast<uint16_t>(eal::kMbufHeadroom + std::max(ep.frame_bytes, kMinDataRoom));
-  po.name_prefix = "wl_rx";
-  auto rx = eal::create_pktmbuf_pool(po);
-  if (!rx) return rx.error();
-  ep.rx_pool = *rx;
+  po.data_room = static_cast<uint16_t>(eal::kMbufHeadroom + ep.frame_bytes);
   po.name_prefix = "wl_tx";
   auto tx = eal::create_pktmbuf_pool(po);
   if (!tx) return tx.error();
@@ -81,52 +68,22 @@ Status make_pools(Endpoint& ep) {
   return {};
 }
 
-Status find_port(const Options& o, Endpoint& ep) {
-  const std::string name = vdev_name(o.vdev);
-  if (rte_eth_dev_get_port_by_name(name.c_str(), &ep.port) != 0) {
-    return Error{ENODEV, "no port '" + name + "' after probing --vdev=" + o.vdev};
-  }
-  rte_ether_addr mac{};
-  if (const int rc = rte_eth_macaddr_get(ep.port, &mac); rc != 0) return dpdk_error("rte_eth_macaddr_get", rc);
-  std::memcpy(ep.mac.data(), mac.addr_bytes, ep.mac.size());
+// The port as uroce's engine opens it (drivers::dpdk::DpdkPort), with the
+// same descriptor counts as before.  Frames sent come from tx_pool, not
+// the port's own pool: no fast free.
+Status open_port(const Options& o, Endpoint& ep) {
+  drivers::dpdk::DpdkPortConfig pc;
+  pc.devargs = o.vdev;
+  pc.rx_desc = kRxDescriptors;
+  pc.tx_desc = kTxDescriptors;
+  pc.fast_free = false;
+  pc.connect_wait = kConnectWait;
+  auto port = drivers::dpdk::DpdkPort::open(pc);
+  if (!port) return port.error();
+  ep.port = std::move(*port);
+  ep.mac = ep.port->mac();
+  rte_eth_promiscuous_enable(ep.port->port_id());  // veth needs none; a NIC would
   return {};
-}
-
-Status setup_queues(const Endpoint& ep) {
-  const rte_eth_conf conf{};
-  if (const int rc = rte_eth_dev_configure(ep.port, 1, 1, &conf); rc != 0) {
-    return dpdk_error("rte_eth_dev_configure", rc);
-  }
-  uint16_t rxd = kRxDescriptors;
-  uint16_t txd = kTxDescriptors;
-  if (const int rc = rte_eth_dev_adjust_nb_rx_tx_desc(ep.port, &rxd, &txd); rc != 0) {
-    return dpdk_error("rte_eth_dev_adjust_nb_rx_tx_desc", rc);
-  }
-  const int socket = std::max(rte_eth_dev_socket_id(ep.port), 0);
-  if (const int rc = rte_eth_rx_queue_setup(ep.port, kQueue, rxd, static_cast<unsigned>(socket), nullptr,
-                                            ep.rx_pool);
-      rc != 0) {
-    return dpdk_error("rte_eth_rx_queue_setup", rc);
-  }
-  if (const int rc = rte_eth_tx_queue_setup(ep.port, kQueue, txd, static_cast<unsigned>(socket), nullptr);
-      rc != 0) {
-    return dpdk_error("rte_eth_tx_queue_setup", rc);
-  }
-  return {};
-}
-
-// A memif client cannot start before its server listens: retry a while.
-Status start_port(const Endpoint& ep) {
-  int rc = 0;
-  for (int attempt = 0; attempt < kStartTries && !stop_requested(); ++attempt) {
-    rc = rte_eth_dev_start(ep.port);
-    if (rc == 0) {
-      rte_eth_promiscuous_enable(ep.port);  // veth needs none; a NIC would
-      return {};
-    }
-    std::this_thread::sleep_for(kStartRetry);
-  }
-  return dpdk_error("rte_eth_dev_start", rc < 0 ? rc : -EINTR);
 }
 
 // Polls until a frame of `kind` arrives (true) or TSC `until` (false);
@@ -172,23 +129,17 @@ Result<Endpoint> open_endpoint(const Options& o) {
     std::string err;
     if (!ep.claim.open(&err)) return Error{EADDRINUSE, "--claim-udp: " + err};
   }
-  if (auto ok = find_port(o, ep); !ok) return ok.error();
-  if (auto ok = make_pools(ep); !ok) return ok.error();
-  if (auto ok = setup_queues(ep); !ok) return ok.error();
-  if (auto ok = start_port(ep); !ok) return ok.error();
+  if (auto ok = open_port(o, ep); !ok) return ok.error();
+  if (auto ok = make_tx_pool(ep); !ok) return ok.error();
   if (o.relay) {
-    auto relay = Relay::start(ep.port, ep.burst, o.relay_core);
+    auto relay = Relay::start(*ep.port, ep.burst, o.relay_core);
     if (!relay) return relay.error();
     ep.relay = std::move(*relay);
   }
   return ep;
 }
 
-PortStats port_stats(const Endpoint& ep) {
-  rte_eth_stats s{};
-  rte_eth_stats_get(ep.port, &s);
-  return PortStats{s.ipackets, s.opackets, s.imissed, s.ierrors, s.oerrors, s.rx_nombuf};
-}
+PortStats port_stats(const Endpoint& ep) { return ep.port ? ep.port->stats() : PortStats{}; }
 
 std::optional<RelayStats> stop_relay(const Endpoint& ep) noexcept {
   if (!ep.relay) return std::nullopt;
@@ -198,11 +149,9 @@ std::optional<RelayStats> stop_relay(const Endpoint& ep) noexcept {
 
 Status close_endpoint(Endpoint& ep) {
   ep.relay.reset();  // off the port before it stops
-  rte_eth_dev_stop(ep.port);
-  rte_eth_dev_close(ep.port);
+  ep.port.reset();
   rte_mempool_free(ep.tx_pool);
-  rte_mempool_free(ep.rx_pool);
-  ep.tx_pool = ep.rx_pool = nullptr;
+  ep.tx_pool = nullptr;
   return eal::eal_shutdown();  // waits for memif's interrupt thread first
 }
 

@@ -1,5 +1,10 @@
-// One end of the wire: the EAL, one started ethdev port on the --vdev, and
-// its two mempools; plus the handshake both ends speak around a run.
+// One end of the wire: the EAL, one port on the --vdev opened as uroce's
+// engine opens its own (drivers::dpdk::DpdkPort: on af_packet its own
+// sendmmsg transmit path and TPACKET receive ring, not the PMD's), and a
+// pool of pre-written frames; plus the handshake both ends speak around a
+// run.  So the raw stream is what uroce's own port layer can carry on this
+// wire, the ceiling of every uroce figure beside it (issue 43: through the
+// stock PMD path the baseline was slower than uroce itself).
 //
 // The handshake, so neither start order nor a lost frame hangs a run:
 //   initiator (ping, tx)                 responder (pong, rx)
@@ -16,7 +21,6 @@
 // the port's bursts run on the relay's thread instead (relay.hpp).
 #pragma once
 
-#include <rte_ethdev.h>
 #include <rte_mbuf.h>
 
 #include <atomic>
@@ -28,38 +32,27 @@
 #include "bench/wire_limit/frame.hpp"
 #include "bench/wire_limit/options.hpp"
 #include "bench/wire_limit/relay.hpp"
+#include "drivers/dpdk/dpdk_port.hpp"
 #include "drivers/netdev.hpp"
 #include "drivers/result.hpp"
 
 namespace uroce::bench::wire_limit {
 
 // ---- tunables -------------------------------------------------------------
-inline constexpr uint16_t kQueue = 0;  // the one rx and tx queue of the port
 inline constexpr uint16_t kRxDescriptors = 1024;
 inline constexpr uint16_t kTxDescriptors = 1024;
 inline constexpr uint32_t kPoolMbufs = 4095;  // per pool; 2^n - 1 suits the ring
-// Room for a default af_packet frame (framesz 2048 - 32) in every rx mbuf.
-inline constexpr uint16_t kMinDataRoom = 2048;
 inline constexpr int kDoneTries = 5;
 // How long a responder stays off the wire after acking kDone.
 inline constexpr std::chrono::milliseconds kPeerGrace{50};
-// A memif client's start fails until the server listens; retry this long.
-inline constexpr std::chrono::milliseconds kStartRetry{100};
-inline constexpr int kStartTries = 50;
+// A memif client waits this long for its server to listen.
+inline constexpr std::chrono::milliseconds kConnectWait{5000};
 
-struct PortStats {
-  uint64_t ipackets = 0;
-  uint64_t opackets = 0;
-  uint64_t imissed = 0;
-  uint64_t ierrors = 0;
-  uint64_t oerrors = 0;  // af_packet: frames too big for its ring (§3.1)
-  uint64_t rx_nombuf = 0;
-};
+using PortStats = drivers::PortStats;
 
 struct Endpoint {
-  uint16_t port = 0;
+  std::unique_ptr<drivers::dpdk::DpdkPort> port;  // receives into its own pool
   rte_mempool* tx_pool = nullptr;  // every mbuf pre-written with the frame
-  rte_mempool* rx_pool = nullptr;
   wire::MacAddr mac{};
   Addressing to;  // an initiator's destination (Options::to)
   drivers::Udp4791Claim claim;  // held with --claim-udp
@@ -92,12 +85,12 @@ void install_signal_handlers();
 bool stop_requested() noexcept;
 
 // ---- data path ----------------------------------------------------------------
-// The port's queue 0, or with --relay the relay's rings.
+// The port, or with --relay the relay's rings.
 inline uint16_t port_rx(const Endpoint& ep, rte_mbuf** bufs, uint16_t n) noexcept {
-  return ep.relay ? ep.relay->rx(bufs, n) : rte_eth_rx_burst(ep.port, kQueue, bufs, n);
+  return ep.relay ? ep.relay->rx(bufs, n) : ep.port->rx_burst(bufs, n);
 }
 inline uint16_t port_tx(const Endpoint& ep, rte_mbuf** bufs, uint16_t n) noexcept {
-  return ep.relay ? ep.relay->tx(bufs, n) : rte_eth_tx_burst(ep.port, kQueue, bufs, n);
+  return ep.relay ? ep.relay->tx(bufs, n) : ep.port->tx_burst(bufs, n);
 }
 
 // A frame from tx_pool with the per-frame fields stamped; nullptr if the

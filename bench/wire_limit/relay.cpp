@@ -1,7 +1,6 @@
 #include "bench/wire_limit/relay.hpp"
 
 #include <rte_errno.h>
-#include <rte_ethdev.h>
 #include <rte_lcore.h>
 #include <sched.h>
 #include <unistd.h>
@@ -40,7 +39,7 @@ void place_calling_thread(int core) noexcept {
 
 }  // namespace
 
-drivers::Result<std::unique_ptr<Relay>> Relay::start(uint16_t port, uint16_t burst, int core) {
+drivers::Result<std::unique_ptr<Relay>> Relay::start(drivers::Port& port, uint16_t burst, int core) {
   rte_ring* to_wire = rte_ring_create("wl_to_wire", kRingSlots, SOCKET_ID_ANY, RING_F_SP_ENQ | RING_F_SC_DEQ);
   rte_ring* from_wire = rte_ring_create("wl_from_wire", kRingSlots, SOCKET_ID_ANY, RING_F_SP_ENQ | RING_F_SC_DEQ);
   if (to_wire == nullptr || from_wire == nullptr) {
@@ -54,7 +53,7 @@ drivers::Result<std::unique_ptr<Relay>> Relay::start(uint16_t port, uint16_t bur
   return r;
 }
 
-Relay::Relay(uint16_t port, uint16_t burst, int core, rte_ring* to_wire, rte_ring* from_wire)
+Relay::Relay(drivers::Port& port, uint16_t burst, int core, rte_ring* to_wire, rte_ring* from_wire)
     : port_(port), burst_(burst), core_(core), to_wire_(to_wire), from_wire_(from_wire) {}
 
 Relay::~Relay() { stop(); }
@@ -89,7 +88,7 @@ void Relay::loop() noexcept {
   rte_mbuf* out[kMaxBurst];
   uint16_t pending = 0;  // out[0, pending): taken from the program, not yet by the port
   while (!stop_.load(std::memory_order_relaxed)) {
-    const uint16_t n = rte_eth_rx_burst(port_, kQueue, in, burst_);
+    const uint16_t n = port_.rx_burst(in, burst_);
     if (n != 0) {
       const auto passed =
           static_cast<uint16_t>(rte_ring_sp_enqueue_burst(from_wire_, reinterpret_cast<void**>(in), n, nullptr));
@@ -103,7 +102,7 @@ void Relay::loop() noexcept {
     }
     uint16_t sent = 0;
     if (pending != 0) {
-      sent = rte_eth_tx_burst(port_, kQueue, out, pending);
+      sent = port_.tx_burst(out, pending);
       stats_.to_wire += sent;
       for (uint16_t i = sent; i < pending; ++i) out[i - sent] = out[i];
       pending = static_cast<uint16_t>(pending - sent);

@@ -23,6 +23,7 @@
 #include <memory>
 #include <thread>
 
+#include "drivers/port.hpp"
 #include "drivers/result.hpp"
 
 namespace uroce::bench::wire_limit {
@@ -36,10 +37,10 @@ struct RelayStats {
 
 class Relay {
  public:
-  // Starts the relay thread on `port` (queue 0), moving at most `burst`
+  // Starts the relay thread on `port`, moving at most `burst`
   // frames per turn each way, on CPU `core` or, for -1, any online CPU
   // (the program's thread stays where the EAL pinned it).
-  static drivers::Result<std::unique_ptr<Relay>> start(uint16_t port, uint16_t burst, int core);
+  static drivers::Result<std::unique_ptr<Relay>> start(drivers::Port& port, uint16_t burst, int core);
   ~Relay();  // stops it
   Relay(const Relay&) = delete;
   Relay& operator=(const Relay&) = delete;
@@ -56,10 +57,10 @@ class Relay {
   RelayStats stats() const noexcept { return stats_; }
 
  private:
-  Relay(uint16_t port, uint16_t burst, int core, rte_ring* to_wire, rte_ring* from_wire);
+  Relay(drivers::Port& port, uint16_t burst, int core, rte_ring* to_wire, rte_ring* from_wire);
   void loop() noexcept;
 
-  uint16_t port_;
+  drivers::Port& port_;
   uint16_t burst_;
   int core_;
   rte_ring* to_wire_;

@@ -16,8 +16,8 @@ constexpr double kMega = 1e6;
 constexpr double kBitsPerByte = 8;
 
 json port_json(const PortStats& s) {
-  return {{"ipackets", s.ipackets}, {"opackets", s.opackets}, {"imissed", s.imissed},
-          {"ierrors", s.ierrors},   {"oerrors", s.oerrors},   {"rx_nombuf", s.rx_nombuf}};
+  return {{"rx_frames", s.rx_frames},   {"tx_frames", s.tx_frames}, {"rx_dropped", s.rx_dropped},
+          {"tx_dropped", s.tx_dropped}, {"burst_faults", s.burst_faults}};
 }
 
 json relay_json(const std::optional<RelayStats>& r) {
@@ -111,9 +111,9 @@ void report(const RunContext& ctx, const TxResult& r) {
     return;
   }
   fmt::print("{}: sent {} frames in {:.3f} s: {:.3f} Mframes/s ({:.2f} Gbit/s); busy polls {}, pool empty {}, "
-             "oerrors {}\n",
+             "tx dropped {}\n",
              header(ctx), r.sent, r.seconds, r.frames_per_s / kMega,
-             gbit_per_s(r.frames_per_s, ctx.options.frame_bytes), r.busy_polls, r.pool_empty, ctx.port.oerrors);
+             gbit_per_s(r.frames_per_s, ctx.options.frame_bytes), r.busy_polls, r.pool_empty, ctx.port.tx_dropped);
   std::fflush(stdout);
 }
 

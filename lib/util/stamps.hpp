@@ -17,6 +17,13 @@
 //   Placed     -> Completed   CQE      the CQE written
 //   Completed  -> Polled      poll     the program's poll_cq returns it
 //
+// A SEND or a WRITE with immediate reaches them all in this order, the
+// last three at the receiver.  A READ's request leg reaches Checked at
+// the responder; its response leg then reaches Placed (the requester's
+// completer placed the response), Completed (its send CQE) and Polled,
+// so for a READ the Checked -> Placed stage is the whole way back: the
+// responder's read and build, its ICRC and TX, the wire, RX and parse.
+//
 // Off (not armed): a stamp costs one relaxed load.  The timestamps are
 // rte_rdtsc(); tsc_hz() converts.  Threads: any (first wins by CAS).
 #pragma once

@@ -20,6 +20,7 @@
 // re-armed or cancelled, CQEs written, the requester run again (the
 // window may have opened).
 #include "lib/util/log.hpp"
+#include "lib/util/stamps.hpp"
 #include "transport/rnic/completer.hpp"
 
 #include <rte_mbuf.h>
@@ -229,6 +230,7 @@ Step on_read_resp(Ctx& x) {
     x.status = IBV_WC_LOC_PROT_ERR;
     return Step::Error;
   }
+  UROCE_STAMP(Placed);  // a READ's response leg (bench/stages.cpp --op read)
   w.read_done = off + want;
   c.psn = x.psn + 1;
   if (last) retire(qp, w);
@@ -488,7 +490,7 @@ void completer_retire(Qp& qp) noexcept {
     // each completion at max_send_wr 1, as qperf's latency tests do).  The
     // entry was copied into `wc` first: a poster may reuse the slot now.
     qp.sq.retire();
-    if (signaled) qp.send_cq()->push(wc);
+    if (signaled && qp.send_cq()->push(wc)) UROCE_STAMP(Completed);
   }
   qp.check_drained();
 }
