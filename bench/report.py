@@ -312,7 +312,11 @@ def main():
                  "tool's.  \"tx calls\" are sendmmsg/sendto (one per transmit burst).  The raw tool "
                  "(uroce-wire-limit, same port code, no RDMA) gives the same per frame; \"raw, same frames\" is "
                  "its two ends' CPU per frame times the data frames the message puts on the wire (READ: its "
-                 "request and its response; ib_send_lat: one iteration, a frame each way; ACKs not counted).\n")
+                 "request and its response; ib_send_lat: one iteration, a frame each way; ACKs not counted).  "
+                 "The raw receiver polls at full rate, so its CPU per frame is one core over the frame rate; "
+                 "for a message whose frames go both ways (READ, the ping-pong) the raw figure overstates what "
+                 "those frames need, and the comparison that holds is the sending end's kernel time per frame "
+                 "(the veth's and af_packet's path, the floor on this wire) against the raw tx's.\n")
         raw = {s_: m for (p, s_), m in cpu.items() if p == "raw_stream"}
 
         def frames_of(prog, size):  # (data frames per message, frame bytes)
