@@ -231,11 +231,13 @@ def main():
     L.append("| size B | wire MiB/s | send_bw | ratio | write_bw | ratio | read_bw | ratio | wire M/s | send M/s | ratio |")
     L.append("|---|---|---|---|---|---|---|---|---|---|---|")
 
-    def spread(prog, s):  # "median (lowest-highest)" of a bandwidth figure
-        m = uroce.get((prog, s), {})
+    def spread_of(m):  # "median (lowest-highest)" of a bandwidth figure's metrics
         lo, hi = m.get("bw_mb_s_min"), m.get("bw_mb_s_max")
         text = fmt(m.get("bw_mb_s"), 1)
         return text if lo is None or hi is None else f"{text} ({fmt(lo, 0)}–{fmt(hi, 0)})"
+
+    def spread(prog, s):
+        return spread_of(uroce.get((prog, s), {}))
 
     for s in sizes:
         wb = w.bw_mib(s)
@@ -257,9 +259,7 @@ def main():
         L.append("| program | size B | MiB/s (lowest–highest) | message rate M/s | wire MiB/s | ratio |")
         L.append("|---|---|---|---|---|---|")
         for (p, s_), m in sorted(shapes.items()):
-            lo, hi = m.get("bw_mb_s_min"), m.get("bw_mb_s_max")
-            cell = fmt(m.get("bw_mb_s"), 1) + ("" if lo is None or hi is None else f" ({fmt(lo, 0)}–{fmt(hi, 0)})")
-            L.append(f"| {p} | {s_} | {cell} | {fmt(m.get('msg_rate_mpps'), 3)} | {fmt(w.bw_mib(s_), 1)} | "
+            L.append(f"| {p} | {s_} | {spread_of(m)} | {fmt(m.get('msg_rate_mpps'), 3)} | {fmt(w.bw_mib(s_), 1)} | "
                      f"{fx(ratio(m.get('bw_mb_s'), w.bw_mib(s_)))} |")
         L.append("")
 
@@ -334,11 +334,8 @@ def main():
         raw = {s_: m for (p, s_), m in cpu.items() if p == "raw_stream"}
 
         def frames_of(prog, size):  # (data frames per message, frame bytes)
-            if prog == "ib_read_bw":
-                return 2, a.overhead + min(size, a.pmtu)
-            if prog == "ib_send_lat":
-                return 2, a.overhead + min(size, a.pmtu)
-            return -(-size // a.pmtu), a.overhead + min(size, a.pmtu)
+            n = 2 if prog in ("ib_read_bw", "ib_send_lat") else -(-size // a.pmtu)
+            return n, a.overhead + min(size, a.pmtu)
 
         L.append("| program | end | CPU ns | user ns | kernel ns | system calls | tx calls | "
                  "instructions (u+k) | cycles (u+k) | raw, same frames, both ends, CPU ns | uroce both ends / raw |")
@@ -348,10 +345,10 @@ def main():
                 continue
             n, f = frames_of(p, s_)
             r = raw.get(max(f, 64), {})
-            rawv = (r["tx_cpu_ns_per_msg"] + r["rx_cpu_ns_per_msg"]) * n if r.get("tx_cpu_ns_per_msg") is not None \
-                and r.get("rx_cpu_ns_per_msg") is not None else None
-            both = m.get("client_cpu_ns_per_msg", 0) + m.get("server_cpu_ns_per_msg", 0) \
-                if "client_cpu_ns_per_msg" in m and "server_cpu_ns_per_msg" in m else None
+            tx, rx = r.get("tx_cpu_ns_per_msg"), r.get("rx_cpu_ns_per_msg")
+            rawv = (tx + rx) * n if tx is not None and rx is not None else None
+            client, server = m.get("client_cpu_ns_per_msg"), m.get("server_cpu_ns_per_msg")
+            both = client + server if client is not None and server is not None else None
             for end in ("client", "server"):
                 def g(k, d=0):
                     return fmt(m.get(f"{end}_{k}_per_msg"), d)

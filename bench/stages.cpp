@@ -25,6 +25,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <iterator>
 #include <string>
 #include <vector>
 
@@ -42,6 +43,10 @@ using namespace uroce;
 using stamps::kPoints;
 
 enum class Op : uint8_t { Send, Write, Read };
+inline constexpr Op kOps[] = {Op::Send, Op::Write, Op::Read};
+
+// What both sides' MR and QP allow: the peer's WRITE and READ.
+constexpr int kAccess = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ;
 
 struct Options {
   unsigned iters = 20'000;
@@ -82,15 +87,9 @@ bool parse(int argc, char** argv, Options& o) {
     } else if (a == "--op") {
       if (i + 1 >= argc) return false;
       const std::string v = argv[++i];
-      if (v == "send") {
-        o.op = Op::Send;
-      } else if (v == "write") {
-        o.op = Op::Write;
-      } else if (v == "read") {
-        o.op = Op::Read;
-      } else {
-        return false;
-      }
+      const auto* op = std::find_if(std::begin(kOps), std::end(kOps), [&](Op k) { return v == op_name(k); });
+      if (op == std::end(kOps)) return false;
+      o.op = *op;
     } else if (a == "--json") {
       o.json = true;
     } else {
@@ -134,8 +133,7 @@ struct Side {
     int err = 0;
     if ((pd = r.alloc_pd(&err)) == nullptr) return err;
     if ((cq = r.create_cq(64, nullptr, nullptr, 0, &err)) == nullptr) return err;
-    mr = r.reg_mr(pd, buf.data(), buf.size(), reinterpret_cast<uintptr_t>(buf.data()),
-                  IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ, &err);
+    mr = r.reg_mr(pd, buf.data(), buf.size(), reinterpret_cast<uintptr_t>(buf.data()), kAccess, &err);
     if (mr == nullptr) return err;
     ibv_qp_init_attr init{};
     init.send_cq = init.recv_cq = reinterpret_cast<ibv_cq*>(cq);
@@ -148,7 +146,7 @@ struct Side {
 
   int connect(const Side& peer) {
     bench::RcPath path;
-    path.access = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ;
+    path.access = kAccess;
     return bench::connect_rc(*qp, peer.qp->qpn().value(), peer.gid, path);
   }
 
