@@ -42,7 +42,7 @@ def load(path):
             if row["metric"] == "failed_runs":
                 failed.append((row["kind"], row["program"], int(row["size"]), int(float(row["value"]))))
                 continue
-            if row["kind"] in ("cpu", "heap", "memory", "shape"):
+            if row["kind"] in ("cpu", "heap", "memory", "shape", "floor"):
                 if row["value"] != "":
                     costs.setdefault(row["kind"], {}).setdefault(
                         (row["program"], int(row["size"])), {})[row["metric"]] = float(row["value"])
@@ -124,6 +124,51 @@ def fx(v):
 
 def ratio(a, b):
     return None if a is None or b is None or b == 0 else a / b
+
+
+# Bytes a frame of `payload` RoCEv2 bytes takes on an Ethernet wire:
+# Ethernet header 14, IPv4 20, UDP 8, BTH 12, ICRC 4, FCS 4, preamble and
+# inter-frame gap 20 (a WRITE's middle packet: no RETH).
+def wire_bytes(payload):
+    return payload + 14 + 20 + 8 + 12 + 4 + 4 + 20
+
+
+def floor_section(floor):
+    """uroce's own CPU per frame with no kernel (rnic_bench, sim wire), and
+    the cores a NIC at 25 and 100 Gbit/s would need at that cost."""
+    L = ["### uroce's own CPU, no kernel: the sim wire, and what a fast NIC needs (issue 43)\n",
+         "Both RNICs on one thread, frames handed over in memory (bench/rnic_bench.cpp): the CPU of both "
+         "ends together, per full data frame of a 64 KiB WRITE (with its share of the ACKs) and per "
+         "64 B SEND (its frame, its ACK share, both completions and the receive it consumes).  Beside it "
+         "the least those bytes cost: copied into a frame with the ICRC computed, the ICRC verified and "
+         "the payload copied out.\n",
+         "| what | both ends, ns | copies and ICRC, ns | the rest, ns |",
+         "|---|---:|---:|---:|"]
+    per_frame = {}
+    for (prog, size), m in sorted(floor.items()):
+        if "ns_per_frame" in m:
+            mtu = int(prog.rsplit(" ", 1)[1])
+            per_frame[mtu] = m["ns_per_frame"]
+            b = m.get("bound_ns_per_frame")
+            L.append(f"| {size // 1024} KiB WRITE, per {mtu} B frame | {fmt(m['ns_per_frame'], 0)} | {fmt(b, 0)} | "
+                     f"{fmt(m['ns_per_frame'] - b, 0) if b is not None else '—'} |")
+        elif "ns_per_msg" in m:
+            L.append(f"| {size} B SEND, per message | {fmt(m['ns_per_msg'], 0)} | — | — |")
+    L.append("")
+    if per_frame:
+        L.append("Cores one direction of a link at line rate needs at that cost (frames per second at the "
+                 "path MTU a 1500- and a 9000-byte Ethernet MTU carry, 1024 and 4096 B, times both ends' "
+                 "CPU per frame; each end needs about half, and a NIC's PMD adds its own per-packet cost, "
+                 "which the sim wire's hand-over only stands in for):\n")
+        L.append("| link | path MTU | frames/s | both ends, cores | one end, about |")
+        L.append("|---|---:|---:|---:|---:|")
+        for gbit in (25, 100):
+            for mtu, ns in sorted(per_frame.items()):
+                fps = gbit * 1e9 / 8 / wire_bytes(mtu)
+                cores = fps * ns * 1e-9
+                L.append(f"| {gbit} Gbit/s | {mtu} | {fps / 1e6:.2f} M | {cores:.2f} | {cores / 2:.2f} |")
+        L.append("")
+    return L
 
 
 def load_stages(path):
@@ -377,6 +422,9 @@ def main():
                  "(bench/rnic_bench.cpp's allocation hook counts every malloc, operator new included): "
                  + ", ".join(f"{p} {s_} B: {fmt(m.get('allocs_per_pkt'), 3)}" for (p, s_), m in sorted(heap.items()))
                  + ".\n")
+    floor = costs.get("floor", {})
+    if floor:
+        L.extend(floor_section(floor))
     if mem:
         L.append(f"Memory: {int(mem.get('qps', 0)):,} RC QPs on one device (sim, in memory) at send and receive "
                  f"depth {int(mem.get('send_depth', 0))}/{int(mem.get('recv_depth', 0))} (perftest's default), "
