@@ -70,6 +70,12 @@ drivers::Status check(const Options& o) {
   if (o.companions != 0 && o.mode != Mode::kPing && o.mode != Mode::kPong) {
     return drivers::Error{EINVAL, "--companions is for ping and pong"};
   }
+  if (o.duplex && o.mode != Mode::kTx && o.mode != Mode::kRx) {
+    return drivers::Error{EINVAL, "--duplex is for tx and rx"};
+  }
+  if (o.duplex && o.to.dst != kNotOurMac) {
+    return drivers::Error{EINVAL, "--duplex sends both ways with the default addressing (the rx end takes no --to-mac)"};
+  }
   if (o.relay_core != -1 && (!o.relay || o.relay_core < 0)) {
     return drivers::Error{EINVAL, "--relay-core is a CPU number, with --relay"};
   }
@@ -121,6 +127,9 @@ drivers::Result<Options> parse_options(int argc, char** argv) {
   app.add_flag("--relay", o.relay,
                "a second thread owns the port and every frame goes through it, by rings of pointers, "
                "both threads yielding when idle: the least a hop through another thread (uroced's) costs");
+  app.add_flag("--duplex", o.duplex,
+               "tx/rx: the rx end streams back from the hello to the done, and each end counts what the "
+               "other sent (both directions at once, as perftest -b)");
   app.add_option("--relay-core", o.relay_core, "--relay: the relay thread's CPU (default: any online CPU)");
   app.add_flag("--claim-udp", o.claim_udp,
                "hold UDP port 4791 in this namespace as uroce does, so that the kernel takes frames "

@@ -55,6 +55,9 @@ struct Options {
   Addressing to;                 // initiator: where its frames go (frame.hpp)
   bool claim_udp = false;        // hold UDP 4791 in this namespace, as uroce does
   bool relay = false;            // every frame through a second thread (relay.hpp)
+  // tx and rx: both ends stream at once, each counting the other's frames
+  // (perftest -b's shape: each end's one thread sends and receives).
+  bool duplex = false;
   int relay_core = -1;           // --relay: that thread's CPU (-1: any online CPU)
 };
 

@@ -107,6 +107,11 @@ void report(const RunContext& ctx, const TxResult& r) {
               {"frames_per_s", r.frames_per_s},
               {"gbit_per_s", gbit_per_s(r.frames_per_s, ctx.options.frame_bytes)},
               {"done_acked", r.done_acked}});
+    if (ctx.options.duplex) {
+      j.update({{"duplex_received", r.received},
+                {"duplex_rx_seconds", r.rx_seconds},
+                {"duplex_rx_frames_per_s", r.rx_frames_per_s}});
+    }
     emit(j);
     return;
   }
@@ -114,6 +119,10 @@ void report(const RunContext& ctx, const TxResult& r) {
              "tx dropped {}\n",
              header(ctx), r.sent, r.seconds, r.frames_per_s / kMega,
              gbit_per_s(r.frames_per_s, ctx.options.frame_bytes), r.busy_polls, r.pool_empty, ctx.port.tx_dropped);
+  if (ctx.options.duplex) {
+    fmt::print("{}: received the other end's {} frames in {:.3f} s: {:.3f} Mframes/s\n", header(ctx), r.received,
+               r.rx_seconds, r.rx_frames_per_s / kMega);
+  }
   std::fflush(stdout);
 }
 
@@ -136,6 +145,11 @@ void report(const RunContext& ctx, const ResponderResult& r) {
               {"seconds", r.seconds},
               {"frames_per_s", r.frames_per_s},
               {"gbit_per_s", gbit_per_s(r.frames_per_s, ctx.options.frame_bytes)}});
+    if (ctx.options.duplex) {
+      j.update({{"duplex_sent", r.sent},
+                {"duplex_tx_seconds", r.tx_seconds},
+                {"duplex_tx_frames_per_s", r.tx_frames_per_s}});
+    }
     emit(j);
     return;
   }
@@ -147,6 +161,10 @@ void report(const RunContext& ctx, const ResponderResult& r) {
   } else {
     fmt::print("{}: echoed {} requests ({} not taken by the wire); foreign {}, unexpected {}{}\n", header(ctx),
                r.requests, r.echo_failed, r.foreign, r.unexpected, tail);
+  }
+  if (ctx.options.duplex) {
+    fmt::print("{}: sent its own {} frames in {:.3f} s: {:.3f} Mframes/s\n", header(ctx), r.sent, r.tx_seconds,
+               r.tx_frames_per_s / kMega);
   }
   std::fflush(stdout);
 }

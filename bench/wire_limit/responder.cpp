@@ -22,7 +22,8 @@ struct Burst {
 };
 
 // The answer to each of our frames a responder receives; nothing for
-// frames it only counts.
+// frames it only counts.  With --duplex an rx end also streams back once
+// the initiator is there, until its done.
 std::optional<FrameKind> answer_to(FrameKind kind, bool echo) {
   switch (kind) {
     case FrameKind::kHello: return FrameKind::kHelloAck;
@@ -47,7 +48,9 @@ void sort_frame(const Endpoint& ep, rte_mbuf* m, bool echo, uint16_t companions,
   } else if (info->kind == FrameKind::kDone) {
     r.done = true;
     r.peer_sent = join_count(info->seq, info->tsc);
-  } else if (info->kind != FrameKind::kHello) {
+  } else if (info->kind == FrameKind::kHello) {
+    r.greeted = true;
+  } else {
     ++r.unexpected;
   }
   const auto answer = info ? answer_to(info->kind, echo) : std::nullopt;
@@ -77,7 +80,13 @@ ResponderResult run_responder(const Endpoint& ep, const Options& o, bool echo) {
   const uint64_t deadline = now + static_cast<uint64_t>(o.seconds * hz);
   uint64_t first = 0;
   uint64_t last = 0;
+  // --duplex (rx): this end's own stream, from the initiator's hello (the
+  // first request or hello seen) to its done.
+  Sender tx(ep);
+  bool streaming = false;
+  uint64_t tx_start = 0;
   while (!r.done && !stop_requested() && now < deadline) {
+    if (streaming) tx.step(static_cast<uint32_t>(now));
     const uint16_t n = port_rx(ep, bufs, ep.burst);
     const uint64_t requests_before = r.requests;
     Burst b;
@@ -89,7 +98,14 @@ ResponderResult run_responder(const Endpoint& ep, const Options& o, bool echo) {
       if (first == 0) first = now;
       last = now;
     }
+    if (o.duplex && !echo && !streaming && (r.greeted || r.requests != 0)) {
+      streaming = true;  // the initiator is there (its hello, or already its stream)
+      tx_start = now;
+    }
   }
+  r.sent = tx.sent;
+  r.tx_seconds = streaming ? static_cast<double>(now - tx_start) / hz : 0;
+  r.tx_frames_per_s = r.tx_seconds > 0 ? static_cast<double>(r.sent) / r.tx_seconds : 0;
   // The kDoneAck is out: stay off the wire while the initiator closes.
   if (r.done) std::this_thread::sleep_for(kPeerGrace);
   r.seconds = last > first ? static_cast<double>(last - first) / hz : 0;

@@ -8,6 +8,8 @@
 #include <span>
 #include <string>
 
+#include <rte_mbuf.h>
+
 #include "bench/wire_limit/endpoint.hpp"
 #include "bench/wire_limit/options.hpp"
 
@@ -52,10 +54,15 @@ struct ResponderResult {
   uint64_t echo_failed = 0;  // pong: replies the wire would not take
   uint64_t foreign = 0;
   uint64_t unexpected = 0;   // ours, but not for a responder
+  bool greeted = false;      // a kHello came
   bool done = false;         // the initiator said kDone
   std::optional<uint64_t> peer_sent;  // rx: what the tx side says it sent
   double seconds = 0;        // first to last request
   double frames_per_s = 0;   // rx: requests / seconds
+  // --duplex: the stream this end sent back, from the hello to the done.
+  uint64_t sent = 0;
+  double tx_seconds = 0;
+  double tx_frames_per_s = 0;
 };
 
 struct TxResult {
@@ -65,6 +72,32 @@ struct TxResult {
   double seconds = 0;
   double frames_per_s = 0;
   bool done_acked = false;
+  // --duplex: the rx end's stream, received here (first to last frame).
+  uint64_t received = 0;
+  double rx_seconds = 0;
+  double rx_frames_per_s = 0;
+};
+
+// The sending half of a stream: a burst of fresh requests per step, the
+// frames the wire refused last time at its head, so back-pressure (memif)
+// costs no sequence numbers.
+class Sender {
+ public:
+  explicit Sender(const Endpoint& ep) noexcept : ep_(ep) {}
+  ~Sender() { rte_pktmbuf_free_bulk(bufs_, pending_); }
+  Sender(const Sender&) = delete;
+  Sender& operator=(const Sender&) = delete;
+
+  void step(uint32_t tsc) noexcept;  // offers one burst to the wire
+  uint64_t sent = 0;
+  uint64_t busy_polls = 0;
+  uint64_t pool_empty = 0;
+
+ private:
+  const Endpoint& ep_;
+  rte_mbuf* bufs_[kMaxBurst];
+  uint16_t pending_ = 0;
+  uint32_t seq_ = 0;
 };
 
 // A run that could not start (no responder answered) is an Error.

@@ -84,5 +84,40 @@ print(f"PASS: {name}: {ping['round_trips']} round trips, median {ping['rtt_ns'][
 PY
 }
 
+# Both ends streaming at once (--duplex): each must receive the other's
+# stream, and never more than the other says it sent.
+run_duplex() {
+  local memif="socket=$dir/duplex.sock,socket-abstract=no"
+  "$bin" --mode=rx --duplex --vdev="net_memif0,role=server,$memif" --core="$pong_core" \
+    --seconds="$MAX_SECONDS" --json >"$dir/duplex-rx.json" 2>"$dir/duplex-rx.err" &
+  pong_pid=$!
+  for _ in $(seq "$SOCKET_WAIT_TENTHS"); do
+    [ -S "$dir/duplex.sock" ] && break
+    kill -0 "$pong_pid" 2>/dev/null || break
+    sleep 0.1
+  done
+  local status=0
+  "$bin" --mode=tx --duplex --vdev="net_memif0,role=client,$memif" --core=0 --seconds=1 --json \
+    >"$dir/duplex-tx.json" 2>"$dir/duplex-tx.err" || status=$?
+  wait "$pong_pid" || echo "duplex: rx exited with $?"
+  pong_pid=""
+  if [ "$status" -ne 0 ]; then
+    echo "FAIL: duplex: tx exited with $status"
+    cat "$dir/duplex-tx.err" "$dir/duplex-rx.err" >&2
+    return 1
+  fi
+  python3 - "$(grep '^{' "$dir/duplex-tx.json" | tail -n 1)" "$(grep '^{' "$dir/duplex-rx.json" | tail -n 1)" <<'PY'
+import json, sys
+tx, rx = json.loads(sys.argv[1]), json.loads(sys.argv[2])
+assert rx["done"], "duplex: the rx end never heard done"
+assert rx["frames_received"] > 0 and tx["duplex_received"] > 0, f"duplex: a direction carried nothing: {tx} {rx}"
+assert rx["frames_received"] <= tx["frames_sent"], "duplex: rx counted more than tx sent"
+assert tx["duplex_received"] <= rx["duplex_sent"], "duplex: tx counted more than rx sent"
+assert tx["duplex_rx_frames_per_s"] > 0 and rx["duplex_tx_frames_per_s"] > 0, "duplex: no rate"
+print(f"PASS: duplex: {rx['frames_received']} frames one way, {tx['duplex_received']} the other")
+PY
+}
+
 run_pair plain
 run_pair relay --relay
+run_duplex
