@@ -732,6 +732,51 @@ TEST_F(Responder, LongReadStreamsInOrderAndLaterRequestsWait) {
   EXPECT_EQ(ctr(RnicCtr::drop_resp_backlog), 0u);
 }
 
+// After a loss the requester goes back (go-back-N) and asks again from the
+// first response it lacks: that duplicate READ must not wait behind the
+// response still streaming and the requests queued after it, which the
+// requester would discard (it takes responses in PSN order) and asks for
+// again anyway.  The stream is cut short, the queue dropped, the
+// duplicate answered at once (9.7.5.1.4); the dropped request is served
+// when it comes again.
+TEST_F(Responder, DuplicateReadCutsTheStreamInProgressShort) {
+  Qp* q = make_qp(IBV_QPT_RC);  // MTU 1024
+  constexpr uint32_t kLen = 4 << 20, kPkts = kLen / 1024, kFrom = 10;
+  Buffer mem = buffer(kLen + 64, kRemoteAll);
+  const auto data = pattern(kLen, 23);
+  std::memcpy(mem.data(), data.data(), kLen);
+  inject(read(q, kRqPsn, mem.addr(), mem.rkey(), kLen));
+  // Queued behind the stream; then the requester goes back to PSN + kFrom.
+  inject(read(q, kRqPsn + kPkts, mem.addr(), mem.rkey(), 64));
+  inject(read(q, kRqPsn + kFrom, mem.addr(kFrom * 1024), mem.rkey(), kLen - kFrom * 1024));
+  auto rs = responses();
+  EXPECT_EQ(ctr(RnicCtr::resp_read_restarts), 1u);
+  // The first stream's packets in order up to where it was cut, then the
+  // duplicate's, from PSN + kFrom to the end; nothing for the dropped READ.
+  ASSERT_GT(rs.size(), kPkts - kFrom);
+  const size_t cut = rs.size() - (kPkts - kFrom);
+  ASSERT_GT(cut, kFrom) << "the first stream had sent past the duplicate's PSN";
+  ASSERT_LT(cut, size_t{kPkts}) << "the first stream ran to its end";
+  for (size_t i = 0; i < cut; ++i) ASSERT_EQ(rs[i].psn(), (kRqPsn + i) & Psn::kMask) << i;
+  std::vector<uint8_t> got;
+  for (size_t i = cut; i < rs.size(); ++i) {
+    ASSERT_EQ(rs[i].psn(), (kRqPsn + kFrom + (i - cut)) & Psn::kMask) << i;
+    ASSERT_EQ(rs[i].pi.op().op, wire::Operation::ReadResponse) << i;
+    auto p = rs[i].payload();
+    got.insert(got.end(), p.begin(), p.end());
+  }
+  EXPECT_EQ(rs[cut].opcode(), op::RC_READ_RESPONSE_MIDDLE);  // a replay from inside the message
+  EXPECT_EQ(rs.back().opcode(), op::RC_READ_RESPONSE_LAST);
+  EXPECT_EQ(first_diff(got, {data.data() + kFrom * 1024, kLen - kFrom * 1024}), -1);
+  // The dropped request, sent again, is answered as new.
+  inject(read(q, kRqPsn + kPkts, mem.addr(), mem.rkey(), 64));
+  rs = responses();
+  ASSERT_EQ(rs.size(), 1u);
+  EXPECT_EQ(rs[0].opcode(), op::RC_READ_RESPONSE_ONLY);
+  EXPECT_EQ(rs[0].psn(), (kRqPsn + kPkts) & Psn::kMask);
+  EXPECT_EQ(ctr(RnicCtr::drop_resp_backlog), 0u);
+}
+
 TEST_F(Responder, ZeroLengthReadIsOneEmptyResponse) {
   Qp* q = make_qp(IBV_QPT_RC);
   ASSERT_NE(q, nullptr);

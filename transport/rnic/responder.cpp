@@ -555,9 +555,16 @@ Step dup_acked(Rx& r) noexcept {
   return Step::Done;
 }
 
+void stop_stream(transport::Engine& engine, Qp& qp) noexcept;
+
 // C9-107: a READ is executed again from the duplicate's PSN, which may
 // point inside an earlier response (the requester re-asks for the rest:
-// its RETH is then a subset of the original's).
+// its RETH is then a subset of the original's).  One that comes while a
+// response streams (responder_rx lets it past the queue) ends that
+// stream and drops the requests queued behind it: the requester went
+// back to the duplicate's PSN after a loss, takes responses only in PSN
+// order, and sends everything after it again (go-back-N, 9.7.5.1.4), so
+// what the stream and the queue would answer first it would discard.
 Step dup_read(Rx& r) noexcept {
   RdAtomicResult* res = find_result(r.s, r.psn, false);
   const wire::RethC reth = r.ext<wire::RethC>(wire::kHdrReth);
@@ -568,6 +575,10 @@ Step dup_read(Rx& r) noexcept {
   if (!subset) {
     r.ctr.inc(RnicCtr::drop_dup_unknown);
     return Step::Done;
+  }
+  if (r.qp.resp.stream.active) {
+    r.ctr.inc(RnicCtr::resp_read_restarts);
+    stop_stream(r.engine, r.qp);
   }
   // The R_Key is checked again as the stream runs (deregistered since:
   // remote access error); a replay runs in the registration as it is now.
@@ -796,7 +807,13 @@ void responder_rx(transport::Engine& engine, Qp& qp, transport::RoceRx& pkt) noe
     if (s.reorder.held > 0) reorder_drain(engine, qp);
     return;
   }
-  // A READ response is streaming: nothing may overtake it.
+  // A READ response is streaming: nothing may overtake it but a duplicate
+  // READ request (the requester went back after a loss: dup_read).
+  if (pkt.info.op().op == wire::Operation::ReadRequest && distance(pkt.info.psn, s.epsn) < 0) {
+    process(engine, qp, pkt);
+    if (s.reorder.held > 0 && !s.stream.active) reorder_drain(engine, qp);
+    return;
+  }
   if (s.backlog_count == s.backlog.size()) {
     qp.rnic().counters().inc(RnicCtr::drop_resp_backlog);
     rte_pktmbuf_free(pkt.m);

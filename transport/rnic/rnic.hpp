@@ -77,6 +77,7 @@ namespace uroce::rnic {
   X(drop_recv_prot, "dropped: UC/UD message whose receive SGE failed the L_Key check")     \
   X(drop_dup_unknown, "dropped: duplicate READ/atomic not in the responder's result cache") \
   X(drop_resp_backlog, "dropped: request for a QP whose READ response backlog is full")  \
+  X(resp_read_restarts, "READ responses cut short by a duplicate READ request, with the requests queued behind them (the requester went back, 9.7.5.1.4)") \
   X(drop_uc_gap, "dropped: UC packet after a PSN gap (rest of the message)")                \
   X(drop_no_recv_ud, "dropped: UD/UC packet with no receive WQE posted")                    \
   X(rem_access_naks, "remote access error NAKs sent")                                       \
