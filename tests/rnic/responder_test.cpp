@@ -777,6 +777,44 @@ TEST_F(Responder, DuplicateReadCutsTheStreamInProgressShort) {
   EXPECT_EQ(ctr(RnicCtr::drop_resp_backlog), 0u);
 }
 
+// The requester's go-back-N sends again every request after the one it
+// went back to; the duplicates of later READs (executed before) must wait
+// behind the replay the first duplicate started, not cut it short in turn.
+TEST_F(Responder, LaterDuplicateReadWaitsBehindTheReplay) {
+  Qp* q = make_qp(IBV_QPT_RC);  // MTU 1024
+  constexpr uint32_t kLen = 1 << 20, kPkts = kLen / 1024, kFrom = 10;
+  Buffer mem = buffer(kLen, kRemoteAll);
+  const auto data = pattern(kLen, 24);
+  std::memcpy(mem.data(), data.data(), kLen);
+  const uint32_t a = kRqPsn, b = kRqPsn + kPkts;
+  inject(read(q, a, mem.addr(), mem.rkey(), kLen));
+  ASSERT_EQ(responses().size(), kPkts);  // A answered in full
+  inject(read(q, b, mem.addr(), mem.rkey(), kLen));  // B streams
+  // The requester lost A's PSN a + kFrom: it asks again from there, then
+  // sends B again.
+  inject(read(q, a + kFrom, mem.addr(kFrom * 1024), mem.rkey(), kLen - kFrom * 1024));
+  inject(read(q, b, mem.addr(), mem.rkey(), kLen));
+  auto rs = responses();
+  EXPECT_EQ(ctr(RnicCtr::resp_read_restarts), 1u) << "only A's duplicate cuts a stream short";
+  // B's first stream up to where A's duplicate cut it, then A from a + kFrom
+  // to its end, then B again in full.
+  size_t i = 0;
+  while (i < rs.size() && distance(Psn(rs[i].psn()), Psn(b)) >= 0) ++i;
+  const size_t cut = i;
+  ASSERT_GT(cut, 0u);
+  ASSERT_LT(cut, size_t{kPkts});
+  ASSERT_EQ(rs.size(), cut + (kPkts - kFrom) + kPkts);
+  for (uint32_t k = 0; k < kPkts - kFrom; ++k) ASSERT_EQ(rs[cut + k].psn(), (a + kFrom + k) & Psn::kMask) << k;
+  std::vector<uint8_t> got;
+  for (uint32_t k = 0; k < kPkts; ++k) {
+    const Resp& r = rs[cut + (kPkts - kFrom) + k];
+    ASSERT_EQ(r.psn(), (b + k) & Psn::kMask) << k;
+    auto p = r.payload();
+    got.insert(got.end(), p.begin(), p.end());
+  }
+  EXPECT_EQ(first_diff(got, data), -1);
+}
+
 TEST_F(Responder, ZeroLengthReadIsOneEmptyResponse) {
   Qp* q = make_qp(IBV_QPT_RC);
   ASSERT_NE(q, nullptr);

@@ -559,9 +559,9 @@ void stop_stream(transport::Engine& engine, Qp& qp) noexcept;
 
 // C9-107: a READ is executed again from the duplicate's PSN, which may
 // point inside an earlier response (the requester re-asks for the rest:
-// its RETH is then a subset of the original's).  One that comes while a
-// response streams (responder_rx lets it past the queue) ends that
-// stream and drops the requests queued behind it: the requester went
+// its RETH is then a subset of the original's).  One for a PSN the
+// response streaming now has passed (responder_rx lets it past the
+// queue) ends that stream and drops the requests queued behind it: the requester went
 // back to the duplicate's PSN after a loss, takes responses only in PSN
 // order, and sends everything after it again (go-back-N, 9.7.5.1.4), so
 // what the stream and the queue would answer first it would discard.
@@ -808,8 +808,12 @@ void responder_rx(transport::Engine& engine, Qp& qp, transport::RoceRx& pkt) noe
     return;
   }
   // A READ response is streaming: nothing may overtake it but a duplicate
-  // READ request (the requester went back after a loss: dup_read).
-  if (pkt.info.op().op == wire::Operation::ReadRequest && distance(pkt.info.psn, s.epsn) < 0) {
+  // READ request for a PSN the stream has passed (the requester went back
+  // after a loss: dup_read).  The duplicates that a go-back-N requester
+  // sends after it, for later READs, wait their turn: each would cut short
+  // the replay the first one started.
+  if (pkt.info.op().op == wire::Operation::ReadRequest && distance(pkt.info.psn, s.epsn) < 0 &&
+      distance(pkt.info.psn, s.stream.psn) < 0) {
     process(engine, qp, pkt);
     if (s.reorder.held > 0 && !s.stream.active) reorder_drain(engine, qp);
     return;
