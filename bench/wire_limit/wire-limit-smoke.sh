@@ -2,7 +2,8 @@
 # Smoke test of uroce-wire-limit (meson suite 'wire'): pong and ping over
 # memif between two processes, 1000 round trips, plainly and through a
 # relay thread at each end (--relay); passes when ping reports a positive
-# median RTT and, with the relays, every frame crossed them.  Exit 77
+# median RTT and, with the relays, every frame crossed them.  Then tx and
+# rx streaming both ways at once (--duplex).  Exit 77
 # (skip) when not root.
 # Usage: wire-limit-smoke.sh <path to uroce-wire-limit>
 set -euo pipefail
@@ -32,31 +33,46 @@ trap cleanup EXIT
 # Two CPUs: one each.  One CPU: both share it (slow, still correct).
 pong_core=0
 [ "$(nproc)" -gt 1 ] && pong_core=1
-# run_pair NAME [ARGS...]: pong, then ping, both with ARGS, over a memif
-# socket of their own; checks ping's report (and with --relay both relays').
-run_pair() {
-  local name=$1
-  shift
-  local memif="socket=$dir/$name.sock,socket-abstract=no"
-  "$bin" --mode=pong --vdev="net_memif0,role=server,$memif" --core="$pong_core" \
-    --seconds="$MAX_SECONDS" "$@" --json >"$dir/$name-pong.json" 2>"$dir/$name-pong.err" &
+# start_server NAME MODE [ARGS...]: the memif server end of pair NAME in
+# the background (pong_pid), its output in $dir/NAME-MODE.{json,err};
+# returns once its socket is there (or it died).
+start_server() {
+  local name=$1 mode=$2
+  shift 2
+  "$bin" --mode="$mode" --vdev="net_memif0,role=server,socket=$dir/$name.sock,socket-abstract=no" \
+    --core="$pong_core" --seconds="$MAX_SECONDS" "$@" --json >"$dir/$name-$mode.json" 2>"$dir/$name-$mode.err" &
   pong_pid=$!
   for _ in $(seq "$SOCKET_WAIT_TENTHS"); do
     [ -S "$dir/$name.sock" ] && break
     kill -0 "$pong_pid" 2>/dev/null || break
     sleep 0.1
   done
-  local status=0
-  "$bin" --mode=ping --vdev="net_memif0,role=client,$memif" --core=0 \
-    --count="$ROUND_TRIPS" --warmup="$WARMUP" --seconds="$MAX_SECONDS" "$@" --json \
-    >"$dir/$name-ping.json" 2>"$dir/$name-ping.err" || status=$?
-  wait "$pong_pid" || echo "$name: pong exited with $?"
+}
+
+# run_client NAME MODE SERVER_MODE [ARGS...]: the client end of pair NAME,
+# output in $dir/NAME-MODE.{json,err}, then waits for the server; fails
+# (saying why) when the client did.
+run_client() {
+  local name=$1 mode=$2 server=$3 status=0
+  shift 3
+  "$bin" --mode="$mode" --vdev="net_memif0,role=client,socket=$dir/$name.sock,socket-abstract=no" --core=0 \
+    "$@" --json >"$dir/$name-$mode.json" 2>"$dir/$name-$mode.err" || status=$?
+  wait "$pong_pid" || echo "$name: $server exited with $?"
   pong_pid=""
   if [ "$status" -ne 0 ]; then
-    echo "FAIL: $name: ping exited with $status"
-    cat "$dir/$name-ping.err" "$dir/$name-pong.err" >&2
+    echo "FAIL: $name: $mode exited with $status"
+    cat "$dir/$name-$mode.err" "$dir/$name-$server.err" >&2
     return 1
   fi
+}
+
+# run_pair NAME [ARGS...]: pong, then ping, both with ARGS, over a memif
+# socket of their own; checks ping's report (and with --relay both relays').
+run_pair() {
+  local name=$1
+  shift
+  start_server "$name" pong "$@"
+  run_client "$name" ping pong --count="$ROUND_TRIPS" --warmup="$WARMUP" --seconds="$MAX_SECONDS" "$@" || return 1
   local ping pong
   ping=$(grep '^{' "$dir/$name-ping.json" | tail -n 1)
   pong=$(grep '^{' "$dir/$name-pong.json" | tail -n 1)
@@ -87,25 +103,8 @@ PY
 # Both ends streaming at once (--duplex): each must receive the other's
 # stream, and never more than the other says it sent.
 run_duplex() {
-  local memif="socket=$dir/duplex.sock,socket-abstract=no"
-  "$bin" --mode=rx --duplex --vdev="net_memif0,role=server,$memif" --core="$pong_core" \
-    --seconds="$MAX_SECONDS" --json >"$dir/duplex-rx.json" 2>"$dir/duplex-rx.err" &
-  pong_pid=$!
-  for _ in $(seq "$SOCKET_WAIT_TENTHS"); do
-    [ -S "$dir/duplex.sock" ] && break
-    kill -0 "$pong_pid" 2>/dev/null || break
-    sleep 0.1
-  done
-  local status=0
-  "$bin" --mode=tx --duplex --vdev="net_memif0,role=client,$memif" --core=0 --seconds=1 --json \
-    >"$dir/duplex-tx.json" 2>"$dir/duplex-tx.err" || status=$?
-  wait "$pong_pid" || echo "duplex: rx exited with $?"
-  pong_pid=""
-  if [ "$status" -ne 0 ]; then
-    echo "FAIL: duplex: tx exited with $status"
-    cat "$dir/duplex-tx.err" "$dir/duplex-rx.err" >&2
-    return 1
-  fi
+  start_server duplex rx --duplex
+  run_client duplex tx rx --duplex --seconds=1 || return 1
   python3 - "$(grep '^{' "$dir/duplex-tx.json" | tail -n 1)" "$(grep '^{' "$dir/duplex-rx.json" | tail -n 1)" <<'PY'
 import json, sys
 tx, rx = json.loads(sys.argv[1]), json.loads(sys.argv[2])

@@ -561,10 +561,11 @@ void stop_stream(transport::Engine& engine, Qp& qp) noexcept;
 // point inside an earlier response (the requester re-asks for the rest:
 // its RETH is then a subset of the original's).  One for a PSN the
 // response streaming now has passed (responder_rx lets it past the
-// queue) ends that stream and drops the requests queued behind it: the requester went
-// back to the duplicate's PSN after a loss, takes responses only in PSN
-// order, and sends everything after it again (go-back-N, 9.7.5.1.4), so
-// what the stream and the queue would answer first it would discard.
+// queue) ends that stream and drops the requests queued behind it: the
+// requester went back to the duplicate's PSN after a loss, takes
+// responses only in PSN order, and sends everything after it again
+// (go-back-N, 9.7.5.1.4), so what the stream and the queue would answer
+// first it would discard.
 Step dup_read(Rx& r) noexcept {
   RdAtomicResult* res = find_result(r.s, r.psn, false);
   const wire::RethC reth = r.ext<wire::RethC>(wire::kHdrReth);
@@ -802,20 +803,15 @@ using namespace resp;
 void responder_rx(transport::Engine& engine, Qp& qp, transport::RoceRx& pkt) noexcept {
   UROCE_ASSERT_ENGINE(engine);
   RespState& s = qp.resp;
-  if (!s.stream.active) {
-    process(engine, qp, pkt);
-    if (s.reorder.held > 0) reorder_drain(engine, qp);
-    return;
-  }
-  // A READ response is streaming: nothing may overtake it but a duplicate
+  // While a READ response streams nothing may overtake it but a duplicate
   // READ request for a PSN the stream has passed (the requester went back
   // after a loss: dup_read).  The duplicates that a go-back-N requester
   // sends after it, for later READs, wait their turn: each would cut short
   // the replay the first one started.
-  if (pkt.info.op().op == wire::Operation::ReadRequest && distance(pkt.info.psn, s.epsn) < 0 &&
-      distance(pkt.info.psn, s.stream.psn) < 0) {
+  if (!s.stream.active || (pkt.info.op().op == wire::Operation::ReadRequest && distance(pkt.info.psn, s.epsn) < 0 &&
+                           distance(pkt.info.psn, s.stream.psn) < 0)) {
     process(engine, qp, pkt);
-    if (s.reorder.held > 0 && !s.stream.active) reorder_drain(engine, qp);
+    if (s.reorder.held > 0) reorder_drain(engine, qp);
     return;
   }
   if (s.backlog_count == s.backlog.size()) {
