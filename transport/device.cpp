@@ -735,6 +735,7 @@ drivers::Result<std::unique_ptr<Device>> Devices::bring_up(const config::DeviceC
   if (Status st = make_engine(*d, dev, options); !st) return st.error();
   d->rnic_ = std::make_unique<rnic::Rnic>(*d->engine_, dev.name);
   d->rnic_->set_selective_repeat(dev.loss_recovery == config::LossRecovery::kSelective);
+  d->rnic_->set_spray_ports(dev.spray_ports);
   d->rnic_->set_cc(dev.cc);
   if (dev.kind == config::DeviceKind::kDaemon) {
     const auto it = std::find_if(cfg_->devices.begin(), cfg_->devices.end(),

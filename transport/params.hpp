@@ -158,6 +158,13 @@ inline constexpr uint32_t kSrHoldDeviceMax = 1024;
 // A responder keeping packets behind a gap NAKs the gap again after this
 // many more arrive without it (the NAK or the resent packet was lost too).
 inline constexpr uint32_t kSrRenakEvery = 16;
+// Spraying (DESIGN.md "Spraying"): a responder whose requester sprays NAKs
+// a gap only once it keeps this many packets past it (reordering between
+// paths is not loss; RFC 5681's duplicate-ACK threshold, in packets that
+// overtook the hole).  A tail shorter than that waits for the requester's
+// ACK timeout.  A quarter of a 64 KiB message at path MTU 1024, and well
+// inside kSrHoldPsns.
+inline constexpr uint32_t kSprayReorderPkts = 16;
 
 // Responder (responder.cpp).  Packets one READ response burst sends before
 // yielding to the poll loop (a long READ must not flood the port's TX ring

@@ -26,6 +26,7 @@
 //   pcap = "/tmp/uroce0.pcap"      # overrides the global pcap
 //   faults = "drop=0.01"           # fault spec, parsed by the sim wire
 //   loss_recovery = "selective"    # or "go-back-n" (the default): DESIGN.md "Loss recovery"
+//   spray_ports = 8                # 1..64 (1, the default: no spraying): DESIGN.md "Spraying"
 //   ecn = true                     # data packets ECN-capable (ECT(0)); the default
 //   cc = "dcqcn"                   # "delay" or "none": DESIGN.md "Congestion control"
 //   repath = true                  # a congested QP moves to another UDP source port when idle
@@ -117,10 +118,13 @@ struct DeviceConfig {
   std::optional<std::string> faults;      // spec text; the sim wire parses it
   std::optional<uint16_t> vlan;           // unset: untagged
   LossRecovery loss_recovery = LossRecovery::kGoBackN;
+  uint32_t spray_ports = 1;               // UDP source ports a reliable QP's requests spread over
   CcConfig cc;                            // ecn, cc, [device.dcqcn]
 
   friend bool operator==(const DeviceConfig&, const DeviceConfig&) = default;
 };
+
+inline constexpr uint32_t kMaxSprayPorts = 64;
 
 struct EalConfig {
   std::optional<int> core;                // unset: the EAL's default

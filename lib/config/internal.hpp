@@ -16,6 +16,7 @@ struct DeviceOrigin {
   std::optional<SourcePos> table;
   std::optional<SourcePos> name;
   std::optional<SourcePos> devargs;
+  std::optional<SourcePos> spray_ports;
 };
 
 struct Parsed {

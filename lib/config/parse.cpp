@@ -193,6 +193,9 @@ Status read_faults(const At& at, DeviceConfig& d) { return assign(read_text(at, 
 Status read_loss_recovery(const At& at, DeviceConfig& d) {
   return assign(read_enum(at, kLossRecoveryNames), d.loss_recovery);
 }
+Status read_spray_ports(const At& at, DeviceConfig& d) {
+  return assign_as<uint32_t>(read_integer_in(at, 1, kMaxSprayPorts), d.spray_ports);
+}
 Status read_ecn(const At& at, DeviceConfig& d) { return assign(read_bool(at), d.cc.ecn); }
 Status read_cc_mode(const At& at, DeviceConfig& d) { return assign(read_enum(at, kCcModeNames), d.cc.mode); }
 Status read_repath(const At& at, DeviceConfig& d) { return assign(read_bool(at), d.cc.repath); }
@@ -217,6 +220,7 @@ constexpr std::array kDeviceFields{
     Field<DeviceConfig>{"faults", read_faults},
     Field<DeviceConfig>{"vlan", read_vlan},
     Field<DeviceConfig>{"loss_recovery", read_loss_recovery},
+    Field<DeviceConfig>{"spray_ports", read_spray_ports},
     Field<DeviceConfig>{"ecn", read_ecn},
     Field<DeviceConfig>{"cc", read_cc_mode},
     Field<DeviceConfig>{"repath", read_repath},
@@ -336,7 +340,8 @@ Status read_devices(const At& at, Parsed& p) {
     if (Status s = read_fields(element, kDeviceFields, dev); !s) return s;
     const toml::table& tbl = *element.node.as_table();
     p.cfg.devices.push_back(std::move(dev));
-    p.origins.push_back({pos_of(tbl.source()), key_pos(tbl, "name"), key_pos(tbl, "devargs")});
+    p.origins.push_back(
+        {pos_of(tbl.source()), key_pos(tbl, "name"), key_pos(tbl, "devargs"), key_pos(tbl, "spray_ports")});
   }
   return Ok{};
 }

@@ -1,5 +1,6 @@
-// Checks that need more than one key: devargs against kind, default names,
-// names and DPDK devices unique across devices.
+// Checks that need more than one key: devargs against kind, spraying
+// against loss recovery, default names, names and DPDK devices unique
+// across devices.
 #include <algorithm>
 #include <set>
 
@@ -19,6 +20,18 @@ Status check_devargs_present(const Parsed& p, size_t i) {
   }
   if (dev.kind == DeviceKind::kSim && !dev.devargs.empty()) {
     return Err{error_at(p.source, origin.devargs, device_key_path(i, "devargs"), "a \"sim\" device takes none")};
+  }
+  return Ok{};
+}
+
+// Spraying reorders a QP's packets: only a selective-repeat responder
+// takes that without resending, so a device sprays only toward one
+// (DESIGN.md "Spraying"), and only when it offers selective repeat itself.
+Status check_spray(const Parsed& p, size_t i) {
+  const DeviceConfig& dev = p.cfg.devices[i];
+  if (dev.spray_ports > 1 && dev.loss_recovery != LossRecovery::kSelective) {
+    return Err{error_at(p.source, p.origins[i].spray_ports, device_key_path(i, "spray_ports"),
+                        "needs loss_recovery = \"selective\" (spraying reorders packets)")};
   }
   return Ok{};
 }
@@ -74,6 +87,7 @@ Status check_unique(const Parsed& p, size_t i) {
 Status validate(Parsed& p) {
   for (size_t i = 0; i < p.cfg.devices.size(); ++i) {
     if (Status s = check_devargs_present(p, i); !s) return s;
+    if (Status s = check_spray(p, i); !s) return s;
   }
   assign_default_names(p.cfg);
   for (size_t i = 0; i < p.cfg.devices.size(); ++i) {

@@ -22,9 +22,13 @@ namespace uroce::wire {
 // selective NAK names.  On a PSN sequence NAK: the responder keeps what
 // arrived after the gap the NAK's PSN starts, kResv7GapMask + 1 PSNs at
 // most long (the low bits: its length - 1); such a NAK acknowledges
-// nothing.
+// nothing.  On a plain ACK: its responder keeps (the requester may then
+// spray).  kResv7Sprayed, on a request that offers selective repeat: its
+// requester spreads the QP's packets over several UDP source ports, so
+// they may arrive out of order (the responder waits before NAKing a gap).
 inline constexpr uint8_t kResv7Selective = 0x40;
 inline constexpr uint8_t kResv7GapMask = 0x3F;
+inline constexpr uint8_t kResv7Sprayed = 0x20;
 inline constexpr uint32_t kMaxSelectiveGap = kResv7GapMask + 1;
 
 template <class Byte>

@@ -52,6 +52,7 @@ pcap = "/tmp/left.pcap"
 faults = "drop=0.01,seed=7"
 vlan = 0
 loss_recovery = "selective"
+spray_ports = 8
 ecn = false
 cc = "none"
 repath = true
@@ -100,6 +101,7 @@ Config full_expected() {
   left.faults = "drop=0.01,seed=7";
   left.vlan = 0;
   left.loss_recovery = LossRecovery::kSelective;
+  left.spray_ports = 8;
   left.cc.ecn = false;
   left.cc.mode = CcMode::kNone;
   left.cc.repath = true;

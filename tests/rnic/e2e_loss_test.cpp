@@ -5,7 +5,11 @@
 // combination breaks.)  Each runs with go-back-N, with selective repeat
 // (both RNICs offering it: kept packets, selective NAKs, resends), and with
 // only one end offering it, which must leave both on go-back-N (no
-// connection half upgraded: DESIGN.md "Loss recovery on a lossy link").
+// connection half upgraded: DESIGN.md "Loss recovery on a lossy link"),
+// and with both offering it and the requester spraying over 4 UDP source
+// ports (DESIGN.md "Spraying"), which the responder must take without
+// NAKing what was only reordered, and toward a plain responder must not
+// start at all.
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -60,7 +64,7 @@ drivers::FaultSpec spec_for(Fault f) {
 }
 
 // The requester is A, the responder B.
-enum class Recovery { GoBackN, Selective, RequesterOnly, ResponderOnly };
+enum class Recovery { GoBackN, Selective, RequesterOnly, ResponderOnly, Sprayed, SprayedToPlain };
 
 using Param = std::tuple<Fault, Kind, Recovery>;
 class OneFault : public ::testing::TestWithParam<Param> {};
@@ -69,8 +73,11 @@ TEST_P(OneFault, StreamCompletesExactly) {
   const auto [fault, kind, recovery] = GetParam();
   HarnessOptions ho;
   ho.faults = spec_for(fault);
-  ho.selective_repeat_a = recovery == Recovery::Selective || recovery == Recovery::RequesterOnly;
-  ho.selective_repeat_b = recovery == Recovery::Selective || recovery == Recovery::ResponderOnly;
+  const bool sprayed = recovery == Recovery::Sprayed || recovery == Recovery::SprayedToPlain;
+  ho.selective_repeat_a = recovery == Recovery::Selective || recovery == Recovery::RequesterOnly || sprayed;
+  ho.selective_repeat_b =
+      recovery == Recovery::Selective || recovery == Recovery::ResponderOnly || recovery == Recovery::Sprayed;
+  if (sprayed) ho.spray_ports_a = 4;
   Harness h(ho);
   ConnOpts o;
   o.mtu = IBV_MTU_1024;
@@ -162,10 +169,24 @@ TEST_P(OneFault, StreamCompletesExactly) {
   // Selective repeat is in use only where both ends offer it, and then a
   // dropped request is resent alone (a gap NAKed selectively, no rewind).
   const std::string ctr = h.counters();
-  if (recovery != Recovery::Selective) {
+  const bool both_offer = recovery == Recovery::Selective || recovery == Recovery::Sprayed;
+  if (!both_offer) {
     EXPECT_EQ(ctr.find(" sr_"), std::string::npos) << "selective repeat without both ends offering it";
   } else if (fault == Fault::Drop && kind != Kind::Read && kind != Kind::FetchAdd) {
     EXPECT_NE(ctr.find(" sr_naks_rcvd="), std::string::npos) << "no selective NAK under 3% loss";
+  }
+  // Spraying starts once the responder said it keeps, and only then.
+  if (recovery == Recovery::Sprayed) {
+    EXPECT_NE(ctr.find(" spray_pkts="), std::string::npos) << "nothing sprayed";
+  } else {
+    EXPECT_EQ(ctr.find(" spray_pkts="), std::string::npos) << "sprayed toward a responder that does not keep";
+  }
+  // Reordering shallower than the responder's tolerance (this wire lets
+  // at most 6 frames overtake a held one) is not loss: a sprayed stream's
+  // responder NAKs nothing.  (Selective without spraying NAKs every such
+  // gap at once; that is what the tolerance is for.)
+  if (recovery == Recovery::Sprayed && fault == Fault::Reorder) {
+    EXPECT_EQ(ctr.find(" sr_naks_sent="), std::string::npos) << "reordering NAKed as loss";
   }
   if (HasFailure()) std::printf("%s", ctr.c_str());
 }
@@ -176,6 +197,8 @@ const char* recovery_suffix(Recovery r) {
     case Recovery::Selective: return "_Selective";
     case Recovery::RequesterOnly: return "_SelectiveRequesterOnly";
     case Recovery::ResponderOnly: return "_SelectiveResponderOnly";
+    case Recovery::Sprayed: return "_Sprayed";
+    case Recovery::SprayedToPlain: return "_SprayedToPlain";
   }
   return "?";
 }
@@ -189,7 +212,8 @@ INSTANTIATE_TEST_SUITE_P(Faults, OneFault,
                          ::testing::Combine(::testing::Values(Fault::Drop, Fault::Dup, Fault::Reorder, Fault::Corrupt),
                                             ::testing::Values(Kind::Send, Kind::Write, Kind::Read, Kind::FetchAdd),
                                             ::testing::Values(Recovery::GoBackN, Recovery::Selective,
-                                                              Recovery::RequesterOnly, Recovery::ResponderOnly)),
+                                                              Recovery::RequesterOnly, Recovery::ResponderOnly,
+                                                              Recovery::Sprayed, Recovery::SprayedToPlain)),
                          param_name);
 
 // Go-back-N inside multi-SGE messages: every message gathers from 7 SGEs

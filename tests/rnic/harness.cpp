@@ -49,6 +49,7 @@ Harness::Harness(const HarnessOptions& options)
   if (!a_.rnic || !b_.rnic) return;
   a_.rnic->set_selective_repeat(options.selective_repeat_a);
   b_.rnic->set_selective_repeat(options.selective_repeat_b);
+  a_.rnic->set_spray_ports(options.spray_ports_a);
   a_.rnic->set_cc(options.cc_a);
   b_.rnic->set_cc(options.cc_b);
   if (options.resolve_neighbours) {

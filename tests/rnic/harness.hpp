@@ -63,6 +63,7 @@ struct HarnessOptions {
   // Which RNICs offer selective repeat (Rnic::set_selective_repeat).
   bool selective_repeat_a = false;
   bool selective_repeat_b = false;
+  uint32_t spray_ports_a = 1;  // Rnic::set_spray_ports
   // Each RNIC's congestion control (Rnic::set_cc); the default: ECN on, DCQCN.
   config::CcConfig cc_a;
   config::CcConfig cc_b;

@@ -128,6 +128,12 @@ Step check_psn(Ctx& x) {
     ctr(x).inc(RnicCtr::drop_resp_unexpected);
     return Step::Drop;
   }
+  // A responder that keeps what arrives after a gap says so on its ACKs
+  // and selective NAKs: spraying may start (DESIGN.md "Spraying").
+  if (x.qp.rnic().selective_repeat() && !x.qp.req.peer_keeps &&
+      (wire::BthC(x.frame + x.info.bth_off).resv7() & wire::kResv7Selective) != 0) {
+    x.qp.req.peer_keeps = true;
+  }
   return selective_nak(x) ? Step::SelectiveNak : Step::ImpliedAcks;
 }
 

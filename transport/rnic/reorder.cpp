@@ -3,7 +3,10 @@
 // wire::kResv7Selective) sends past a gap is kept, not dropped, and
 // carried out in PSN order once the gap fills; each gap is NAKed once when
 // it is first seen, with the same bit and its length, so that the
-// requester resends only what is missing.  Nothing is placed out of order:
+// requester resends only what is missing.  A requester that sprays its
+// packets over several paths (wire::kResv7Sprayed) reorders them: its gaps
+// are NAKed once kSprayReorderPkts packets past them are kept
+// (nak_reordered).  Nothing is placed out of order:
 // a kept packet goes through every check of process() when its turn
 // comes, as if it had just arrived.
 //
@@ -30,6 +33,7 @@ namespace uroce::rnic {
 namespace resp {
 
 using transport::params::kSrHoldDeviceMax;
+using transport::params::kSprayReorderPkts;
 using transport::params::kSrRenakEvery;
 
 namespace {
@@ -61,6 +65,33 @@ void send_selective_nak(transport::Engine& engine, Qp& qp, Psn from, uint32_t le
   ctr.inc(RnicCtr::resp_pkts);
   ctr.inc(RnicCtr::sr_naks_sent);
   ++qp.tally.sr_naks_sent;
+}
+
+// A sprayed requester's packets overtake each other on their different
+// paths, so a gap is not yet a loss: NAK (selectively) each missing run
+// behind which kSprayReorderPkts packets are kept already, oldest first;
+// stop at the first run that is younger (later arrivals may fill it).
+// Counted in packets, not PSNs: a READ request takes the PSNs of its
+// responses.  Each call walks from the last NAKed run to the highest
+// kept PSN (the ring, kSrHoldPsns, bounds it).
+void nak_reordered(transport::Engine& engine, Qp& qp) noexcept {
+  const RespState& s = qp.resp;
+  RespState::Reorder& o = qp.resp.reorder;
+  Psn p = distance(o.nak_hi, s.epsn) > 0 ? o.nak_hi : s.epsn;
+  while (distance(o.hi, p) > 0) {
+    if (slot(o, p) != nullptr) {
+      p += 1;
+      continue;
+    }
+    uint32_t behind = 0;
+    for (Psn q = p + 1; distance(o.hi, q) > 0 && behind < kSprayReorderPkts; q += 1) {
+      if (slot(o, q) != nullptr) ++behind;
+    }
+    if (behind < kSprayReorderPkts) return;
+    const uint32_t len = gap_at(o, p, o.hi);
+    send_selective_nak(engine, qp, p, len);  // moves nak_hi past it
+    p += len;
+  }
 }
 
 // Kept packets that the expected PSN moved past without carrying them out:
@@ -110,7 +141,15 @@ Step reorder_hold(Rx& r) noexcept {
   r.ctr.inc(RnicCtr::sr_kept_pkts);
   if (first || distance(r.psn + 1, o.hi) > 0) o.hi = r.psn + 1;
   if (first) o.nak_hi = s.epsn;
-  if (new_gap) {
+  o.sprayed = (r.bth().resv7() & wire::kResv7Sprayed) != 0;
+  if (o.sprayed) {
+    nak_reordered(r.engine, r.qp);
+    // The first gap NAKed and still open after kSrRenakEvery more: its
+    // NAK or its resend was lost too.
+    if (distance(o.nak_hi, s.epsn) > 0 && ++o.since_nak >= kSrRenakEvery) {
+      send_selective_nak(r.engine, r.qp, s.epsn, gap_at(o, s.epsn, o.hi));
+    }
+  } else if (new_gap) {
     UROCE_TRACE(TraceCat::Qp, "qp 0x%06x: PSNs 0x%06x-0x%06x missing, keeping 0x%06x", r.qp.qpn().value(),
                 gap_from.value(), (r.psn - 1).value(), r.psn.value());
     send_selective_nak(r.engine, r.qp, gap_from,
@@ -139,6 +178,10 @@ void reorder_drain(transport::Engine& engine, Qp& qp) noexcept {
   }
   o.seen = s.epsn;
   if (o.held == 0 || s.stream.active) return;
+  if (o.sprayed) {  // a young gap is not NAKed yet (nak_reordered)
+    nak_reordered(engine, qp);
+    return;
+  }
   // A gap at the expected PSN with packets kept behind it: NAKed when it
   // was first seen, unless it opened past where those NAKs reached (a gap
   // longer than one NAK names).
@@ -158,6 +201,7 @@ void reorder_clear(Qp& qp) noexcept {
   qp.rnic().add_held(-static_cast<int32_t>(o.held));
   o.held = 0;
   o.since_nak = 0;
+  o.sprayed = false;
 }
 
 }  // namespace uroce::rnic

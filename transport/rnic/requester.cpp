@@ -183,6 +183,22 @@ enum class Emit : uint8_t {
   Failed,  // the payload could not be gathered: the WQE failed (LOC_PROT_ERR), the send queue with it
 };
 
+// Spraying (DESIGN.md "Spraying"): the UDP source port of the next
+// request.  Port 0 of the round is the QP's own (its path, which repath
+// may move); the others sit an odd stride apart in RoCEv2's range
+// (A17.3.2.1: 0xC000-0xFFFF), so that an ECMP hash over the 5-tuple
+// spreads them as it spreads flows.
+constexpr uint32_t kSprayStride = 0x9E5;
+
+uint16_t request_port(Qp& qp) noexcept {
+  const uint16_t own = qp.attrs().sport;
+  if (!requester_sprays(qp)) return own;
+  ReqState& r = qp.req;
+  const uint32_t k = r.spray_next;
+  r.spray_next = k + 1 >= qp.rnic().spray_ports() ? 0 : k + 1;
+  return static_cast<uint16_t>(0xC000u | ((own + k * kSprayStride) & 0x3FFFu));
+}
+
 // Build and send one request packet of `w` at `psn`.  `off` is the
 // message offset of its payload (SEND/WRITE) or of the remaining READ;
 // `cursor` the WQE's own (the next packet in order) or none (a selective
@@ -200,13 +216,17 @@ Emit emit(transport::Engine& engine, Qp& qp, SendWqe& w, Seg seg, uint64_t off, 
   if (m == nullptr) return Emit::NoMbuf;
 
   wire::PktDesc d;
-  tx_fill_path(engine, path, qp.attrs().sport, d);
+  tx_fill_path(engine, path, ud ? qp.attrs().sport : request_port(qp), d);
   d.udp_checksum = 0;  // RoCEv2 sends 0 (A17.4.3)
   d.opcode = opcode;
   d.psn = psn;
   d.ack_req = ack_req;
-  // Selective repeat offered (DESIGN.md "Loss recovery on a lossy link").
-  if (qp.reliable() && qp.rnic().selective_repeat()) d.resv7 = wire::kResv7Selective;
+  // Selective repeat offered (DESIGN.md "Loss recovery on a lossy link"),
+  // and whether these requests are sprayed (the responder then waits
+  // before it NAKs a gap).
+  if (qp.reliable() && qp.rnic().selective_repeat()) {
+    d.resv7 = requester_sprays(qp) ? wire::kResv7Selective | wire::kResv7Sprayed : wire::kResv7Selective;
+  }
   if (!qp.is_gsi()) cc_mark_data(qp.rnic(), d);  // ECT(0) (cc.hpp)
   d.se = info.last && (w.send_flags & IBV_SEND_SOLICITED) != 0;
   d.dest_qp = ud ? w.remote_qpn : Qpn(qp.attrs().dest_qp_num);
@@ -254,6 +274,7 @@ Emit emit(transport::Engine& engine, Qp& qp, SendWqe& w, Seg seg, uint64_t off, 
   switch (sent) {
     case TxResult::Sent:
       ctr.inc(RnicCtr::req_pkts);
+      if (d.sport != qp.attrs().sport) ctr.inc(RnicCtr::spray_pkts);
       if (cc_tracking(qp.cc)) cc_sent(engine, qp, static_cast<uint32_t>(wire::frame_len(d, payload)));
       if (distance(psn, r.psn_hi) < 0) {
         const bool go_back_n = cursor != nullptr;
@@ -543,6 +564,10 @@ void requester_resend(transport::Engine& engine, Qp& qp, Psn from, uint32_t n) n
   }
 }
 
+bool requester_sprays(const Qp& qp) noexcept {
+  return qp.req.peer_keeps && qp.rnic().spray_ports() > 1 && qp.reliable();
+}
+
 void requester_shrink_window(Qp& qp, LossSignal why) noexcept {
   UROCE_ASSERT_ENGINE(qp.rnic().engine());
   ReqState& r = qp.req;
@@ -582,6 +607,8 @@ void sender_reset(Qp& qp, transport::Engine& engine) noexcept {
   r.wqe_hi = head;
   r.window = kMaxUnackedPsns;
   r.rtt_timing = false;
+  r.peer_keeps = false;
+  r.spray_next = 0;
   cc_reset(qp, engine);
   completer_reset(qp, engine, psn);
 }

@@ -34,6 +34,11 @@ struct ReqState {
   bool rtt_timing = false;
   Psn rtt_psn{};
   uint64_t rtt_sent_ns = 0;
+  // Spraying: the peer's responder keeps what arrives after a gap (an ACK
+  // or a NAK came with wire::kResv7Selective), and the port the next
+  // request takes, of Rnic::spray_ports().
+  bool peer_keeps = false;
+  uint32_t spray_next = 0;
   Timer kick{};                   // run again soon: after a send budget or a missing mbuf
 };
 
@@ -49,6 +54,10 @@ void requester_rewind(Qp& qp) noexcept;
 // requester sends next does not change.  PSNs at or past next_psn are
 // left to the requester's own pass.
 void requester_resend(transport::Engine& engine, Qp& qp, Psn from, uint32_t n) noexcept;
+// Whether the QP's requests are spread over several UDP source ports now
+// (DESIGN.md "Spraying"): the device sprays, the QP is reliable and its
+// peer keeps what arrives after a gap.
+bool requester_sprays(const Qp& qp) noexcept;
 // [engine] The send window after a loss: halved on a sequence NAK's
 // go-back-N, the minimum after an ACK timeout; regrown by acknowledged PSNs.
 enum class LossSignal : uint8_t { SeqNak, AckTimeout };

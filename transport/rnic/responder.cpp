@@ -75,6 +75,7 @@ wire::PktDesc response_desc(const transport::Engine& engine, Qp& qp, uint8_t opc
   d.psn = psn;
   d.aeth_syndrome = ack_syndrome();
   d.aeth_msn = qp.resp.msn;
+  if (qp.resp.peer_offers_sr) d.resv7 = wire::kResv7Selective;  // (NAKs clear it: the IBA's)
   return d;
 }
 wire::PktDesc response_desc(Rx& r, uint8_t opcode, Psn psn) noexcept {
@@ -106,6 +107,7 @@ void send_ack(Rx& r, Psn psn, uint8_t syndrome) noexcept {
   if (plain && coalesce_ack(r, psn, syndrome)) return;
   wire::PktDesc d = response_desc(r, resp_opcode(r.qp, wire::op::kAck), psn);
   d.aeth_syndrome = syndrome;
+  if (!plain) d.resv7 = 0;  // a NAK or RNR NAK is the IBA's (a selective one: reorder.cpp)
   rte_mbuf* m = r.engine.alloc();
   if (m == nullptr) return;
   const uint64_t gen = r.engine.tx_generation();
@@ -237,6 +239,7 @@ void stream_step(transport::Engine& engine, Qp& qp) noexcept {
       st.active = false;
       wire::PktDesc d = response_desc(engine, qp, resp_opcode(qp, wire::op::kAck), st.psn);
       d.aeth_syndrome = nak_syndrome(NakCode::RemoteAccessError);
+      d.resv7 = 0;
       if (tx_send(engine, qp.attrs().path, d)) qp.rnic().counters().inc(RnicCtr::resp_pkts);
       qp.rnic().counters().inc(RnicCtr::rem_access_naks);
       raise_qp_event(qp, IBV_EVENT_QP_ACCESS_ERR);
@@ -839,6 +842,7 @@ void responder_reset(Qp& qp) noexcept {
   s.ack_psn = s.epsn;
   s.msn = Msn(0);
   s.nak_sent = false;
+  s.peer_offers_sr = false;
   s.uc_drop = false;
   abandon_message(s);
   s.msg_opcode = 0;

@@ -58,6 +58,10 @@ struct RespState {
   uint32_t results_next = 0;
   // responder.cpp's own:
   Psn ack_psn{};                   // one past the last SEND/WRITE/atomic executed (a duplicate is re-ACKed at ack_psn-1)
+  // The requester offers selective repeat and this end keeps (reorder
+  // ring): its ACKs, READ responses and atomic ACKs say so with
+  // wire::kResv7Selective, so that it may spray (DESIGN.md "Spraying").
+  bool peer_offers_sr = false;
   // The last ACK this QP queued, while it is the QP's newest response:
   // an ACK that follows it before the engine flushes replaces its PSN and
   // MSN in place (coalescing, IBA 9.7.5.1.1: an ACK acknowledges every
@@ -112,6 +116,7 @@ struct RespState {
     Psn nak_hi{};    // the gaps below this were NAKed selectively
     Psn seen{};      // epsn when packets were last kept or carried out
     uint32_t since_nak = 0;  // packets kept since the last NAK for the first gap
+    bool sprayed = false;    // the requester sprays (wire::kResv7Sprayed): gaps wait (reorder.cpp)
   } reorder;
 };
 

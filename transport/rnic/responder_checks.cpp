@@ -67,6 +67,7 @@ Step check_psn(Rx& r) noexcept {
   switch (r.op.transport) {
     case Transport::RC:
     case Transport::XRC: {
+      s.peer_offers_sr = !s.reorder.ring.empty() && (r.bth().resv7() & wire::kResv7Selective) != 0;
       const int32_t d = distance(r.psn, s.epsn);
       if (d > 0) {
         if (!s.reorder.ring.empty() && (r.bth().resv7() & wire::kResv7Selective) != 0) return reorder_hold(r);

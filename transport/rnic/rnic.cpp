@@ -863,12 +863,15 @@ std::vector<Rnic::QpSnapshot> Rnic::qp_snapshots() {
       s.cnps_rcvd = c.cnps_rcvd;
       s.path_changes = c.path_changes;
       s.tally = q->tally;
-      // Selective repeat is per NAK: in use once the peer answered a gap
-      // selectively or this end did; offered while neither happened.
+      // Selective repeat is per NAK: in use once the peer said it keeps
+      // (an ACK or a NAK with the bit), answered a gap selectively or this
+      // end did; offered while none of that happened.
       const bool offered = q->reliable() && selective_repeat_;
-      s.recovery = !offered                                                  ? "go-back-N"
-                   : q->tally.sr_naks_rcvd != 0 || q->tally.sr_naks_sent != 0 ? "selective"
-                                                                             : "selective (offered)";
+      const bool in_use = q->req.peer_keeps || q->tally.sr_naks_rcvd != 0 || q->tally.sr_naks_sent != 0;
+      s.recovery = !offered  ? "go-back-N"
+                   : !in_use ? "selective (offered)"
+                   : requester_sprays(*q) ? "selective, sprayed"
+                                          : "selective";
       out.push_back(s);
     }
   });

@@ -57,6 +57,7 @@ namespace uroce::rnic {
   X(sr_naks_sent, "selective NAKs sent (a gap, what came after it kept)")                   \
   X(sr_naks_rcvd, "selective NAKs received")                                                \
   X(sr_resent_pkts, "request packets sent again because a selective NAK named them")        \
+  X(spray_pkts, "request packets sent on a UDP source port other than their QP's (spraying)") \
   X(dup_requests, "duplicate requests received (re-ACKed or replayed)")                     \
   X(retry_exceeded, "QPs that exhausted retry_cnt")                                         \
   X(replay_head_lost, "go-back-N retries started again: the replay's first response was lost") \
@@ -187,6 +188,11 @@ class Rnic final : public transport::RoceSink {
   // requests offer it, and its responders keep what arrives after a gap
   // from a requester that offers it.  Set once, before any QP exists.
   void set_selective_repeat(bool on) noexcept { selective_repeat_ = on; }
+  // Spraying (DESIGN.md "Spraying"): a reliable QP whose peer keeps
+  // packets after gaps spreads its requests over this many UDP source
+  // ports (1: its own only, the default).  Set once, before any QP exists.
+  void set_spray_ports(uint32_t n) noexcept { spray_ports_ = n; }
+  uint32_t spray_ports() const noexcept { return spray_ports_; }
   // Congestion control (cc.hpp): ECN, the CNPs sent, DCQCN's parameters.
   // Set once, before any QP exists.
   void set_cc(const config::CcConfig& c) noexcept { cc_ = c; }
@@ -453,6 +459,7 @@ class Rnic final : public transport::RoceSink {
   std::vector<std::unique_ptr<Ah>> ahs_;
   uint32_t active_senders_ = 0;  // [engine] see active_senders()
   bool selective_repeat_ = false;
+  uint32_t spray_ports_ = 1;
   config::CcConfig cc_{};
   uint32_t held_packets_ = 0;    // [engine] see held_packets()
   std::vector<std::unique_ptr<Xrcd>> xrcds_;
