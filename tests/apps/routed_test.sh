@@ -16,6 +16,11 @@
 #              QP's data leaves it (at most half the quarter-second samples
 #              after the turn on it, the last second wholly on the other
 #              link); with repath off it stays on it throughout
+#   spray      bench/multipath/run --spray, short: both links congested,
+#              both ends with selective repeat; with one UDP source port
+#              the QP's data takes one link (at least 95% of the bytes),
+#              sprayed over 64 ports both (each at least 20%), and
+#              requests went out on other ports than the QP's own
 #
 #   routed_test.sh SHIM_BUILD_DIR SCRIPTS_DIR
 #
@@ -191,5 +196,39 @@ PY
     fail "repath"
     cat "$TMP/repath.check" "$TMP/mp/multipath.md"
   fi
+fi
+
+# ---- spray: one QP's requests over both links ----
+"$ROOT/bench/multipath/run" --build "$BUILD" --spray "1 64" --warmup 1 --seconds 3 --red "5 50 20" \
+  --cc-tables "$ROOT/bench/incast/slow-link.toml" --out "$TMP/sp" >"$TMP/spray.log" 2>&1
+rc=$?
+if [ $rc -ne 0 ] || [ ! -s "$TMP/sp/spray.csv" ]; then
+  fail "spray: bench/multipath/run --spray gave no figures (exit $rc)"
+  cat "$TMP/spray.log"
+elif python3 - "$TMP/sp/spray.csv" "$TMP/sp/spray.md" >"$TMP/spray.check" 2>&1 <<'PY'; then
+import csv, sys
+rows = list(csv.DictReader(open(sys.argv[1])))
+def shares(n):
+    # After the warm-up second and the second before ib_write_bw's first figure.
+    q = [r for r in rows if r["spray_ports"] == n and int(r["quarter"]) > 8]
+    assert q, f"no samples for {n} ports"
+    a = sum(int(r["l1_bytes"]) for r in q)
+    b = sum(int(r["l2_bytes"]) for r in q)
+    assert a + b > 0, f"{n} ports: nothing crossed the links"
+    return a / (a + b), b / (a + b)
+one = shares("1")
+assert max(one) >= 0.95, f"one port: the QP's data split {one[0]:.2f} / {one[1]:.2f} (one path expected)"
+many = shares("64")
+assert min(many) >= 0.2, f"64 ports: the QP's data split {many[0]:.2f} / {many[1]:.2f} (both links expected)"
+row = [l for l in open(sys.argv[2]) if l.startswith("| 64 |")]
+assert row, "no 64-port row in the report"
+sprayed = int(row[0].split("|")[5])
+assert sprayed > 0, "no packet counted as sprayed"
+print(f"one port {one[0]:.2f} / {one[1]:.2f}, 64 ports {many[0]:.2f} / {many[1]:.2f}, {sprayed} packets sprayed")
+PY
+  pass "spray: $(cat "$TMP/spray.check")"
+else
+  fail "spray"
+  cat "$TMP/spray.check" "$TMP/sp/spray.md"
 fi
 exit $failed
