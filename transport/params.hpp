@@ -132,6 +132,14 @@ inline constexpr uint32_t kMaxUnackedPsns = 512;
 // resends everything past a lost packet, so on a lossy Ethernet (no PFC) a
 // full window after every loss sends most packets many times over.
 inline constexpr uint32_t kMinUnackedPsns = 16;
+// The window a QP of a device with congestion control (cc "dcqcn" or
+// "delay") starts with at RTS: its first round trip sends no more than
+// this, and each PSN acknowledged adds one (it doubles per round trip, as
+// TCP's slow start).  Starting at kMaxUnackedPsns, two QPs' first flights
+// (1 MiB at path MTU 1024) overflowed a 256 KB switch queue before any CNP
+// could come back (bench/incast/run: 101-189 port drops, all in the first
+// second; with it, none).  With cc "none" a QP starts at kMaxUnackedPsns.
+inline constexpr uint32_t kInitialUnackedPsns = 64;
 // What all of a device's reliable requesters keep outstanding together is
 // kMaxUnackedPsns too: each of the n with packets outstanding gets at most
 // kMaxUnackedPsns / n, not below this.  A receiver whose engine thread is

@@ -41,6 +41,14 @@ class Completer : public ::testing::Test {
     ASSERT_NE(q, nullptr);
     ASSERT_EQ(p.to_rts(q, sq_psn, 0x222, o), 0);
   }
+  // Without congestion control a QP starts with the whole window (params
+  // kInitialUnackedPsns): the window tests below start from it.  Before
+  // any QP exists.
+  void full_window_from_the_start() {
+    config::CcConfig none;
+    none.mode = config::CcMode::kNone;
+    p.rnic().set_cc(none);
+  }
   Qpn me() const { return q->qpn(); }
   void post(ibv_send_wr wr) { ASSERT_EQ(post_send(q, wr), 0); }
   void send(const Buffer& b, uint64_t wr_id, size_t off, size_t len, unsigned flags = IBV_SEND_SIGNALED) {
@@ -147,6 +155,7 @@ TEST_F(Completer, SequenceNakHalvesTheSendWindowAndAcksRegrowIt) {
   using transport::params::kMaxUnackedPsns;
   ConnOpts o;
   o.timeout = 0;  // infinite: only the NAKs and ACKs below move the window
+  full_window_from_the_start();
   make(0x1000, o);
   const uint32_t pkts = kMaxUnackedPsns + 200;
   const size_t len = size_t{pkts} * 1024;
@@ -198,6 +207,35 @@ TEST_F(Completer, SequenceNakHalvesTheSendWindowAndAcksRegrowIt) {
   EXPECT_EQ(q->req.window, kMaxUnackedPsns) << "regrown to the full window";
 }
 
+// Under congestion control (the default, DCQCN) a QP's first round trip
+// is kInitialUnackedPsns packets, and each PSN acknowledged adds one to
+// the window, up to kMaxUnackedPsns: slow start.
+TEST_F(Completer, CongestionControlStartsWithTheInitialWindow) {
+  using transport::params::kInitialUnackedPsns;
+  using transport::params::kMaxUnackedPsns;
+  ConnOpts o;
+  o.timeout = 0;  // only the ACKs below move the window
+  make(0x3000, o);
+  const uint32_t pkts = kMaxUnackedPsns * 2;
+  const size_t len = size_t{pkts} * 1024;
+  Buffer b = p.buffer(len);
+  ibv_sge s = b.sge(0, len);
+  post(rdma_wr(IBV_WR_RDMA_WRITE, 1, {&s, 1}, kRaddr, kRkey));
+  auto fs = p.wait_frames(kInitialUnackedPsns);
+  p.run_for(milliseconds(5));
+  for (auto& f : p.take()) fs.push_back(f);
+  ASSERT_EQ(fs.size(), kInitialUnackedPsns) << "the first round trip";
+  EXPECT_TRUE(fs.back().ack_req()) << "the packet that fills the window asks for an ACK";
+  // All of it acknowledged: the window doubles and slides.
+  p.inject(p.ack(me(), Psn(0x3000 + kInitialUnackedPsns - 1)));
+  fs = p.wait_frames(2 * kInitialUnackedPsns);
+  p.run_for(milliseconds(5));
+  for (auto& f : p.take()) fs.push_back(f);
+  ASSERT_EQ(fs.size(), 2 * kInitialUnackedPsns) << "the second round trip";
+  EXPECT_EQ(fs.front().psn(), Psn(0x3000 + kInitialUnackedPsns));
+  EXPECT_EQ(q->req.window, 2 * kInitialUnackedPsns);
+}
+
 // An ACK timeout is the stronger signal: the go-back-N resends only
 // kMinUnackedPsns packets, the last asking for an ACK.
 TEST_F(Completer, AckTimeoutShrinksTheSendWindowToItsMinimum) {
@@ -205,6 +243,7 @@ TEST_F(Completer, AckTimeoutShrinksTheSendWindowToItsMinimum) {
   using transport::params::kMinUnackedPsns;
   ConnOpts o;
   o.timeout = 12;  // ~17 ms: the test checks between two timeouts
+  full_window_from_the_start();
   make(0x2000, o);
   const size_t len = size_t{kMaxUnackedPsns} * 1024;
   Buffer b = p.buffer(len);
@@ -230,6 +269,7 @@ TEST_F(Completer, SendersShareTheOutstandingWindow) {
   using transport::params::kMaxUnackedPsns;
   ConnOpts o;
   o.timeout = 0;  // only the ACKs below move anything
+  full_window_from_the_start();
   make(0x1000, o);
   Qp* q2 = p.qp(IBV_QPT_RC, p.cq(), p.cq());
   ASSERT_NE(q2, nullptr);

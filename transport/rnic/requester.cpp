@@ -605,7 +605,12 @@ void sender_reset(Qp& qp, transport::Engine& engine) noexcept {
   r.fence_wait = false;
   r.psn_hi = psn;
   r.wqe_hi = head;
-  r.window = kMaxUnackedPsns;
+  // A rate controller starts at line rate and hears of a queue a round
+  // trip later: under one, the first round trip is a window's
+  // (params.hpp kInitialUnackedPsns).  Without one, the whole window, as a
+  // hardware RNIC sends what its send queue holds.
+  r.window = qp.rnic().cc().mode == config::CcMode::kNone ? kMaxUnackedPsns
+                                                          : transport::params::kInitialUnackedPsns;
   r.rtt_timing = false;
   r.peer_keeps = false;
   r.spray_next = 0;
