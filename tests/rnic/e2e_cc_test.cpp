@@ -215,7 +215,11 @@ TEST(PacedQp, PeerDyingMidStreamEndsInRetryExceeded) {
   ho.faults = congested_link();
   Harness h(ho);
   ConnOpts o;
-  o.timeout = 8;     // ~1 ms
+  // ~17 ms: at the 16 ms floor of the adaptive timer (params kRtoMinNs),
+  // so that only the peer's death runs the retries out, not a slow turn
+  // of the engine under TSan (at ~1 ms a WRITE ended in RETRY_EXC_ERR
+  // while the peer still lived).
+  o.timeout = 12;
   o.retry_cnt = 2;
   Pair p = h.pair(IBV_QPT_RC, o);
   ASSERT_NE(p.qa, nullptr);
