@@ -112,10 +112,15 @@ plot "{dat}" using 1:2 with linespoints lw 2 title "flow 1", "" using 1:3 with l
     if have_timeline:
         for m in modes:
             dat = os.path.join(tmp, f"queue-{m}.dat")
-            with open(dat, "w") as f:
+            cnp = os.path.join(tmp, f"cnps-{m}.dat")
+            with open(dat, "w") as f, open(cnp, "w") as g:
                 for r in timeline:
-                    if r["cc"] == m:
-                        f.write(f"{r['t_s']} {int(r['queue_bytes']) / 1000:.1f} {r['cnps_per_s']}\n")
+                    if r["cc"] != m:
+                        continue
+                    f.write(f"{r['t_s']} {int(r['queue_bytes']) / 1000:.1f}\n")
+                    t = float(r["t_s"])
+                    if t == int(t):  # the CNPs of the second that ended at t, drawn over it
+                        g.write(f"{t - 1:g} {r['cnps_per_s']}\n")
             panels.append(f"""
 set title "cc {m}: the port's queue and the CNPs sent"
 set xlabel "seconds since the senders started"
@@ -125,7 +130,7 @@ set ytics nomirror
 set y2tics
 set yrange [0:*]
 set y2range [0:*]
-plot "{dat}" using 1:2 with lines lw 2 title "queue" axes x1y1, "" using 1:3 with fsteps lw 2 title "CNPs/s (the second before)" axes x1y2
+plot "{dat}" using 1:2 with lines lw 2 title "queue" axes x1y1, "{cnp}" using 1:2 with steps lw 2 title "CNPs/s" axes x1y2
 unset y2tics
 unset y2label
 set ytics mirror
