@@ -55,8 +55,8 @@ uint32_t gap_at(RespState::Reorder& o, Psn from, Psn end) noexcept {
 // retires only on ACKs).
 void send_selective_nak(transport::Engine& engine, Qp& qp, Psn from, uint32_t len) noexcept {
   RespState::Reorder& o = qp.resp.reorder;
-  wire::PktDesc d = response_desc(engine, qp, resp_opcode(qp, wire::op::kAck), from);
-  d.aeth_syndrome = wire::make_syndrome(wire::AckType::Nak, static_cast<uint8_t>(wire::NakCode::PsnSequenceError));
+  wire::PktDesc d =
+      response_desc(engine, qp, resp_opcode(qp, wire::op::kAck), from, nak_syndrome(wire::NakCode::PsnSequenceError));
   d.resv7 = static_cast<uint8_t>(wire::kResv7Selective | ((len - 1) & wire::kResv7GapMask));
   if (distance(from + len, o.nak_hi) > 0) o.nak_hi = from + len;
   o.since_nak = 0;

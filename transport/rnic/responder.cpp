@@ -66,20 +66,21 @@ uint8_t resp_opcode(const Qp& qp, uint8_t code) noexcept {
   return static_cast<uint8_t>((qp.type() == IBV_QPT_XRC_RECV ? wire::op::kXrcBase : wire::op::kRcBase) | code);
 }
 
-wire::PktDesc response_desc(const transport::Engine& engine, Qp& qp, uint8_t opcode, Psn psn) noexcept {
+wire::PktDesc response_desc(const transport::Engine& engine, Qp& qp, uint8_t opcode, Psn psn,
+                            uint8_t syndrome) noexcept {
   qp.resp.last_ack = nullptr;  // a response follows it: a later ACK may not rewrite it (send_ack)
   wire::PktDesc d;
   tx_fill_path(engine, qp.attrs().path, qp.attrs().sport, d);
   d.opcode = opcode;
   d.dest_qp = Qpn(qp.attrs().dest_qp_num);
   d.psn = psn;
-  d.aeth_syndrome = ack_syndrome();
+  d.aeth_syndrome = syndrome;
   d.aeth_msn = qp.resp.msn;
-  if (qp.resp.peer_offers_sr) d.resv7 = wire::kResv7Selective;  // (NAKs clear it: the IBA's)
+  if (qp.resp.peer_offers_sr && syndrome == ack_syndrome()) d.resv7 = wire::kResv7Selective;
   return d;
 }
-wire::PktDesc response_desc(Rx& r, uint8_t opcode, Psn psn) noexcept {
-  return response_desc(r.engine, r.qp, opcode, psn);
+wire::PktDesc response_desc(Rx& r, uint8_t opcode, Psn psn, uint8_t syndrome = ack_syndrome()) noexcept {
+  return response_desc(r.engine, r.qp, opcode, psn, syndrome);
 }
 
 // The QP's last ACK still waits in the engine's queue (RespState::last_ack):
@@ -105,9 +106,7 @@ bool coalesce_ack(Rx& r, Psn psn, uint8_t syndrome) noexcept {
 void send_ack(Rx& r, Psn psn, uint8_t syndrome) noexcept {
   const bool plain = syndrome == ack_syndrome();
   if (plain && coalesce_ack(r, psn, syndrome)) return;
-  wire::PktDesc d = response_desc(r, resp_opcode(r.qp, wire::op::kAck), psn);
-  d.aeth_syndrome = syndrome;
-  if (!plain) d.resv7 = 0;  // a NAK or RNR NAK is the IBA's (a selective one: reorder.cpp)
+  wire::PktDesc d = response_desc(r, resp_opcode(r.qp, wire::op::kAck), psn, syndrome);
   rte_mbuf* m = r.engine.alloc();
   if (m == nullptr) return;
   const uint64_t gen = r.engine.tx_generation();
@@ -237,9 +236,8 @@ void stream_step(transport::Engine& engine, Qp& qp) noexcept {
     case Pump::Refused: {
       RespState::ReadStream& st = qp.resp.stream;
       st.active = false;
-      wire::PktDesc d = response_desc(engine, qp, resp_opcode(qp, wire::op::kAck), st.psn);
-      d.aeth_syndrome = nak_syndrome(NakCode::RemoteAccessError);
-      d.resv7 = 0;
+      const wire::PktDesc d =
+          response_desc(engine, qp, resp_opcode(qp, wire::op::kAck), st.psn, nak_syndrome(NakCode::RemoteAccessError));
       if (tx_send(engine, qp.attrs().path, d)) qp.rnic().counters().inc(RnicCtr::resp_pkts);
       qp.rnic().counters().inc(RnicCtr::rem_access_naks);
       raise_qp_event(qp, IBV_EVENT_QP_ACCESS_ERR);

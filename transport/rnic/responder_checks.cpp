@@ -70,7 +70,7 @@ Step check_psn(Rx& r) noexcept {
       s.peer_offers_sr = !s.reorder.ring.empty() && (r.bth().resv7() & wire::kResv7Selective) != 0;
       const int32_t d = distance(r.psn, s.epsn);
       if (d > 0) {
-        if (!s.reorder.ring.empty() && (r.bth().resv7() & wire::kResv7Selective) != 0) return reorder_hold(r);
+        if (s.peer_offers_sr) return reorder_hold(r);
         return sequence_error(r);
       }
       if (d < 0) {

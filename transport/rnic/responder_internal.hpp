@@ -193,7 +193,13 @@ constexpr int ibv_rights(uint8_t right) noexcept {
 // ---- shared between the files -------------------------------------------------------
 // responder.cpp
 uint8_t resp_opcode(const Qp& qp, uint8_t code) noexcept;
-wire::PktDesc response_desc(const transport::Engine& engine, Qp& qp, uint8_t opcode, Psn psn) noexcept;
+// A response's headers toward the QP's peer, its AETH `syndrome` (a
+// plain ACK unless told).  A plain ACK, an atomic ACK or a READ response
+// to a requester that offers selective repeat, from a QP that keeps,
+// carries wire::kResv7Selective (RespState::peer_offers_sr); a NAK never
+// does (the selective NAK sets its own bits).
+wire::PktDesc response_desc(const transport::Engine& engine, Qp& qp, uint8_t opcode, Psn psn,
+                            uint8_t syndrome = ack_syndrome()) noexcept;
 // One request through the checks and its execution.  Consumes the mbuf
 // (or keeps it: Step::Hold).
 void process(transport::Engine& engine, Qp& qp, transport::RoceRx& pkt) noexcept;
