@@ -41,14 +41,6 @@ class Completer : public ::testing::Test {
     ASSERT_NE(q, nullptr);
     ASSERT_EQ(p.to_rts(q, sq_psn, 0x222, o), 0);
   }
-  // Without congestion control a QP starts with the whole window (params
-  // kInitialUnackedPsns): the window tests below start from it.  Before
-  // any QP exists.
-  void full_window_from_the_start() {
-    config::CcConfig none;
-    none.mode = config::CcMode::kNone;
-    p.rnic().set_cc(none);
-  }
   Qpn me() const { return q->qpn(); }
   void post(ibv_send_wr wr) { ASSERT_EQ(post_send(q, wr), 0); }
   void send(const Buffer& b, uint64_t wr_id, size_t off, size_t len, unsigned flags = IBV_SEND_SIGNALED) {
@@ -155,7 +147,7 @@ TEST_F(Completer, SequenceNakHalvesTheSendWindowAndAcksRegrowIt) {
   using transport::params::kMaxUnackedPsns;
   ConnOpts o;
   o.timeout = 0;  // infinite: only the NAKs and ACKs below move the window
-  full_window_from_the_start();
+  p.cc_off();  // the whole window from the start
   make(0x1000, o);
   const uint32_t pkts = kMaxUnackedPsns + 200;
   const size_t len = size_t{pkts} * 1024;
@@ -243,7 +235,7 @@ TEST_F(Completer, AckTimeoutShrinksTheSendWindowToItsMinimum) {
   using transport::params::kMinUnackedPsns;
   ConnOpts o;
   o.timeout = 12;  // ~17 ms: the test checks between two timeouts
-  full_window_from_the_start();
+  p.cc_off();  // the whole window from the start
   make(0x2000, o);
   const size_t len = size_t{kMaxUnackedPsns} * 1024;
   Buffer b = p.buffer(len);
@@ -269,7 +261,7 @@ TEST_F(Completer, SendersShareTheOutstandingWindow) {
   using transport::params::kMaxUnackedPsns;
   ConnOpts o;
   o.timeout = 0;  // only the ACKs below move anything
-  full_window_from_the_start();
+  p.cc_off();  // the whole window from the start
   make(0x1000, o);
   Qp* q2 = p.qp(IBV_QPT_RC, p.cq(), p.cq());
   ASSERT_NE(q2, nullptr);

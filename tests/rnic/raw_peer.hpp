@@ -111,6 +111,14 @@ class RawPeer {
   drivers::sim::SimPort& peer() noexcept { return *peer_; }
   drivers::sim::SimWire& wire() noexcept { return wire_; }
   uint64_t ctr(RnicCtr c) const noexcept { return rnic_->counters().get(c); }
+  // The RNIC without congestion control: its QPs start with the whole send
+  // window (params kInitialUnackedPsns), as tests of the window need.
+  // Before any QP exists.
+  void cc_off() {
+    config::CcConfig none;
+    none.mode = config::CcMode::kNone;
+    rnic_->set_cc(none);
+  }
 
   // ---- progress ----
   // Engine iterations; frames reaching the peer are collected into frames().

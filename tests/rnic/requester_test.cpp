@@ -170,9 +170,7 @@ TEST_F(Requester, AtomicsCarryAtomicEth) {
 }
 
 TEST_F(Requester, AckReqOnLastAndEvery64Packets) {
-  config::CcConfig none;  // the whole window from the start (params kInitialUnackedPsns)
-  none.mode = config::CcMode::kNone;
-  p.rnic().set_cc(none);
+  p.cc_off();  // the whole window from the start
   ConnOpts o;
   o.mtu = IBV_MTU_256;
   make(IBV_QPT_RC, 0xFFFFF0, o);  // crosses the 24-bit wrap on the way
