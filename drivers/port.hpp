@@ -57,6 +57,11 @@ class Port {
   virtual int wait_fd() const { return -1; }
   virtual bool prepare_wait() { return true; }
   virtual void end_wait() {}
+  // Whether a nap on wait_fd (Progress's Nap, not only its Sleep) must be
+  // bracketed by prepare_wait/end_wait for a frame to end it: a port fed
+  // by other threads that write the fd only while its reader waits
+  // (transport/lcores.hpp, LanePort).
+  virtual bool nap_prepares() const { return false; }
 };
 
 }  // namespace uroce::drivers

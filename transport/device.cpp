@@ -553,6 +553,7 @@ Status Devices::make_engine(Device& d, const config::DeviceConfig& dev, const Op
   ec.post_batch_gap_ns = params::kPostBatchGapNs;
   ec.idle_wait = options.idle_wait;
   ec.realtime_priority = options.realtime_priority;
+  ec.lcores = dev.engine_lcores;  // config validation keeps it 1 where it cannot be more
   if (dev.kind == config::DeviceKind::kDaemon) {
     ec.idle_wait = true;
     // The daemon answers ARP/ND, announces, loops frames back (maybe to

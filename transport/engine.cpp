@@ -25,7 +25,8 @@ bool is_group(const wire::MacAddr& m) noexcept { return (m[0] & 0x01) != 0; }
 }  // namespace
 
 Engine::Engine(drivers::Port& port, EngineConfig cfg)
-    : port_(port),
+    : shared_tx_(cfg.lcores > 1 ? std::make_unique<SharedTxPort>(port) : nullptr),
+      port_(shared_tx_ ? *shared_tx_ : port),
       cfg_(std::move(cfg)),
       now_ns_(steady_ns()),
       wheel_(now_ns_),
@@ -52,6 +53,7 @@ Engine::Engine(drivers::Port& port, EngineConfig cfg)
 }
 
 Engine::~Engine() {
+  lcores_.reset();  // the workers' threads first: they send through port_
   progress_.stop();
   progress_.as_loop([this] {  // the loop has stopped: it is ours now
     flush_tx();
@@ -66,6 +68,16 @@ Engine::~Engine() {
 
 drivers::Status Engine::init() {
   if (auto st = progress_.init(); !st) return st;
+  if (cfg_.lcores > 1 && !lcores_) {
+    // The workers always run on threads of their own (Lcores::start);
+    // lcore 0 may be driven inline by its owner (tests).  The
+    // configuration refuses inline progress with several lcores.
+    if (cfg_.lcores > kMaxEngineLcores)
+      return drivers::Error{EINVAL, "engine_lcores: " + std::to_string(kMaxEngineLcores) + " at most"};
+    lcores_ = std::make_unique<Lcores>(*this, port_, cfg_.lcores);
+    group_ = lcores_.get();
+    if (auto st = lcores_->init(); !st) return st;
+  }
   if (!cfg_.pcap_path.empty()) {
     if (auto st = capture_.open(cfg_.pcap_path); !st) return st;
   }
@@ -87,6 +99,7 @@ uint64_t Engine::realtime_ns() noexcept {
 // ---- the loop ------------------------------------------------------------------
 
 unsigned Engine::poll_once() {
+  if (worker()) group_->checkpoint(lcore_);  // parks while the control path runs
   now_ns_ = steady_ns();
   progress_.turn_begins(now_ns_);
   // Application requests first (posts, run_sync calls such as rdma_listen),
@@ -99,10 +112,17 @@ unsigned Engine::poll_once() {
   const uint16_t n = port_.rx_burst(pkts.data(), burst);
   if (n) {
     UROCE_STAMP(Received);
-    handle_rx(pkts.data(), n);
+    handle_rx(pkts.data(), n, worker(), worker());  // a worker's port is its hand-off ring (lcores.hpp)
     work += n;
   }
+  if (lcores_) {
+    if (const uint16_t h = lcores_->take_handed(pkts.data(), burst); h != 0) {
+      handle_rx(pkts.data(), h, true, true);
+      work += h;
+    }
+  }
   work += drain_loopback();
+  if (lcores_) work += lcores_->drain_control_tx();
   work += wheel_.advance(now_ns_);
   if (!kernel_learned_.empty()) {  // rare: isolated ports (EngineConfig::kernel_neigh)
     for (const auto& [ip, mac] : kernel_learned_) neigh_.learn(ip, mac, true, now_ns_);
@@ -216,7 +236,7 @@ void Engine::count_drop(const wire::PktInfo& pi) {
   }
 }
 
-void Engine::handle_rx(rte_mbuf** pkts, uint16_t n, bool looped) {
+void Engine::handle_rx(rte_mbuf** pkts, uint16_t n, bool looped, bool handed) {
   const bool capture = capture_.is_open() && !looped;
   const uint64_t rt = capture ? realtime_ns() : 0;
   uint16_t nroce = 0;
@@ -262,7 +282,7 @@ void Engine::handle_rx(rte_mbuf** pkts, uint16_t n, bool looped) {
       rte_pktmbuf_free(m);
       continue;
     }
-    roce_[nroce++] = RoceRx{m, pi};
+    roce_[nroce++] = RoceRx{m, pi, handed};
   }
   if (!looped) {
     ctr_.add(EngineCtr::rx_frames, n);
@@ -345,6 +365,7 @@ void Engine::send(rte_mbuf* m, TxKind kind) noexcept {
 
 bool Engine::send_to(const IpAddr& dst, rte_mbuf* m, TxKind kind) noexcept {
   UROCE_ASSERT_ENGINE(*this);
+  if (worker()) return send_to_worker(dst, m, nullptr, kind);
   if (cfg_.local.owns(dst)) {
     if (!cfg_.port_loopback) return loop_back(m);
     send_to_mac(m, cfg_.local.mac, kind);
@@ -359,6 +380,7 @@ bool Engine::send_to(const IpAddr& dst, rte_mbuf* m, TxKind kind) noexcept {
 
 bool Engine::send_to(const IpAddr& dst, rte_mbuf* m, NextHop& hop, TxKind kind) noexcept {
   UROCE_ASSERT_ENGINE(*this);
+  if (worker()) return send_to_worker(dst, m, &hop, kind);
   if (hop.generation != neigh_.generation() || hop.ip != dst.bytes) {
     if (cfg_.local.owns(dst)) {  // our own addresses do not change while the engine runs
       hop = NextHop{neigh_.generation(), dst.bytes, {}, true};
@@ -375,6 +397,36 @@ bool Engine::send_to(const IpAddr& dst, rte_mbuf* m, NextHop& hop, TxKind kind) 
   }
   send_to_mac(m, hop.mac, kind);
   return true;
+}
+
+// A worker lcore's send_to: the neighbour table is lcore 0's.  A path's
+// NextHop stays good while lcore 0's table keeps its generation; a
+// destination the table has a MAC for (NeighTable::peek) fills it; any
+// other frame goes to lcore 0, which resolves, queues or drops it as its
+// own send_to does.
+bool Engine::send_to_worker(const IpAddr& dst, rte_mbuf* m, NextHop* hop, TxKind kind) noexcept {
+  if (cfg_.local.owns(dst)) {
+    if (!cfg_.port_loopback) return loop_back(m);
+    send_to_mac(m, cfg_.local.mac, kind);
+    return true;
+  }
+  NeighTable& table = group_->engine(0).neigh_;
+  const uint64_t gen = table.generation();
+  if (hop != nullptr && hop->generation == gen && hop->ip == dst.bytes && !hop->loopback) {
+    send_to_mac(m, hop->mac, kind);
+    return true;
+  }
+  bool failed = false;
+  if (const std::optional<wire::MacAddr> mac = table.peek(dst, &failed)) {
+    if (hop != nullptr) *hop = NextHop{gen, dst.bytes, *mac, false};
+    send_to_mac(m, *mac, kind);
+    return true;
+  }
+  // Known unreachable: refused at once, as lcore 0's table refuses it.
+  if (!failed && group_->send_via_control(dst, m, kind)) return true;
+  ctr_.inc(EngineCtr::drop_neigh);
+  rte_pktmbuf_free(m);
+  return false;
 }
 
 void Engine::send_to_mac(rte_mbuf* m, const wire::MacAddr& mac, TxKind kind) noexcept {
@@ -528,7 +580,15 @@ void Engine::announce() {
 }
 
 void Engine::for_each_counter(const std::function<void(std::string_view, std::string_view, uint64_t)>& f) const {
-  ctr_.for_each(f);
+  if (lcores_) {  // the device's figures: every lcore's
+    for (size_t i = 0; i < EngineCounters::size(); ++i) {
+      uint64_t v = ctr_.at(i);
+      for (unsigned l = 1; l < lcores_->size(); ++l) v += lcores_->engine(l).counters().at(i);
+      f(EngineCounters::info(i).name, EngineCounters::info(i).help, v);
+    }
+  } else {
+    ctr_.for_each(f);
+  }
   progress_.counters().for_each(f);
   for (size_t i = 1; i < wire::kNumParseErrors; ++i) {
     const auto e = static_cast<wire::ParseError>(i);

@@ -33,6 +33,7 @@
 #include <atomic>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <vector>
 
@@ -42,6 +43,7 @@
 #include "lib/util/timer_wheel.hpp"
 #include "lib/wire/pkt.hpp"
 #include "transport/hoststack.hpp"
+#include "transport/lcores.hpp"
 #include "transport/neigh.hpp"
 #include "transport/params.hpp"
 #include "transport/progress.hpp"
@@ -87,7 +89,9 @@ namespace uroce::transport {
   X(drop_neigh, "dropped: frame queued for a neighbour that did not resolve")            \
   X(loopback, "frames to this device's own addresses, looped back (never on the wire)") \
   X(drop_loopback_full, "dropped: the loopback queue was full (kLoopbackFrames)")   \
-  X(tx_bursts, "tx_bursts the port took frames from (tx_frames / tx_bursts: frames per burst)")
+  X(tx_bursts, "tx_bursts the port took frames from (tx_frames / tx_bursts: frames per burst)") \
+  X(lane_handoffs, "RoCEv2 packets handed to the lcore of their QP (engine_lcores > 1)") \
+  X(drop_lane_full, "dropped: the hand-off ring of the packet's lcore was full (engine_lcores > 1)")
 
 UROCE_COUNTER_ENUM(EngineCtr, UROCE_ENGINE_COUNTERS)
 using EngineCounters = CounterSet<EngineCtr, kEngineCtrInfo>;
@@ -113,6 +117,10 @@ constexpr TxKind tx_kind(uint8_t opcode) noexcept {
 struct RoceRx {
   rte_mbuf* m;
   wire::PktInfo info;
+  // Another lcore of the device received it and handed it here (its QP is
+  // this lcore's): a multicast packet so received goes to this lcore's
+  // members only (transport/lcores.hpp).
+  bool handed = false;
 };
 
 // The transport's entry point: one virtual call per burst, not per packet.
@@ -179,6 +187,11 @@ struct EngineConfig {
   // SCHED_OTHER and it yields between idle turns: a thread at a real-time
   // priority that polls would keep every normal thread off its core.
   int realtime_priority = 0;
+  // Engine threads (lcores) of the device, 1..kMaxEngineLcores: this
+  // engine is lcore 0 and makes the others at init (transport/lcores.hpp;
+  // configuration `engine_lcores`).  They need engine threads (not inline
+  // progress), and transmit through one SharedTxPort.
+  unsigned lcores = 1;
 };
 
 class Engine {
@@ -202,11 +215,29 @@ class Engine {
   // One turn on the calling thread (tests and tools that drive the loop
   // themselves); the engine thread (Progress::start) and the end of it.
   unsigned poll() { return progress_.poll(); }
+  // With several lcores, start and stop run every lcore's thread.
   void start(std::function<void()> on_start = {}, std::function<void()> on_exit = {}) {
+    if (lcores_) lcores_->start(on_start, on_exit);
     progress_.start(std::move(on_start), std::move(on_exit));
   }
-  void stop() { progress_.stop(); }  // joins the engine thread or the backstop
+  void stop() {  // joins the engine thread or the backstop
+    if (lcores_) lcores_->stop();
+    progress_.stop();
+  }
   bool on_engine_thread() const noexcept { return progress_.on_engine_thread(); }
+
+  // ---- lcores (transport/lcores.hpp) -------------------------------------------
+  // This engine's lcore (0: the device's own engine) and the device's
+  // lcores (null: one lcore).  Any thread; fixed once init() returned.
+  unsigned lcore() const noexcept { return lcore_; }
+  Lcores* lcores() const noexcept { return group_; }
+  // The calling thread holds the device exclusive (Lcores::Exclusive).
+  bool exclusive_here() const noexcept { return group_ != nullptr && group_->exclusive_here(); }
+  // Lcores: a worker engine's place among them (before init).
+  void join_lcores(Lcores* group, unsigned index) noexcept {
+    group_ = group;
+    lcore_ = index;
+  }
 
   // ---- from application threads ---------------------------------------------
   // Ask the loop to call fn(engine, ctx) soon (lock-free; false when full).
@@ -284,6 +315,15 @@ class Engine {
 
   // ---- counters (any thread) -------------------------------------------------
   const EngineCounters& counters() const noexcept { return ctr_; }
+  EngineCounters& counters_mut() noexcept { return ctr_; }  // [engine] a sink's own counts
+  // A counter of the whole device: this engine's, and on lcore 0 of
+  // several every lcore's (counters() is this lcore's alone).  Any thread.
+  uint64_t total(EngineCtr c) const noexcept {
+    uint64_t v = ctr_.get(c);
+    if (lcores_)
+      for (unsigned l = 1; l < lcores_->size(); ++l) v += lcores_->engine(l).counters().get(c);
+    return v;
+  }
   uint64_t parse_errors(wire::ParseError e) const noexcept {
     return parse_err_[static_cast<size_t>(e)].load(std::memory_order_relaxed);
   }
@@ -307,7 +347,8 @@ class Engine {
   void flush_tx_keeping(bool keep_acks) noexcept;  // flush_tx; see engine.cpp
   // `looped`: frames from the loopback queue (not counted as received from
   // the port, not captured).
-  void handle_rx(rte_mbuf** pkts, uint16_t n, bool looped = false);
+  // `handed`: frames another lcore received for this one's QPs (RoceRx::handed).
+  void handle_rx(rte_mbuf** pkts, uint16_t n, bool looped = false, bool handed = false);
   bool loop_back(rte_mbuf* m) noexcept;
   unsigned drain_loopback();
   bool accept_mac(const uint8_t* frame) const noexcept;
@@ -324,6 +365,7 @@ class Engine {
   void announce();
   unsigned drain_doorbells();
 
+  std::unique_ptr<SharedTxPort> shared_tx_;  // lcores > 1: every lcore's TX (before port_)
   drivers::Port& port_;
   EngineConfig cfg_;
   EngineCounters ctr_;
@@ -347,6 +389,11 @@ class Engine {
   std::function<void(const IpAddr&, bool)> resolve_hook_;
   std::function<unsigned()> turn_hook_;
   std::vector<std::pair<IpAddr, wire::MacAddr>> kernel_learned_;  // learned next iteration
+  Lcores* group_ = nullptr;           // the device's lcores (lcore 0: lcores_.get()); null: one
+  unsigned lcore_ = 0;
+  bool worker() const noexcept { return lcore_ != 0; }
+  bool send_to_worker(const IpAddr& dst, rte_mbuf* m, NextHop* hop, TxKind kind) noexcept;
+  std::unique_ptr<Lcores> lcores_;    // lcore 0 of several: the workers (stopped before progress_)
   Progress progress_{*this};  // last: its threads stop before anything above goes
 };
 

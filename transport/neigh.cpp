@@ -88,6 +88,7 @@ NeighTable::Entry* NeighTable::create(const IpAddr& ip, uint64_t /*now_ns*/) {
     en.table->on_timer(en, now);
   };
   Entry* raw = e.get();
+  const std::lock_guard lock(peek_mu_);
   entries_.emplace(ip, std::move(e));
   size_.store(entries_.size(), std::memory_order_relaxed);
   return raw;
@@ -199,9 +200,12 @@ void NeighTable::learn(const IpAddr& ip, const wire::MacAddr& mac, bool solicite
 
 void NeighTable::set_reachable(Entry& e, const wire::MacAddr& mac, uint64_t now_ns) {
   const bool was_waiting = e.state == NeighState::Incomplete || e.state == NeighState::Failed;
-  if (e.state != NeighState::Reachable || e.mac != mac) ++generation_;
-  e.mac = mac;
-  e.state = NeighState::Reachable;
+  {
+    const std::lock_guard lock(peek_mu_);
+    if (e.state != NeighState::Reachable || e.mac != mac) bump();
+    e.mac = mac;
+    e.state = NeighState::Reachable;
+  }
   e.probing = false;
   e.requests = 0;
   e.expires_ns = now_ns + cfg_.reachable_ns;
@@ -218,9 +222,12 @@ void NeighTable::add_static(const IpAddr& ip, const wire::MacAddr& mac) {
   if (!e) e = create(ip, 0);
   if (!e) return;
   wheel_.cancel(e->timer);
-  ++generation_;
-  e->mac = mac;
-  e->state = NeighState::Reachable;
+  {
+    const std::lock_guard lock(peek_mu_);
+    bump();
+    e->mac = mac;
+    e->state = NeighState::Reachable;
+  }
   e->permanent = true;
   e->probing = false;
   flush_pending(*e);
@@ -232,8 +239,11 @@ void NeighTable::flush_pending(Entry& e) {
 }
 
 void NeighTable::fail(Entry& e, uint64_t now_ns) {
-  ++generation_;
-  e.state = NeighState::Failed;
+  {
+    const std::lock_guard lock(peek_mu_);
+    bump();
+    e.state = NeighState::Failed;
+  }
   e.probing = false;
   stats_.failed.fetch_add(1, std::memory_order_relaxed);
   stats_.pending_dropped.fetch_add(e.pending.size(), std::memory_order_relaxed);
@@ -246,10 +256,12 @@ void NeighTable::fail(Entry& e, uint64_t now_ns) {
 
 void NeighTable::on_timer(Entry& e, uint64_t now_ns) {
   switch (e.state) {
-    case NeighState::Reachable:
-      ++generation_;  // the next use re-probes (lookup)
+    case NeighState::Reachable: {
+      const std::lock_guard lock(peek_mu_);
+      bump();  // the next use re-probes (lookup)
       e.state = NeighState::Stale;
       return;
+    }
     case NeighState::Incomplete:
     case NeighState::Stale:  // a re-probe of a stale entry went unanswered
       if (e.requests >= cfg_.max_requests) {
@@ -261,12 +273,21 @@ void NeighTable::on_timer(Entry& e, uint64_t now_ns) {
     case NeighState::Failed: {
       const IpAddr ip = e.ip;
       if (!(e.via == e.ip)) --routed_;
-      ++generation_;
+      const std::lock_guard lock(peek_mu_);
+      bump();
       entries_.erase(ip);  // destroys `e`; its timer is no longer armed
       size_.store(entries_.size(), std::memory_order_relaxed);
       return;
     }
   }
+}
+
+std::optional<wire::MacAddr> NeighTable::peek(const IpAddr& ip, bool* failed) const {
+  const std::lock_guard lock(peek_mu_);
+  const Entry* e = find(ip);
+  if (failed != nullptr) *failed = e != nullptr && e->state == NeighState::Failed;
+  if (e == nullptr || e->state != NeighState::Reachable) return std::nullopt;
+  return e->mac;
 }
 
 std::optional<NeighState> NeighTable::state(const IpAddr& ip) const {

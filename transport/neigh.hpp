@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <unordered_map>
 
@@ -125,7 +126,14 @@ class NeighTable {
   // is still what lookup() would answer, and using it needs no re-probe
   // (a Stale entry's probe started when it was copied).  Engine::send_to's
   // per-path cache (NextHop) rests on it.
-  uint64_t generation() const noexcept { return generation_; }
+  uint64_t generation() const noexcept { return generation_.load(std::memory_order_acquire); }
+  // Any thread (a worker lcore, transport/lcores.hpp): the MAC of a
+  // Reachable entry, else nullopt (a Stale one is re-probed by the owner's
+  // lookup, which the worker leaves to lcore 0); `failed` (optional): the
+  // entry is Failed (send refuses the frame at once).  Every other member
+  // is the owning engine's; the owner changes entries and their MAC or
+  // state under peek_mu_, so that this read sees each entry whole.
+  std::optional<wire::MacAddr> peek(const IpAddr& ip, bool* failed = nullptr) const;
   size_t size() const noexcept { return size_.load(std::memory_order_relaxed); }  // any thread
   const NeighStats& stats() const noexcept { return stats_; }
 
@@ -146,7 +154,9 @@ class NeighTable {
   NeighStats stats_;
   std::atomic<size_t> size_{0};  // entries_.size(), for other threads
   size_t routed_ = 0;             // entries whose next hop is a gateway
-  uint64_t generation_ = 1;
+  void bump() noexcept { generation_.store(generation_.load(std::memory_order_relaxed) + 1, std::memory_order_release); }
+  std::atomic<uint64_t> generation_{1};
+  mutable std::mutex peek_mu_;
 };
 
 }  // namespace uroce::transport

@@ -459,9 +459,24 @@ bool Progress::assist_nap(uint64_t assist_seen) noexcept {
   return true;
 }
 
+bool Progress::on_engine_thread() const noexcept {
+  return engine_thread_.load() == std::this_thread::get_id() || e_.exclusive_here();
+}
+
 bool Progress::nap_on_port(long ns) noexcept {
   const timespec nap{0, ns};
-  if (const int fd = e_.port().wait_fd(); fd >= 0) {
+  drivers::Port& port = e_.port();
+  if (port.nap_prepares()) {  // a lane of an engine on several lcores (lcores.hpp)
+    if (!port.prepare_wait()) {
+      port.end_wait();
+      return true;  // a frame is there already
+    }
+    pollfd pfd{port.wait_fd(), POLLIN, 0};
+    const int r = ::ppoll(&pfd, 1, &nap, nullptr);
+    port.end_wait();
+    return r > 0;
+  }
+  if (const int fd = port.wait_fd(); fd >= 0) {
     pollfd pfd{fd, POLLIN, 0};
     if (::ppoll(&pfd, 1, &nap, nullptr) <= 0) return false;
     if (pfd.revents & POLLIN) return true;
@@ -586,18 +601,31 @@ bool Progress::leave_call() noexcept {
   return false;
 }
 
+// With several lcores (lcores.hpp) every control function runs on lcore
+// 0's loop with the device exclusive (the other lcores parked), whichever
+// lcore's engine it was asked of.
 void Progress::run_sync(const std::function<void()>& fn) {
+  Lcores* group = e_.lcores();
+  if (group != nullptr && e_.lcore() != 0) {
+    group->engine(0).progress().run_sync(fn);
+    return;
+  }
   if (on_engine_thread()) {
+    const Lcores::Exclusive only_us(group);
     fn();
     return;
   }
   struct Call {
     const std::function<void()>* fn;
+    Lcores* group;
     std::atomic<bool> done{false};
-  } call{&fn};
+  } call{&fn, group};
   const Engine::Doorbell d{[](Engine&, void* ctx) {
                              auto* c = static_cast<Call*>(ctx);
-                             (*c->fn)();
+                             {
+                               const Lcores::Exclusive only_us(c->group);
+                               (*c->fn)();
+                             }
                              c->done.store(true, std::memory_order_release);  // pairs with the acquire below
                            },
                            &call};

@@ -128,7 +128,9 @@ class Progress {
   // Runs f as the loop's thread, under the loop's lock (control path:
   // the engine's start-up announcements, its last flush).
   void as_loop(const std::function<void()>& f);
-  bool on_engine_thread() const noexcept { return engine_thread_.load() == std::this_thread::get_id(); }
+  // Also true on the thread that holds the device exclusive (an engine on
+  // several lcores: Lcores::Exclusive), for every lcore's engine.
+  bool on_engine_thread() const noexcept;
   // Whether the calling thread is inside some engine's turn right now (an
   // assisting application thread included).  No lock, no allocation, no
   // thread-local: a signal handler may ask (verbs-shim/process.cpp).

@@ -27,6 +27,7 @@
 //   faults = "drop=0.01"           # fault spec, parsed by the sim wire
 //   loss_recovery = "selective"    # or "go-back-n" (the default): DESIGN.md "Loss recovery"
 //   spray_ports = 8                # 1..64 (1, the default: no spraying): DESIGN.md "Spraying"
+//   engine_lcores = 2              # 1..8 engine threads (1, the default): DESIGN.md "More than one engine core"
 //   ecn = true                     # data packets ECN-capable (ECT(0)); the default
 //   cc = "dcqcn"                   # "delay" or "none": DESIGN.md "Congestion control"
 //   repath = true                  # a congested QP moves to another UDP source port when idle
@@ -41,6 +42,7 @@
 //   UROCE_IP        comma-separated address/prefix list that REPLACES the
 //                   first device's `addresses`
 //   UROCE_MAC, UROCE_MTU, UROCE_FAULTS   the first device's mac, mtu, faults
+//   UROCE_ENGINE_LCORES                  the first device's engine_lcores
 //   UROCE_LOSS_RECOVERY                  the first device's loss_recovery
 //   UROCE_ECN ("on"/"off"), UROCE_CC     the first device's ecn and cc
 //   UROCE_PCAP      the global pcap; it also clears every device's own pcap,
@@ -119,12 +121,14 @@ struct DeviceConfig {
   std::optional<uint16_t> vlan;           // unset: untagged
   LossRecovery loss_recovery = LossRecovery::kGoBackN;
   uint32_t spray_ports = 1;               // UDP source ports a reliable QP's requests spread over
+  uint32_t engine_lcores = 1;             // engine threads, each with a share of the QPs
   CcConfig cc;                            // ecn, cc, [device.dcqcn]
 
   friend bool operator==(const DeviceConfig&, const DeviceConfig&) = default;
 };
 
 inline constexpr uint32_t kMaxSprayPorts = 64;
+inline constexpr uint32_t kMaxEngineLcores = 8;  // transport/lcores.hpp's
 
 struct EalConfig {
   std::optional<int> core;                // unset: the EAL's default
@@ -189,6 +193,7 @@ inline constexpr std::string_view kEnvCc = "UROCE_CC";
 inline constexpr std::string_view kEnvPcap = "UROCE_PCAP";
 inline constexpr std::string_view kEnvProgress = "UROCE_PROGRESS";
 inline constexpr std::string_view kEnvLog = "UROCE_LOG";
+inline constexpr std::string_view kEnvEngineLcores = "UROCE_ENGINE_LCORES";
 
 // The variables that say how the first device behaves, as a list.
 inline constexpr std::array<std::string_view, 4> kDeviceEnvVars{kEnvFaults, kEnvLossRecovery, kEnvEcn, kEnvCc};

@@ -82,6 +82,15 @@ Applied apply_mtu(std::string_view value, Parsed& p) {
   return Ok{};
 }
 
+Applied apply_engine_lcores(std::string_view value, Parsed& p) {
+  auto dev = first_device(p);
+  if (!dev) return Err{std::move(dev).error()};
+  auto n = parse_integer_in(value, 1, kMaxEngineLcores);
+  if (!n) return Err{std::move(n).error()};
+  (*dev)->engine_lcores = static_cast<uint32_t>(*n);
+  return Ok{};
+}
+
 Applied apply_faults(std::string_view value, DeviceConfig& dev) {
   auto spec = check_faults(value);
   if (!spec) return Err{std::move(spec).error()};
@@ -146,7 +155,7 @@ struct DeviceEnvOverride {
 // UROCE_DEVICE first: it may create the device the others change.
 constexpr std::array kEnvOverrides{
     EnvOverride{kEnvDevice, apply_device}, EnvOverride{kEnvIp, apply_ip}, EnvOverride{kEnvMac, apply_mac},
-    EnvOverride{kEnvMtu, apply_mtu},
+    EnvOverride{kEnvMtu, apply_mtu}, EnvOverride{kEnvEngineLcores, apply_engine_lcores},
 };
 constexpr std::array kDeviceEnvOverrides{
     DeviceEnvOverride{kEnvFaults, apply_faults},

@@ -17,6 +17,7 @@ struct DeviceOrigin {
   std::optional<SourcePos> name;
   std::optional<SourcePos> devargs;
   std::optional<SourcePos> spray_ports;
+  std::optional<SourcePos> engine_lcores;
 };
 
 struct Parsed {

@@ -196,6 +196,9 @@ Status read_loss_recovery(const At& at, DeviceConfig& d) {
 Status read_spray_ports(const At& at, DeviceConfig& d) {
   return assign_as<uint32_t>(read_integer_in(at, 1, kMaxSprayPorts), d.spray_ports);
 }
+Status read_engine_lcores(const At& at, DeviceConfig& d) {
+  return assign_as<uint32_t>(read_integer_in(at, 1, kMaxEngineLcores), d.engine_lcores);
+}
 Status read_ecn(const At& at, DeviceConfig& d) { return assign(read_bool(at), d.cc.ecn); }
 Status read_cc_mode(const At& at, DeviceConfig& d) { return assign(read_enum(at, kCcModeNames), d.cc.mode); }
 Status read_repath(const At& at, DeviceConfig& d) { return assign(read_bool(at), d.cc.repath); }
@@ -221,6 +224,7 @@ constexpr std::array kDeviceFields{
     Field<DeviceConfig>{"vlan", read_vlan},
     Field<DeviceConfig>{"loss_recovery", read_loss_recovery},
     Field<DeviceConfig>{"spray_ports", read_spray_ports},
+    Field<DeviceConfig>{"engine_lcores", read_engine_lcores},
     Field<DeviceConfig>{"ecn", read_ecn},
     Field<DeviceConfig>{"cc", read_cc_mode},
     Field<DeviceConfig>{"repath", read_repath},
@@ -341,7 +345,8 @@ Status read_devices(const At& at, Parsed& p) {
     const toml::table& tbl = *element.node.as_table();
     p.cfg.devices.push_back(std::move(dev));
     p.origins.push_back(
-        {pos_of(tbl.source()), key_pos(tbl, "name"), key_pos(tbl, "devargs"), key_pos(tbl, "spray_ports")});
+        {pos_of(tbl.source()), key_pos(tbl, "name"), key_pos(tbl, "devargs"), key_pos(tbl, "spray_ports"),
+         key_pos(tbl, "engine_lcores")});
   }
   return Ok{};
 }

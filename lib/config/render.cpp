@@ -83,6 +83,7 @@ void write_device(TomlWriter& w, const DeviceConfig& dev) {
   w.optional_string("faults", dev.faults);
   if (dev.loss_recovery != LossRecovery::kGoBackN) w.string("loss_recovery", to_string(dev.loss_recovery));
   if (dev.spray_ports != 1) w.optional_integer("spray_ports", std::optional<int64_t>(dev.spray_ports));
+  if (dev.engine_lcores != 1) w.optional_integer("engine_lcores", std::optional<int64_t>(dev.engine_lcores));
   const CcConfig defaults;
   if (dev.cc.ecn != defaults.ecn) w.boolean("ecn", dev.cc.ecn);
   if (dev.cc.mode != defaults.mode) w.string("cc", to_string(dev.cc.mode));

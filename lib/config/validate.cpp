@@ -36,6 +36,22 @@ Status check_spray(const Parsed& p, size_t i) {
   return Ok{};
 }
 
+// An engine on several lcores (transport/lcores.hpp) runs engine threads
+// of its own: not inline progress, which has none, and not uroced's
+// devices and their clients, whose engine is the daemon's one loop; and
+// its capture would miss the workers' frames.
+Status check_lcores(const Parsed& p, size_t i) {
+  const DeviceConfig& dev = p.cfg.devices[i];
+  if (dev.engine_lcores <= 1) return Ok{};
+  const auto at = p.origins[i].engine_lcores;
+  const std::string key = device_key_path(i, "engine_lcores");
+  if (dev.kind == DeviceKind::kDaemon) return Err{error_at(p.source, at, key, "a device uroced serves runs one engine lcore")};
+  if (p.cfg.progress == Progress::kInline)
+    return Err{error_at(p.source, at, key, "needs engine threads (progress = \"thread\", not \"inline\")")};
+  if (dev.pcap || p.cfg.pcap) return Err{error_at(p.source, at, key, "a capture (pcap) needs engine_lcores = 1")};
+  return Ok{};
+}
+
 // Unnamed devices get the lowest "uroceN" that no device is called, in
 // file order: the kernel's way with eth0, eth1, ...
 void assign_default_names(Config& cfg) {
@@ -88,6 +104,7 @@ Status validate(Parsed& p) {
   for (size_t i = 0; i < p.cfg.devices.size(); ++i) {
     if (Status s = check_devargs_present(p, i); !s) return s;
     if (Status s = check_spray(p, i); !s) return s;
+    if (Status s = check_lcores(p, i); !s) return s;
   }
   assign_default_names(p.cfg);
   for (size_t i = 0; i < p.cfg.devices.size(); ++i) {

@@ -12,7 +12,8 @@
 // of readers.  Each counter is an atomic written with relaxed
 // load+store by its single writer (no read-modify-write needed) and read
 // relaxed; readers see each counter's value tear-free, not a snapshot
-// across counters.
+// across counters.  A set several threads write (set_shared: an RNIC
+// whose QPs run on several lcores) adds with fetch_add.
 #pragma once
 
 #include <array>
@@ -45,8 +46,16 @@ class CounterSet {
   // Writer side.
   void add(Enum c, uint64_t n = 1) noexcept {
     auto& v = v_[static_cast<size_t>(c)];
-    v.store(v.load(std::memory_order_relaxed) + n, std::memory_order_relaxed);
+    if (shared_) {
+      v.fetch_add(n, std::memory_order_relaxed);
+    } else {
+      v.store(v.load(std::memory_order_relaxed) + n, std::memory_order_relaxed);
+    }
   }
+  // Several writer threads (a device's engine on several lcores): each
+  // add is one atomic read-modify-write instead of a load and a store.
+  // Set before any writer runs.
+  void set_shared(bool on) noexcept { shared_ = on; }
   void inc(Enum c) noexcept { add(c, 1); }
   void reset() noexcept {
     for (auto& v : v_) v.store(0, std::memory_order_relaxed);
@@ -67,6 +76,7 @@ class CounterSet {
 
  private:
   std::array<std::atomic<uint64_t>, kSize> v_{};
+  bool shared_ = false;
 };
 
 }  // namespace uroce

@@ -230,6 +230,18 @@ TEST(EnvConfig, DeviceAndIpAloneAreACompleteConfiguration) {
   EXPECT_EQ(c, want);
 }
 
+// engine_lcores (DESIGN.md "More than one engine core"): from the file
+// and from UROCE_ENGINE_LCORES, which overrides it; rendered back.
+TEST(GoodConfig, EngineLcoresFromFileAndEnv) {
+  const Config c = parse_ok("[[device]]\ndevargs = \"net_ring0\"\nengine_lcores = 3\n");
+  ASSERT_EQ(c.devices.size(), 1u);
+  EXPECT_EQ(c.devices[0].engine_lcores, 3u);
+  EXPECT_NE(render_config(c).find("engine_lcores = 3"), std::string::npos);
+  const Config e = parse_ok("[[device]]\ndevargs = \"net_ring0\"\nengine_lcores = 3\n", {{"UROCE_ENGINE_LCORES", "2"}});
+  EXPECT_EQ(e.devices.at(0).engine_lcores, 2u);
+  EXPECT_EQ(parse_ok("[[device]]\ndevargs = \"net_ring0\"\n").devices.at(0).engine_lcores, 1u);
+}
+
 TEST(EnvConfig, EveryVariableWithoutAFile) {
   const Config c = parse_ok("", {{"UROCE_DEVICE", "net_memif0,role=client"},
                                  {"UROCE_IP", "10.0.0.2/24, fd00::2/64"},

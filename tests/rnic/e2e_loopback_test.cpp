@@ -25,8 +25,8 @@ class Loopback : public ::testing::TestWithParam<bool> {  // param: IPv6 GIDs
   Harness h_{HarnessOptions{.resolve_neighbours = false}};
   uint64_t arp0_ = 0, nd0_ = 0;
   Node& a() { return h_.a(); }
-  uint64_t a_ctr(EngineCtr c) { return a().engine->counters().get(c); }
-  uint64_t b_ctr(EngineCtr c) { return h_.b().engine->counters().get(c); }
+  uint64_t a_ctr(EngineCtr c) { return a().engine->total(c); }
+  uint64_t b_ctr(EngineCtr c) { return h_.b().engine->total(c); }
 
   // Two QPs of `type` on A, connected to each other over A's own GID.
   Pair pair(ibv_qp_type type) {

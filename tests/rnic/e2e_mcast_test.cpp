@@ -131,15 +131,15 @@ TEST_F(Mcast, EveryAttachedQpGetsItsOwnCopy) {
   for (int i = 0; i < 3; ++i) rs.push_back(receiver());
   Receiver outsider = receiver();  // on B, not attached
   for (Receiver& r : rs) ASSERT_EQ(h_.b().rnic->attach_mcast(r.qp, v4_group()), 0);
-  const auto arp_before = h_.a().engine->counters().get(transport::EngineCtr::tx_arp_request);
+  const auto arp_before = h_.a().engine->total(transport::EngineCtr::tx_arp_request);
   send(v4_group());
   for (Receiver& r : rs) expect_one(r, 0);
   expect_none(outsider);
   EXPECT_EQ(b_ctr(RnicCtr::rx_mcast_pkts), 1u);
   EXPECT_EQ(b_ctr(RnicCtr::rx_mcast_copies), 3u);
   // The group's MAC, no neighbour: A never asked for one.
-  EXPECT_EQ(h_.a().engine->counters().get(transport::EngineCtr::tx_arp_request), arp_before);
-  EXPECT_EQ(h_.b().engine->counters().get(transport::EngineCtr::drop_not_our_mac), 0u);
+  EXPECT_EQ(h_.a().engine->total(transport::EngineCtr::tx_arp_request), arp_before);
+  EXPECT_EQ(h_.b().engine->total(transport::EngineCtr::drop_not_our_mac), 0u);
   // A second message uses each QP's next WQE.
   send(v4_group(), kUdQkey, 2);
   for (Receiver& r : rs) expect_one(r, 1);
@@ -155,19 +155,19 @@ TEST_F(Mcast, LoopedBackToTheSendersOwnMembers) {
   Receiver remote = receiver();
   ASSERT_EQ(h_.a().rnic->attach_mcast(local.qp, v4_group()), 0);
   ASSERT_EQ(h_.b().rnic->attach_mcast(remote.qp, v4_group()), 0);
-  const uint64_t tx0 = h_.a().engine->counters().get(transport::EngineCtr::tx_frames);
+  const uint64_t tx0 = h_.a().engine->total(transport::EngineCtr::tx_frames);
   send(v4_group());
   expect_one(local, 0);
   expect_one(remote, 0);
   expect_none(local_outsider);
-  EXPECT_EQ(h_.a().engine->counters().get(transport::EngineCtr::loopback), 1u);
-  EXPECT_EQ(h_.a().engine->counters().get(transport::EngineCtr::tx_frames), tx0 + 1) << "one frame on the wire";
+  EXPECT_EQ(h_.a().engine->total(transport::EngineCtr::loopback), 1u);
+  EXPECT_EQ(h_.a().engine->total(transport::EngineCtr::tx_frames), tx0 + 1) << "one frame on the wire";
   // Detached: nothing loops back any more (no copy, nothing dropped).
   ASSERT_EQ(h_.a().rnic->detach_mcast(local.qp, v4_group()), 0);
   send(v4_group(), kUdQkey, 2);
   expect_one(remote, 1);
   expect_none(local);
-  EXPECT_EQ(h_.a().engine->counters().get(transport::EngineCtr::loopback), 1u);
+  EXPECT_EQ(h_.a().engine->total(transport::EngineCtr::loopback), 1u);
   EXPECT_EQ(h_.a().rnic->counters().get(RnicCtr::drop_mcast_no_group), 0u);
 }
 

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 #include <rte_mbuf.h>
 
+#include <cstdlib>
 #include <cstring>
 #include <thread>
 
@@ -44,8 +45,15 @@ Harness::Harness(const HarnessOptions& options)
     }
     n->port = *port;
   }
-  make_node(a_, 0, kIpA, 1, options.pcap_a);
-  make_node(b_, 1, kIpB, 2, "");
+  uint32_t lcores = options.engine_lcores;
+  if (lcores == 0) {
+    const char* env = std::getenv("UROCE_TEST_ENGINE_LCORES");
+    lcores = env != nullptr ? static_cast<uint32_t>(std::strtoul(env, nullptr, 10)) : 1;
+    // A capture holds lcore 0's frames only (config refuses the pair).
+    if (!options.pcap_a.empty() || lcores == 0) lcores = 1;
+  }
+  make_node(a_, 0, kIpA, 1, options.pcap_a, lcores);
+  make_node(b_, 1, kIpB, 2, "", lcores);
   if (!a_.rnic || !b_.rnic) return;
   a_.rnic->set_selective_repeat(options.selective_repeat_a);
   b_.rnic->set_selective_repeat(options.selective_repeat_b);
@@ -70,7 +78,8 @@ Harness::~Harness() {
   memory_.clear();  // last: nothing can write into it any more
 }
 
-void Harness::make_node(Node& n, size_t index, uint32_t ip4, uint8_t ip6_last, const std::string& pcap) {
+void Harness::make_node(Node& n, size_t index, uint32_t ip4, uint8_t ip6_last, const std::string& pcap,
+                        uint32_t lcores) {
   ASSERT_EQ(n.port->index(), index);
   n.ip4 = ip4;
   n.ip6 = wire::Ipv6Addr{0xfd, 0x00, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, ip6_last};
@@ -86,10 +95,12 @@ void Harness::make_node(Node& n, size_t index, uint32_t ip4, uint8_t ip6_last, c
   c.pcap_path = pcap;
   c.progress = transport::ProgressKind::Inline;
   c.rx_burst = 128;  // the receiver keeps up with a sender's full TX batch
+  c.lcores = lcores;
   auto dev = transport::Device::assemble(*n.port, "uroce" + std::to_string(index), std::move(c));
   ASSERT_TRUE(dev) << dev.error().message;
   n.dev = std::move(*dev);
   n.engine = &n.dev->engine();
+  if (transport::Lcores* l = n.engine->lcores()) l->start({}, {});  // the workers' threads
   n.rnic = &n.dev->rnic();
   int err = 0;
   n.pd = n.rnic->alloc_pd(&err);

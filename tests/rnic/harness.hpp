@@ -67,6 +67,11 @@ struct HarnessOptions {
   // Each RNIC's congestion control (Rnic::set_cc); the default: ECN on, DCQCN.
   config::CcConfig cc_a;
   config::CcConfig cc_b;
+  // Engine lcores of each device (EngineConfig::lcores): lcore 0 runs
+  // inline in the test's loop as always, the others on threads of their
+  // own.  0: UROCE_TEST_ENGINE_LCORES, else 1 (the e2e suites run again
+  // with it set: meson's suite "lcores").
+  uint32_t engine_lcores = 0;
 };
 
 // What connect() sets on a QP.
@@ -171,7 +176,7 @@ class Harness {
   std::string counters() const;
 
  private:
-  void make_node(Node& n, size_t index, uint32_t ip4, uint8_t ip6_last, const std::string& pcap);
+  void make_node(Node& n, size_t index, uint32_t ip4, uint8_t ip6_last, const std::string& pcap, uint32_t lcores);
   void resolve(Node& from, Node& to);
 
   std::unique_ptr<drivers::sim::SimWire> wire_;

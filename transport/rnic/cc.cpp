@@ -60,8 +60,8 @@ void rp_step(transport::Engine& engine, Qp& qp, Step&& step) noexcept {
 
 void on_timer(Timer& t, uint64_t now_ns) {
   Qp& qp = t.owner_as<Qp>();
-  rp_step(qp.rnic().engine(), qp, [now_ns](cc::Dcqcn& rp) { rp.advance(now_ns); });
-  if (const uint64_t at = qp.cc.rp.deadline(); at != 0 && !qp.cc.timer.armed()) qp.rnic().engine().timers().arm(qp.cc.timer, at);
+  rp_step(qp.engine(), qp, [now_ns](cc::Dcqcn& rp) { rp.advance(now_ns); });
+  if (const uint64_t at = qp.cc.rp.deadline(); at != 0 && !qp.cc.timer.armed()) qp.engine().timers().arm(qp.cc.timer, at);
 }
 
 // The path back to whoever sent `pi`: a connected QP's own; for UD the
@@ -171,14 +171,14 @@ void cc_rtt_sample(Qp& qp, uint64_t rtt_ns) noexcept {
   cc::DelayCc& d = qp.cc.delay;
   const uint64_t rate = d.rate_bps();
   const uint64_t cuts = d.cuts();
-  d.on_rtt(rnic.engine().now(), rtt_ns);
+  d.on_rtt(qp.engine().now(), rtt_ns);
   if (d.cuts() != cuts) {
     c.round_congested = true;  // counts for the round now beginning
     rnic.counters().inc(RnicCtr::rp_delay_cuts);
     UROCE_TRACE(TraceCat::Cc, "qp %u delay cut: rtt %lu us, rate %.3f Gb/s", qp.qpn().value(),
                 static_cast<unsigned long>(rtt_ns / 1000), static_cast<double>(d.rate_bps()) / 1e9);
   }
-  if (d.rate_bps() != rate) follow_rate(rnic.engine(), qp);
+  if (d.rate_bps() != rate) follow_rate(qp.engine(), qp);
 }
 
 // PLB's idle rehash: a new source port in RoCEv2's range (A17.3.2.1:

@@ -422,7 +422,7 @@ namespace {
 // outstanding PSN.  Retry from it, or give up after retry_cnt retries.
 void on_ack_timeout(Timer& t, uint64_t) {
   Qp& qp = t.owner_as<Qp>();
-  transport::Engine& engine = qp.rnic().engine();
+  transport::Engine& engine = qp.engine();
   CompState& c = qp.comp;
   const ibv_qp_state st = qp.state();
   if ((st != IBV_QPS_RTS && st != IBV_QPS_SQD) || c.rnr_wait) return;
@@ -459,7 +459,7 @@ void on_rnr_timeout(Timer& t, uint64_t) {
   const ibv_qp_state st = qp.state();
   if (st != IBV_QPS_RTS && st != IBV_QPS_SQD) return;
   requester_rewind(qp);
-  requester_run(qp.rnic().engine(), qp);
+  requester_run(qp.engine(), qp);
 }
 
 }  // namespace
@@ -467,7 +467,7 @@ void on_rnr_timeout(Timer& t, uint64_t) {
 // ---- send completions -------------------------------------------------------------
 
 void completer_retire(Qp& qp) noexcept {
-  UROCE_ASSERT_ENGINE(qp.rnic().engine());
+  UROCE_ASSERT_ENGINE(qp.engine());
   const uint32_t tail = qp.sq.tail();
   while (qp.sq.head() != tail) {
     SendWqe& w = qp.sq.slot(qp.sq.head());
@@ -502,8 +502,8 @@ void completer_retire(Qp& qp) noexcept {
 }
 
 void completer_fail(Qp& qp, SendWqe& w, ibv_wc_status status) noexcept {
-  UROCE_ASSERT_ENGINE(qp.rnic().engine());
-  transport::Engine& engine = qp.rnic().engine();
+  UROCE_ASSERT_ENGINE(qp.engine());
+  transport::Engine& engine = qp.engine();
   UROCE_TRACE(TraceCat::Qp, "qp 0x%06x: send WQE wr_id 0x%llx failed, ibv_wc_status %d", qp.qpn().value(),
               static_cast<unsigned long long>(w.wr_id), static_cast<int>(status));
   w.status = status;
@@ -515,7 +515,7 @@ void completer_fail(Qp& qp, SendWqe& w, ibv_wc_status status) noexcept {
 }
 
 void completer_flush(Qp& qp) noexcept {
-  UROCE_ASSERT_ENGINE(qp.rnic().engine());
+  UROCE_ASSERT_ENGINE(qp.engine());
   // Every WQE not yet completed, from the oldest, completes with
   // WR_FLUSH_ERR (IBA 10.3.1.7); one that failed keeps its own status.
   const uint32_t tail = qp.sq.tail();

@@ -2,6 +2,7 @@
 // produces and application threads poll, its arm and its events.
 #include "transport/rnic/objects.hpp"
 
+#include <cassert>
 #include <fcntl.h>
 #include <unistd.h>
 
@@ -27,8 +28,20 @@ Cq::Cq(Rnic& rnic, uint32_t capacity, void* context, CompChannel* channel, RingB
 
 Cq::~Cq() = default;
 
+// With several lcores, QPs of two lcores may complete to one CQ: each
+// push under push_lock_ (a spinlock, uncontended unless they do, the cost
+// an RNIC pays in hardware); with one, the engine is the only producer.
 bool Cq::push(const ibv_wc& wc, bool solicited) noexcept {
-  UROCE_ASSERT_ENGINE(rnic_.engine());
+  assert(rnic_.on_an_engine());
+  if (!rnic_.multi_lcore()) return push_one(wc, solicited);
+  while (push_lock_.test_and_set(std::memory_order_acquire)) {
+  }
+  const bool ok = push_one(wc, solicited);
+  push_lock_.clear(std::memory_order_release);
+  return ok;
+}
+
+bool Cq::push_one(const ibv_wc& wc, bool solicited) noexcept {
   const uint32_t size = slots_;
   const uint32_t tail = tail_.load(std::memory_order_relaxed);
   const uint32_t next = tail + 1 == size ? 0 : tail + 1;
@@ -98,7 +111,7 @@ int Cq::poll(int n, ibv_wc* out, uint64_t* ts, uint64_t* wall_ns) {
 }
 
 void Cq::clean(Qpn qpn) {
-  UROCE_ASSERT_ENGINE(rnic_.engine());
+  assert(rnic_.on_an_engine());
   std::lock_guard lock(poll_mu_);
   const uint32_t size = slots_;
   const uint32_t head = head_.load(std::memory_order_relaxed);

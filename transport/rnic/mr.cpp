@@ -2,6 +2,7 @@
 // re-registration and deregistration, window allocation, binding and
 // invalidation — and the engine's key lookups every remote and local
 // access goes through (IBA 9.7.5.1.3, 10.6.3, 10.6.7.3).
+#include <cassert>
 #include <endian.h>
 #include <sys/mman.h>
 
@@ -196,14 +197,15 @@ int Rnic::dealloc_mw(Mw* mw) {
 }
 
 Mw* Rnic::mw_by_key(Rkey rkey) noexcept {
-  UROCE_ASSERT_ENGINE(engine_);
+  assert(on_an_engine());
   const uint32_t idx = rkey.value() >> 8;
   Mw* mw = idx < mws_.size() ? mws_[idx].get() : nullptr;
   return mw != nullptr && mw->rkey == rkey ? mw : nullptr;
 }
 
 ibv_wc_status Rnic::bind_mw(Qp& qp, const SendWqe& w) noexcept {
-  UROCE_ASSERT_ENGINE(engine_);
+  UROCE_ASSERT_ENGINE(qp.engine());
+  const MwGuard only_us(*this);
   // IBA 10.6.7.2 (C10-72 .. C10-76) as rxe checks them; any failure is a
   // memory window bind error and leaves the window as it was.
   // The window pointer is the application's: it is used only once the
@@ -252,7 +254,8 @@ ibv_wc_status Rnic::bind_mw(Qp& qp, const SendWqe& w) noexcept {
 }
 
 ibv_wc_status Rnic::local_invalidate(Qp& qp, Rkey rkey) noexcept {
-  UROCE_ASSERT_ENGINE(engine_);
+  UROCE_ASSERT_ENGINE(qp.engine());
+  const MwGuard only_us(*this);
   // IBA 10.6.7.2.5: only a bound type 2 window (this device has no
   // fast-registered MRs) of the QP's PD; else, as rxe, a local QP
   // operation error.  A window bound through another QP (type 2B is the
@@ -265,7 +268,8 @@ ibv_wc_status Rnic::local_invalidate(Qp& qp, Rkey rkey) noexcept {
 }
 
 bool Rnic::remote_invalidate(Qp& qp, Rkey rkey) noexcept {
-  UROCE_ASSERT_ENGINE(engine_);
+  UROCE_ASSERT_ENGINE(qp.engine());
+  const MwGuard only_us(*this);
   Mw* mw = mw_by_key(rkey);
   if (mw == nullptr || mw->type != IBV_MW_TYPE_2 || !mw->bound || mw->pd != qp.pd() || mw->qp != &qp) return false;
   unbind(*mw);
@@ -403,7 +407,7 @@ int Rnic::advise_mr(Pd* pd, uint32_t advice, uint32_t flags, const ibv_sge* sg_l
 // ---- [engine] lookups ---------------------------------------------------------------------------
 
 Mr* Rnic::lookup_lkey(Lkey lkey, const Pd* pd, KeyCheck* check) noexcept {
-  UROCE_ASSERT_ENGINE(engine_);
+  assert(on_an_engine());
   const uint32_t idx = lkey.value() >> 8;
   Mr* mr = idx < key_table_.size() ? key_table_[idx] : nullptr;
   KeyCheck r = KeyCheck::Ok;
@@ -429,13 +433,16 @@ KeyCheck mr_key_check(const Mr* mr, Rkey rkey, int need, const Pd* pd) noexcept 
 
 uint8_t* Rnic::check_rkey(Rkey rkey, uint64_t va, uint64_t len, int need, const Pd* pd, KeyCheck* check,
                           uint32_t* epoch, const Qp* qp) noexcept {
-  UROCE_ASSERT_ENGINE(engine_);
+  assert(on_an_engine());
   // IBA 9.7.5.1.3 / C9-88 (memory access validation): the R_Key names a
   // valid MR of the QP's PD that grants the access, and the whole range
   // lies inside it; otherwise a remote access error, and nothing moves.
   const uint32_t idx = rkey.value() >> 8;
   Mr* mr = idx < key_table_.size() ? key_table_[idx] : nullptr;
-  if (mr == nullptr && idx < mws_.size() && mws_[idx] != nullptr) return check_mw_rkey(*mws_[idx], rkey, va, len, need, pd, check, epoch, qp);
+  if (mr == nullptr && idx < mws_.size() && mws_[idx] != nullptr) {
+    const MwGuard only_us(*this);
+    return check_mw_rkey(*mws_[idx], rkey, va, len, need, pd, check, epoch, qp);
+  }
   KeyCheck r = mr_key_check(mr, rkey, need, pd);
   uint8_t* p = nullptr;
   if (r == KeyCheck::Ok && (p = mr->translate(va, len)) == nullptr) r = KeyCheck::OutOfBounds;
@@ -446,11 +453,12 @@ uint8_t* Rnic::check_rkey(Rkey rkey, uint64_t va, uint64_t len, int need, const 
 }
 
 bool Rnic::check_rkey_region(Rkey rkey, int need, const Pd* pd, KeyCheck* check, const Qp* qp) noexcept {
-  UROCE_ASSERT_ENGINE(engine_);
+  assert(on_an_engine());
   const uint32_t idx = rkey.value() >> 8;
   const Mr* mr = idx < key_table_.size() ? key_table_[idx] : nullptr;
   if (mr == nullptr && idx < mws_.size() && mws_[idx] != nullptr) {
     // A window: its own checks at its first byte (its rights decide).
+    const MwGuard only_us(*this);
     const Mw& mw = *mws_[idx];
     check_mw_rkey(mw, rkey, mw.zero_based ? 0 : mw.va, 0, need, pd, check, nullptr, qp);
     return *check == KeyCheck::Ok;
@@ -461,7 +469,7 @@ bool Rnic::check_rkey_region(Rkey rkey, int need, const Pd* pd, KeyCheck* check,
 
 uint8_t* Rnic::check_mw_rkey(const Mw& mw, Rkey rkey, uint64_t va, uint64_t len, int need, const Pd* pd,
                              KeyCheck* check, uint32_t* epoch, const Qp* qp) noexcept {
-  UROCE_ASSERT_ENGINE(engine_);
+  assert(on_an_engine());  // under MwGuard
   // IBA 10.6.7.3 (window access validation): the key as bound now, the
   // QP's PD, a type 2 window's own QP, the window's rights and bounds, and
   // then the MR's own translation.

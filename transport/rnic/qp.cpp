@@ -232,6 +232,7 @@ ibv_qp_cap Qp::effective_caps(const ibv_qp_init_attr& init) noexcept {
 
 Qp::Qp(Rnic& rnic, Pd* pd, Qpn qpn, const ibv_qp_init_attr& init, Rings&& rings, Xrcd* xrcd)
     : rnic_(rnic),
+      engine_(&rnic.engine_for(qpn)),
       pd_(pd),
       xrcd_(xrcd),
       qpn_(qpn),
@@ -304,7 +305,7 @@ int Qp::check_modify(const ibv_qp_attr& attr, int mask) const {
 }
 
 void Qp::apply_modify(const ibv_qp_attr& attr, int mask) {
-  transport::Engine& engine = rnic_.engine();
+  transport::Engine& engine = *engine_;  // the QP's lcore (the control path holds the device exclusive)
   UROCE_ASSERT_ENGINE(engine);
   const ibv_qp_state cur = state();
   const ibv_qp_state next = (mask & IBV_QP_STATE) ? attr.qp_state : cur;
@@ -702,13 +703,13 @@ void Qp::doorbell(transport::Engine& engine) noexcept {
 }
 
 void Qp::to_error(bool fatal) noexcept {
-  UROCE_ASSERT_ENGINE(rnic_.engine());
+  UROCE_ASSERT_ENGINE(*engine_);
   const bool was_err = state() == IBV_QPS_ERR;
   if (!was_err)
     UROCE_TRACE(TraceCat::Qp, "qp 0x%06x: %s -> ERR%s", qpn_.value(), qp_state_name(state()),
                 fatal ? " (fatal)" : "");
   state_.store(IBV_QPS_ERR, std::memory_order_release);
-  completer_stop(*this, rnic_.engine());
+  completer_stop(*this, *engine_);
   completer_flush(*this);
   if (!was_err) responder_flush(*this);
   flush_recv();

@@ -218,6 +218,10 @@ class Qp {
 
   // ---- identity and configuration (read by the engine; written by modify under run_sync)
   Rnic& rnic() const noexcept { return rnic_; }
+  // The engine whose loop runs this QP's data path: its lcore's
+  // (Rnic::lcore_of; the device's own engine with one lcore).  Fixed at
+  // creation.
+  transport::Engine& engine() const noexcept { return *engine_; }
   Pd* pd() const noexcept { return pd_; }  // nullptr: an XRC receive QP
   Qpn qpn() const noexcept { return qpn_; }
   ibv_qp_type type() const noexcept { return type_; }
@@ -341,6 +345,7 @@ class Qp {
   friend class Rnic;
 
   Rnic& rnic_;
+  transport::Engine* engine_;
   Pd* pd_;
   Xrcd* xrcd_;
   Qpn qpn_;

@@ -17,6 +17,7 @@
 // responder's and the completer's.  [engine] everything here.
 #include <rte_mbuf.h>
 
+#include <bit>
 #include <cstring>
 #include <optional>
 
@@ -66,6 +67,10 @@ void Rnic::rx_burst(transport::Engine& engine, transport::RoceRx* pkts, uint16_t
     Qp* qp = qpn < qp_table_.size() ? qp_table_[qpn] : nullptr;
     if (qp == nullptr) {
       engine.drop(pkt.m, transport::EngineCtr::drop_unknown_qpn);
+      continue;
+    }
+    if (&qp->engine() != &engine) {  // another lcore's QP: its loop checks and runs it
+      hand_off(engine, qp->engine(), pkt.m);
       continue;
     }
     // Requests (and everything for a UD/GSI QP) go to the responder;
@@ -123,8 +128,12 @@ void Rnic::rx_burst(transport::Engine& engine, transport::RoceRx* pkts, uint16_t
 // passive side does, before its REP — raises nothing.  The connection
 // manager hears of it in either state (set_comm_est_hook) and takes it for
 // the RTU that may still be on its way (IBA 12.9.6).
+//
+// The CM is lcore 0's: a QP of another lcore tells it through a queue of
+// QPNs and a doorbell of lcore 0 (comm_est_q_), and lcore 0 looks the QP
+// up again (it may have gone meanwhile).
 void Rnic::comm_est(Qp& qp) noexcept {
-  UROCE_ASSERT_ENGINE(engine_);
+  UROCE_ASSERT_ENGINE(qp.engine());
   qp.comm_est = true;
   if (qp.state() == IBV_QPS_RTR) {
     AsyncEvent ev;
@@ -132,7 +141,30 @@ void Rnic::comm_est(Qp& qp) noexcept {
     ev.qp = &qp;
     raise(ev);
   }
-  if (comm_est_hook_) comm_est_hook_(qp);
+  if (!comm_est_hook_) return;
+  if (&qp.engine() == &engine_) {
+    comm_est_hook_(qp);
+    return;
+  }
+  if (!comm_est_q_.push(qp.qpn().value())) return;  // full: the CM's timers still see the RTU's loss
+  engine_.ring({[](transport::Engine&, void* rnic) { static_cast<Rnic*>(rnic)->drain_comm_est(); }, this});
+}
+
+void Rnic::drain_comm_est() noexcept {
+  UROCE_ASSERT_ENGINE(engine_);
+  uint32_t qpn = 0;
+  while (comm_est_q_.pop(qpn)) {
+    Qp* qp = qpn < qp_table_.size() ? qp_table_[qpn] : nullptr;
+    if (qp != nullptr && comm_est_hook_) comm_est_hook_(*qp);
+  }
+}
+
+void Rnic::hand_off(transport::Engine& from, transport::Engine& to, rte_mbuf* m) noexcept {
+  if (lcores_->hand_off(to.lcore(), m)) {
+    from.counters_mut().inc(transport::EngineCtr::lane_handoffs);
+  } else {
+    from.drop(m, transport::EngineCtr::drop_lane_full);
+  }
 }
 
 // A packet to the multicast QPN: one copy to every QP attached to the
@@ -142,7 +174,7 @@ void Rnic::comm_est(Qp& qp) noexcept {
 // src_qp and the GRH as for unicast.
 void Rnic::mcast_rx(transport::Engine& engine, transport::RoceRx& pkt) noexcept {
   UROCE_ASSERT_ENGINE(engine);
-  ctr_.inc(RnicCtr::rx_mcast_pkts);
+  if (!pkt.handed) ctr_.inc(RnicCtr::rx_mcast_pkts);
   const uint8_t* f = rte_pktmbuf_mtod(pkt.m, const uint8_t*);
   const wire::Ipv6Addr mgid = wire::dst_gid(f, pkt.info);
   const McastGroup* g = mcast_.find(mgid);
@@ -170,10 +202,19 @@ void Rnic::mcast_rx(transport::Engine& engine, transport::RoceRx& pkt) noexcept 
   const bool ours = engine.config().local.owns(src);
   const uint32_t src_qp = wire::DethC(f + pkt.info.ext_off(wire::kHdrDeth)).src_qp().value();
   auto blocked = [&](const Qp* qp) { return ours && qp->block_self_mcast_lb && qp->qpn().value() == src_qp; };
-  // Only QPs that take requests now get a copy.
+  // Only QPs that take requests now get a copy.  With several lcores
+  // (transport/lcores.hpp) each lcore delivers to its own members; the
+  // lcore that received the frame from the wire or its loopback hands one
+  // copy to every other lcore with a member, and those deliver only theirs.
   uint16_t takers = 0;
   bool any_blocked = false;
+  uint32_t lanes = 0;  // other lcores to hand a copy to (bit per lcore)
   for (Qp* qp : g->qps) {
+    const bool mine = &qp->engine() == &engine;
+    if (!mine) {
+      if (!pkt.handed) lanes |= 1u << qp->engine().lcore();
+      continue;
+    }
     if (!state_caps(qp->state()).takes_requests) continue;
     if (blocked(qp)) {
       any_blocked = true;
@@ -182,14 +223,17 @@ void Rnic::mcast_rx(transport::Engine& engine, transport::RoceRx& pkt) noexcept 
     ++takers;
   }
   if (any_blocked) ctr_.inc(RnicCtr::mcast_self_blocked);
-  if (takers == 0) {
-    if (!any_blocked) ctr_.inc(RnicCtr::drop_qp_state);
+  const auto copies = static_cast<uint16_t>(takers + std::popcount(lanes));
+  if (copies == 0) {
+    if (!any_blocked && !pkt.handed) ctr_.inc(RnicCtr::drop_qp_state);
     rte_pktmbuf_free(pkt.m);
     return;
   }
-  if (takers > 1) rte_mbuf_refcnt_update(pkt.m, static_cast<int16_t>(takers - 1));
+  if (copies > 1) rte_mbuf_refcnt_update(pkt.m, static_cast<int16_t>(copies - 1));
+  for (unsigned l = 0; lanes != 0; ++l, lanes >>= 1)
+    if (lanes & 1u) hand_off(engine, lcores_->engine(l), pkt.m);
   for (Qp* qp : g->qps) {
-    if (!state_caps(qp->state()).takes_requests || blocked(qp)) continue;
+    if (&qp->engine() != &engine || !state_caps(qp->state()).takes_requests || blocked(qp)) continue;
     ctr_.inc(RnicCtr::rx_mcast_copies);
     responder_rx(engine, *qp, pkt);  // frees its reference
   }

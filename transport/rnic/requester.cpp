@@ -90,7 +90,7 @@ bool check_local_keys(Qp& qp, const SendWqe& w) noexcept {
 
 void on_kick(Timer& t, uint64_t) {
   Qp& qp = t.owner_as<Qp>();
-  requester_run(qp.rnic().engine(), qp);
+  requester_run(qp.engine(), qp);
 }
 
 void kick_soon(transport::Engine& engine, Qp& qp, uint64_t delay_ns) noexcept {
@@ -502,7 +502,7 @@ void requester_run(transport::Engine& engine, Qp& qp) noexcept {
 }
 
 void requester_rewind(Qp& qp) noexcept {
-  UROCE_ASSERT_ENGINE(qp.rnic().engine());
+  UROCE_ASSERT_ENGINE(qp.engine());
   ReqState& r = qp.req;
   const CompState& c = qp.comp;
   if (!qp.reliable()) return;
@@ -569,7 +569,7 @@ bool requester_sprays(const Qp& qp) noexcept {
 }
 
 void requester_shrink_window(Qp& qp, LossSignal why) noexcept {
-  UROCE_ASSERT_ENGINE(qp.rnic().engine());
+  UROCE_ASSERT_ENGINE(qp.engine());
   ReqState& r = qp.req;
   switch (why) {
     case LossSignal::SeqNak: r.window = std::max(kMinUnackedPsns, r.window / 2); break;
@@ -578,13 +578,13 @@ void requester_shrink_window(Qp& qp, LossSignal why) noexcept {
 }
 
 void requester_grow_window(Qp& qp, uint32_t acked_psns) noexcept {
-  UROCE_ASSERT_ENGINE(qp.rnic().engine());
+  UROCE_ASSERT_ENGINE(qp.engine());
   ReqState& r = qp.req;
   r.window = static_cast<uint32_t>(std::min<uint64_t>(kMaxUnackedPsns, uint64_t{r.window} + acked_psns));
 }
 
 void requester_idle(Qp& qp) noexcept {
-  UROCE_ASSERT_ENGINE(qp.rnic().engine());
+  UROCE_ASSERT_ENGINE(qp.engine());
   ReqState& r = qp.req;
   if (!r.active) return;
   r.active = false;

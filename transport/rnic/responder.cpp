@@ -262,6 +262,8 @@ RecvWqe* take_wqe(Rx& r) noexcept {
   Srq* srq = r.srq;
   if (srq == nullptr) return r.qp.recv_front();
   if (!r.s.have_srq_wqe) {
+    // QPs of several lcores may share the SRQ (Srq::TakeGuard).
+    const Srq::TakeGuard only_us(*srq);
     RecvWqe* w = srq->rq().front();
     if (w == nullptr) return nullptr;
     r.s.srq_wqe.sge = r.s.srq_sges.data();
@@ -794,7 +796,7 @@ void resume(transport::Engine& engine, Qp& qp) noexcept {
 
 void on_kick(Timer& t, uint64_t) noexcept {
   Qp& qp = t.owner_as<Qp>();
-  resume(qp.rnic().engine(), qp);
+  resume(qp.engine(), qp);
 }
 
 }  // namespace resp
@@ -826,7 +828,7 @@ void responder_rx(transport::Engine& engine, Qp& qp, transport::RoceRx& pkt) noe
 }
 
 void responder_reset(Qp& qp) noexcept {
-  stop_stream(qp.rnic().engine(), qp);
+  stop_stream(qp.engine(), qp);
   if (qp.resp.backlog.size() != kRespBacklog) qp.resp.backlog.assign(kRespBacklog, RespState::Deferred{});
   RespState& s = qp.resp;
   reorder_clear(qp);
@@ -864,9 +866,9 @@ void responder_bind(Qp& qp) noexcept {
 }
 
 void responder_flush(Qp& qp) noexcept {
-  UROCE_ASSERT_ENGINE(qp.rnic().engine());
+  UROCE_ASSERT_ENGINE(qp.engine());
   RespState& s = qp.resp;
-  stop_stream(qp.rnic().engine(), qp);
+  stop_stream(qp.engine(), qp);
   reorder_clear(qp);
   abandon_message(s);
   if (!s.have_srq_wqe) return;
@@ -882,7 +884,7 @@ void responder_flush(Qp& qp) noexcept {
 }
 
 void responder_forget_srq(Qp& qp, const Srq* srq) noexcept {
-  UROCE_ASSERT_ENGINE(qp.rnic().engine());
+  UROCE_ASSERT_ENGINE(qp.engine());
   RespState& s = qp.resp;
   if (s.msg_srq == srq) {
     abandon_message(s);

@@ -58,6 +58,7 @@ using transport::params::kLinkPollNs;
 
 Rnic::Rnic(transport::Engine& engine, std::string name)
     : engine_(engine),
+      lcores_(engine.lcores()),
       name_(std::move(name)),
       key_table_(kMaxMr),
       last_key_byte_(kMaxMr),
@@ -132,7 +133,9 @@ Rnic::Rnic(transport::Engine& engine, std::string name)
     for (const QpSnapshot& q : qp_snapshots()) rows.push_back(qp_row(q));
     return rows;
   });
+  if (lcores_ != nullptr) ctr_.set_shared(true);  // several lcores count
   engine_.run_sync([this] {
+    for (unsigned i = 1; lcores_ != nullptr && i < lcores_->size(); ++i) lcores_->engine(i).set_roce_sink(this);
     engine_.set_roce_sink(this);
     link_up_ = engine_.port().link_up();
     link_timer_.cb = on_link_poll;
@@ -145,12 +148,13 @@ Rnic::~Rnic() {
   transport::telemetry_unregister_set(name_, "rnic", this);
   transport::telemetry_unregister_table(name_, "qps", this);  // waits out a reader (before the run_sync below)
   engine_.run_sync([this] {
+    for (unsigned i = 1; lcores_ != nullptr && i < lcores_->size(); ++i) lcores_->engine(i).set_roce_sink(nullptr);
     engine_.set_roce_sink(nullptr);
     engine_.timers().cancel(link_timer_);
     for (auto& qp : qps_) {
       qp_table_[qp->qpn().value()] = nullptr;
-      sender_reset(*qp, engine_);    // the requester's and the completer's timers
-      responder_stop(*qp, engine_);  // the responder's
+      sender_reset(*qp, qp->engine());    // the requester's and the completer's timers
+      responder_stop(*qp, qp->engine());  // the responder's
     }
   });
   // Doorbells queued before the call above ran before it (the queue is
@@ -718,8 +722,8 @@ int Rnic::destroy_qp(Qp* qp, void* other_handle) {
     // them any more (and a QP later made at the same address is not it).
     for (auto& mw : mws_)
       if (mw != nullptr && mw->qp == qp) unbind(*mw);
-    sender_reset(*qp, engine_);    // the requester's and the completer's timers
-    responder_stop(*qp, engine_);  // the responder's, and a READ response still streaming
+    sender_reset(*qp, qp->engine());    // the requester's and the completer's timers
+    responder_stop(*qp, qp->engine());  // the responder's, and a READ response still streaming
     return 0;
   });
   if (rc != 0 || !last) return rc;
@@ -925,7 +929,7 @@ std::vector<transport::TableCell> Rnic::qp_row(const QpSnapshot& q) {
 // ---- [engine] lookups (MR and window keys: mr.cpp) -----------------------------------------
 
 Qp* Rnic::qp_by_num(Qpn qpn) noexcept {
-  UROCE_ASSERT_ENGINE(engine_);
+  assert(on_an_engine());
   return qpn.value() < qp_table_.size() ? qp_table_[qpn.value()] : nullptr;
 }
 
@@ -979,13 +983,14 @@ void Rnic::ring_sq(Qp& qp) noexcept {
                                         q->doorbell(engine);
                                       },
                                       &qp};
-  while (!engine_.ring(d)) {
-    if (engine_.on_engine_thread()) {  // the queue is full and we are the loop: run it now
+  transport::Engine& engine = qp.engine();
+  while (!engine.ring(d)) {
+    if (engine.on_engine_thread()) {  // the queue is full and we are the loop: run it now
       qp.doorbell_pending.store(false, std::memory_order_release);
-      qp.doorbell(engine_);
+      qp.doorbell(engine);
       return;
     }
-    if (!engine_.progress().try_progress()) std::this_thread::yield();
+    if (&engine != &engine_ || !engine.progress().try_progress()) std::this_thread::yield();
   }
 }
 

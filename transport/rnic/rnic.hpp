@@ -152,7 +152,27 @@ class Rnic final : public transport::RoceSink {
   Rnic(const Rnic&) = delete;
   Rnic& operator=(const Rnic&) = delete;
 
+  // The device's own engine (lcore 0): control verbs, the CM, the host
+  // stack.  A QP's data path runs on Qp::engine().
   transport::Engine& engine() noexcept { return engine_; }
+  // Engines on several lcores (transport/lcores.hpp): the engine whose loop
+  // runs QP `qpn`: QP 0 and 1 (the CM's) lcore 0's, every other QPN's
+  // lcore qpn % lcores (QPNs are drawn at random: the lcores share them
+  // evenly).  The device's own engine with one lcore.
+  transport::Engine& engine_for(Qpn qpn) noexcept {
+    if (lcores_ == nullptr || qpn.value() < 2) return engine_;
+    return lcores_->engine(qpn.value() % lcores_->size());
+  }
+  // More than one lcore: what QPs of several lcores share takes its lock.
+  bool multi_lcore() const noexcept { return lcores_ != nullptr; }
+  // Whether the calling thread runs some lcore's loop of this device (the
+  // [engine] assertions of what any lcore's data path may call).
+  bool on_an_engine() const noexcept {
+    if (lcores_ == nullptr) return engine_.on_engine_thread();
+    for (unsigned i = 0; i < lcores_->size(); ++i)
+      if (lcores_->engine(i).on_engine_thread()) return true;
+    return false;
+  }
   const std::string& name() const noexcept { return name_; }
   uint64_t node_guid() const noexcept;  // from the MAC (EUI-64), as rxe; host order (device_attr() has it big-endian)
   // The port's active MTU in bytes (the largest IB MTU that fits the
@@ -176,12 +196,12 @@ class Rnic final : public transport::RoceSink {
   // [engine] Reliable requesters (RC, XRC) with packets outstanding; they
   // share params::kMaxUnackedPsns (requester.cpp, send_window).  Each QP
   // counts once, while ReqState::active says so.
-  uint32_t active_senders() const noexcept { return active_senders_; }
+  uint32_t active_senders() const noexcept { return active_senders_.load(std::memory_order_relaxed); }
   void sender_active(bool on) noexcept {
     if (on) {
-      ++active_senders_;
+      active_senders_.fetch_add(1, std::memory_order_relaxed);
     } else {
-      --active_senders_;
+      active_senders_.fetch_sub(1, std::memory_order_relaxed);
     }
   }
   // Selective repeat (DESIGN.md "Loss recovery"): this device's reliable
@@ -200,8 +220,8 @@ class Rnic final : public transport::RoceSink {
   bool selective_repeat() const noexcept { return selective_repeat_; }
   // [engine] Request packets the device's responders hold after a gap,
   // all QPs together (at most params::kSrHoldDeviceMax).
-  uint32_t held_packets() const noexcept { return held_packets_; }
-  void add_held(int32_t n) noexcept { held_packets_ = static_cast<uint32_t>(static_cast<int32_t>(held_packets_) + n); }
+  uint32_t held_packets() const noexcept { return held_packets_.load(std::memory_order_relaxed); }
+  void add_held(int32_t n) noexcept { held_packets_.fetch_add(static_cast<uint32_t>(n), std::memory_order_relaxed); }
   // The GID index holding `addr`, or -1.
   int find_gid(const wire::Ipv6Addr& addr) const noexcept;
   // A QP's / AH's path from ibv_ah_attr (is_global and a valid sgid_index
@@ -336,7 +356,7 @@ class Rnic final : public transport::RoceSink {
   Qp* qp_by_num(Qpn qpn) noexcept;  // [engine]
   // [engine] The SRQ with this number (Srq::number), or nullptr.
   Srq* srq_by_num(uint32_t srqn) noexcept {
-    UROCE_ASSERT_ENGINE(engine_);
+    assert(on_an_engine());  // the table changes on the control path only
     return srqn < srq_table_.size() ? srq_table_[srqn] : nullptr;
   }
 
@@ -367,7 +387,7 @@ class Rnic final : public transport::RoceSink {
   // ---- the engine's RoceSink: the receive dispatcher (recv.cpp) ----
   void rx_burst(transport::Engine& engine, transport::RoceRx* pkts, uint16_t n) override;
   bool mcast_member(const wire::Ipv6Addr& mgid) const noexcept override {
-    UROCE_ASSERT_ENGINE(engine_);
+    assert(on_an_engine());  // the table changes on the control path only
     return mcast_.find(mgid) != nullptr;
   }
   // [engine] Called on a connected QP's first request since RTR (IBA
@@ -437,6 +457,7 @@ class Rnic final : public transport::RoceSink {
 
  private:
   transport::Engine& engine_;
+  transport::Lcores* const lcores_;  // the device's lcores; null: one
   std::string name_;
   ibv_device_attr dev_attr_{};
   std::vector<wire::Ipv6Addr> gids_;
@@ -457,11 +478,11 @@ class Rnic final : public transport::RoceSink {
   std::vector<std::unique_ptr<Srq>> srqs_;
   std::vector<std::unique_ptr<Qp>> qps_;
   std::vector<std::unique_ptr<Ah>> ahs_;
-  uint32_t active_senders_ = 0;  // [engine] see active_senders()
+  std::atomic<uint32_t> active_senders_{0};  // every lcore's loop: see active_senders()
   bool selective_repeat_ = false;
   uint32_t spray_ports_ = 1;
   config::CcConfig cc_{};
-  uint32_t held_packets_ = 0;    // [engine] see held_packets()
+  std::atomic<uint32_t> held_packets_{0};    // every lcore's loop: see held_packets()
   std::vector<std::unique_ptr<Xrcd>> xrcds_;
   uint32_t next_xrcd_ = 1;
   ZeroedArray<Mr*> key_table_;                  // index = key >> 8 (kMaxMr)
@@ -476,8 +497,13 @@ class Rnic final : public transport::RoceSink {
   uint32_t next_srqn_ = 1;                      // where the search for a free number starts (0 is never one)
   McastTable mcast_;
   void mcast_rx(transport::Engine& engine, transport::RoceRx& pkt) noexcept;  // [engine]
-  void comm_est(Qp& qp) noexcept;                                              // [engine]
+  void comm_est(Qp& qp) noexcept;                                              // [the QP's engine]
   std::function<void(Qp&)> comm_est_hook_;                                     // [engine]
+  // COMM_EST of other lcores' QPs, for lcore 0's CM (recv.cpp).
+  boost::lockfree::queue<uint32_t, boost::lockfree::fixed_sized<true>> comm_est_q_{1024};
+  void drain_comm_est() noexcept;  // [engine]
+  // [any lcore's loop] Hands a frame to `to`, the lcore of its QP.
+  void hand_off(transport::Engine& from, transport::Engine& to, rte_mbuf* m) noexcept;
   Qp* make_qp(Pd* pd, const ibv_qp_init_attr& init, uint32_t qpn, Qp::Rings& rings, int* err,
               Xrcd* xrcd = nullptr);
   // [engine] Whether `init` (with `pd`, `xrcd`) names objects of this
@@ -491,6 +517,27 @@ class Rnic final : public transport::RoceSink {
   // device's (else EINVAL) and a new key (else ENOMEM), errno in *err.
   bool key_for(const Pd* pd, uint32_t* key, int* err);
   Mw* mw_by_key(Rkey rkey) noexcept;
+  // Memory windows are bound and invalidated by the data path of any QP
+  // of their PD, and checked by any other's: with several lcores a window
+  // is read and written under mw_lock_ (a spinlock held for one check or
+  // bind; never with one lcore).  MRs change only on the control path.
+  std::atomic_flag mw_lock_ = ATOMIC_FLAG_INIT;
+  class MwGuard {
+   public:
+    explicit MwGuard(Rnic& r) noexcept : r_(r.lcores_ != nullptr ? &r : nullptr) {
+      if (r_ != nullptr)
+        while (r_->mw_lock_.test_and_set(std::memory_order_acquire)) {
+        }
+    }
+    ~MwGuard() {
+      if (r_ != nullptr) r_->mw_lock_.clear(std::memory_order_release);
+    }
+    MwGuard(const MwGuard&) = delete;
+    MwGuard& operator=(const MwGuard&) = delete;
+
+   private:
+    Rnic* r_;
+  };
   uint8_t* check_mw_rkey(const Mw& mw, Rkey rkey, uint64_t va, uint64_t len, int need, const Pd* pd,
                          KeyCheck* check, uint32_t* epoch, const Qp* qp) noexcept;
   // 0, or the errno reg_mr/rereg_mr give for memory not mapped as `access` needs.

@@ -1,6 +1,7 @@
 // sge: the scatter/gather walker (sge.hpp).
 #include "transport/rnic/sge.hpp"
 
+#include <cassert>
 #include <algorithm>
 
 #include "transport/rnic/memory.hpp"
@@ -56,7 +57,7 @@ bool walk(Rnic& rnic, const Pd* pd, std::span<const ibv_sge> sges, uint64_t at, 
 
 bool sge_gather(Rnic& rnic, const Pd* pd, std::span<const ibv_sge> sges, uint64_t at, uint8_t* dst, uint64_t len,
                 int need, SgeCursor* cursor) noexcept {
-  UROCE_ASSERT_ENGINE(rnic.engine());
+  assert(rnic.on_an_engine());
   return walk(rnic, pd, sges, at, len, need, cursor, [&dst](uint8_t* host, uint64_t n) {
     const bool ok = memory::copy(dst, host, n);
     dst += n;
@@ -66,7 +67,7 @@ bool sge_gather(Rnic& rnic, const Pd* pd, std::span<const ibv_sge> sges, uint64_
 
 bool sge_scatter(Rnic& rnic, const Pd* pd, std::span<const ibv_sge> sges, uint64_t at, const uint8_t* src,
                  uint64_t len, int need, SgeCursor* cursor) noexcept {
-  UROCE_ASSERT_ENGINE(rnic.engine());
+  assert(rnic.on_an_engine());
   return walk(rnic, pd, sges, at, len, need, cursor, [&src](uint8_t* host, uint64_t n) {
     const bool ok = memory::copy(host, src, n);
     src += n;

@@ -2,6 +2,7 @@
 // SRQs (objects.hpp, IBA 10.2.9).
 #include "transport/rnic/objects.hpp"
 
+#include <cassert>
 #include <fcntl.h>
 #include <unistd.h>
 
@@ -101,6 +102,7 @@ bool RecvQueue::resize(uint32_t capacity, RingBlock& mem, RingBlock* old) noexce
 Srq::Srq(Rnic& rnic, Pd* pd, const ibv_srq_attr& attr, void* context, RingBlock&& mem, uint32_t number, Xrcd* xrcd,
          Cq* cq)
     : rnic_(rnic),
+      multi_lcore_(rnic.multi_lcore()),
       pd_(pd),
       context_(context),
       number_(number),
@@ -168,7 +170,7 @@ int Srq::query(ibv_srq_attr* attr) const {
 }
 
 void Srq::after_pop() noexcept {
-  UROCE_ASSERT_ENGINE(rnic_.engine());
+  assert(rnic_.on_an_engine());
   const uint32_t limit = limit_.load(std::memory_order_acquire);
   if (limit == 0 || rq_.size() >= limit) return;
   // IBA 10.2.9.2 (SRQ limit): the event fires once, then the limit is

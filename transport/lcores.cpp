@@ -1,0 +1,201 @@
+// Lcores: see lcores.hpp.
+#include "transport/lcores.hpp"
+
+#include <rte_mbuf.h>
+#include <rte_pause.h>
+#include <rte_ring.h>
+#include <rte_ring_elem.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstring>
+
+#include "transport/engine.hpp"
+
+namespace uroce::transport {
+namespace {
+
+// A frame a worker asks lcore 0 to send (Lcores::send_via_control).
+struct ControlTx {
+  rte_mbuf* m;
+  IpAddr dst;
+  TxKind kind;
+  uint8_t pad[7];
+};
+static_assert(sizeof(ControlTx) % 4 == 0, "rte_ring elements are a multiple of 4 bytes");
+
+std::atomic<unsigned> g_ring_seq{0};  // rte_ring names are process-wide
+
+rte_ring* make_ring(const char* what, unsigned esize, unsigned count, unsigned flags) {
+  const std::string name = "uroce_" + std::string(what) + std::to_string(g_ring_seq.fetch_add(1));
+  return rte_ring_create_elem(name.c_str(), esize, count, SOCKET_ID_ANY, flags);
+}
+
+}  // namespace
+
+// ---- LanePort -------------------------------------------------------------------
+
+LanePort::LanePort(drivers::Port& tx, unsigned index) : tx_(tx), index_(index) {
+  ring_ = make_ring("lane", sizeof(rte_mbuf*), kLaneRingFrames, RING_F_SC_DEQ);
+  wake_fd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+}
+
+LanePort::~LanePort() {
+  if (ring_ != nullptr) {
+    rte_mbuf* m = nullptr;
+    while (rte_ring_sc_dequeue_elem(ring_, &m, sizeof(m)) == 0) rte_pktmbuf_free(m);
+    rte_ring_free(ring_);
+  }
+  if (wake_fd_ >= 0) ::close(wake_fd_);
+}
+
+std::string LanePort::name() const { return tx_.name() + "/lane" + std::to_string(index_); }
+
+unsigned LanePort::push(rte_mbuf* const* pkts, unsigned n) noexcept {
+  const unsigned took = rte_ring_mp_enqueue_burst_elem(ring_, pkts, sizeof(rte_mbuf*), n, nullptr);
+  // seq_cst with prepare_wait's: either the lane sees the frame before it
+  // waits, or we see it waiting and wake it.
+  if (took != 0 && waiting_.load(std::memory_order_seq_cst)) {
+    const uint64_t one = 1;
+    [[maybe_unused]] const ssize_t w = ::write(wake_fd_, &one, sizeof(one));
+  }
+  return took;
+}
+
+void LanePort::wake() noexcept {
+  const uint64_t one = 1;
+  [[maybe_unused]] const ssize_t w = ::write(wake_fd_, &one, sizeof(one));
+}
+
+uint16_t LanePort::rx_burst(rte_mbuf** pkts, uint16_t n) {
+  return static_cast<uint16_t>(rte_ring_sc_dequeue_burst_elem(ring_, pkts, sizeof(rte_mbuf*), n, nullptr));
+}
+
+bool LanePort::prepare_wait() {
+  waiting_.store(true, std::memory_order_seq_cst);
+  return rte_ring_count(ring_) == 0;
+}
+
+void LanePort::end_wait() {
+  waiting_.store(false, std::memory_order_relaxed);
+  uint64_t v;
+  [[maybe_unused]] const ssize_t r = ::read(wake_fd_, &v, sizeof(v));
+}
+
+// ---- Lcores -------------------------------------------------------------------
+
+Lcores::Lcores(Engine& control, drivers::Port& tx, unsigned n)
+    : control_(control), tx_(tx), n_(n), lanes_(new Lane[n]) {
+  ports_.push_back(std::make_unique<LanePort>(tx_, 0));
+  for (unsigned i = 1; i < n_; ++i) {
+    ports_.push_back(std::make_unique<LanePort>(tx_, i));
+    EngineConfig ec = control_.config();
+    // A worker answers no host traffic, announces nothing, captures
+    // nothing; its neighbours are lcore 0's (send_via_control).
+    ec.answer_host = false;
+    ec.announce = false;
+    ec.pcap_path.clear();
+    ec.kernel_neigh = {};
+    ec.next_hop = {};
+    ec.lcores = 1;
+    workers_.push_back(std::make_unique<Engine>(*ports_.back(), std::move(ec)));
+    workers_.back()->join_lcores(this, i);
+  }
+  control_tx_ = make_ring("ctltx", sizeof(ControlTx), kLaneRingFrames, RING_F_SC_DEQ);
+}
+
+Lcores::~Lcores() {
+  stop();
+  workers_.clear();
+  ports_.clear();
+  if (control_tx_ != nullptr) {
+    ControlTx e;
+    while (rte_ring_sc_dequeue_elem(control_tx_, &e, sizeof(e)) == 0) rte_pktmbuf_free(e.m);
+    rte_ring_free(control_tx_);
+  }
+}
+
+drivers::Status Lcores::init() {
+  if (control_tx_ == nullptr) return drivers::Error{ENOMEM, "engine_lcores: no ring for lcore 0's frames"};
+  for (auto& p : ports_)
+    if (!p->ok()) return drivers::Error{ENOMEM, "engine_lcores: no ring or eventfd for " + p->name()};
+  for (auto& w : workers_)
+    if (auto st = w->init(); !st) return st;
+  return {};
+}
+
+Engine& Lcores::engine(unsigned i) noexcept { return i == 0 ? control_ : *workers_[i - 1]; }
+
+void Lcores::start(const std::function<void()>& on_start, const std::function<void()>& on_exit) {
+  for (auto& w : workers_) w->start(on_start, on_exit);
+}
+
+void Lcores::stop() {
+  for (unsigned i = 1; i < n_; ++i) {
+    workers_[i - 1]->stop();
+    lanes_[i].running.store(false, std::memory_order_seq_cst);
+  }
+}
+
+bool Lcores::hand_off(unsigned to, rte_mbuf* m) noexcept {
+  if (ports_[to]->push(&m, 1) != 1) return false;
+  if (to == 0) control_.progress().rung();  // a sleeping lcore 0 (idle_wait) waits on the port, not on this ring
+  return true;
+}
+
+void Lcores::park(Lane& l) noexcept {
+  do {
+    l.running.store(false, std::memory_order_seq_cst);
+    while (want_.load(std::memory_order_seq_cst)) rte_pause();
+    l.running.store(true, std::memory_order_seq_cst);
+  } while (want_.load(std::memory_order_seq_cst));
+}
+
+Lcores::Exclusive::Exclusive(Lcores* l) noexcept : l_(l) {
+  if (l_ == nullptr) return;
+  if (l_->exclusive_here()) {
+    ++l_->depth_;
+    return;
+  }
+  l_->excl_mu_.lock();
+  l_->holder_.store(std::this_thread::get_id(), std::memory_order_release);
+  l_->depth_ = 1;
+  l_->want_.store(true, std::memory_order_seq_cst);
+  for (unsigned i = 1; i < l_->n_; ++i) {
+    Engine& w = l_->engine(i);
+    // A worker that naps or sleeps reaches its checkpoint when it wakes:
+    // wake it now.
+    w.progress().rung();
+    l_->ports_[i]->wake();
+    while (l_->lanes_[i].running.load(std::memory_order_seq_cst)) rte_pause();
+  }
+}
+
+Lcores::Exclusive::~Exclusive() {
+  if (l_ == nullptr) return;
+  if (--l_->depth_ != 0) return;
+  l_->holder_.store(std::thread::id{}, std::memory_order_release);
+  l_->want_.store(false, std::memory_order_seq_cst);
+  l_->excl_mu_.unlock();
+}
+
+bool Lcores::send_via_control(const IpAddr& dst, rte_mbuf* m, TxKind kind) noexcept {
+  ControlTx e{m, dst, kind, {}};
+  if (rte_ring_mp_enqueue_elem(control_tx_, &e, sizeof(e)) != 0) return false;
+  control_.progress().rung();
+  return true;
+}
+
+unsigned Lcores::drain_control_tx() noexcept {
+  ControlTx e[32];
+  unsigned total = 0;
+  for (;;) {
+    const unsigned n = rte_ring_sc_dequeue_burst_elem(control_tx_, e, sizeof(ControlTx), 32, nullptr);
+    for (unsigned i = 0; i < n; ++i) control_.send_to(e[i].dst, e[i].m, e[i].kind);
+    total += n;
+    if (n < 32) return total;
+  }
+}
+
+}  // namespace uroce::transport
