@@ -3,8 +3,6 @@
 
 #include <rte_mbuf.h>
 #include <rte_pause.h>
-#include <rte_ring.h>
-#include <rte_ring_elem.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
 
@@ -14,52 +12,27 @@
 #include "transport/engine.hpp"
 
 namespace uroce::transport {
-namespace {
-
-// A frame a worker asks lcore 0 to send (Lcores::send_via_control).
-struct ControlTx {
-  rte_mbuf* m;
-  IpAddr dst;
-  TxKind kind;
-  uint8_t pad[7];
-};
-static_assert(sizeof(ControlTx) % 4 == 0, "rte_ring elements are a multiple of 4 bytes");
-
-std::atomic<unsigned> g_ring_seq{0};  // rte_ring names are process-wide
-
-rte_ring* make_ring(const char* what, unsigned esize, unsigned count, unsigned flags) {
-  const std::string name = "uroce_" + std::string(what) + std::to_string(g_ring_seq.fetch_add(1));
-  return rte_ring_create_elem(name.c_str(), esize, count, SOCKET_ID_ANY, flags);
-}
-
-}  // namespace
-
 // ---- LanePort -------------------------------------------------------------------
 
 LanePort::LanePort(drivers::Port& tx, unsigned index) : tx_(tx), index_(index) {
-  ring_ = make_ring("lane", sizeof(rte_mbuf*), kLaneRingFrames, RING_F_SC_DEQ);
   wake_fd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
 }
 
 LanePort::~LanePort() {
-  if (ring_ != nullptr) {
-    rte_mbuf* m = nullptr;
-    while (rte_ring_sc_dequeue_elem(ring_, &m, sizeof(m)) == 0) rte_pktmbuf_free(m);
-    rte_ring_free(ring_);
-  }
+  rte_mbuf* m = nullptr;
+  while (ring_.pop(m)) rte_pktmbuf_free(m);
   if (wake_fd_ >= 0) ::close(wake_fd_);
 }
 
 std::string LanePort::name() const { return tx_.name() + "/lane" + std::to_string(index_); }
 
 unsigned LanePort::push(rte_mbuf* const* pkts, unsigned n) noexcept {
-  const unsigned took = rte_ring_mp_enqueue_burst_elem(ring_, pkts, sizeof(rte_mbuf*), n, nullptr);
-  // seq_cst with prepare_wait's: either the lane sees the frame before it
-  // waits, or we see it waiting and wake it.
-  if (took != 0 && waiting_.load(std::memory_order_seq_cst)) {
-    const uint64_t one = 1;
-    [[maybe_unused]] const ssize_t w = ::write(wake_fd_, &one, sizeof(one));
-  }
+  unsigned took = 0;
+  while (took < n && ring_.bounded_push(pkts[took])) ++took;
+  if (took == 0) return 0;
+  pushed_.fetch_add(took, std::memory_order_seq_cst);
+  // Either the lane sees the frames before it waits, or we see it waiting.
+  if (waiting_.load(std::memory_order_seq_cst)) wake();
   return took;
 }
 
@@ -69,12 +42,15 @@ void LanePort::wake() noexcept {
 }
 
 uint16_t LanePort::rx_burst(rte_mbuf** pkts, uint16_t n) {
-  return static_cast<uint16_t>(rte_ring_sc_dequeue_burst_elem(ring_, pkts, sizeof(rte_mbuf*), n, nullptr));
+  uint16_t k = 0;
+  while (k < n && ring_.pop(pkts[k])) ++k;
+  taken_ += k;
+  return k;
 }
 
 bool LanePort::prepare_wait() {
   waiting_.store(true, std::memory_order_seq_cst);
-  return rte_ring_count(ring_) == 0;
+  return pushed_.load(std::memory_order_seq_cst) == taken_;
 }
 
 void LanePort::end_wait() {
@@ -102,24 +78,19 @@ Lcores::Lcores(Engine& control, drivers::Port& tx, unsigned n)
     workers_.push_back(std::make_unique<Engine>(*ports_.back(), std::move(ec)));
     workers_.back()->join_lcores(this, i);
   }
-  control_tx_ = make_ring("ctltx", sizeof(ControlTx), kLaneRingFrames, RING_F_SC_DEQ);
 }
 
 Lcores::~Lcores() {
   stop();
   workers_.clear();
   ports_.clear();
-  if (control_tx_ != nullptr) {
-    ControlTx e;
-    while (rte_ring_sc_dequeue_elem(control_tx_, &e, sizeof(e)) == 0) rte_pktmbuf_free(e.m);
-    rte_ring_free(control_tx_);
-  }
+  ControlTx e{};
+  while (control_tx_.pop(e)) rte_pktmbuf_free(e.m);
 }
 
 drivers::Status Lcores::init() {
-  if (control_tx_ == nullptr) return drivers::Error{ENOMEM, "engine_lcores: no ring for lcore 0's frames"};
   for (auto& p : ports_)
-    if (!p->ok()) return drivers::Error{ENOMEM, "engine_lcores: no ring or eventfd for " + p->name()};
+    if (!p->ok()) return drivers::Error{EMFILE, "engine_lcores: no eventfd for " + p->name()};
   for (auto& w : workers_)
     if (auto st = w->init(); !st) return st;
   return {};
@@ -181,21 +152,19 @@ Lcores::Exclusive::~Exclusive() {
 }
 
 bool Lcores::send_via_control(const IpAddr& dst, rte_mbuf* m, TxKind kind) noexcept {
-  ControlTx e{m, dst, kind, {}};
-  if (rte_ring_mp_enqueue_elem(control_tx_, &e, sizeof(e)) != 0) return false;
+  if (!control_tx_.bounded_push(ControlTx{m, dst, kind})) return false;
   control_.progress().rung();
   return true;
 }
 
 unsigned Lcores::drain_control_tx() noexcept {
-  ControlTx e[32];
+  ControlTx e{};
   unsigned total = 0;
-  for (;;) {
-    const unsigned n = rte_ring_sc_dequeue_burst_elem(control_tx_, e, sizeof(ControlTx), 32, nullptr);
-    for (unsigned i = 0; i < n; ++i) control_.send_to(e[i].dst, e[i].m, e[i].kind);
-    total += n;
-    if (n < 32) return total;
+  while (control_tx_.pop(e)) {
+    control_.send_to(e.dst, e.m, e.kind);
+    ++total;
   }
+  return total;
 }
 
 }  // namespace uroce::transport

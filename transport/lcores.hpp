@@ -27,6 +27,8 @@
 //     doorbell.
 #pragma once
 
+#include <boost/lockfree/queue.hpp>
+
 #include <atomic>
 #include <cstdint>
 #include <functional>
@@ -40,12 +42,17 @@
 #include "drivers/result.hpp"
 #include "transport/neigh.hpp"
 
-struct rte_ring;
-
 namespace uroce::transport {
 
 class Engine;
 enum class TxKind : uint8_t;
+
+// A frame a worker asks lcore 0 to send (Lcores::send_via_control).
+struct ControlTx {
+  rte_mbuf* m;
+  IpAddr dst;
+  TxKind kind;
+};
 
 inline constexpr unsigned kMaxEngineLcores = 8;
 // Frames that may wait in one lcore's hand-off ring (a power of two).
@@ -90,7 +97,7 @@ class LanePort final : public drivers::Port {
   ~LanePort() override;
   LanePort(const LanePort&) = delete;
   LanePort& operator=(const LanePort&) = delete;
-  bool ok() const noexcept { return ring_ != nullptr && wake_fd_ >= 0; }
+  bool ok() const noexcept { return wake_fd_ >= 0; }
 
   // Any thread: hand frames to this lane (multi-producer); returns how
   // many it took (the caller keeps the rest).
@@ -115,8 +122,15 @@ class LanePort final : public drivers::Port {
  private:
   drivers::Port& tx_;
   unsigned index_;
-  rte_ring* ring_ = nullptr;
+  // Boost.Lockfree rather than an rte_ring: its atomics are C++'s, which
+  // ThreadSanitizer follows (the frame's bytes are published by the push).
+  boost::lockfree::queue<rte_mbuf*, boost::lockfree::fixed_sized<true>> ring_{kLaneRingFrames};
   int wake_fd_ = -1;
+  // The wait protocol: pushers count pushed_ then read waiting_; the lane
+  // sets waiting_ then compares pushed_ with what it took (seq_cst both
+  // ways: one of the two sees the other).
+  std::atomic<uint64_t> pushed_{0};
+  uint64_t taken_ = 0;                // [the lane's thread]
   std::atomic<bool> waiting_{false};  // the lane's thread is about to wait on wake_fd_
 };
 
@@ -191,7 +205,7 @@ class Lcores {
   std::atomic<std::thread::id> holder_{};
   unsigned depth_ = 0;  // [holder] nested Exclusive scopes
   std::mutex excl_mu_;  // one holder at a time (lcore 0's loop and threads that run its turns)
-  rte_ring* control_tx_ = nullptr;  // ControlTx entries, workers -> lcore 0
+  boost::lockfree::queue<ControlTx, boost::lockfree::fixed_sized<true>> control_tx_{kLaneRingFrames};  // workers -> lcore 0
 };
 
 }  // namespace uroce::transport

@@ -89,8 +89,8 @@ TEST_P(Congested, StreamCompletesAndTheSenderReacts) {
     }
   }
   ASSERT_EQ(done, kOps) << h.counters();
-  EXPECT_EQ(p.qa->state(), IBV_QPS_RTS);
-  EXPECT_EQ(p.qb->state(), IBV_QPS_RTS);
+  EXPECT_EQ(qp_state(p.qa), IBV_QPS_RTS);
+  EXPECT_EQ(qp_state(p.qb), IBV_QPS_RTS);
   EXPECT_EQ(ctr(h.a(), RnicCtr::req_retrans_pkts), 0u) << h.counters();
   EXPECT_EQ(ctr(h.a(), RnicCtr::ack_timeouts), 0u) << h.counters();
 
@@ -106,7 +106,7 @@ TEST_P(Congested, StreamCompletesAndTheSenderReacts) {
       EXPECT_GT(ctr(rp, RnicCtr::rp_cnp_handled), 0u) << all;
       EXPECT_GT(ctr(rp, RnicCtr::rp_rate_cuts), 0u) << all;
       EXPECT_GT(ctr(rp, RnicCtr::rp_paced_waits), 0u) << all;
-      EXPECT_GT(rp_qp->cc.cnps_rcvd, 0u);
+      EXPECT_GT(engine_read(rp_qp->rnic().engine(), [&] { return rp_qp->cc.cnps_rcvd; }), 0u);
       break;
     case Mode::CcNone:
       EXPECT_GT(ctr(np, RnicCtr::np_cnp_sent), 0u) << all;
@@ -168,7 +168,8 @@ TEST(Repath, ACongestedQpMovesWhenIdle) {
     o.timeout = 14;
     Pair p = h.pair(IBV_QPT_RC, o);
     ASSERT_NE(p.qa, nullptr);
-    const uint16_t first_port = p.qa->attrs().sport;
+    auto sport = [&] { return engine_read(*h.a().engine, [&] { return p.qa->attrs().sport; }); };
+    const uint16_t first_port = sport();
     constexpr size_t kMsg = 16 * 1024;
     Buffer a = h.buffer(h.a(), kMsg * 4, IBV_ACCESS_LOCAL_WRITE);
     Buffer b = h.buffer(h.b(), kMsg * 4, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
@@ -184,10 +185,10 @@ TEST(Repath, ACongestedQpMovesWhenIdle) {
       ASSERT_EQ(wcs.size(), 4u) << h.counters();
       for (const ibv_wc& wc : wcs) ASSERT_EQ(wc.status, IBV_WC_SUCCESS);
       EXPECT_EQ(first_diff(b.bytes(0, b.len), a.bytes(0, a.len)), -1) << "batch " << batch;
-      if (p.qa->attrs().sport != ports.back()) ports.push_back(p.qa->attrs().sport);
+      if (const uint16_t now = sport(); now != ports.back()) ports.push_back(now);
     }
     const uint64_t changes = h.a().rnic->counters().get(RnicCtr::path_changes);
-    EXPECT_EQ(p.qa->cc.path_changes, changes);
+    EXPECT_EQ(engine_read(*h.a().engine, [&] { return p.qa->cc.path_changes; }), changes);
     if (repath) {
       EXPECT_GE(changes, 2u) << h.counters();
       // Ports seen between batches: each a new one, at most one per change
@@ -199,7 +200,7 @@ TEST(Repath, ACongestedQpMovesWhenIdle) {
       EXPECT_EQ(changes, 0u);
       EXPECT_EQ(ports.size(), 1u);
     }
-    EXPECT_GT(p.qa->cc.cnps_rcvd, 0u);
+    EXPECT_GT(engine_read(*h.a().engine, [&] { return p.qa->cc.cnps_rcvd; }), 0u);
     EXPECT_EQ(h.a().rnic->counters().get(RnicCtr::req_retrans_pkts), 0u) << h.counters();
     EXPECT_EQ(h.b().rnic->counters().get(RnicCtr::seq_naks_sent), 0u) << "a path change reordered packets";
   }
@@ -243,14 +244,14 @@ TEST(PacedQp, PeerDyingMidStreamEndsInRetryExceeded) {
   };
   std::vector<ibv_wc> done;
   const auto until = Clock::now() + std::chrono::seconds(30);
-  while (!(p.qa->cc.pacer.pacing() && !done.empty()) && Clock::now() < until) {
+  while (!(engine_read(*h.a().engine, [&] { return p.qa->cc.pacer.pacing(); }) && !done.empty()) && Clock::now() < until) {
     top_up(done.size());
     for (const ibv_wc& wc : h.poll_cq(p.scq_a)) {
       ASSERT_EQ(wc.status, IBV_WC_SUCCESS) << wc_status_name(wc.status);
       done.push_back(wc);
     }
   }
-  ASSERT_TRUE(p.qa->cc.pacer.pacing()) << h.counters();
+  ASSERT_TRUE(engine_read(*h.a().engine, [&] { return p.qa->cc.pacer.pacing(); })) << h.counters();
   ASSERT_FALSE(done.empty());
   top_up(done.size());
   ibv_qp_attr err{};
@@ -264,7 +265,7 @@ TEST(PacedQp, PeerDyingMidStreamEndsInRetryExceeded) {
     else EXPECT_TRUE(wc.status == IBV_WC_WR_FLUSH_ERR || wc.status == IBV_WC_SUCCESS) << wc_status_name(wc.status);
   }
   EXPECT_EQ(exceeded, 1u);
-  EXPECT_EQ(p.qa->state(), IBV_QPS_ERR);
+  EXPECT_EQ(qp_state(p.qa), IBV_QPS_ERR);
   EXPECT_GE(ctr(h.a(), RnicCtr::ack_timeouts), uint64_t{o.retry_cnt} + 1);
   for (const ibv_wc& wc : h.collect_for(p.scq_a, std::chrono::milliseconds(20)))
     ADD_FAILURE() << "a completion after the last: " << wc.wr_id << " " << wc_status_name(wc.status);

@@ -99,7 +99,7 @@ TEST(Rnr, RetriedUntilReceivePosted) {
   EXPECT_TRUE(h.collect_for(p.scq_a, milliseconds(30)).empty()) << "no completion while the peer has no receive";
   EXPECT_GE(h.b().rnic->counters().get(RnicCtr::rnr_naks_sent), 2u);
   EXPECT_GE(h.a().rnic->counters().get(RnicCtr::rnr_naks_rcvd), 2u);
-  EXPECT_EQ(p.qa->state(), IBV_QPS_RTS);
+  EXPECT_EQ(qp_state(p.qa), IBV_QPS_RTS);
   ibv_sge r = dst.sge(0, 3000);
   ASSERT_EQ(post_recv(p.qb, 8, {&r, 1}), 0);
   const ibv_wc sw = h.wait_wc(p.scq_a);
@@ -138,11 +138,11 @@ TEST(Rnr, RetryExhausted) {
   EXPECT_EQ(wcs[1].status, IBV_WC_WR_FLUSH_ERR) << wc_status_name(wcs[1].status);
   EXPECT_EQ(wcs[2].wr_id, 3u);
   EXPECT_EQ(wcs[2].status, IBV_WC_WR_FLUSH_ERR) << wc_status_name(wcs[2].status);
-  EXPECT_EQ(p.qa->state(), IBV_QPS_ERR);
+  EXPECT_EQ(qp_state(p.qa), IBV_QPS_ERR);
   EXPECT_EQ(h.a().rnic->counters().get(RnicCtr::rnr_retry_exceeded), 1u);
   // 1 try + 2 retries.
   EXPECT_EQ(h.a().rnic->counters().get(RnicCtr::rnr_naks_rcvd), 3u);
-  EXPECT_EQ(p.qb->state(), IBV_QPS_RTS) << "the responder is not in error";
+  EXPECT_EQ(qp_state(p.qb), IBV_QPS_RTS) << "the responder is not in error";
   // A WQE posted in ERR completes with WR_FLUSH_ERR.
   ibv_send_wr w4 = send_wr(IBV_WR_SEND, 4, {&s, 1});
   ASSERT_EQ(post_send(p.qa, w4), 0);
@@ -209,14 +209,14 @@ TEST(PeerGone, RetryExceededThenFlush) {
     EXPECT_EQ(recv_flushed[i].wr_id, 200 + i);
     EXPECT_EQ(recv_flushed[i].status, IBV_WC_WR_FLUSH_ERR);
   }
-  EXPECT_EQ(p.qa->state(), IBV_QPS_ERR);
+  EXPECT_EQ(qp_state(p.qa), IBV_QPS_ERR);
   EXPECT_EQ(h.a().rnic->counters().get(RnicCtr::retry_exceeded), 1u);
   EXPECT_GE(h.a().rnic->counters().get(RnicCtr::ack_timeouts), uint64_t{o.retry_cnt} + 1);
 
   // The peer: still RTS, its receives still posted, its memory untouched.
   h.wire().set_link_up(*h.b().port, true);
   h.run_for(milliseconds(20));
-  EXPECT_EQ(p.qb->state(), IBV_QPS_RTS);
+  EXPECT_EQ(qp_state(p.qb), IBV_QPS_RTS);
   EXPECT_TRUE(h.poll_cq(p.rcq_b).empty());
   EXPECT_TRUE(h.poll_cq(p.scq_b).empty());
   EXPECT_EQ(first_diff(b.bytes(0, b.len), b_before), -1);
@@ -289,7 +289,7 @@ TEST(AdaptiveRetransmission, VanishedPeerBackoffUnderTheCeiling) {
     if (timeout == 0) {
       EXPECT_TRUE(h.collect_for(p.scq_a, std::chrono::milliseconds(1500)).empty()) << "infinite gave up";
       EXPECT_GE(h.a().rnic->counters().get(RnicCtr::ack_timeouts), 6u);
-      EXPECT_EQ(p.qa->state(), IBV_QPS_RTS);
+      EXPECT_EQ(qp_state(p.qa), IBV_QPS_RTS);
       h.wire().set_link_up(*h.b().port, true);
       const ibv_wc wc = h.wait_wc(p.scq_a, std::chrono::seconds(10));
       EXPECT_EQ(wc.status, IBV_WC_SUCCESS) << wc_status_name(wc.status);
@@ -459,7 +459,7 @@ TEST_P(Access, RefusedAndMemoryUnchanged) {
   }
   EXPECT_EQ(wcs[1].wr_id, 2u);
   EXPECT_EQ(wcs[1].status, IBV_WC_WR_FLUSH_ERR) << wc_status_name(wcs[1].status);
-  EXPECT_EQ(p.qa->state(), IBV_QPS_ERR);
+  EXPECT_EQ(qp_state(p.qa), IBV_QPS_ERR);
   EXPECT_GE(h.b().rnic->counters().get(RnicCtr::rem_access_naks) +
                 h.b().rnic->counters().get(RnicCtr::rem_inv_req_naks),
             1u);
@@ -498,7 +498,7 @@ TEST(AccessZeroLength, NoKeyCheck) {
   ASSERT_EQ(post_send(p.qa, wr), 0);
   wc = h.wait_wc(p.scq_a);
   EXPECT_EQ(wc.status, IBV_WC_SUCCESS) << wc_status_name(wc.status);
-  EXPECT_EQ(p.qa->state(), IBV_QPS_RTS);
+  EXPECT_EQ(qp_state(p.qa), IBV_QPS_RTS);
 }
 
 // A misaligned atomic is refused (IBA 9.4.5: the VA must be 8-byte
@@ -588,7 +588,7 @@ TEST(CqOverflow, ReportedAsCqErr) {
     }
   }
   // The other node and its QP are unaffected.
-  EXPECT_EQ(qb->state(), IBV_QPS_RTS);
+  EXPECT_EQ(qp_state(qb), IBV_QPS_RTS);
   EXPECT_FALSE(cb->overflowed());
 }
 
@@ -751,7 +751,7 @@ TEST(SendWithInvalidate, RegisteredMrCannotBeInvalidated) {
   const ibv_wc rw = h.wait_wc(p.rcq_b);
   EXPECT_EQ(rw.wr_id, 1u);
   EXPECT_EQ(rw.status, IBV_WC_REM_INV_REQ_ERR) << wc_status_name(rw.status);
-  EXPECT_EQ(p.qb->state(), IBV_QPS_ERR);
+  EXPECT_EQ(qp_state(p.qb), IBV_QPS_ERR);
   EXPECT_EQ(h.b().rnic->counters().get(RnicCtr::inv_rkey_refused), 1u);
   const ibv_wc sw = h.wait_wc(p.scq_a, std::chrono::seconds(10));
   EXPECT_EQ(sw.wr_id, 9u);
@@ -972,9 +972,9 @@ TEST(PathResolution, RtrToANeighbourThatNeverAnswersFails) {
   const wire::Ipv6Addr nowhere = wire::PktDesc::ipv4_mapped(0x0A000063);  // 10.0.0.99: nobody
   std::memcpy(path.grh.dgid.raw, nowhere.data(), nowhere.size());
   EXPECT_EQ(qp_to_rts(q, path, 0x123, 0, 0, ConnOpts{}), ETIMEDOUT);
-  EXPECT_EQ(q->state(), IBV_QPS_INIT);
+  EXPECT_EQ(qp_state(q), IBV_QPS_INIT);
   EXPECT_EQ(h.ud_ready(ud), 0);
-  EXPECT_EQ(ud->state(), IBV_QPS_RTS);
+  EXPECT_EQ(qp_state(ud), IBV_QPS_RTS);
 }
 
 // ---- unreachable UD destination --------------------------------------------------------
@@ -1017,7 +1017,7 @@ TEST(UdUnreachable, CompletesAndCountsTheDrop) {
   send_one(2);  // the neighbour is known to fail: dropped at once
   EXPECT_EQ(rc.get(RnicCtr::drop_tx_no_neigh), 1u);
   EXPECT_EQ(rc.get(RnicCtr::req_pkts), sent_before);
-  EXPECT_EQ(q->state(), IBV_QPS_RTS);
+  EXPECT_EQ(qp_state(q), IBV_QPS_RTS);
 }
 
 // A QP on an SRQ that goes to ERR raises LAST_WQE_REACHED (IBA 11.6.3.1);

@@ -177,12 +177,12 @@ TEST_F(Limits, RdAtomicAttributes) {
   ConnOpts bad = o;
   bad.max_dest_rd_atomic = static_cast<uint8_t>(dev().max_qp_init_rd_atom + 1);
   EXPECT_EQ(h.to_rts(q2, h.a(), h.b(), Qpn(0x77), 1, 1, bad), EINVAL) << "max_dest_rd_atomic";
-  EXPECT_EQ(q2->state(), IBV_QPS_INIT) << "a refused modify leaves the QP as it was";
+  EXPECT_EQ(qp_state(q2), IBV_QPS_INIT) << "a refused modify leaves the QP as it was";
   Qp* q3 = h.qp(n(), IBV_QPT_RC, c, c);
   bad = o;
   bad.max_rd_atomic = static_cast<uint8_t>(dev().max_qp_rd_atom + 1);
   EXPECT_EQ(h.to_rts(q3, h.a(), h.b(), Qpn(0x77), 1, 1, bad), EINVAL) << "max_rd_atomic";
-  EXPECT_EQ(q3->state(), IBV_QPS_RTR);
+  EXPECT_EQ(qp_state(q3), IBV_QPS_RTR);
 }
 
 TEST_F(Limits, PostSendChecks) {
@@ -259,7 +259,7 @@ TEST_F(Limits, PostSendChecks) {
   EXPECT_EQ(wc.wr_id, 4u);
   EXPECT_EQ(wc.status, IBV_WC_LOC_LEN_ERR) << wc_status_name(wc.status);
   EXPECT_EQ(h.a().rnic->counters().get(RnicCtr::req_pkts), requests) << "nothing sent";
-  EXPECT_EQ(p.qa->state(), IBV_QPS_ERR);
+  EXPECT_EQ(qp_state(p.qa), IBV_QPS_ERR);
 }
 
 TEST_F(Limits, PostRecvChecks) {
@@ -309,13 +309,13 @@ TEST_F(Limits, StateMachine) {
   Cq* c = h.cq(n(), 64);
   Qp* q = h.qp(n(), IBV_QPT_RC, c, c);
   ASSERT_NE(q, nullptr);
-  EXPECT_EQ(q->state(), IBV_QPS_RESET);
+  EXPECT_EQ(qp_state(q), IBV_QPS_RESET);
   ibv_qp_attr at{};
   at.qp_state = IBV_QPS_RTS;
   EXPECT_EQ(q->modify(at, IBV_QP_STATE), EINVAL) << "RESET -> RTS";
   at.qp_state = IBV_QPS_INIT;
   EXPECT_EQ(q->modify(at, IBV_QP_STATE), EINVAL) << "RESET -> INIT without its required attributes";
-  EXPECT_EQ(q->state(), IBV_QPS_RESET);
+  EXPECT_EQ(qp_state(q), IBV_QPS_RESET);
   Buffer a = h.buffer(n(), 64, kRemoteAll);
   ibv_sge s = a.sge(0, 8);
   ibv_send_wr wr = send_wr(IBV_WR_SEND, 1, {&s, 1});
@@ -331,10 +331,10 @@ TEST_F(Limits, StateMachine) {
   EXPECT_EQ(q->modify(at, IBV_QP_STATE), EINVAL) << "RTS -> RTR";
   at.qp_state = IBV_QPS_ERR;
   EXPECT_EQ(q->modify(at, IBV_QP_STATE), 0) << "any -> ERR";
-  EXPECT_EQ(q->state(), IBV_QPS_ERR);
+  EXPECT_EQ(qp_state(q), IBV_QPS_ERR);
   at.qp_state = IBV_QPS_RESET;
   EXPECT_EQ(q->modify(at, IBV_QP_STATE), 0) << "ERR -> RESET";
-  EXPECT_EQ(q->state(), IBV_QPS_RESET);
+  EXPECT_EQ(qp_state(q), IBV_QPS_RESET);
   ibv_qp_attr qa{};
   ibv_qp_init_attr qi{};
   EXPECT_EQ(q->query(&qa, IBV_QP_STATE, &qi), 0);

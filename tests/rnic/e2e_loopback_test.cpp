@@ -142,7 +142,13 @@ TEST_P(Loopback, UcWriteAndSend) {
   ibv_wc wc = h_.wait_wc(p.scq_a);
   EXPECT_EQ(wc.status, IBV_WC_SUCCESS) << wc_status_name(wc.status);
   // UC completes at the sender when sent: the loop's next turn places it.
-  ASSERT_TRUE(h_.run_until([&] { return first_diff(dst.bytes(0, kLen), src.bytes(0, kLen)) == -1; }));
+  // Waited for by the packets taken, then a query (the control path: the
+  // QP's lcore has finished its turn) before the bytes are read.
+  ASSERT_TRUE(h_.run_until([&] {
+    return a().rnic->counters().get(RnicCtr::rx_req_pkts) >= a().rnic->counters().get(RnicCtr::req_pkts);
+  }));
+  (void)qp_state(p.qb);
+  EXPECT_EQ(first_diff(dst.bytes(0, kLen), src.bytes(0, kLen)), -1);
   Buffer rb = h_.buffer(a(), kLen, kLocalWrite);
   ibv_sge r = rb.sge(0, kLen);
   ASSERT_EQ(post_recv(p.qb, 2, {&r, 1}), 0);

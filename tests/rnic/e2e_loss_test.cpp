@@ -164,8 +164,8 @@ TEST_P(OneFault, StreamCompletesExactly) {
     EXPECT_EQ(final_value, 3u * kOps) << "an atomic executed twice or not at all";
   }
   EXPECT_TRUE(h.collect_for(p.scq_a, std::chrono::milliseconds(20)).empty()) << "extra completions";
-  EXPECT_EQ(p.qa->state(), IBV_QPS_RTS);
-  EXPECT_EQ(p.qb->state(), IBV_QPS_RTS);
+  EXPECT_EQ(qp_state(p.qa), IBV_QPS_RTS);
+  EXPECT_EQ(qp_state(p.qb), IBV_QPS_RTS);
   // Selective repeat is in use only where both ends offer it, and then a
   // dropped request is resent alone (a gap NAKed selectively, no rewind).
   const std::string ctr = h.counters();

@@ -129,7 +129,7 @@ TEST_F(MwFixture, Type2IsBoundToItsQpAndInvalidated) {
   // Binding it again before invalidation: a bind error, the QP to ERR.
   Pair again = h.pair(IBV_QPT_RC);
   EXPECT_EQ(bind(again.qb, again.scq_b, mw, inc_rkey(k1), 0, 64, IBV_ACCESS_REMOTE_WRITE), IBV_WC_MW_BIND_ERR);
-  EXPECT_EQ(again.qb->state(), IBV_QPS_ERR);
+  EXPECT_EQ(qp_state(again.qb), IBV_QPS_ERR);
   // LOCAL_INV from B: the key names nothing afterwards.
   ibv_send_wr inv{};
   inv.wr_id = 8;
@@ -291,7 +291,7 @@ TEST_F(MwFixture, BindRules) {
     ASSERT_EQ(post_send(q.qb, wr), 0) << c.what;
     const ibv_wc wc = h.wait_wc(q.scq_b);
     EXPECT_EQ(wc.status, IBV_WC_MW_BIND_ERR) << c.what;
-    EXPECT_EQ(q.qb->state(), IBV_QPS_ERR) << c.what;
+    EXPECT_EQ(qp_state(q.qb), IBV_QPS_ERR) << c.what;
     EXPECT_FALSE(c.mw->bound) << c.what;
   }
   // The consumer owns only the key's low byte (IBA 10.6.7.2.1): a key

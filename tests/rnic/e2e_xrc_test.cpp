@@ -229,7 +229,7 @@ TEST_F(Xrc, RdmaAndAtomicsUseKeysOfTheSrqsPd) {
   ASSERT_EQ(post_send(s, wr), 0);
   EXPECT_EQ(h.wait_wc(scq).status, IBV_WC_REM_ACCESS_ERR);
   EXPECT_EQ(mem[0], 0x33);
-  EXPECT_EQ(r->state(), IBV_QPS_ERR);
+  EXPECT_EQ(qp_state(r), IBV_QPS_ERR);
 }
 
 // Each kind of SRQ an XRC request may not reach: the send completes with
@@ -271,7 +271,7 @@ TEST_F(Xrc, RequestsForSrqsOutsideTheDomainAreRefused) {
     wr.qp_type.xrc.remote_srqn = c.srqn;
     ASSERT_EQ(post_send(s, wr), 0) << c.what;
     EXPECT_EQ(h.wait_wc(scq).status, IBV_WC_REM_INV_REQ_ERR) << c.what;
-    EXPECT_EQ(r->state(), IBV_QPS_ERR) << c.what;
+    EXPECT_EQ(qp_state(r), IBV_QPS_ERR) << c.what;
     EXPECT_EQ(h.b().rnic->counters().get(RnicCtr::xrc_srq_refused), ++refused) << c.what;
   }
   EXPECT_TRUE(h.poll_cq(cq).empty()) << "nothing was received";
@@ -350,7 +350,7 @@ TEST_F(Xrc, DomainsAndTheirObjects) {
   EXPECT_EQ(wcs[0].status, IBV_WC_LOC_QP_OP_ERR) << wc_status_name(wcs[0].status);
   EXPECT_EQ(wcs[1].wr_id, uint64_t{IBV_WR_ATOMIC_WRITE});
   EXPECT_EQ(wcs[1].status, IBV_WC_WR_FLUSH_ERR) << wc_status_name(wcs[1].status);
-  EXPECT_EQ(s->state(), IBV_QPS_ERR);
+  EXPECT_EQ(qp_state(s), IBV_QPS_ERR);
   EXPECT_EQ(rn.destroy_qp(s), 0);
 
   const uint32_t srqn = srq->number();

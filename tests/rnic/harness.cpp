@@ -463,6 +463,16 @@ void fill_pattern(std::span<uint8_t> out, uint64_t seed) {
   }
 }
 
+ibv_qp_state qp_state(Qp* q) {
+  ibv_qp_attr attr{};
+  ibv_qp_init_attr init{};
+  if (const int rc = q->query(&attr, IBV_QP_STATE, &init); rc != 0) {
+    ADD_FAILURE() << "query_qp: " << std::strerror(rc);
+    return IBV_QPS_UNKNOWN;
+  }
+  return attr.qp_state;
+}
+
 long first_diff(std::span<const uint8_t> got, std::span<const uint8_t> want) {
   const size_t n = std::min(got.size(), want.size());
   if (n == 0 || std::memcmp(got.data(), want.data(), n) == 0) {  // (an empty span's data() may be null)

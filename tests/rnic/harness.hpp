@@ -192,6 +192,20 @@ int qp_to_rts(Qp* q, const ibv_ah_attr& path, uint32_t dest_qpn, uint32_t sq_psn
 // A UD QP to RTS with this Q_Key.
 int qp_ud_ready(Qp* q, uint32_t qkey, uint32_t sq_psn);
 
+// The QP's state as ibv_query_qp(3) reports it (the control path: with
+// several lcores, after the QP's lcore finished its turn).
+ibv_qp_state qp_state(Qp* q);
+
+// A value of a QP's engine-side state read inside the device's loop (the
+// control path: with several lcores every lcore is parked meanwhile), as
+// a tool such as `uroce qp` reads it.
+template <class F>
+auto engine_read(transport::Engine& e, F f) -> decltype(f()) {
+  decltype(f()) v{};
+  e.run_sync([&] { v = f(); });
+  return v;
+}
+
 // ---- work requests -----------------------------------------------------------------
 
 int post_send(Qp* q, ibv_send_wr& wr);
