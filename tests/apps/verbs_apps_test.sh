@@ -165,10 +165,15 @@ PROGRAMS=(
 )
 
 run_programs() {  # SERVER_ENV CLIENT_ENV SERVER_ADDR (env prefixes as words)
-  local entry name progress
+  local entry name progress extra
   for entry in "${PROGRAMS[@]}"; do
     read -r name progress cmd <<<"$entry"
-    pair "$name" "$1 UROCE_PROGRESS=$progress" "$2 UROCE_PROGRESS=$progress" "$3" -- $cmd
+    # Engine lcores (UROCE_ENGINE_LCORES, the suite's 2-lcore run) need
+    # engine threads, which inline progress has none of: a program run
+    # inline runs one (an empty variable is no override).
+    extra=""
+    [ "$progress" = inline ] && extra=" UROCE_ENGINE_LCORES="
+    pair "$name" "$1 UROCE_PROGRESS=$progress$extra" "$2 UROCE_PROGRESS=$progress$extra" "$3" -- $cmd
   done
 }
 
