@@ -186,6 +186,10 @@ bool Engine::tx_only_acks() noexcept {
 bool Engine::ring(Doorbell d) noexcept {
   if (!doorbells_.bounded_push(d)) return false;
   progress_.rung();
+  // A worker lcore naps on its lane's eventfd: a post to one of its QPs
+  // ends the nap, as a frame does (no application thread runs a worker's
+  // turns, so nothing else would before the nap's end).
+  if (lane_ != nullptr) lane_->wake_if_waiting();
   return true;
 }
 

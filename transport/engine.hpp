@@ -40,6 +40,7 @@
 #include "drivers/capture.hpp"
 #include "drivers/port.hpp"
 #include "lib/util/counters.hpp"
+#include "lib/util/steady_ns.hpp"
 #include "lib/util/timer_wheel.hpp"
 #include "lib/wire/pkt.hpp"
 #include "transport/hoststack.hpp"
@@ -233,10 +234,16 @@ class Engine {
   Lcores* lcores() const noexcept { return group_; }
   // The calling thread holds the device exclusive (Lcores::Exclusive).
   bool exclusive_here() const noexcept { return group_ != nullptr && group_->exclusive_here(); }
+  // Lcores::Exclusive, with this (worker) engine parked: its clock sample
+  // brought to now, so that a control function arming its timers (an
+  // ACK timer at modify, a flush) arms them from now, not from the turn
+  // before a nap.
+  void resync_clock() noexcept { now_ns_ = steady_ns(); }
   // Lcores: a worker engine's place among them (before init).
-  void join_lcores(Lcores* group, unsigned index) noexcept {
+  void join_lcores(Lcores* group, unsigned index, LanePort* lane) noexcept {
     group_ = group;
     lcore_ = index;
+    lane_ = lane;
   }
 
   // ---- from application threads ---------------------------------------------
@@ -391,6 +398,7 @@ class Engine {
   std::vector<std::pair<IpAddr, wire::MacAddr>> kernel_learned_;  // learned next iteration
   Lcores* group_ = nullptr;           // the device's lcores (lcore 0: lcores_.get()); null: one
   unsigned lcore_ = 0;
+  LanePort* lane_ = nullptr;          // a worker's port (its hand-off queue)
   bool worker() const noexcept { return lcore_ != 0; }
   bool send_to_worker(const IpAddr& dst, rte_mbuf* m, NextHop* hop, TxKind kind) noexcept;
   std::unique_ptr<Lcores> lcores_;    // lcore 0 of several: the workers (stopped before progress_)

@@ -36,6 +36,10 @@ unsigned LanePort::push(rte_mbuf* const* pkts, unsigned n) noexcept {
   return took;
 }
 
+void LanePort::wake_if_waiting() noexcept {
+  if (waiting_.load(std::memory_order_seq_cst)) wake();
+}
+
 void LanePort::wake() noexcept {
   const uint64_t one = 1;
   [[maybe_unused]] const ssize_t w = ::write(wake_fd_, &one, sizeof(one));
@@ -76,7 +80,7 @@ Lcores::Lcores(Engine& control, drivers::Port& tx, unsigned n)
     ec.next_hop = {};
     ec.lcores = 1;
     workers_.push_back(std::make_unique<Engine>(*ports_.back(), std::move(ec)));
-    workers_.back()->join_lcores(this, i);
+    workers_.back()->join_lcores(this, i, ports_.back().get());
   }
 }
 
@@ -140,6 +144,7 @@ Lcores::Exclusive::Exclusive(Lcores* l) noexcept : l_(l) {
     w.progress().rung();
     l_->ports_[i]->wake();
     while (l_->lanes_[i].running.load(std::memory_order_seq_cst)) rte_pause();
+    w.resync_clock();
   }
 }
 

@@ -105,6 +105,9 @@ class LanePort final : public drivers::Port {
   // Any thread: end the lane's nap or sleep now (the control path's
   // Exclusive, which needs every lane at its checkpoint).
   void wake() noexcept;
+  // Any thread: wake() if the lane's thread waits on its eventfd now (a
+  // doorbell for one of its QPs, Engine::ring).
+  void wake_if_waiting() noexcept;
 
   uint16_t rx_burst(rte_mbuf** pkts, uint16_t n) override;
   uint16_t tx_burst(rte_mbuf** pkts, uint16_t n) override { return tx_.tx_burst(pkts, n); }
