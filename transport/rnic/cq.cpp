@@ -11,6 +11,7 @@
 #include <cerrno>
 #include <cstring>
 
+#include "lib/util/spin_guard.hpp"
 #include "lib/util/stamps.hpp"
 #include "transport/engine.hpp"
 #include "transport/rnic/rnic.hpp"
@@ -33,15 +34,7 @@ Cq::~Cq() = default;
 // an RNIC pays in hardware); with one, the engine is the only producer.
 bool Cq::push(const ibv_wc& wc, bool solicited) noexcept {
   assert(rnic_.on_an_engine());
-  if (!rnic_.multi_lcore()) return push_one(wc, solicited);
-  while (push_lock_.test_and_set(std::memory_order_acquire)) {
-  }
-  const bool ok = push_one(wc, solicited);
-  push_lock_.clear(std::memory_order_release);
-  return ok;
-}
-
-bool Cq::push_one(const ibv_wc& wc, bool solicited) noexcept {
+  const SpinGuard only_us(rnic_.multi_lcore() ? &push_lock_ : nullptr);
   const uint32_t size = slots_;
   const uint32_t tail = tail_.load(std::memory_order_relaxed);
   const uint32_t next = tail + 1 == size ? 0 : tail + 1;

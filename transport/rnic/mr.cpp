@@ -2,14 +2,15 @@
 // re-registration and deregistration, window allocation, binding and
 // invalidation — and the engine's key lookups every remote and local
 // access goes through (IBA 9.7.5.1.3, 10.6.3, 10.6.7.3).
-#include <cassert>
 #include <endian.h>
 #include <sys/mman.h>
 
 #include <algorithm>
+#include <cassert>
 #include <cerrno>
 #include <cstring>
 
+#include "lib/util/spin_guard.hpp"
 #include "transport/rnic/memory.hpp"
 #include "transport/rnic/rnic.hpp"
 #include "transport/rnic/rnic_internal.hpp"
@@ -205,7 +206,7 @@ Mw* Rnic::mw_by_key(Rkey rkey) noexcept {
 
 ibv_wc_status Rnic::bind_mw(Qp& qp, const SendWqe& w) noexcept {
   UROCE_ASSERT_ENGINE(qp.engine());
-  const MwGuard only_us(*this);
+  const SpinGuard only_us(mw_lock());
   // IBA 10.6.7.2 (C10-72 .. C10-76) as rxe checks them; any failure is a
   // memory window bind error and leaves the window as it was.
   // The window pointer is the application's: it is used only once the
@@ -255,7 +256,7 @@ ibv_wc_status Rnic::bind_mw(Qp& qp, const SendWqe& w) noexcept {
 
 ibv_wc_status Rnic::local_invalidate(Qp& qp, Rkey rkey) noexcept {
   UROCE_ASSERT_ENGINE(qp.engine());
-  const MwGuard only_us(*this);
+  const SpinGuard only_us(mw_lock());
   // IBA 10.6.7.2.5: only a bound type 2 window (this device has no
   // fast-registered MRs) of the QP's PD; else, as rxe, a local QP
   // operation error.  A window bound through another QP (type 2B is the
@@ -269,7 +270,7 @@ ibv_wc_status Rnic::local_invalidate(Qp& qp, Rkey rkey) noexcept {
 
 bool Rnic::remote_invalidate(Qp& qp, Rkey rkey) noexcept {
   UROCE_ASSERT_ENGINE(qp.engine());
-  const MwGuard only_us(*this);
+  const SpinGuard only_us(mw_lock());
   Mw* mw = mw_by_key(rkey);
   if (mw == nullptr || mw->type != IBV_MW_TYPE_2 || !mw->bound || mw->pd != qp.pd() || mw->qp != &qp) return false;
   unbind(*mw);
@@ -440,7 +441,7 @@ uint8_t* Rnic::check_rkey(Rkey rkey, uint64_t va, uint64_t len, int need, const 
   const uint32_t idx = rkey.value() >> 8;
   Mr* mr = idx < key_table_.size() ? key_table_[idx] : nullptr;
   if (mr == nullptr && idx < mws_.size() && mws_[idx] != nullptr) {
-    const MwGuard only_us(*this);
+    const SpinGuard only_us(mw_lock());
     return check_mw_rkey(*mws_[idx], rkey, va, len, need, pd, check, epoch, qp);
   }
   KeyCheck r = mr_key_check(mr, rkey, need, pd);
@@ -458,7 +459,7 @@ bool Rnic::check_rkey_region(Rkey rkey, int need, const Pd* pd, KeyCheck* check,
   const Mr* mr = idx < key_table_.size() ? key_table_[idx] : nullptr;
   if (mr == nullptr && idx < mws_.size() && mws_[idx] != nullptr) {
     // A window: its own checks at its first byte (its rights decide).
-    const MwGuard only_us(*this);
+    const SpinGuard only_us(mw_lock());
     const Mw& mw = *mws_[idx];
     check_mw_rkey(mw, rkey, mw.zero_based ? 0 : mw.va, 0, need, pd, check, nullptr, qp);
     return *check == KeyCheck::Ok;
@@ -469,7 +470,7 @@ bool Rnic::check_rkey_region(Rkey rkey, int need, const Pd* pd, KeyCheck* check,
 
 uint8_t* Rnic::check_mw_rkey(const Mw& mw, Rkey rkey, uint64_t va, uint64_t len, int need, const Pd* pd,
                              KeyCheck* check, uint32_t* epoch, const Qp* qp) noexcept {
-  assert(on_an_engine());  // under MwGuard
+  assert(on_an_engine());  // under mw_lock()
   // IBA 10.6.7.3 (window access validation): the key as bound now, the
   // QP's PD, a type 2 window's own QP, the window's rights and bounds, and
   // then the MR's own translation.

@@ -248,8 +248,7 @@ class Cq {
   // 0: not armed; 1: next completion; 2: solicited only.
   std::atomic<uint8_t> armed_{0};
   std::atomic<bool> overflow_{false};
-  bool push_one(const ibv_wc& wc, bool solicited) noexcept;  // push's work
-  std::atomic_flag push_lock_ = ATOMIC_FLAG_INIT;            // push's, with several lcores
+  std::atomic_flag push_lock_ = ATOMIC_FLAG_INIT;  // push's (SpinGuard), with several lcores
   PushHook hook_ = nullptr;  // engine-only
   void* hook_arg_ = nullptr;
 };
@@ -337,25 +336,10 @@ class Srq {
   // queue drops below an armed limit (and disarms it, IBA 10.2.9.2).
   void after_pop() noexcept;
   std::atomic<uint32_t> users{0};  // QPs; destroy fails with EBUSY
-  // [engine] A receive WQE's take (front, copy, pop, after_pop) as one
-  // step: with several lcores their QPs share the SRQ under take_lock_ (a
-  // spinlock); with one, nothing.
-  class TakeGuard {
-   public:
-    explicit TakeGuard(Srq& s) noexcept : s_(s.multi_lcore_ ? &s : nullptr) {
-      if (s_ != nullptr)
-        while (s_->take_lock_.test_and_set(std::memory_order_acquire)) {
-        }
-    }
-    ~TakeGuard() {
-      if (s_ != nullptr) s_->take_lock_.clear(std::memory_order_release);
-    }
-    TakeGuard(const TakeGuard&) = delete;
-    TakeGuard& operator=(const TakeGuard&) = delete;
-
-   private:
-    Srq* s_;
-  };
+  // [engine] A receive WQE's take (front, copy, pop, after_pop) is one
+  // step under this lock (SpinGuard): with several lcores their QPs share
+  // the SRQ; with one, null and nothing is taken.
+  std::atomic_flag* take_lock() noexcept { return multi_lcore_ ? &take_lock_ : nullptr; }
 
  private:
   Rnic& rnic_;

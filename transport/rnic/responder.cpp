@@ -24,6 +24,7 @@
 #include <mutex>
 #include <string_view>
 
+#include "lib/util/spin_guard.hpp"
 #include "lib/util/stamps.hpp"
 #include "lib/wire/bth.hpp"
 #include "lib/wire/ext.hpp"
@@ -262,8 +263,7 @@ RecvWqe* take_wqe(Rx& r) noexcept {
   Srq* srq = r.srq;
   if (srq == nullptr) return r.qp.recv_front();
   if (!r.s.have_srq_wqe) {
-    // QPs of several lcores may share the SRQ (Srq::TakeGuard).
-    const Srq::TakeGuard only_us(*srq);
+    const SpinGuard only_us(srq->take_lock());  // QPs of several lcores may share the SRQ
     RecvWqe* w = srq->rq().front();
     if (w == nullptr) return nullptr;
     r.s.srq_wqe.sge = r.s.srq_sges.data();

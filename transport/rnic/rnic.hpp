@@ -519,25 +519,10 @@ class Rnic final : public transport::RoceSink {
   Mw* mw_by_key(Rkey rkey) noexcept;
   // Memory windows are bound and invalidated by the data path of any QP
   // of their PD, and checked by any other's: with several lcores a window
-  // is read and written under mw_lock_ (a spinlock held for one check or
-  // bind; never with one lcore).  MRs change only on the control path.
+  // is read and written under mw_lock() (SpinGuard, held for one check or
+  // bind; null with one lcore).  MRs change only on the control path.
   std::atomic_flag mw_lock_ = ATOMIC_FLAG_INIT;
-  class MwGuard {
-   public:
-    explicit MwGuard(Rnic& r) noexcept : r_(r.lcores_ != nullptr ? &r : nullptr) {
-      if (r_ != nullptr)
-        while (r_->mw_lock_.test_and_set(std::memory_order_acquire)) {
-        }
-    }
-    ~MwGuard() {
-      if (r_ != nullptr) r_->mw_lock_.clear(std::memory_order_release);
-    }
-    MwGuard(const MwGuard&) = delete;
-    MwGuard& operator=(const MwGuard&) = delete;
-
-   private:
-    Rnic* r_;
-  };
+  std::atomic_flag* mw_lock() noexcept { return lcores_ != nullptr ? &mw_lock_ : nullptr; }
   uint8_t* check_mw_rkey(const Mw& mw, Rkey rkey, uint64_t va, uint64_t len, int need, const Pd* pd,
                          KeyCheck* check, uint32_t* epoch, const Qp* qp) noexcept;
   // 0, or the errno reg_mr/rereg_mr give for memory not mapped as `access` needs.
