@@ -584,15 +584,9 @@ void Engine::announce() {
 }
 
 void Engine::for_each_counter(const std::function<void(std::string_view, std::string_view, uint64_t)>& f) const {
-  if (lcores_) {  // the device's figures: every lcore's
-    for (size_t i = 0; i < EngineCounters::size(); ++i) {
-      uint64_t v = ctr_.at(i);
-      for (unsigned l = 1; l < lcores_->size(); ++l) v += lcores_->engine(l).counters().at(i);
-      f(EngineCounters::info(i).name, EngineCounters::info(i).help, v);
-    }
-  } else {
-    ctr_.for_each(f);
-  }
+  // The device's figures: with several lcores, every lcore's (total).
+  for (size_t i = 0; i < EngineCounters::size(); ++i)
+    f(EngineCounters::info(i).name, EngineCounters::info(i).help, total(static_cast<EngineCtr>(i)));
   progress_.counters().for_each(f);
   for (size_t i = 1; i < wire::kNumParseErrors; ++i) {
     const auto e = static_cast<wire::ParseError>(i);
